@@ -1,0 +1,180 @@
+//! `cargo xtask`: the project's tasks.
+//!
+//! - `cargo xtask test`: every check CI runs, on a fresh machine. It installs the Debian packages
+//!   the tests need (when run as root and they are missing), then runs formatting, clippy,
+//!   no_std builds, docs, unit/property/integration tests, and the loom models, and ends with a
+//!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+/// The `#![no_std]` library crates: each must build without its default features.
+const CORE_CRATES: &[&str] = &[
+    "ftrace-core",
+    "ftrace-ringbuf",
+    "ftrace-patch",
+    "ftrace-tracers",
+    "ftrace-tracefs",
+];
+
+/// Debian packages the tests need, as (command that proves it is installed, package).
+const APT_PACKAGES: &[(&str, &str)] = &[];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("test") => test(&args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask test [--skip STAGE]...");
+            eprintln!("stages: apt fmt clippy no-std doc test loom");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+struct Stages {
+    skip: Vec<String>,
+    passed: usize,
+    failed: Vec<String>,
+}
+
+impl Stages {
+    fn run(&mut self, name: &str, label: &str, f: impl FnOnce() -> Result<(), String>) {
+        if self.skip.iter().any(|s| s == name) {
+            println!("xtask: skipping {label}");
+            return;
+        }
+        println!("\n==> xtask: {label}");
+        let start = Instant::now();
+        let result = f();
+        let secs = start.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => {
+                println!("<== xtask: {label}: ok ({secs:.1} s)");
+                self.passed += 1;
+            }
+            Err(e) => {
+                println!("<== xtask: {label}: FAILED ({secs:.1} s): {e}");
+                self.failed.push(label.to_string());
+            }
+        }
+    }
+}
+
+fn status(cmd: &mut Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("{shown} exited with {s}")),
+        Err(e) => Err(format!("{shown}: {e}")),
+    }
+}
+
+fn have_command(name: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {name} >/dev/null 2>&1")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn install_packages() -> Result<(), String> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .filter(|(cmd, _)| !have_command(cmd))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        println!("all test tools present");
+        return Ok(());
+    }
+    let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    if !is_root {
+        return Err(format!("missing packages {missing:?}: install them or run as root"));
+    }
+    status(Command::new("apt-get").arg("update").arg("-qq"))?;
+    status(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+fn test(args: &[String]) -> ExitCode {
+    let mut skip = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--skip" => skip.extend(it.next().cloned()),
+            other => {
+                eprintln!("xtask test: unknown argument {other}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let mut st = Stages { skip, passed: 0, failed: Vec::new() };
+    let started = Instant::now();
+
+    st.run("apt", "install test tools", install_packages);
+    st.run("fmt", "cargo fmt --check", || {
+        status(cargo().args(["fmt", "--all", "--", "--check"]))
+    });
+    st.run("clippy", "clippy -D warnings", || {
+        status(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+    });
+    st.run("no-std", "no_std builds of the core crates", || {
+        for krate in CORE_CRATES {
+            status(cargo().args(["build", "-p", krate, "--no-default-features"]))?;
+        }
+        Ok(())
+    });
+    st.run("doc", "cargo doc without warnings", || {
+        status(
+            cargo()
+                .args(["doc", "--no-deps", "--workspace"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )
+    });
+    st.run("test", "unit, property and integration tests", || {
+        status(cargo().args(["test", "--workspace", "--profile", "ci"]))
+    });
+    st.run("loom", "loom models", || {
+        let loom_crates: Vec<&str> = CORE_CRATES
+            .iter()
+            .copied()
+            .filter(|c| root().join(c).join("tests/loom.rs").exists())
+            .collect();
+        if loom_crates.is_empty() {
+            println!("no loom models yet");
+        }
+        for krate in loom_crates {
+            status(
+                cargo()
+                    .args(["test", "-p", krate, "--test", "loom", "--release"])
+                    .env("RUSTFLAGS", "--cfg loom")
+                    .env("CARGO_TARGET_DIR", root().join("target/loom")),
+            )?;
+        }
+        Ok(())
+    });
+
+    let mins = started.elapsed().as_secs_f64() / 60.0;
+    println!("\nxtask test finished in {mins:.1} min");
+    for f in &st.failed {
+        println!("  failed: {f}");
+    }
+    println!("xtask: {} passed, {} failed", st.passed, st.failed.len());
+    if st.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
