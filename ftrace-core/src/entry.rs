@@ -340,7 +340,9 @@ pub unsafe trait Pod: Copy + 'static {
     #[inline]
     fn as_bytes(&self) -> &[u8] {
         // SAFETY: the trait's contract: plain data, no uninitialised padding.
-        unsafe { core::slice::from_raw_parts((self as *const Self).cast::<u8>(), size_of::<Self>()) }
+        unsafe {
+            core::slice::from_raw_parts((self as *const Self).cast::<u8>(), size_of::<Self>())
+        }
     }
 
     /// Reads a value from the start of `bytes` (unaligned), or `None` if it is too short.
@@ -405,36 +407,101 @@ macro_rules! offsets {
         $( const_assert_eq!(memoffset::offset_of!($t, $f), $off); )*
     };
 }
-offsets!(TraceEntry { type_: 0, flags: 2, preempt_count: 3, pid: 4 });
-offsets!(FtraceEntry { ip: 8, parent_ip: 16 });
+offsets!(TraceEntry {
+    type_: 0,
+    flags: 2,
+    preempt_count: 3,
+    pid: 4
+});
+offsets!(FtraceEntry {
+    ip: 8,
+    parent_ip: 16
+});
 offsets!(FtraceGraphEntEntry { func: 8, depth: 16 });
 offsets!(FtraceGraphRetEntry {
-    func: 8, depth: 16, overrun: 20, calltime: 24, rettime: 32,
-    backport_calltime: 40, backport_rettime: 48,
+    func: 8,
+    depth: 16,
+    overrun: 20,
+    calltime: 24,
+    rettime: 32,
+    backport_calltime: 40,
+    backport_rettime: 48,
 });
 offsets!(PrintEntry { ip: 8 });
 offsets!(BprintEntry { ip: 8, fmt: 16 });
 offsets!(BputsEntry { ip: 8, str_: 16 });
 offsets!(RawDataEntry { id: 8 });
 offsets!(CtxSwitchEntry {
-    prev_pid: 8, next_pid: 12, next_cpu: 16, prev_prio: 20, prev_state: 21, next_prio: 22,
+    prev_pid: 8,
+    next_pid: 12,
+    next_cpu: 16,
+    prev_prio: 20,
+    prev_state: 21,
+    next_prio: 22,
     next_state: 23,
 });
-offsets!(StackEntry { size: 8, caller: 16 });
-offsets!(UserStackEntry { tgid: 8, caller: 16 });
-offsets!(BranchEntry { line: 8, func: 12, file: 43, correct: 64, constant: 65 });
+offsets!(StackEntry {
+    size: 8,
+    caller: 16
+});
+offsets!(UserStackEntry {
+    tgid: 8,
+    caller: 16
+});
+offsets!(BranchEntry {
+    line: 8,
+    func: 12,
+    file: 43,
+    correct: 64,
+    constant: 65
+});
 offsets!(HwlatEntry {
-    duration: 8, outer_duration: 16, nmi_total_ts: 24, tv_sec: 32, tv_nsec: 40, nmi_count: 48,
-    seqnum: 52, count: 56,
+    duration: 8,
+    outer_duration: 16,
+    nmi_total_ts: 24,
+    tv_sec: 32,
+    tv_nsec: 40,
+    nmi_count: 48,
+    seqnum: 52,
+    count: 56,
 });
 offsets!(OsnoiseEntry {
-    noise: 8, runtime: 16, max_sample: 24, hw_count: 32, nmi_count: 36, irq_count: 40,
-    softirq_count: 44, thread_count: 48,
+    noise: 8,
+    runtime: 16,
+    max_sample: 24,
+    hw_count: 32,
+    nmi_count: 36,
+    irq_count: 40,
+    softirq_count: 44,
+    thread_count: 48,
 });
-offsets!(TimerlatEntry { seqnum: 8, context: 12, timer_latency: 16 });
-offsets!(FuncRepeatsEntry { ip: 8, parent_ip: 16, count: 24, top_delta_ts: 26, bottom_delta_ts: 28 });
-offsets!(MmiotraceRwEntry { phys: 8, value: 16, pc: 24, map_id: 32, opcode: 36, width: 37 });
-offsets!(MmiotraceMapEntry { phys: 8, virt: 16, len: 24, map_id: 32, opcode: 36 });
+offsets!(TimerlatEntry {
+    seqnum: 8,
+    context: 12,
+    timer_latency: 16
+});
+offsets!(FuncRepeatsEntry {
+    ip: 8,
+    parent_ip: 16,
+    count: 24,
+    top_delta_ts: 26,
+    bottom_delta_ts: 28
+});
+offsets!(MmiotraceRwEntry {
+    phys: 8,
+    value: 16,
+    pc: 24,
+    map_id: 32,
+    opcode: 36,
+    width: 37
+});
+offsets!(MmiotraceMapEntry {
+    phys: 8,
+    virt: 16,
+    len: 24,
+    map_id: 32,
+    opcode: 36
+});
 
 #[cfg(test)]
 mod tests {
@@ -451,7 +518,12 @@ mod tests {
     #[test]
     fn pod_round_trip() {
         let e = FtraceEntry {
-            ent: TraceEntry { type_: 1, flags: 0, preempt_count: 0, pid: 7 },
+            ent: TraceEntry {
+                type_: 1,
+                flags: 0,
+                preempt_count: 0,
+                pid: 7,
+            },
             ip: 0xffff_ffff_8123_4567,
             parent_ip: 0xffff_ffff_8100_0000,
         };

@@ -131,8 +131,16 @@ impl TraceCtx {
     /// Builds the word from its parts; both depths saturate at 15 as the kernel's do.
     #[inline]
     pub const fn new(flags: TraceFlags, preempt_depth: u32, migrate_disable: u32) -> Self {
-        let pc = if preempt_depth > 0xf { 0xf } else { preempt_depth };
-        let md = if migrate_disable > 0xf { 0xf } else { migrate_disable };
+        let pc = if preempt_depth > 0xf {
+            0xf
+        } else {
+            preempt_depth
+        };
+        let md = if migrate_disable > 0xf {
+            0xf
+        } else {
+            migrate_disable
+        };
         TraceCtx(((flags.bits() as u32) << 16) | pc | (md << 4))
     }
 
@@ -169,6 +177,9 @@ mod tests {
         assert_eq!(ctx.0, 0x0009_0012);
         assert_eq!(ctx.preempt_count(), 0x12);
         assert_eq!(ctx.flags(), TraceFlags::IRQS_OFF | TraceFlags::HARDIRQ);
-        assert_eq!(TraceCtx::new(TraceFlags::empty(), 99, 99).preempt_count(), 0xff);
+        assert_eq!(
+            TraceCtx::new(TraceFlags::empty(), 99, 99).preempt_count(),
+            0xff
+        );
     }
 }

@@ -89,7 +89,10 @@ impl EventFormat {
 
     /// The field called `name`, common fields included.
     pub fn field(&self, name: &str) -> Option<&'static Field> {
-        COMMON_FIELDS.iter().chain(self.fields.iter()).find(|f| f.name == name)
+        COMMON_FIELDS
+            .iter()
+            .chain(self.fields.iter())
+            .find(|f| f.name == name)
     }
 }
 
@@ -479,7 +482,10 @@ mod tests {
             let n = FORMATS.iter().filter(|f| f.id == id).count();
             assert_eq!(n, usize::from(id != EventId::Blk), "{id:?}");
         }
-        assert_eq!(by_name("funcgraph_entry").map(|f| f.id), Some(EventId::FuncgraphEntry));
+        assert_eq!(
+            by_name("funcgraph_entry").map(|f| f.id),
+            Some(EventId::FuncgraphEntry)
+        );
         assert_eq!(by_id(EventId::RawData).map(|f| f.name), Some("raw_data"));
     }
 
@@ -492,6 +498,9 @@ mod tests {
                 end = field.offset + field.size;
             }
         }
-        assert_eq!(FUNCGRAPH_EXIT.fields.last().map(|f| f.offset + f.size), Some(40));
+        assert_eq!(
+            FUNCGRAPH_EXIT.fields.last().map(|f| f.offset + f.size),
+            Some(40)
+        );
     }
 }

@@ -11,6 +11,7 @@
 //!   and `events/header_page` / `events/header_event` are generated;
 //! - [`platform`]: the traits a backend implements (trace clock, current CPU, task context,
 //!   deferred reclamation);
+//! - [`symbols`]: the symbol-table trait (address to name, names to addresses);
 //! - [`errno`]: the Linux error numbers tracefs answers with.
 //!
 //! The crate is `#![no_std]` and never allocates unless the `alloc` feature is on. It uses no
@@ -26,6 +27,7 @@ pub mod errno;
 pub mod event;
 pub mod format;
 pub mod platform;
+pub mod symbols;
 
 pub use errno::Errno;
 pub use event::{EventId, TraceFlags};

@@ -19,7 +19,11 @@ fn every_ftrace_event_format_matches_the_kernel() {
         .filter(|n| n.starts_with("events__ftrace__") && n.ends_with("__format.txt"))
         .collect();
     golden.sort();
-    assert_eq!(golden.len(), 18, "the reference has 18 ftrace event formats");
+    assert_eq!(
+        golden.len(),
+        18,
+        "the reference has 18 ftrace event formats"
+    );
     let mut ours: Vec<&str> = FORMATS.iter().map(|f| f.name).collect();
     ours.sort();
     let theirs: Vec<&str> = golden
@@ -31,19 +35,32 @@ fn every_ftrace_event_format_matches_the_kernel() {
         let expected = reference_file(&format!("02-files/events__ftrace__{name}__format.txt"));
         let fmt = format::by_name(name).unwrap();
         let got = text(|s| fmt.write_to(s));
-        assert_eq!(got, String::from_utf8(expected).unwrap(), "format of {name}");
+        assert_eq!(
+            got,
+            String::from_utf8(expected).unwrap(),
+            "format of {name}"
+        );
     }
 }
 
 #[test]
 fn header_page_matches_the_kernel() {
     let got = text(|s| format::write_header_page(s, 4096));
-    assert_eq!(got.as_bytes(), reference_file("02-files/events__header_page.txt"));
-    assert_eq!(got.as_bytes(), reference_file("06-raw-function/events__header_page.txt"));
+    assert_eq!(
+        got.as_bytes(),
+        reference_file("02-files/events__header_page.txt")
+    );
+    assert_eq!(
+        got.as_bytes(),
+        reference_file("06-raw-function/events__header_page.txt")
+    );
 }
 
 #[test]
 fn header_event_matches_the_kernel() {
     let got = text(format::write_header_event);
-    assert_eq!(got.as_bytes(), reference_file("02-files/events__header_event.txt"));
+    assert_eq!(
+        got.as_bytes(),
+        reference_file("02-files/events__header_event.txt")
+    );
 }

@@ -35,7 +35,10 @@ fn main() -> ExitCode {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn cargo() -> Command {
@@ -99,9 +102,14 @@ fn install_packages() -> Result<(), String> {
         println!("all test tools present");
         return Ok(());
     }
-    let is_root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
     if !is_root {
-        return Err(format!("missing packages {missing:?}: install them or run as root"));
+        return Err(format!(
+            "missing packages {missing:?}: install them or run as root"
+        ));
     }
     status(Command::new("apt-get").arg("update").arg("-qq"))?;
     status(
@@ -124,7 +132,11 @@ fn test(args: &[String]) -> ExitCode {
             }
         }
     }
-    let mut st = Stages { skip, passed: 0, failed: Vec::new() };
+    let mut st = Stages {
+        skip,
+        passed: 0,
+        failed: Vec::new(),
+    };
     let started = Instant::now();
 
     st.run("apt", "install test tools", install_packages);
@@ -132,7 +144,14 @@ fn test(args: &[String]) -> ExitCode {
         status(cargo().args(["fmt", "--all", "--", "--check"]))
     });
     st.run("clippy", "clippy -D warnings", || {
-        status(cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]))
+        status(cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))
     });
     st.run("no-std", "no_std builds of the core crates", || {
         for krate in CORE_CRATES {
@@ -176,5 +195,9 @@ fn test(args: &[String]) -> ExitCode {
         println!("  failed: {f}");
     }
     println!("xtask: {} passed, {} failed", st.passed, st.failed.len());
-    if st.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if st.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
