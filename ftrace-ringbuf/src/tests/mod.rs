@@ -1,0 +1,1 @@
+//! Unit tests that need the crate internals (fault injection).
