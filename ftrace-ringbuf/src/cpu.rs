@@ -441,6 +441,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         spare.prev.store(0, Ordering::Relaxed);
         for i in 0..self.nr_descs {
             let d = self.desc(i);
+            d.set_time_stamp(0);
             d.write.set(0);
             d.entries.set(0);
             d.commit.store(0, Ordering::Relaxed);
@@ -819,9 +820,11 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.desc(i).next.load(Ordering::Acquire) >> 2
     }
 
-    /// Whether `prev`'s link points at `page` with the HEAD flag.
+    /// Whether `prev`'s link points at `page` with the HEAD or UPDATE flag
+    /// (`rb_is_head_page` being non-zero: a head page, possibly being moved).
     fn is_head_link(&self, prev: usize, page: usize) -> bool {
-        self.desc(prev).next.load(Ordering::Acquire) == (page << 2 | PAGE_HEAD)
+        let link = self.desc(prev).next.load(Ordering::Acquire);
+        link >> 2 == page && link & FLAG_MASK != PAGE_NORMAL
     }
 
     /// `rb_head_page_set`: CAS `prev`'s link to `head` from `old` flag to `new` flag. Returns
@@ -844,14 +847,19 @@ impl<P: PageProvider> CpuBuffer<P> {
     /// else did it, retry without moving the tail.
     fn handle_head_page(&self, tail_page: usize, next_page: usize) -> Result<bool, ()> {
         let nd = self.desc(next_page);
+        // Snapshot the page's counts before claiming it: once claimed, a nested writer may
+        // move onto the page and reset them before we account them. (Until the claim the
+        // page is stable; if a nested writer claims it first, our claim fails and we do not
+        // account.)
         let entries = nd.entries_count();
+        let bytes = nd.commit.load(Ordering::Relaxed);
         let kind = self.head_page_set(next_page, tail_page, PAGE_HEAD, PAGE_UPDATE);
         inject::point("head_update");
         match kind {
             Some(PAGE_HEAD) => {
                 // First to get here: account the lost page.
                 self.overrun.add(entries);
-                self.entries_bytes.sub(nd.commit.load(Ordering::Relaxed));
+                self.entries_bytes.sub(bytes);
                 self.pages_lost.inc();
             }
             // An interrupt came in before the update and is processing it: nothing to do.
@@ -1174,7 +1182,10 @@ impl<P: PageProvider> CpuBuffer<P> {
                 self.read_stamp
                     .store(page::fix_abs_ts(v, stamp), Ordering::Relaxed);
             }
-            _ => {}
+            // A discarded event's delta counts (see `page::Events`).
+            _ => self
+                .read_stamp
+                .store(stamp.wrapping_add((w >> 5) as u64), Ordering::Relaxed),
         }
         self.reader_read.store(read + len, Ordering::Relaxed);
         self.read_bytes.fetch_add(len, Ordering::Relaxed);

@@ -376,7 +376,7 @@ impl<P: PageProvider> Iter<'_, P> {
                 TYPE_TIME_STAMP => {
                     self.stamp = fix_abs_ts(((word1 as u64) << 27) | (w >> 5) as u64, self.stamp)
                 }
-                TYPE_PADDING => {}
+                TYPE_PADDING => self.stamp = self.stamp.wrapping_add((w >> 5) as u64),
                 _ => {}
             }
             if let Some(r) = out {
