@@ -770,7 +770,12 @@ impl<P: PageProvider> CpuBuffer<P> {
     #[cold]
     #[inline(never)]
     fn move_tail(&self, tail_page: usize, tail: usize, length: usize) -> Retry {
-        let next_page = self.next_of(tail_page);
+        // One load of our link gives both the next page and whether it is the head: the
+        // reader may swap the head out (rewriting this link) at any time, and a second load
+        // could pair a stale `next_page` with a fresh, unflagged link and walk us into the
+        // reader's page (the kernel re-checks and treats "moved" as head for this reason).
+        let link = self.desc(tail_page).next.load(Ordering::Acquire);
+        let next_page = link >> 2;
         let commit_page = self.commit_page.load(Ordering::Acquire);
         if next_page == commit_page {
             // An interrupt storm made it all the way around the buffer.
@@ -779,7 +784,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             return Retry::Fail;
         }
         let mut skip_update = false;
-        if self.is_head_link(tail_page, next_page) {
+        if link & FLAG_MASK != PAGE_NORMAL {
             if commit_page != self.reader_page.load(Ordering::Acquire) {
                 if !self.overwrite.load(Ordering::Relaxed) {
                     self.dropped_events.inc();
@@ -1224,6 +1229,36 @@ impl<P: PageProvider> CpuBuffer<P> {
             pages_lost: self.pages_lost.get() as u64,
             pages_read: self.pages_read.load(Ordering::Relaxed) as u64,
         }
+    }
+
+    /// Writes the page ring's internal state (links, flags, indices, counts): a debugging aid.
+    #[doc(hidden)]
+    pub fn dump_state(&self, w: &mut impl fmt::Write) -> fmt::Result {
+        writeln!(
+            w,
+            "tail {} commit {} reader {} (read {}) head hint {}",
+            self.tail_page.load(Ordering::Relaxed),
+            self.commit_page.load(Ordering::Relaxed),
+            self.reader_page.load(Ordering::Relaxed),
+            self.reader_read.load(Ordering::Relaxed),
+            self.head_page.load(Ordering::Relaxed),
+        )?;
+        for i in 0..self.nr_descs {
+            let d = self.desc(i);
+            let next = d.next.load(Ordering::Relaxed);
+            writeln!(
+                w,
+                "page {i}: next {} flag {} prev {} write {:#x} entries {:#x} commit {} real_end {}",
+                next >> 2,
+                next & FLAG_MASK,
+                d.prev.load(Ordering::Relaxed),
+                d.write.get(),
+                d.entries.get(),
+                d.commit.load(Ordering::Relaxed),
+                d.real_end.load(Ordering::Relaxed),
+            )?;
+        }
+        Ok(())
     }
 
     /// Empties the buffer and zeroes its counters (`ring_buffer_reset_cpu`).
