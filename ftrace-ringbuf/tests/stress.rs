@@ -137,7 +137,7 @@ fn run(mode: Mode) {
         .collect();
     let ok: Vec<u64> = writers.into_iter().map(|h| h.join().unwrap()).collect();
     done.store(true, Ordering::Release);
-    let mut seen = vec![Seen::default(); WRITERS];
+    let mut seen = [Seen::default(); WRITERS];
     for h in readers {
         for (w, s) in h.join().unwrap().into_iter().enumerate() {
             if s.events > 0 {
