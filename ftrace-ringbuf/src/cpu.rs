@@ -1094,12 +1094,16 @@ impl<P: PageProvider> CpuBuffer<P> {
             let reader = self.reader_page.load(Ordering::Relaxed);
             let rd = self.desc(reader);
             let read = self.reader_read.load(Ordering::Relaxed);
+            // The commit page first: if it has moved past our page, the page's commit index
+            // (stored before the move) is final. Read the other way round, a stale index and
+            // a fresh commit page would make us drop a page with unread events.
+            let commit_page = self.commit_page.load(Ordering::Acquire);
             let size = rd.commit.load(Ordering::Acquire);
             if read < size {
                 result = Some(reader);
                 break;
             }
-            if self.commit_page.load(Ordering::Acquire) == reader {
+            if commit_page == reader {
                 break;
             }
             if self.num_entries() == 0 {
