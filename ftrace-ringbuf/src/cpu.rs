@@ -945,7 +945,26 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     /// `rb_set_commit_to_write`: publish everything written so far (outermost writer only).
+    /// Fast path: the commit page is the tail page and nothing moves while we publish.
+    #[inline(always)]
     fn set_commit_to_write(&self) {
+        let commit_page = self.commit_page.load(Ordering::Relaxed);
+        if commit_page == self.tail_page.load(Ordering::Acquire) {
+            let cd = self.desc(commit_page);
+            let w = cd.write_index();
+            cd.commit.store(w, Ordering::Release);
+            inject::point("commit_index");
+            if cd.write_index() == w && self.tail_page.load(Ordering::Acquire) == commit_page {
+                return;
+            }
+        }
+        self.set_commit_to_write_slow();
+    }
+
+    /// The general `rb_set_commit_to_write`: walk the commit page up to the tail page.
+    #[cold]
+    #[inline(never)]
+    fn set_commit_to_write_slow(&self) {
         loop {
             let mut max = self.nr_descs * 100;
             let mut commit_page = self.commit_page.load(Ordering::Relaxed);
@@ -993,6 +1012,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
     }
 
+    #[inline(always)]
     fn commit_reservation(&self) {
         self.entries.inc();
         inject::point("entries");
