@@ -138,10 +138,15 @@ fn cpu(c: &mut Criterion<ThreadCpuTime>) {
     group(c, "reserve_commit_24B (thread CPU time)");
 }
 
-criterion_group!(wall_time, wall);
-criterion_group! {
-    name = cpu_time;
-    config = Criterion::default().with_measurement(ThreadCpuTime);
-    targets = cpu
+// The groups are functions criterion's macros generate without docs.
+#[allow(missing_docs)]
+mod groups {
+    use super::*;
+    criterion_group!(wall_time, wall);
+    criterion_group! {
+        name = cpu_time;
+        config = Criterion::default().with_measurement(ThreadCpuTime);
+        targets = cpu
+    }
 }
-criterion_main!(wall_time, cpu_time);
+criterion_main!(groups::wall_time, groups::cpu_time);
