@@ -46,7 +46,8 @@ pub struct Consumer<'a, P: PageProvider> {
 
 impl<P: PageProvider> CpuBuffer<P> {
     /// Takes the reader lock (spinning while another reader holds it) and returns the
-    /// consuming reader.
+    /// consuming reader. A thread must not ask for a second reader of a buffer while it holds
+    /// one (it would wait for itself); see [`CpuBuffer::try_consumer`].
     pub fn consumer(&self) -> Consumer<'_, P> {
         self.lock_reader();
         Consumer { buf: self }
@@ -219,6 +220,11 @@ impl<P: PageProvider> Consumer<'_, P> {
             core::ptr::write_bytes(dst.add(PAGE_HEADER_SIZE + size), 0, subbuf - size);
         }
         Some(events)
+    }
+
+    /// The buffer's counters (`per_cpu/cpuN/stats`), computed under this reader's lock.
+    pub fn stats(&self, now: u64) -> crate::Stats {
+        self.buf.stats_locked(now)
     }
 
     /// Events lost (overwritten) since the last event or page this reader returned.
