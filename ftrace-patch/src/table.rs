@@ -145,8 +145,8 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
 
     /// An ops was registered and enabled (`ftrace_hash_rec_enable`): every record it admits
     /// gains a reference. `ops` is the list of enabled ops *including* `op`. Returns whether some
-    /// site now needs rewriting. `EBUSY` (and no change) if `op` is `IPMODIFY` and a function it
-    /// admits already has an `IPMODIFY` ops.
+    /// site now needs rewriting. `EBUSY` (and no change) if `op` is `IPMODIFY` (`DIRECT`) and a
+    /// function it admits already has an `IPMODIFY` (`DIRECT`) ops.
     pub fn ops_enable(
         &mut self,
         op: &dyn RecordOps,
@@ -165,7 +165,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
     /// An enabled ops' filter or notrace hash changed (`ftrace_hash_rec_disable_modify` +
     /// `ftrace_hash_rec_enable_modify`): `old` views it with the old hashes, `new` with the new;
     /// `ops` is the enabled list holding `new`. Records only `old` admits lose a reference,
-    /// records only `new` admits gain one. `EBUSY` (and no change) on an `IPMODIFY` conflict.
+    /// records only `new` admits gain one. `EBUSY` (and no change) on an `IPMODIFY` or `DIRECT` conflict.
     pub fn ops_modify(
         &mut self,
         old: &dyn RecordOps,
@@ -191,7 +191,11 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
             }
             let (a, b) = (admits(old, r.ip), admits(new, r.ip));
             if b && !a {
-                if nflags.contains(OpsRecFlags::IPMODIFY) && r.flags.contains(RecFlags::IPMODIFY) {
+                // one IPMODIFY ops per function; one direct trampoline per function (the
+                // kernel's `direct_functions` hash refuses a second with EBUSY)
+                if (nflags.contains(OpsRecFlags::IPMODIFY) && r.flags.contains(RecFlags::IPMODIFY))
+                    || (nflags.contains(OpsRecFlags::DIRECT) && r.flags.contains(RecFlags::DIRECT))
+                {
                     return Err(Errno::EBUSY);
                 }
                 if r.count() >= RecFlags::REF_MAX - 1 {
@@ -377,20 +381,49 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
         let n = self.len();
         for i in 0..n {
             let rec = self.records()[i];
-            let u = rec.check(enable);
-            if u == Update::Ignore {
+            if rec.skip() {
                 continue;
             }
+            let mut u = rec.check(enable);
             let form = rec.form();
             let mut next = rec;
-            next.update(enable);
+            if u != Update::Ignore {
+                next.update(enable);
+            }
+            let enabled = next.flags.contains(RecFlags::ENABLED);
+            let target = enabled.then(|| Self::addr_new(&next, ops, targets));
+            // The flags cannot tell one ops' trampoline from another's (two updates folded into
+            // one, or the common trampoline moved): compare with what is installed.
+            if u == Update::Ignore && enabled && target != rec.current_target() {
+                u = Update::ModifyCall;
+            }
+            let lit = form.has_call_ops().then(|| {
+                if !enabled {
+                    targets.nop_ops()
+                } else if next.flags.contains(RecFlags::CALL_OPS_EN) {
+                    find_op(ops, rec.ip, |_| true).map_or(targets.list_ops(), |o| o.ops_addr())
+                } else {
+                    targets.list_ops()
+                }
+            });
+            let lit_stale = match lit {
+                Some(want) if u == Update::Ignore && enabled => {
+                    let mut cur = [0u8; 8];
+                    let at = aarch64::call_ops_literal(rec.ip);
+                    text.read_text(at, &mut cur).is_err() || u64::from_le_bytes(cur) != want
+                }
+                Some(_) => u != Update::Ignore,
+                None => false,
+            };
+            if u == Update::Ignore && !lit_stale {
+                continue;
+            }
             let old = match rec.current_target() {
                 Some(t) => form.call(rec.ip, t).unwrap_or_else(|_| form.nop()),
                 None => form.nop(),
             };
-            let new = if next.flags.contains(RecFlags::ENABLED) {
-                let target = Self::addr_new(&next, ops, targets);
-                match form.call(rec.ip, target) {
+            let new = match target {
+                Some(t) => match form.call(rec.ip, t) {
                     Ok(b) => b,
                     Err(_) => {
                         self.fail(
@@ -405,9 +438,8 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                         st.failed += 1;
                         continue;
                     }
-                }
-            } else {
-                form.nop()
+                },
+                None => form.nop(),
             };
             if used + 2 > scratch.len() {
                 self.flush(
@@ -423,21 +455,14 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                 used = 0;
             }
             let tag = i as u32;
-            if form.has_call_ops() {
-                let lit = if !next.flags.contains(RecFlags::ENABLED) {
-                    targets.nop_ops()
-                } else if next.flags.contains(RecFlags::CALL_OPS_EN) {
-                    find_op(ops, rec.ip, |_| true).map_or(targets.list_ops(), |o| o.ops_addr())
-                } else {
-                    targets.list_ops()
-                };
+            if let Some(lit) = lit.filter(|_| lit_stale) {
                 scratch[used] = PokeSite::data(aarch64::call_ops_literal(rec.ip), None, lit, tag);
                 used += 1;
             }
             if old != new {
                 scratch[used] = PokeSite::insn(arch, rec.ip, &old, &new, tag);
                 used += 1;
-            } else if !form.has_call_ops() {
+            } else if !lit_stale {
                 // the bytes stay (e.g. REGS changed but both trampolines are one): flags only
                 let r = &mut self.recs.as_mut()[i];
                 r.update(enable);
@@ -487,7 +512,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
             match group.iter().find(|s| s.status() != SiteStatus::Done) {
                 None => {
                     let r = &mut self.recs.as_mut()[i];
-                    let u = r.update(enable);
+                    r.update(enable);
                     let insn = group.iter().find(|s| s.method() != Method::Data);
                     let cur = match insn {
                         Some(s) => r.form().call_target(r.ip, s.new_bytes()).unwrap_or(0),
@@ -498,7 +523,6 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                     } else {
                         0
                     });
-                    debug_assert_ne!(u, Update::Ignore);
                     st.updated += 1;
                 }
                 Some(s) => {
