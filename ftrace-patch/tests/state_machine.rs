@@ -4,6 +4,8 @@
 //! and flags, and after every update pass the bytes of every site, must equal what the model
 //! computes from scratch.
 
+#![allow(clippy::needless_range_loop)]
+
 mod common;
 
 use std::collections::BTreeSet;
