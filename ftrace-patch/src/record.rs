@@ -293,6 +293,27 @@ impl DynFtrace {
         }
     }
 
+    /// The columns `enabled_functions` and `touched_functions` print after the function name
+    /// (Linux 6.12 `t_show`: `" (%ld)%s%s%s%s%s"` with `" R"`, `" I"`, `" D"`, `" O"` or two
+    /// spaces each, then `" M "` or three spaces). The `\ttramp: …`, `\tops: …` and
+    /// `direct-->` parts that may follow need symbols and ops, and are the caller's.
+    pub fn write_enabled_columns(&self, out: &mut dyn fmt::Write) -> fmt::Result {
+        let f = self.flags;
+        let col = |b: RecFlags, s: &'static str, blank: &'static str| {
+            if f.contains(b) { s } else { blank }
+        };
+        write!(
+            out,
+            " ({}){}{}{}{}{}",
+            f.count(),
+            col(RecFlags::REGS, " R", "  "),
+            col(RecFlags::IPMODIFY, " I", "  "),
+            col(RecFlags::DIRECT, " D", "  "),
+            col(RecFlags::CALL_OPS, " O", "  "),
+            col(RecFlags::MODIFIED, " M ", "   "),
+        )
+    }
+
     pub(crate) fn set_cur(&mut self, cur: u64) {
         self.cur = cur;
     }

@@ -7,7 +7,8 @@
 //! last sync. A CPU can be at any instruction boundary of the old contents of a window (it was
 //! executing them when the batch began) and runs on through the window: at each step it must
 //! fetch the old instruction at that offset, the new one, or (at the window's start) a breakpoint
-//! whose handler emulates the new instruction — never a torn mix. While other CPUs are stopped nothing is fetched; on release
+//! whose handler (reading memory as it is when it runs) emulates the new instruction or, if the
+//! breakpoint is already gone, restarts the site — never a torn mix. While other CPUs are stopped nothing is fetched; on release
 //! each stopped PC goes through [`StopFixup::resume_pc`] and must land on a boundary of the new
 //! contents.
 //!
@@ -318,18 +319,25 @@ impl ExecutorModel {
                         if p == 0 && seen[..bp.len()] == *bp {
                             self.observed.breakpoints += 1;
                             let expect = expected_emulation(self.arch, w.addr, &w.new);
+                            // the handler runs after the (serialising) trap and reads memory
+                            // as it is now, which may already be past the breakpoint
+                            let mem = self.text.bytes(w.addr, bp.len()).to_vec();
+                            let want = if mem == *bp {
+                                TrapAction::Emulate(expect)
+                            } else {
+                                TrapAction::Restart { pc: w.addr }
+                            };
                             let got = self.table.map(|t| {
                                 // SAFETY: the pointer was published by `breakpoints_armed` and
                                 // is cleared by `breakpoints_disarmed`; in between, `apply`
                                 // keeps the slice alive and only reads it (statuses are
                                 // atomics), so a shared view is sound.
                                 let sites = unsafe { &*t };
-                                BreakpointTable::new(self.arch, sites)
-                                    .trap(w.addr, &seen[..bp.len()])
+                                BreakpointTable::new(self.arch, sites).trap(w.addr, &mem)
                             });
-                            if got != Some(TrapAction::Emulate(expect)) {
+                            if got != Some(want) {
                                 self.violations.push(format!(
-                                    "{when}: site {:#x}: breakpoint resolved as {got:?}, expected emulation {expect:?}",
+                                    "{when}: site {:#x}: breakpoint resolved as {got:?}, expected {want:?}",
                                     w.addr
                                 ));
                             }

@@ -433,6 +433,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                             None,
                             None,
                             ops,
+                            targets,
                             on_bug,
                         );
                         st.failed += 1;
@@ -449,6 +450,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                     protocol,
                     enable,
                     ops,
+                    targets,
                     &mut st,
                     on_bug,
                 );
@@ -477,6 +479,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                 protocol,
                 enable,
                 ops,
+                targets,
                 &mut st,
                 on_bug,
             );
@@ -493,6 +496,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
         protocol: Protocol,
         enable: bool,
         ops: &[&dyn RecordOps],
+        targets: &dyn CallTargets,
         st: &mut UpdateStats,
         on_bug: &mut dyn FnMut(&FtraceBug),
     ) {
@@ -539,7 +543,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                         .then(|| SiteBytes::new(&s.actual()[..n]));
                     let expected = Some(SiteBytes::new(&s.old()[..n]));
                     let bt = BugType::of(self.records()[i].check(enable));
-                    self.fail(i, reason, bt, actual, expected, ops, on_bug);
+                    self.fail(i, reason, bt, actual, expected, ops, targets, on_bug);
                     st.failed += 1;
                 }
             }
@@ -556,6 +560,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
         actual: Option<SiteBytes>,
         expected: Option<SiteBytes>,
         ops: &[&dyn RecordOps],
+        targets: &dyn CallTargets,
         on_bug: &mut dyn FnMut(&FtraceBug),
     ) {
         let r = self.records()[i];
@@ -572,7 +577,14 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
             actual,
             expected,
             flags: Some(r.flags),
-            expected_tramp: r.current_target().unwrap_or(0),
+            // ftrace_get_addr_curr(): what the _EN flags say, even for a NOP record
+            expected_tramp: r.current_target().unwrap_or_else(|| {
+                if r.flags.contains(RecFlags::REGS_EN) {
+                    targets.regs_caller(r.ip)
+                } else {
+                    targets.caller(r.ip)
+                }
+            }),
             tramp,
         });
         let rec = &mut self.recs.as_mut()[i];
