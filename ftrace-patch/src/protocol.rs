@@ -402,9 +402,10 @@ fn choose(arch: Arch, s: &PokeSite, protocol: Protocol) -> Method {
 }
 
 /// Applies a batch. `sites` must be sorted by address with non-overlapping windows (else every
-/// site is refused). Sites with the same `tag` form one record's group: data sites first; when
-/// one fails, the rest of the group is skipped. Results are in each site's
-/// [`PokeSite::status`].
+/// site is refused). Adjacent sites with the same `tag` form one record's group: every window
+/// of the batch is verified before anything is written; a group with a failed site is skipped
+/// as a whole; a group's data sites are written before its instructions. Results are in each
+/// site's [`PokeSite::status`].
 pub fn apply<P: TextPoke>(
     text: &mut P,
     arch: Arch,
@@ -416,13 +417,8 @@ pub fn apply<P: TextPoke>(
         .windows(2)
         .all(|w| w[0].addr.wrapping_add(w[0].len() as u64) <= w[1].addr);
 
-    // Verify every window and choose its method (nothing written yet).
-    let mut failed_tag = None;
+    // 1. Choose each site's method and verify every window, data included (nothing written).
     for s in sites.iter_mut() {
-        if failed_tag == Some(s.tag) {
-            s.set_status(SiteStatus::Skipped);
-            continue;
-        }
         s.method = if sorted {
             choose(arch, s, protocol)
         } else {
@@ -430,49 +426,47 @@ pub fn apply<P: TextPoke>(
         };
         if s.method == Method::Undecided {
             s.set_status(SiteStatus::Refused);
-            failed_tag = Some(s.tag);
             continue;
         }
-        if s.method == Method::Data {
-            let new = s.new;
-            let r = if s.old.is_empty() {
-                text.write_text(s.addr, &new)
-            } else {
-                let mut cur = [0u8; 8];
-                match text.read_text(s.addr, &mut cur[..8]) {
-                    Err(_) => {
-                        s.set_status(SiteStatus::ReadFault);
-                        failed_tag = Some(s.tag);
-                        continue;
-                    }
-                    Ok(()) if cur[..] != *s.old => {
-                        s.actual = SiteBytes::new(&cur);
-                        s.set_status(SiteStatus::Mismatch);
-                        failed_tag = Some(s.tag);
-                        continue;
-                    }
-                    Ok(()) => text.write_text(s.addr, &new),
-                }
-            };
-            match r {
-                Ok(()) => s.set_status(SiteStatus::Done),
-                Err(_) => {
-                    s.set_status(SiteStatus::WriteFault);
-                    failed_tag = Some(s.tag);
-                }
-            }
-            continue;
+        if s.method == Method::Data && s.old.is_empty() {
+            continue; // an unverified literal
         }
         let mut cur = [0u8; 8];
         let n = s.len();
         if text.read_text(s.addr, &mut cur[..n]).is_err() {
             s.set_status(SiteStatus::ReadFault);
-            failed_tag = Some(s.tag);
         } else if cur[..n] != *s.old {
             s.actual = SiteBytes::new(&cur[..n]);
             s.set_status(SiteStatus::Mismatch);
-            failed_tag = Some(s.tag);
         }
+    }
+    // 2. Per record group: if any site failed, skip the rest; else write its data (literals
+    //    go first, so the ops is in place before the call that loads it).
+    let mut k = 0;
+    while k < sites.len() {
+        let tag = sites[k].tag;
+        let mut end = k;
+        while end < sites.len() && sites[end].tag == tag {
+            end += 1;
+        }
+        let group = &mut sites[k..end];
+        let mut failed = group.iter().any(|s| s.status().failed());
+        for s in group.iter_mut() {
+            if s.status() != SiteStatus::Pending {
+                continue;
+            }
+            if failed {
+                s.set_status(SiteStatus::Skipped);
+            } else if s.method == Method::Data {
+                if text.write_text(s.addr, &s.new).is_ok() {
+                    s.set_status(SiteStatus::Done);
+                } else {
+                    s.set_status(SiteStatus::WriteFault);
+                    failed = true;
+                }
+            }
+        }
+        k = end;
     }
     let sites: &[PokeSite] = sites;
     let pending = |m: Method| {

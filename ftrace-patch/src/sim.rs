@@ -437,9 +437,22 @@ impl TextPoke for ExecutorModel {
         // release: every parked PC at a boundary of the old contents resumes through the fixup
         self.pending.clear();
         for w in &mut self.watched {
-            w.settled = self.text.bytes(w.addr, w.new.len()) == &w.new[..];
+            let now = self.text.bytes(w.addr, w.new.len());
+            let landing = if now == &w.new[..] {
+                &w.new_at
+            } else if now == &w.old[..] {
+                &w.old_at
+            } else {
+                self.violations.push(format!(
+                    "release: site {:#x} holds {now:02x?}, neither old nor new",
+                    w.addr
+                ));
+                continue;
+            };
+            // threads are parked at boundaries of what the window held before this stop
+            let parked = if w.settled { &w.new_at } else { &w.old_at };
             for p in 0..w.old.len() {
-                if w.old_at[p] == 0 {
+                if parked[p] == 0 {
                     continue;
                 }
                 let pc = w.addr + p as u64;
@@ -448,14 +461,14 @@ impl TextPoke for ExecutorModel {
                     self.observed.fixups += 1;
                 }
                 let off = resume.wrapping_sub(w.addr);
-                let ok = off >= w.new.len() as u64 || w.new_at[off as usize] != 0;
-                if !ok {
+                if off < w.new.len() as u64 && landing[off as usize] == 0 {
                     self.violations.push(format!(
-                        "release: site {:#x}: a thread stopped at +{p} resumes at +{off}, inside an instruction of {:02x?}",
-                        w.addr, w.new
+                        "release: site {:#x}: a thread stopped at +{p} resumes at +{off}, inside an instruction of {now:02x?}",
+                        w.addr
                     ));
                 }
             }
+            w.settled = now == &w.new[..];
         }
         self.check("after release");
     }

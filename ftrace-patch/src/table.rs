@@ -513,7 +513,12 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
             }
             let group = &sites[k..end];
             let i = tag as usize;
-            match group.iter().find(|s| s.status() != SiteStatus::Done) {
+            // the site that failed first (not one skipped because of it)
+            let failed = group
+                .iter()
+                .find(|s| s.status().failed() && s.status() != SiteStatus::Skipped)
+                .or_else(|| group.iter().find(|s| s.status() != SiteStatus::Done));
+            match failed {
                 None => {
                     let r = &mut self.recs.as_mut()[i];
                     r.update(enable);
@@ -538,11 +543,17 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                         }
                         _ => BugReason::OutOfRange,
                     };
-                    let n = arch.insn_size().min(s.len());
-                    let actual = (s.status() == SiteStatus::Mismatch)
-                        .then(|| SiteBytes::new(&s.actual()[..n]));
-                    let expected = Some(SiteBytes::new(&s.old()[..n]));
-                    let bt = BugType::of(self.records()[i].check(enable));
+                    let clip = |b: &SiteBytes| {
+                        SiteBytes::new(b.get(..arch.insn_size()).unwrap_or(b.as_slice()))
+                    };
+                    let actual = (s.status() == SiteStatus::Mismatch).then(|| clip(s.actual()));
+                    let expected = (!s.old().is_empty()).then(|| clip(s.old()));
+                    let rec = self.records()[i];
+                    let bt = match BugType::of(rec.check(enable)) {
+                        // a retarget the flags do not show
+                        BugType::Unknown if rec.current_target().is_some() => BugType::Update,
+                        bt => bt,
+                    };
                     self.fail(i, reason, bt, actual, expected, ops, targets, on_bug);
                     st.failed += 1;
                 }

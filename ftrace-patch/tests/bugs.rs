@@ -493,3 +493,34 @@ fn enabled_functions_columns_match_linux_6_12() {
     r.write_enabled_columns(&mut s).unwrap();
     assert_eq!(s, " (2) R I D O M ");
 }
+
+#[test]
+fn corrupted_bl_slot_leaves_the_literal_alone_too() {
+    let (mut text, recs) = segment(SiteForm::A64CallOps, 2);
+    let victim = recs[0].ip;
+    let lit = ftrace_patch::aarch64::call_ops_literal(victim);
+    text.poke(victim, &[0xde, 0xad, 0xbe, 0xef]);
+    let mut table = RecordTable::new(recs).unwrap();
+    let op = TestOps {
+        addr: 0xaaaa_0000,
+        flags: OpsRecFlags::CALL_OPS_OK,
+        ..Default::default()
+    };
+    let ops: [&dyn RecordOps; 1] = [&op];
+    table.ops_enable(&op, &ops).unwrap();
+    let mut bugs = Vec::new();
+    table.replace_code_all(&mut text, &pass(&ops, true), &mut |b| bugs.push(*b));
+    assert_eq!(bugs.len(), 1);
+    assert_eq!(
+        bugs[0].actual.unwrap().as_slice(),
+        &[0xde, 0xad, 0xbe, 0xef]
+    );
+    assert_eq!(text.bytes(lit, 8), &TARGETS.nop_ops.to_le_bytes());
+    assert_eq!(text.bytes(victim, 4), &[0xde, 0xad, 0xbe, 0xef]);
+    // the healthy one got its ops
+    let ok = table.records()[1].ip;
+    assert_eq!(
+        text.bytes(ftrace_patch::aarch64::call_ops_literal(ok), 8),
+        &0xaaaa_0000u64.to_le_bytes()
+    );
+}

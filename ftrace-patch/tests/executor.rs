@@ -311,3 +311,116 @@ fn a64_word_store_is_atomic_in_the_model() {
     m.sync_cores();
     assert!(!m.violations.is_empty());
 }
+
+// ---- random sequences under the model ----
+
+use proptest::prelude::*;
+
+#[derive(Clone, Copy, Debug)]
+enum Want {
+    Nop,
+    Plain,
+    Regs,
+    Tramp,
+}
+
+fn ops_for(w: Want) -> Option<TestOps> {
+    let mut o = TestOps {
+        addr: 0x9000_4000,
+        flags: OpsRecFlags::CALL_OPS_OK,
+        ..Default::default()
+    };
+    match w {
+        Want::Nop => return None,
+        Want::Plain => {}
+        Want::Regs => o.flags |= OpsRecFlags::SAVE_REGS,
+        Want::Tramp => o.tramp = Some(TARGETS.caller - 0x400),
+    }
+    Some(o)
+}
+
+fn random_run(form: SiteForm, n: usize, steps: Vec<(Want, u8)>) -> Result<(), TestCaseError> {
+    let (text, recs) = segment(form, n);
+    let mut model = ExecutorModel::new(text, form.arch());
+    let mut table = RecordTable::new(recs).unwrap();
+    let mut failed: Vec<u64> = Vec::new();
+    let mut cur: Option<TestOps> = None;
+    for (want, p) in steps {
+        let protocol = [
+            Protocol::Auto,
+            Protocol::Breakpoint,
+            Protocol::StopMachine,
+            Protocol::Atomic,
+        ][p as usize % 4];
+        if let Some(old) = cur.take() {
+            table.ops_disable(&old, &[]);
+        }
+        cur = ops_for(want);
+        let list: Vec<&dyn RecordOps> = cur.iter().map(|o| o as &dyn RecordOps).collect();
+        if let Some(o) = &cur {
+            table.ops_enable(o, &list).unwrap();
+        }
+        model.clear_expectations();
+        let mut expect_fail = Vec::new();
+        for r in table.records() {
+            if failed.contains(&r.ip) {
+                continue;
+            }
+            let old = model.text.bytes(r.ip, form.window_len()).to_vec();
+            let new = match want {
+                Want::Nop => form.nop(),
+                Want::Plain => form.call(r.ip, TARGETS.caller).unwrap(),
+                Want::Regs => form.call(r.ip, TARGETS.regs_caller).unwrap(),
+                Want::Tramp => form.call(r.ip, TARGETS.caller - 0x400).unwrap(),
+            };
+            if old == *new {
+                continue;
+            }
+            let refused = match protocol {
+                Protocol::Breakpoint => form.arch().insn_count(r.ip, &old) != Some(1),
+                Protocol::Atomic => form.arch() == Arch::X86_64,
+                _ => false,
+            };
+            if refused {
+                expect_fail.push(r.ip);
+            }
+            model.expect(r.ip, &old, &new);
+        }
+        let mut bugs = Vec::new();
+        let mut scratch: Vec<PokeSite> = (0..4).map(|_| PokeSite::empty()).collect();
+        let pass = UpdatePass {
+            targets: &TARGETS,
+            ops: &list,
+            enable: true,
+            protocol,
+        };
+        table.replace_code(&mut model, &pass, &mut scratch, &mut |b| bugs.push(b.ip));
+        prop_assert_eq!(&bugs, &expect_fail);
+        model.check_final(&expect_fail);
+        prop_assert!(
+            model.violations.is_empty(),
+            "{:?} {:?}: {:#?}",
+            form,
+            protocol,
+            model.violations
+        );
+        failed.extend(expect_fail);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_batches_never_tear(
+        form in proptest::sample::select(ALL_FORMS.to_vec()),
+        n in 1usize..5,
+        steps in proptest::collection::vec(
+            (prop_oneof![Just(Want::Nop), Just(Want::Plain), Just(Want::Regs), Just(Want::Tramp)], 0u8..4),
+            1..8,
+        ),
+    ) {
+        random_run(form, n, steps)?;
+    }
+}
