@@ -451,10 +451,7 @@ impl TextPoke for ExecutorModel {
             };
             // threads are parked at boundaries of what the window held before this stop
             let parked = if w.settled { &w.new_at } else { &w.old_at };
-            for p in 0..w.old.len() {
-                if parked[p] == 0 {
-                    continue;
-                }
+            for (p, _) in parked.iter().enumerate().filter(|(_, l)| **l != 0) {
                 let pc = w.addr + p as u64;
                 let resume = fixup.resume_pc(pc).unwrap_or(pc);
                 if resume != pc {
