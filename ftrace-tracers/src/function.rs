@@ -182,8 +182,10 @@ pub fn trace_marker_raw_write(
         return Ok(data.len());
     }
     let cnt = data.len().min(TRACE_MARKER_MAX_SIZE);
+    // The id lands at offset 8; the kernel sizes the entry as the whole struct plus every
+    // byte written (the id counted twice), so the payload reads back 4 bytes longer.
     let base = size_of::<RawDataEntry>() - 4;
-    let mut size = base + cnt;
+    let mut size = size_of::<RawDataEntry>() + cnt;
     if cnt < FAULT_SIZE_ID {
         size += FAULT_SIZE_ID - cnt;
     }

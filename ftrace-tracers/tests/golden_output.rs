@@ -329,6 +329,39 @@ fn function_trace_raw_hex_sym_offset() {
 }
 
 #[test]
+fn function_trace_bin() {
+    // `bin` keeps the text header, then 32 bytes per event: pid, cpu, ts, ip, parent.
+    let run = function_run();
+    let uts = uts_release();
+    let mut env = OutputEnv::new(&run.syms, &run.tasks, 2);
+    env.options |= TraceOptions::BIN;
+    let mut l = lists(&run.evs);
+    let mut state = [GraphCpuState::INIT; 2];
+    let mut w = TraceWriter::new(OutputStyle::Default, &mut state, false);
+    let mut it = TraceIter::new(&mut l, None);
+    let mut out: Vec<u8> = Vec::new();
+    let info = header("function", run.entries, run.written, &uts, 0);
+    w.write_trace(&mut out, &env, Some(&info), &mut it).unwrap();
+    let text = read("04-function/trace.txt");
+    let head: String = text.lines().take(12).map(|l| format!("{l}\n")).collect();
+    assert_eq!(head.len(), 522);
+    assert_eq!(&out[..522], head.as_bytes());
+    assert_eq!(out.len(), 522 + 53 * 32);
+    let mut order: Vec<&Ev> = run.evs.iter().collect();
+    order.sort_by_key(|e| (e.ts, e.cpu));
+    for (rec, ev) in out[522..].chunks(32).zip(order) {
+        let f = FtraceEntry::read_from(&ev.data).unwrap();
+        let mut want = Vec::new();
+        want.extend_from_slice(&{ f.ent.pid }.to_le_bytes());
+        want.extend_from_slice(&(ev.cpu as i32).to_le_bytes());
+        want.extend_from_slice(&ev.ts.to_le_bytes());
+        want.extend_from_slice(&{ f.ip }.to_le_bytes());
+        want.extend_from_slice(&{ f.parent_ip }.to_le_bytes());
+        assert_eq!(rec, &want[..]);
+    }
+}
+
+#[test]
 fn function_trace_latency_format() {
     let run = function_run();
     let uts = uts_release();
