@@ -330,15 +330,15 @@ fn graph_proc_overrun_latency_and_irqs() {
     );
     assert_eq!(lines[9], "#      _-----=> irqs-off        ");
     assert_eq!(
-        lines[15],
+        lines[14],
         "# CPU||||     DURATION                  FUNCTION CALLS"
     );
     assert_eq!(
-        lines[16],
+        lines[15],
         "# |  ||||      |   |                     |   |   |   |"
     );
     assert_eq!(
-        lines[17],
+        lines[16],
         " 0)  d..1. |               |  do_sys_openat2() {"
     );
     assert_eq!(lines[17], " 0)  d..1. | ! 150.000 us  |  }");
