@@ -192,6 +192,23 @@ impl Options {
         Err(Errno::EINVAL)
     }
 
+    /// [`Options::apply`] for the current tracer, asking it first (`set_flag`) when one of its
+    /// options changes; a refusal leaves everything unchanged.
+    pub fn apply_for(
+        &mut self,
+        word: &str,
+        tracer: &dyn crate::tracer::Tracer,
+    ) -> Result<(), Errno> {
+        let mut next = *self;
+        next.apply(word, tracer.options())?;
+        let changed = next.tracer ^ self.tracer;
+        if changed != 0 {
+            tracer.set_flag(self.tracer, changed, next.tracer & changed != 0)?;
+        }
+        *self = next;
+        Ok(())
+    }
+
     /// Writes the `trace_options` file: one option a line, disabled ones prefixed `no`,
     /// the global options first, then the tracer's.
     pub fn write_listing(

@@ -205,3 +205,106 @@ fn reference_is_present() {
             .exists()
     );
 }
+
+/// Encodes `(delta_ns, payload)` events into one 4096-byte `buffer_data_page`.
+fn page(start_ts: u64, events: &[(u32, Vec<u8>)]) -> Vec<u8> {
+    use ftrace_ringbuf::page::header_word;
+    let mut data = Vec::new();
+    for (delta, payload) in events {
+        assert!(payload.len() % 4 == 0 && payload.len() <= 112);
+        data.extend_from_slice(&header_word((payload.len() / 4) as u32, *delta).to_le_bytes());
+        data.extend_from_slice(payload);
+    }
+    let mut p = Vec::with_capacity(4096);
+    p.extend_from_slice(&start_ts.to_le_bytes());
+    p.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    p.extend_from_slice(&data);
+    p.resize(4096, 0);
+    p
+}
+
+#[test]
+fn report_function_graph_capture_with_graph_options() {
+    use ftrace_core::entry::{FtraceGraphEntEntry, FtraceGraphRetEntry, Pod, TraceEntry};
+    let ent = |type_| TraceEntry {
+        type_,
+        flags: 0,
+        preempt_count: 0,
+        pid: 1439,
+    };
+    let (vfs_read, rw_verify) = (0xffffffff81457344u64, 0xffffffff81456f04u64);
+    let e = |func, depth| {
+        FtraceGraphEntEntry {
+            ent: ent(11),
+            func,
+            depth,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let r = |func, depth, calltime, rettime| {
+        FtraceGraphRetEntry {
+            ent: ent(10),
+            func,
+            depth,
+            overrun: 0,
+            calltime,
+            rettime,
+            backport_calltime: 0,
+            backport_rettime: 0,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    // A 20-byte entry is padded to 20 (5 words); returns are 56 bytes (14 words).
+    let t0 = 43_418_351_000u64;
+    let pg = page(
+        t0,
+        &[
+            (0, e(vfs_read, 0)),
+            (30_000, e(rw_verify, 1)),
+            (60_053, r(rw_verify, 1, t0 + 30_000, t0 + 90_053)),
+            (594_941, r(vfs_read, 0, t0, t0 + 684_994)),
+        ],
+    );
+    let cap = Scratch::new("graph");
+    let d = &cap.0;
+    put(d, "per_cpu/cpu0/trace_pipe_raw", &pg);
+    put(d, "per_cpu/cpu1/trace_pipe_raw", b"");
+    put(
+        d,
+        "kallsyms",
+        b"ffffffff81456f00 T rw_verify_area\nffffffff81457340 T vfs_read\nffffffff81457c10 T vfs_write\n",
+    );
+    put(d, "saved_cmdlines", b"1439 dd\n");
+    put(d, "tracer", b"function_graph\n");
+    let dir = d.to_str().unwrap();
+    let (code, out, err) = ftrace(&["report", "--raw-dir", dir]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "# tracer: function_graph\n#\n\
+         # CPU  DURATION                  FUNCTION CALLS\n\
+         # |     |   |                     |   |   |   |\n\
+         \x200)               |  vfs_read() {\n\
+         \x200) + 60.053 us   |    rw_verify_area();\n\
+         \x200) ! 684.994 us  |  }\n"
+    );
+    let (code, out, err) = ftrace(&[
+        "report",
+        "--raw-dir",
+        dir,
+        "-O",
+        "funcgraph-proc",
+        "-O",
+        "funcgraph-tail",
+        "-O",
+        "nofuncgraph-cpu",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.ends_with("\n   dd-1439     | ! 684.994 us  |  } /* vfs_read */\n"),
+        "{out}"
+    );
+}

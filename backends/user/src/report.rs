@@ -31,12 +31,16 @@ use std::path::{Path, PathBuf};
 use ftrace_core::EventId;
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_ringbuf::page::{Page, PageError};
+use ftrace_tracers::function::FunctionTracer;
+use ftrace_tracers::function_graph::FunctionGraphTracer;
 use ftrace_tracers::iter::EventLists;
-use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
+use ftrace_tracers::nop::NopTracer;
+use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::TraceWriter;
 use ftrace_tracers::output::{OutputEnv, TaskNames};
-use ftrace_tracers::{ClockId, EventRef, Missed, Options, TraceIter, TraceOptions, TracerOpt};
+use ftrace_tracers::tracer::Tracer;
+use ftrace_tracers::{ClockId, EventRef, Missed, Options, TraceIter, TraceOptions};
 
 /// What `ftrace report` was asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -308,22 +312,15 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     let tracer = read_optional(&dir.join("tracer"))?
         .map(|t| t.trim().to_string())
         .unwrap_or_else(|| "function".into());
-    let (tracer_opts, default_flags): (&[TracerOpt], u32) = match tracer.as_str() {
-        "function_graph" => (&GraphFlags::OPTS, GraphFlags::DEFAULT.bits()),
-        "function" => (
-            &[
-                TracerOpt {
-                    name: "func_stack_trace",
-                    bit: 1,
-                },
-                TracerOpt {
-                    name: "func-no-repeats",
-                    bit: 2,
-                },
-            ],
-            0,
-        ),
-        "nop" => (&[], 0),
+    let (nop, function, graph) = (
+        NopTracer,
+        FunctionTracer::new(),
+        FunctionGraphTracer::new(false),
+    );
+    let current: &dyn Tracer = match tracer.as_str() {
+        "function_graph" => &graph,
+        "function" => &function,
+        "nop" => &nop,
         other => {
             return Err(err(
                 &dir.join("tracer"),
@@ -340,10 +337,10 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     };
     let mut opts = Options {
         trace: TraceOptions::DEFAULT,
-        tracer: default_flags,
+        tracer: current.default_flags(),
     };
     for o in &args.options {
-        opts.apply(o, tracer_opts).map_err(|_| {
+        opts.apply_for(o, current).map_err(|_| {
             err(
                 dir,
                 None,
@@ -404,10 +401,7 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
             ..LatencyInfo::default()
         },
     };
-    let style = match tracer.as_str() {
-        "function_graph" => OutputStyle::Graph(GraphFlags::from_bits_retain(opts.tracer)),
-        _ => OutputStyle::Default,
-    };
+    let style = current.output_style(opts.tracer);
     let mut state = vec![GraphCpuState::INIT; nr_cpus as usize];
     let mut w = TraceWriter::new(style, &mut state, decoded.lost_any);
     let mut it = TraceIter::new(&mut lists, args.cpu);
