@@ -105,6 +105,74 @@ impl ByteSink for alloc::vec::Vec<u8> {
     }
 }
 
+/// A line buffer in front of a [`ByteSink`] (the kernel's `trace_seq`): text is formatted into
+/// a fixed array and handed on in large pieces, so per-character writes (padding, flag
+/// characters) cost a store, not a call into the sink.
+pub struct LineBuf<'b> {
+    sink: &'b mut dyn ByteSink,
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl<'b> LineBuf<'b> {
+    /// An empty buffer in front of `sink`.
+    pub fn new(sink: &'b mut dyn ByteSink) -> Self {
+        LineBuf {
+            sink,
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+
+    /// Hands the buffered bytes to the sink.
+    pub fn flush(&mut self) -> fmt::Result {
+        if self.len > 0 {
+            let n = core::mem::take(&mut self.len);
+            self.sink.put(&self.buf[..n])?;
+        }
+        Ok(())
+    }
+
+    /// Flushes, then gives direct access to the sink (binary output).
+    pub fn sink(&mut self) -> Result<&mut dyn ByteSink, fmt::Error> {
+        self.flush()?;
+        Ok(&mut *self.sink)
+    }
+}
+
+impl Write for LineBuf<'_> {
+    #[inline]
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let b = s.as_bytes();
+        if self.len + b.len() > self.buf.len() {
+            self.flush()?;
+            if b.len() > self.buf.len() {
+                return self.sink.put(b);
+            }
+        }
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+        Ok(())
+    }
+
+    #[inline]
+    fn write_char(&mut self, c: char) -> fmt::Result {
+        if c.is_ascii() && self.len < self.buf.len() {
+            self.buf[self.len] = c as u8;
+            self.len += 1;
+            Ok(())
+        } else {
+            self.write_str(c.encode_utf8(&mut [0; 4]))
+        }
+    }
+}
+
+impl Drop for LineBuf<'_> {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
 /// Text written through `fmt::Write` also reaches a [`ByteSink`].
 pub struct TextToBytes<'b>(pub &'b mut dyn ByteSink);
 

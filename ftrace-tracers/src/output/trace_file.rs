@@ -15,7 +15,7 @@ use super::context::{write_context, write_hex_context, write_lat_context, write_
 use super::entries::{write_bin_body, write_hex_body, write_raw_body, write_trace_body};
 use super::graph::{GraphCpuState, GraphFlags, GraphPrinter, LineResult};
 use super::header::{HeaderInfo, write_default_header, write_graph_header, write_tracer_line};
-use super::{ByteSink, OutputEnv, TextToBytes, write_bytes_lossy};
+use super::{ByteSink, LineBuf, OutputEnv, TextToBytes, write_bytes_lossy};
 use crate::event::{Entry, EventRef, Missed};
 use crate::iter::TraceIter;
 use crate::options::TraceOptions;
@@ -95,10 +95,11 @@ impl<'s> TraceWriter<'s> {
         env: &OutputEnv<'_>,
         iter: &mut TraceIter<'_, '_>,
     ) -> fmt::Result {
+        let mut buf = LineBuf::new(out);
         while let Some(ev) = iter.next_event() {
-            self.write_line(out, env, iter, &ev)?;
+            self.write_line_buffered(&mut buf, env, iter, &ev)?;
         }
-        Ok(())
+        buf.flush()
     }
 
     /// The whole `trace` file: header (when `info` is given) and every event.
@@ -124,28 +125,40 @@ impl<'s> TraceWriter<'s> {
         iter: &mut TraceIter<'_, '_>,
         ev: &EventRef<'_>,
     ) -> fmt::Result {
+        let mut buf = LineBuf::new(out);
+        self.write_line_buffered(&mut buf, env, iter, ev)?;
+        buf.flush()
+    }
+
+    fn write_line_buffered(
+        &mut self,
+        text: &mut LineBuf<'_>,
+        env: &OutputEnv<'_>,
+        iter: &mut TraceIter<'_, '_>,
+        ev: &EventRef<'_>,
+    ) -> fmt::Result {
         let o = env.options;
         match ev.missed {
             Missed::None => {}
-            Missed::Unknown => writeln!(TextToBytes(out), "CPU:{} [LOST EVENTS]", ev.cpu)?,
-            Missed::Count(n) => writeln!(TextToBytes(out), "CPU:{} [LOST {n} EVENTS]", ev.cpu)?,
+            Missed::Unknown => writeln!(text, "CPU:{} [LOST EVENTS]", ev.cpu)?,
+            Missed::Count(n) => writeln!(text, "CPU:{} [LOST {n} EVENTS]", ev.cpu)?,
         }
-        let is_graph_event = matches!(ev.entry(), Entry::GraphEntry(_) | Entry::GraphReturn(_));
+        let entry = ev.entry();
+        let is_graph_event = matches!(entry, Entry::GraphEntry(_) | Entry::GraphReturn(_));
         if matches!(self.style, OutputStyle::Graph(_)) || is_graph_event {
-            let r = self
-                .graph
-                .print_line(&mut TextToBytes(out), env, iter, ev)?;
+            let r = self.graph.print_line(text, env, iter, ev)?;
             if r == LineResult::Handled {
                 return Ok(());
             }
         }
-        if let Entry::Print { text, .. } = ev.entry() {
+        if let Entry::Print { text: msg, .. } = entry {
             if o.contains(TraceOptions::TRACE_PRINTK) && o.contains(TraceOptions::PRINTK_MSG_ONLY) {
-                return write_bytes_lossy(&mut TextToBytes(out), text);
+                return write_bytes_lossy(text, msg);
             }
         }
         let ctx = o.contains(TraceOptions::CONTEXT_INFO);
         if o.contains(TraceOptions::BIN) {
+            let out = text.sink()?;
             if ctx {
                 out.put(&ev.pid().to_le_bytes())?;
                 out.put(&(ev.cpu as i32).to_le_bytes())?;
@@ -153,19 +166,18 @@ impl<'s> TraceWriter<'s> {
             }
             return write_bin_body(out, ev);
         }
-        let mut text = TextToBytes(out);
         if o.contains(TraceOptions::HEX) {
             if ctx {
-                write_hex_context(&mut text, ev)?;
+                write_hex_context(text, ev)?;
             }
-            write_hex_body(&mut text, ev)?;
+            write_hex_body(text, ev)?;
             return text.write_char('\n');
         }
         if o.contains(TraceOptions::RAW) {
             if ctx {
-                write_raw_context(&mut text, ev)?;
+                write_raw_context(text, ev)?;
             }
-            return write_raw_body(&mut text, ev);
+            return write_raw_body(text, ev);
         }
         // print_trace_fmt
         let idx = iter.index().saturating_sub(1);
@@ -179,11 +191,11 @@ impl<'s> TraceWriter<'s> {
         if ctx {
             if o.contains(TraceOptions::LATENCY_FORMAT) {
                 let next_ts = iter.peek_next().map_or(ev.ts, |n| n.ts);
-                write_lat_context(&mut text, env, ev, next_ts, idx)?;
+                write_lat_context(text, env, ev, next_ts, idx)?;
             } else {
-                write_context(&mut text, env, ev)?;
+                write_context(text, env, ev)?;
             }
         }
-        write_trace_body(&mut text, env, ev)
+        write_trace_body(text, env, ev)
     }
 }
