@@ -108,6 +108,20 @@ pub struct Stat {
     pub mode: u16,
 }
 
+/// What a blocked consuming reader waits for: new data in one instance's buffers.
+///
+/// Blocking is the server's job: when [`Tracefs::read`] answers `EAGAIN` on a handle opened
+/// without `O_NONBLOCK`, the server parks the read, hooks the ring buffer's wake-up for this
+/// key (the backend wakes readers at the `buffer_percent` watermark), and reads again when
+/// woken or when [`Tracefs::poll`] says the handle is ready.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WaitKey {
+    /// The instance (`None` = top level).
+    pub instance: Option<String>,
+    /// The CPU of a per-CPU reader, or `None` for any CPU.
+    pub cpu: Option<u32>,
+}
+
 /// The tree-owned state of one instance.
 struct Instance {
     backend: Box<dyn TraceBackend>,
@@ -533,6 +547,26 @@ impl<H: Host> Tracefs<H> {
         }
     }
 
+    /// For a consuming reader (`trace_pipe`, `trace_pipe_raw`): what its blocked reads wait for.
+    /// `None` for every other file (their reads never block).
+    pub fn wait_key(&self, fh: Fh) -> Option<WaitKey> {
+        let of = self.files.get(&fh.0)?;
+        let cpu = match of.file {
+            File::TracePipe(cpu) => cpu,
+            File::TracePipeRaw(cpu) => Some(cpu),
+            _ => return None,
+        };
+        Some(WaitKey {
+            instance: of.inst.clone(),
+            cpu,
+        })
+    }
+
+    /// Whether the open was `O_NONBLOCK` (an `EAGAIN` from [`Tracefs::read`] is then final).
+    pub fn is_nonblocking(&self, fh: Fh) -> Option<bool> {
+        self.files.get(&fh.0).map(|of| of.flags.nonblock)
+    }
+
     /// Whether a read on `fh` would return data (or EOF) now rather than wait.
     pub fn poll(&mut self, fh: Fh) -> Result<bool, Errno> {
         let of = self.files.get_mut(&fh.0).ok_or(Errno::EBADF)?;
@@ -858,12 +892,12 @@ impl<H: Host> Tracefs<H> {
                 let name = core::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
                 let cur = i.backend.current_tracer();
                 let opts = i.backend.tracer_options();
-                let Some(o) = opts.iter().find(|o| o.tracer == cur && o.name == name) else {
+                if !opts.iter().any(|o| o.tracer == cur && o.name == name) {
                     return Err(Errno::EINVAL);
-                };
-                if o.value == neg {
-                    i.backend.set_tracer_option(name, !neg)?;
                 }
+                // Unlike `options/<name>`, `trace_options` asks the tracer even when the value
+                // does not change (Linux `set_tracer_option()`), so a refusing tracer refuses.
+                i.backend.set_tracer_option(name, !neg)?;
                 Ok(cnt)
             }
             File::Flag(bit) => {

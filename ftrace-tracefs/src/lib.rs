@@ -47,7 +47,7 @@ pub use backend::{
 #[cfg(feature = "alloc")]
 pub use fs::{
     Fh, MAX_TRACER_SIZE, OpenFlags, PID_MAX_DEFAULT, SAVED_CMDLINES_DEFAULT, Stat,
-    TRACE_MARKER_MAX_SIZE, Tracefs, saved_cmdlines_capacity,
+    TRACE_MARKER_MAX_SIZE, Tracefs, WaitKey, saved_cmdlines_capacity,
 };
 pub use ftrace_core::Errno;
 pub use options::TraceFlags;

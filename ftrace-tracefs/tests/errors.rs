@@ -89,7 +89,7 @@ impl Shell {
             };
             let r = fs.write(fh, 0, data.as_bytes());
             let rel = fs.release(fh);
-            return match r.and_then(|_| rel) {
+            return match r.and(rel) {
                 Ok(()) => 0,
                 Err(e) => {
                     self.out += &format!("sh: write error: {e}\n");

@@ -355,3 +355,35 @@ fn trace_pipe_blocking_and_nonblocking() {
     fs.release(bl).unwrap();
     assert_eq!(fs.release(bl), Err(Errno::EBADF));
 }
+
+#[test]
+fn wait_keys_and_free_buffer() {
+    let mut fs = tracefs();
+    fs.mkdir("instances/w").unwrap();
+    let p = fs
+        .open("instances/w/per_cpu/cpu1/trace_pipe_raw", OpenFlags::READ)
+        .unwrap();
+    let t = fs.open("trace", OpenFlags::READ).unwrap();
+    let key = fs.wait_key(p).unwrap();
+    assert_eq!(key.instance.as_deref(), Some("w"));
+    assert_eq!(key.cpu, Some(1));
+    assert_eq!(fs.is_nonblocking(p), Some(false));
+    assert_eq!(fs.wait_key(t), None);
+    fs.release(p).unwrap();
+    fs.release(t).unwrap();
+
+    // free_buffer: closing shrinks the buffer to its minimum; with disable_on_free it also
+    // turns tracing off.
+    echo(&mut fs, "1", "instances/w/options/disable_on_free").unwrap();
+    assert_eq!(
+        cat(&mut fs, "instances/w/buffer_size_kb").unwrap(),
+        "1410\n"
+    );
+    echo(&mut fs, "", "instances/w/free_buffer").unwrap();
+    assert_eq!(cat(&mut fs, "instances/w/buffer_size_kb").unwrap(), "7\n");
+    assert_eq!(cat(&mut fs, "instances/w/tracing_on").unwrap(), "0\n");
+    assert_eq!(
+        fs.read_to_end("instances/w/free_buffer"),
+        Err(Errno::EINVAL)
+    );
+}
