@@ -23,7 +23,7 @@ use crate::dynevent;
 use crate::error_log::ErrorLog;
 use crate::options::{FLAGS, TraceFlags};
 use crate::parse::{is_space, kstrtoul_from_user, parse_cpumask, short_name, write_cpumask};
-use crate::readme::README;
+use crate::readme::write_readme;
 use crate::tree::{self, Dir, DirEntry, File, ListCtx, Node};
 
 /// `MAX_TRACER_SIZE`: a `current_tracer` write is cut to this many bytes.
@@ -308,12 +308,14 @@ impl<H: Host> Tracefs<H> {
         let i = self.inst(inst).ok_or(Errno::ENOENT)?;
         let opts = i.backend.tracer_options();
         let names: Vec<&str> = self.instances.keys().map(|s| s.as_str()).collect();
-        let profiler = self.host.functions().is_some_and(|f| f.has_profiler());
+        let functions = self.host.functions();
+        let profiler = functions.is_some_and(|f| f.has_profiler());
         let cx = ListCtx {
             top_level: inst.is_none(),
             nr_cpus: self.host.nr_cpus(),
             tracer_options: &opts,
             instances: &names,
+            functions: functions.is_some(),
             profiler,
         };
         Ok(tree::entries(d, &cx))
@@ -783,7 +785,7 @@ impl<H: Host> Tracefs<H> {
             File::HeaderEvent => write_header_event(w),
             File::EventFormat(n) => FORMATS[n].write_to(w),
             File::EventIdFile(n) => writeln!(w, "{}", FORMATS[n].id.as_u16()),
-            File::Readme => w.write_str(README),
+            File::Readme => write_readme(w, self.host.functions().is_some()),
             File::SavedCmdlines => self.top.backend.write_saved_cmdlines(w),
             File::SavedTgids => self.top.backend.write_saved_tgids(w),
             File::SavedCmdlinesSize => writeln!(w, "{}", self.globals.saved_cmdlines),
@@ -992,7 +994,13 @@ impl<H: Host> Tracefs<H> {
                     return Err(Errno::EINVAL);
                 }
                 let cnt = cnt.min(TRACE_MARKER_MAX_SIZE);
-                i.backend.write_marker(&data[..cnt])?;
+                // The event's text always ends with a newline (Linux adds one if missing).
+                let mut text = Vec::with_capacity(cnt + 1);
+                text.extend_from_slice(&data[..cnt]);
+                if text.last() != Some(&b'\n') {
+                    text.push(b'\n');
+                }
+                i.backend.write_marker(&text)?;
                 Ok(cnt)
             }
             File::TraceMarkerRaw => {

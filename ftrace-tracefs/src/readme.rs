@@ -4,7 +4,7 @@
 //! for e.g. `accepts: func_full_name or glob-matching-pattern`), but describes only files that
 //! exist here. Invariant: every file named below exists in the tree (tested).
 
-/// The text of `README`.
+/// The text of `README` (see [`write_readme`]).
 pub const README: &str = "tracing mini-HOWTO:
 
 # echo 0 > tracing_on : quick way to disable tracing
@@ -52,11 +52,6 @@ pub const README: &str = "tracing mini-HOWTO:
   tracing_max_latency\t- the maximum latency seen by a latency tracer, in usecs
   per_cpu/cpuN/\t\t- trace, trace_pipe, trace_pipe_raw, stats and buffer_size_kb of one CPU
 
-  available_filter_functions - list of functions that can be filtered on
-  available_filter_functions_addrs - the same with the address of each call site
-  enabled_functions\t- functions with a callback attached, and how many
-  touched_functions\t- functions that ever had a callback attached
-  dyn_ftrace_total_info\t- number of call sites and pages of records
   set_ftrace_filter\t- echo function name in here to only trace these
 \t\t\t  functions
 \t     accepts: func_full_name or glob-matching-pattern
@@ -104,3 +99,23 @@ pub const README: &str = "tracing mini-HOWTO:
 \t\t\t  checked and rejected as Linux rejects them
   dynamic_events\t- Present for tools; no dynamic events can be created
 ";
+
+/// The lines describing the dynamic-ftrace call-site files, present only when the platform has
+/// call-site records.
+pub const README_FUNCTIONS: &str =
+    "  available_filter_functions - list of functions that can be filtered on
+  available_filter_functions_addrs - the same with the address of each call site
+  enabled_functions\t- functions with a callback attached, and how many
+  touched_functions\t- functions that ever had a callback attached
+  dyn_ftrace_total_info\t- number of call sites and pages of records
+";
+
+/// Writes `README` for a tree that has (or lacks) the call-site files.
+pub fn write_readme(w: &mut dyn core::fmt::Write, functions: bool) -> core::fmt::Result {
+    let split = README.find("  set_ftrace_filter\t").unwrap_or(README.len());
+    w.write_str(&README[..split])?;
+    if functions {
+        w.write_str(README_FUNCTIONS)?;
+    }
+    w.write_str(&README[split..])
+}

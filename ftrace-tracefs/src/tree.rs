@@ -171,6 +171,8 @@ pub struct ListCtx<'a> {
     pub tracer_options: &'a [TracerOption],
     /// Instance names (for `instances/`).
     pub instances: &'a [&'a str],
+    /// Dynamic ftrace call-site records exist (`available_filter_functions` & co).
+    pub functions: bool,
     /// A profiler exists (`function_profile_enabled`, `trace_stat/`).
     pub profiler: bool,
 }
@@ -253,23 +255,27 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
                         File::Filter(FilterFile::GraphNotrace),
                         MODE_RW,
                     ),
-                    file(
-                        "available_filter_functions",
-                        File::AvailableFilterFunctions,
-                        MODE_RO,
-                    ),
-                    file(
-                        "available_filter_functions_addrs",
-                        File::AvailableFilterFunctionsAddrs,
-                        MODE_RO,
-                    ),
-                    file("enabled_functions", File::EnabledFunctions, MODE_RO),
-                    file("touched_functions", File::TouchedFunctions, MODE_RO),
-                    file("dyn_ftrace_total_info", File::DynFtraceTotalInfo, MODE_RO),
                     file("kprobe_events", File::KprobeEvents, MODE_RW),
                     file("dynamic_events", File::DynamicEvents, MODE_RW),
                     dir("instances", Dir::Instances, MODE_DIR),
                 ]);
+                if cx.functions {
+                    v.extend([
+                        file(
+                            "available_filter_functions",
+                            File::AvailableFilterFunctions,
+                            MODE_RO,
+                        ),
+                        file(
+                            "available_filter_functions_addrs",
+                            File::AvailableFilterFunctionsAddrs,
+                            MODE_RO,
+                        ),
+                        file("enabled_functions", File::EnabledFunctions, MODE_RO),
+                        file("touched_functions", File::TouchedFunctions, MODE_RO),
+                        file("dyn_ftrace_total_info", File::DynFtraceTotalInfo, MODE_RO),
+                    ]);
+                }
                 if cx.profiler {
                     v.push(file(
                         "function_profile_enabled",

@@ -244,6 +244,34 @@ fn per_cpu_and_instances_listings() {
 }
 
 #[test]
+fn call_site_files_exist_only_with_call_site_records() {
+    let mut fs = tracefs();
+    let avail = cat(&mut fs, "available_filter_functions").unwrap();
+    assert!(avail.lines().any(|l| l == "vfs_read"));
+    assert!(
+        cat(&mut fs, "README")
+            .unwrap()
+            .contains("available_filter_functions -")
+    );
+    let mut host = common::ModelHost::new(2);
+    host.functions = None;
+    let mut bare = ftrace_tracefs::Tracefs::new(host).unwrap();
+    for f in [
+        "available_filter_functions",
+        "available_filter_functions_addrs",
+        "enabled_functions",
+        "touched_functions",
+        "dyn_ftrace_total_info",
+    ] {
+        assert!(fs.stat(f).is_ok());
+        assert_eq!(bare.stat(f).unwrap_err(), Errno::ENOENT, "{f}");
+    }
+    let readme = cat(&mut bare, "README").unwrap();
+    assert!(!readme.contains("available_filter_functions"));
+    assert!(readme.contains("accepts: func_full_name or glob-matching-pattern"));
+}
+
+#[test]
 fn readme_names_only_files_that_exist() {
     let mut fs = tracefs();
     let readme = cat(&mut fs, "README").unwrap();

@@ -15,7 +15,8 @@ use std::rc::Rc;
 
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_tracefs::{
-    Errno, FilterEdit, FilterFile, Host, Param, Reader, TraceBackend, Tracefs, TracerOption,
+    Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
+    TracerOption,
 };
 
 pub const REF: &str = concat!(
@@ -100,18 +101,49 @@ pub struct ModelHost {
     pub syms: Rc<SortedSymbols>,
     pub states: BTreeMap<Option<String>, Shared>,
     pub fail_create: bool,
+    pub functions: Option<ModelFunctions>,
+}
+
+/// Call-site records: one per function of the kallsyms subset (the model's own text).
+pub struct ModelFunctions {
+    syms: Rc<SortedSymbols>,
+}
+
+impl FunctionRecords for ModelFunctions {
+    fn write_available(&self, w: &mut dyn fmt::Write, addrs: bool) -> fmt::Result {
+        let mut r = Ok(());
+        self.syms.for_each(&mut |s| {
+            r = r.and_then(|()| {
+                if addrs {
+                    writeln!(w, "{:x} {}", s.addr, s.name)
+                } else {
+                    writeln!(w, "{}", s.name)
+                }
+            });
+        });
+        r
+    }
+    fn write_enabled(&self, _w: &mut dyn fmt::Write, _touched: bool) -> fmt::Result {
+        Ok(())
+    }
+    fn write_total_info(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        writeln!(w, "{} pages:1 groups: 1", self.syms.len())
+    }
 }
 
 impl ModelHost {
     pub fn new(cpus: u32) -> Self {
         let text = golden("11-kallsyms/kallsyms_subset.txt");
         let syms = SortedSymbols::from_kallsyms(&text).expect("kallsyms parses");
+        let syms = Rc::new(syms);
+        let functions = Some(ModelFunctions { syms: syms.clone() });
         ModelHost {
             cpus,
             now_ns: 125_746_853_000,
-            syms: Rc::new(syms),
+            syms,
             states: BTreeMap::new(),
             fail_create: false,
+            functions,
         }
     }
     pub fn state(&self, inst: Option<&str>) -> Shared {
@@ -174,6 +206,9 @@ impl Host for ModelHost {
     }
     fn symbols(&self) -> Option<&dyn SymbolTable> {
         Some(&*self.syms)
+    }
+    fn functions(&self) -> Option<&dyn FunctionRecords> {
+        self.functions.as_ref().map(|f| f as &dyn FunctionRecords)
     }
 }
 
