@@ -84,13 +84,13 @@ pub struct TracerOption {
 ///
 /// For `trace` it is a snapshot iterator (`false` = the end); for `trace_pipe` and
 /// `trace_pipe_raw` it consumes (`false` = nothing available *now*: a blocking reader waits).
-pub trait Reader {
+pub trait Reader: Send {
     /// Appends the next piece (one event's text, the header, one sub-buffer page) to `out`.
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool;
 }
 
 /// An open function-filter file being written (the dispatcher's `ftrace_regex` session).
-pub trait FilterEdit {
+pub trait FilterEdit: Send {
     /// Parses and applies `data` to the pending filter; a bad token is rejected with its errno
     /// and leaves the pending filter as it was.
     fn write(&mut self, data: &[u8]) -> Result<usize, Errno>;
@@ -99,7 +99,10 @@ pub trait FilterEdit {
 }
 
 /// The tracing machinery of one instance (top level or `instances/<name>`).
-pub trait TraceBackend {
+///
+/// `Send` (as are [`Reader`] and [`FilterEdit`]) so that a multi-threaded server can move the
+/// whole tree behind one lock.
+pub trait TraceBackend: Send {
     /// Tracers usable in this instance, in the order `available_tracers` lists them.
     fn tracers(&self) -> Vec<&'static str>;
     /// The current tracer's name.

@@ -387,3 +387,14 @@ fn wait_keys_and_free_buffer() {
         Err(Errno::EINVAL)
     );
 }
+
+#[test]
+fn the_tree_moves_between_threads() {
+    fn is_send<T: Send>() {}
+    is_send::<Tracefs<ModelHost>>();
+    let mut fs = tracefs();
+    let out = std::thread::spawn(move || cat(&mut fs, "tracing_on").unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(out, "1\n");
+}

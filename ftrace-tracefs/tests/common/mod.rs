@@ -8,10 +8,9 @@
 //! Its text (trace lines, filter read-back) is its own and is never compared with a golden.
 #![allow(dead_code)]
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::rc::Rc;
+use std::sync::{Arc as Rc, Mutex, MutexGuard};
 
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_tracefs::{
@@ -93,7 +92,18 @@ impl State {
     }
 }
 
-pub type Shared = Rc<RefCell<State>>;
+/// The state a backend shares with the test (a `Mutex`, as backends must be `Send`).
+#[derive(Clone)]
+pub struct Shared(Rc<Mutex<State>>);
+
+impl Shared {
+    pub fn borrow(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap()
+    }
+    pub fn borrow_mut(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap()
+    }
+}
 
 pub struct ModelHost {
     pub cpus: u32,
@@ -196,7 +206,7 @@ impl Host for ModelHost {
         };
         let pages = st.pages_for(bytes);
         st.pages = vec![pages; self.cpus as usize];
-        let shared = Rc::new(RefCell::new(st));
+        let shared = Shared(Rc::new(Mutex::new(st)));
         self.states
             .insert(instance.map(str::to_owned), shared.clone());
         Ok(Box::new(ModelBackend {
