@@ -194,10 +194,6 @@ pub trait Host {
     fn trace_buf_size(&self) -> u64 {
         TRACE_BUF_SIZE_DEFAULT
     }
-    /// The largest pid plus one (`pid_max`).
-    fn pid_max(&self) -> u32 {
-        4_194_304
-    }
     /// Creates the tracing machinery of the top level (`None`, buffers at their minimum until
     /// first use) or of a new instance (buffers of `bytes_per_cpu`).
     fn create_backend(

@@ -30,6 +30,12 @@ use crate::tree::{self, Dir, DirEntry, File, ListCtx, Node};
 pub const MAX_TRACER_SIZE: usize = 100;
 /// `TRACE_MARKER_MAX_SIZE`: a `trace_marker` write is cut to this many bytes.
 pub const TRACE_MARKER_MAX_SIZE: usize = 4096;
+/// `RAW_DATA_MAX_SIZE` (6.12): the largest `trace_marker_raw` write, tag included.
+pub const RAW_DATA_MAX_SIZE: usize = 3 * 1024;
+/// `PID_BUF_SIZE`: the longest token a pid file accepts.
+pub const PID_BUF_SIZE: usize = 127;
+/// `MAX_PID` of the kernel's sparse pid list (`kernel/trace/pid_list.h`): 30 bits.
+pub const PID_LIST_MAX: u32 = 1 << 30;
 /// `PID_MAX_DEFAULT`: the largest `saved_cmdlines_size`.
 pub const PID_MAX_DEFAULT: u64 = 32768;
 /// `SAVED_CMDLINES_DEFAULT`: the `saved_cmdlines_size` asked for at boot.
@@ -846,7 +852,6 @@ impl<H: Host> Tracefs<H> {
         let top_level = of.inst.is_none();
         let trace_buf_size = self.host.trace_buf_size();
         let clocks = self.host.trace_clocks();
-        let pid_max = self.host.pid_max();
         let i = match &of.inst {
             None => &mut self.top,
             Some(n) => self.instances.get_mut(n).ok_or(Errno::ENODEV)?,
@@ -932,11 +937,18 @@ impl<H: Host> Tracefs<H> {
                     .split(|&b| is_space(b) || b == 0)
                     .filter(|t| !t.is_empty())
                 {
-                    let pid = crate::parse::kstrtoull(tok, 0).map_err(|_| Errno::EINVAL)?;
-                    if pid >= u64::from(pid_max) {
+                    // `trace_get_user()` holds a token in PID_BUF_SIZE (127) bytes.
+                    if tok.len() > PID_BUF_SIZE {
                         return Err(Errno::EINVAL);
                     }
-                    list.push(pid as u32);
+                    let val = crate::parse::kstrtoull(tok, 0).map_err(|_| Errno::EINVAL)?;
+                    // `pid = (pid_t)val`, then the pid list refuses anything at or above
+                    // its MAX_PID, and `trace_pid_write()` returns -1: EPERM.
+                    let pid = val as u32;
+                    if pid >= PID_LIST_MAX {
+                        return Err(Errno::EPERM);
+                    }
+                    list.push(pid);
                 }
                 list.sort_unstable();
                 list.dedup();
@@ -1004,8 +1016,7 @@ impl<H: Host> Tracefs<H> {
                 Ok(cnt)
             }
             File::TraceMarkerRaw => {
-                if !i.flags.get(TraceFlags::MARKERS) || !(4..=TRACE_MARKER_MAX_SIZE).contains(&cnt)
-                {
+                if !i.flags.get(TraceFlags::MARKERS) || !(4..=RAW_DATA_MAX_SIZE).contains(&cnt) {
                     return Err(Errno::EINVAL);
                 }
                 let id = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]);

@@ -233,7 +233,20 @@ fn errors_beyond_the_capture() {
     assert_eq!(e(&mut fs, "saved_cmdlines_size", "32769\n"), Errno::EINVAL);
     assert_eq!(e(&mut fs, "tracing_cpumask", "4\n"), Errno::EOVERFLOW);
     assert_eq!(e(&mut fs, "set_ftrace_pid", "12 abc\n"), Errno::EINVAL);
-    assert_eq!(e(&mut fs, "set_ftrace_pid", "4194304\n"), Errno::EINVAL);
+    assert_eq!(e(&mut fs, "set_ftrace_pid", "1073741824\n"), Errno::EPERM);
+    assert_eq!(
+        e(&mut fs, "set_ftrace_pid", "99999999999999999999999\n"),
+        Errno::EINVAL
+    );
+    assert_eq!(
+        e(&mut fs, "set_ftrace_pid", &format!("{}\n", "1".repeat(128))),
+        Errno::EINVAL
+    );
+    // `(pid_t)val` keeps the low 32 bits, as Linux does.
+    fs.write_all("set_ftrace_pid", b"4294967301\n", false)
+        .unwrap();
+    assert_eq!(common::cat(&mut fs, "set_ftrace_pid").unwrap(), "5\n");
+    fs.write_all("set_ftrace_pid", b"\n", false).unwrap();
     assert_eq!(e(&mut fs, "trace_clock", &"x".repeat(64)), Errno::EINVAL);
     assert_eq!(e(&mut fs, "options/test_nop_refuse", "1\n"), Errno::EINVAL);
     assert_eq!(
@@ -245,6 +258,12 @@ fn errors_beyond_the_capture() {
         Errno::EINVAL
     ); // not the current tracer's
     assert_eq!(e(&mut fs, "trace_marker_raw", "ab"), Errno::EINVAL);
+    assert_eq!(
+        e(&mut fs, "trace_marker_raw", &"a".repeat(3073)),
+        Errno::EINVAL
+    );
+    fs.write_all("trace_marker_raw", "a".repeat(3072).as_bytes(), false)
+        .unwrap();
     assert_eq!(e(&mut fs, "available_tracers", "nop\n"), Errno::EINVAL);
     assert_eq!(e(&mut fs, "kprobe_events", "-:nosuch\n"), Errno::ENOENT);
     assert_eq!(
