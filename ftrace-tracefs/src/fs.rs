@@ -970,8 +970,11 @@ impl<H: Host> Tracefs<H> {
             }
             File::BufferSubbufSizeKb => {
                 let kb = kstrtoul_from_user(data, 10)?;
-                let pages = kb.div_ceil(4);
-                let order = 64 - pages.wrapping_sub(1).leading_zeros();
+                // Linux: `val *= 1024; pages = DIV_ROUND_UP(val, PAGE_SIZE)` into an `int`,
+                // `order = fls(pages - 1)`, 0..=7 allowed. The wrap-arounds are Linux's too.
+                let bytes = kb.wrapping_mul(1024);
+                let pages = (bytes.wrapping_add(4095) / 4096) as u32;
+                let order = 32 - pages.wrapping_sub(1).leading_zeros();
                 if order > 7 {
                     return Err(Errno::EINVAL);
                 }

@@ -229,6 +229,22 @@ fn errors_beyond_the_capture() {
     assert_eq!(e(&mut fs, "buffer_percent", "101\n"), Errno::EINVAL);
     assert_eq!(e(&mut fs, "buffer_subbuf_size_kb", "0\n"), Errno::EINVAL);
     assert_eq!(e(&mut fs, "buffer_subbuf_size_kb", "513\n"), Errno::EINVAL);
+    assert_eq!(
+        e(&mut fs, "buffer_subbuf_size_kb", "4398046511104\n"),
+        Errno::EINVAL
+    );
+    fs.write_all("buffer_subbuf_size_kb", b"512\n", false)
+        .unwrap();
+    assert_eq!(
+        common::cat(&mut fs, "buffer_subbuf_size_kb").unwrap(),
+        "512\n"
+    );
+    fs.write_all("buffer_subbuf_size_kb", b"3\n", false)
+        .unwrap();
+    assert_eq!(
+        common::cat(&mut fs, "buffer_subbuf_size_kb").unwrap(),
+        "4\n"
+    );
     assert_eq!(e(&mut fs, "saved_cmdlines_size", "0\n"), Errno::EINVAL);
     assert_eq!(e(&mut fs, "saved_cmdlines_size", "32769\n"), Errno::EINVAL);
     assert_eq!(e(&mut fs, "tracing_cpumask", "4\n"), Errno::EOVERFLOW);
