@@ -175,6 +175,16 @@ pub trait FunctionRecords {
     }
 }
 
+/// The number of sub-buffers a ring buffer of `bytes` needs (`ring_buffer_resize()`): whole
+/// sub-buffers of `subbuf_data` data bytes each (4080 for 4 KiB pages), at least two.
+///
+/// This is how a backend turns a `buffer_size_kb` write into pages; `buffer_size_kb` then
+/// reads back `pages * subbuf_data >> 10` (`1408` asked, `1410` read).
+pub const fn ring_buffer_pages(bytes: u64, subbuf_data: u64) -> u64 {
+    let pages = bytes.div_ceil(subbuf_data);
+    if pages < 2 { 2 } else { pages }
+}
+
 /// The default `trace_buf_size`: 1441792 bytes per CPU (`TRACE_BUF_SIZE_DEFAULT`).
 pub const TRACE_BUF_SIZE_DEFAULT: u64 = 1_441_792;
 

@@ -41,8 +41,8 @@ pub mod tree;
 
 #[cfg(feature = "alloc")]
 pub use backend::{
-    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TraceBackend,
-    TracerOption,
+    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TRACE_BUF_SIZE_DEFAULT,
+    TraceBackend, TracerOption, ring_buffer_pages,
 };
 #[cfg(feature = "alloc")]
 pub use fs::{

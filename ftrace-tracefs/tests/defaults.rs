@@ -301,3 +301,15 @@ fn readme_names_only_files_that_exist() {
         );
     }
 }
+
+/// `per_cpu/cpuN/stats` through the tree with real ftrace-ringbuf buffers, the clock set to
+/// the capture's `now ts`.
+#[test]
+fn per_cpu_stats_with_real_ring_buffers() {
+    let mut fs = tracefs();
+    for (cpu, now) in [(0, 13_853_691_000), (1, 13_962_006_000)] {
+        fs.host().state(None).borrow_mut().stats_now_ns = now;
+        let path = format!("per_cpu/cpu{cpu}/stats");
+        assert_eq!(cat(&mut fs, &path).unwrap(), golden_file(&path), "{path}");
+    }
+}

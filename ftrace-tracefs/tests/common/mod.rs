@@ -1,8 +1,8 @@
 //! A model backend for the tree's tests.
 //!
-//! It stands in for ftrace-tracers / ftrace-ringbuf / the dispatcher until they land on main.
-//! It models only what the tree relies on: the ring buffer's size rounding (pages of 4080 data
-//! bytes, at least two), ENOMEM above a memory limit, tracer registry and options (nop refuses
+//! It stands in for ftrace-tracers and the dispatcher until they land on main. The buffers are
+//! real ftrace-ringbuf `CpuBuffer`s (sizes, resize, stats text); the rest is modelled: ENOMEM
+//! above a memory limit, tracer registry and options (nop refuses
 //! `test_nop_refuse` like the kernel's nop tracer), events in per-CPU queues consumed by pipes,
 //! and a filter that accepts full names and `*` globs over the reference kallsyms subset.
 //! Its text (trace lines, filter read-back) is its own and is never compared with a golden.
@@ -13,9 +13,11 @@ use std::fmt;
 use std::sync::{Arc as Rc, Mutex, MutexGuard};
 
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+use ftrace_ringbuf::CpuBuffer;
+use ftrace_ringbuf::HeapPages;
 use ftrace_tracefs::{
     Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
-    TracerOption,
+    TracerOption, ring_buffer_pages,
 };
 
 pub const REF: &str = concat!(
@@ -32,7 +34,7 @@ pub const CLOCKS: &[&str] = &[
 ];
 
 /// Per-CPU memory the model can "allocate" (ENOMEM above).
-pub const MEM_LIMIT: u64 = 64 << 20;
+pub const MEM_LIMIT: u64 = 8 << 20;
 
 const TRACER_OPTS: &[(&str, &str, bool)] = &[
     ("nop", "test_nop_accept", false),
@@ -63,8 +65,10 @@ pub struct State {
     pub tracer: &'static str,
     pub opts: Vec<TracerOption>,
     pub recording: bool,
-    pub pages: Vec<u64>,
+    pub bufs: Vec<CpuBuffer<HeapPages>>,
     pub subbuf: u32,
+    /// The clock reading `per_cpu/cpuN/stats` prints as `now ts`.
+    pub stats_now_ns: u64,
     pub events: Vec<Event>,
     pub written: u64,
     pub filters: BTreeMap<u8, BTreeSet<String>>,
@@ -73,11 +77,15 @@ pub struct State {
 }
 
 impl State {
-    fn data_per_page(&self) -> u64 {
-        u64::from(self.subbuf) - 16
+    fn pages_for(&self, bytes: u64) -> usize {
+        ring_buffer_pages(bytes, u64::from(self.subbuf) - 16) as usize
     }
-    fn pages_for(&self, bytes: u64) -> u64 {
-        bytes.div_ceil(self.data_per_page()).max(2)
+    fn new_buffer(&self, bytes: u64) -> Result<CpuBuffer<HeapPages>, Errno> {
+        if bytes > MEM_LIMIT {
+            return Err(Errno::ENOMEM);
+        }
+        CpuBuffer::new(HeapPages, self.pages_for(bytes), self.subbuf as usize)
+            .map_err(|e| e.errno())
     }
     pub fn record(&mut self, cpu: u32, text: &str) {
         self.clock_ns += 1000;
@@ -196,16 +204,19 @@ impl Host for ModelHost {
                 })
                 .collect(),
             recording: true,
-            pages: Vec::new(),
+            bufs: Vec::new(),
             subbuf: 4096,
+            stats_now_ns: 0,
             events: Vec::new(),
             written: 0,
             filters: BTreeMap::new(),
             params: Vec::new(),
             clock_ns: 0,
         };
-        let pages = st.pages_for(bytes);
-        st.pages = vec![pages; self.cpus as usize];
+        for _ in 0..self.cpus {
+            let b = st.new_buffer(bytes)?;
+            st.bufs.push(b);
+        }
         let shared = Shared(Rc::new(Mutex::new(st)));
         self.states
             .insert(instance.map(str::to_owned), shared.clone());
@@ -388,15 +399,19 @@ impl TraceBackend for ModelBackend {
             return Err(Errno::ENOMEM);
         }
         let pages = st.pages_for(bytes);
-        match cpu {
-            Some(c) => st.pages[c as usize] = pages,
-            None => st.pages.iter_mut().for_each(|p| *p = pages),
+        let cpus: Vec<usize> = match cpu {
+            Some(c) => vec![c as usize],
+            None => (0..st.bufs.len()).collect(),
+        };
+        for c in cpus {
+            st.bufs[c].resize(pages).map_err(|e| e.errno())?;
         }
         Ok(())
     }
     fn buffer_bytes(&self, cpu: u32) -> u64 {
         let st = self.st.borrow();
-        st.pages[cpu as usize] * st.data_per_page()
+        let b = &st.bufs[cpu as usize];
+        (b.nr_pages() * b.subbuf_size()) as u64
     }
     fn subbuf_size(&self) -> u32 {
         self.st.borrow().subbuf
@@ -404,30 +419,42 @@ impl TraceBackend for ModelBackend {
     fn set_subbuf_size(&mut self, bytes: u32) -> Result<(), Errno> {
         let mut st = self.st.borrow_mut();
         let old: Vec<u64> = st
-            .pages
+            .bufs
             .iter()
-            .map(|p| p * (u64::from(st.subbuf) - 16))
+            .map(|b| (b.nr_pages() * b.subbuf_size()) as u64)
             .collect();
+        let old_subbuf = st.subbuf;
         st.subbuf = bytes;
-        st.events.clear();
-        for (cpu, b) in old.into_iter().enumerate() {
-            st.pages[cpu] = st.pages_for(b);
+        let mut new = Vec::new();
+        for b in old {
+            match st.new_buffer(b) {
+                Ok(buf) => new.push(buf),
+                Err(e) => {
+                    st.subbuf = old_subbuf;
+                    return Err(e);
+                }
+            }
         }
+        st.bufs = new;
+        st.events.clear();
         Ok(())
     }
     fn clear(&mut self, cpu: Option<u32>) {
-        self.st
-            .borrow_mut()
-            .events
-            .retain(|e| cpu.is_some_and(|c| c != e.cpu));
+        let mut st = self.st.borrow_mut();
+        st.events.retain(|e| cpu.is_some_and(|c| c != e.cpu));
+        for (i, b) in st.bufs.iter_mut().enumerate() {
+            if cpu.is_none_or(|c| c as usize == i) {
+                b.reset();
+            }
+        }
     }
     fn write_stats(&self, cpu: u32, w: &mut dyn fmt::Write) -> fmt::Result {
         let st = self.st.borrow();
-        writeln!(
-            w,
-            "entries: {}",
-            st.events.iter().filter(|e| e.cpu == cpu).count()
-        )
+        let mut s = String::new();
+        st.bufs[cpu as usize]
+            .stats(st.stats_now_ns)
+            .write_to(&mut s, true)?;
+        w.write_str(&s)
     }
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
         let st = self.st.borrow();
