@@ -14,7 +14,7 @@ use std::sync::{Arc as Rc, Mutex, MutexGuard};
 
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_ringbuf::CpuBuffer;
-use ftrace_ringbuf::HeapPages;
+use ftrace_ringbuf::{At, HeapPages};
 use ftrace_tracefs::{
     Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
     TracerOption, ring_buffer_pages,
@@ -275,6 +275,27 @@ impl Reader for PipeReader {
     }
 }
 
+/// `trace_pipe_raw` on the real ring buffer: one kernel-format page per chunk.
+struct RawReader {
+    st: Shared,
+    cpu: usize,
+}
+
+impl Reader for RawReader {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        let st = self.st.borrow();
+        let buf = &st.bufs[self.cpu];
+        let Ok(mut page) = buf.alloc_read_page() else {
+            return false;
+        };
+        if buf.consumer().read_page(&mut page).is_none() {
+            return false;
+        }
+        out.extend_from_slice(page.as_bytes());
+        true
+    }
+}
+
 pub fn line(e: &Event) -> String {
     format!(
         "[{:03}] {}.{:06}: {}\n",
@@ -476,9 +497,9 @@ impl TraceBackend for ModelBackend {
         })
     }
     fn open_pipe_raw(&mut self, cpu: u32) -> Box<dyn Reader> {
-        Box::new(PipeReader {
+        Box::new(RawReader {
             st: self.st.clone(),
-            cpu: Some(cpu),
+            cpu: cpu as usize,
         })
     }
     fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno> {
@@ -486,6 +507,8 @@ impl TraceBackend for ModelBackend {
         if !st.recording {
             return Err(Errno::EBADF);
         }
+        let ts = st.clock_ns + 1000;
+        st.bufs[0].write(text, &At(ts));
         let t = String::from_utf8_lossy(text);
         let t = t.strip_suffix('\n').unwrap_or(&t).to_owned();
         st.record(0, &format!("tracing_mark_write: {t}"));
