@@ -158,7 +158,9 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         println!("tracing: install failed: {e}");
         qemu::exit(Verdict::Fail, "install");
     }
-    println!("tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; poweroff pass|fail)");
+    println!(
+        "tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; poweroff pass [N]|fail)"
+    );
     run_shell()
 }
 
@@ -283,7 +285,15 @@ fn selftest_breakpoint_protocol(sites: &SiteTable) -> bool {
 
 /// The kernel's builtins.
 struct Kernel {
-    poweroff: Option<Verdict>,
+    /// Set by `poweroff`: the verdict asked for and how many failed commands it allows.
+    poweroff: Option<(Verdict, u32)>,
+}
+
+impl Kernel {
+    fn poweroff(&mut self, v: Verdict, expected_failures: u32) -> Outcome {
+        self.poweroff = Some((v, expected_failures));
+        Outcome::Ok
+    }
 }
 
 impl Builtins for Kernel {
@@ -306,14 +316,15 @@ impl Builtins for Kernel {
                 }
                 _ => fail(out, "usage: workload N (N <= 1000)"),
             },
-            ["poweroff", "pass"] => {
-                self.poweroff = Some(Verdict::Pass);
-                Outcome::Ok
-            }
-            ["poweroff", "fail"] => {
-                self.poweroff = Some(Verdict::Fail);
-                Outcome::Ok
-            }
+            ["poweroff", "pass", rest @ ..] => match rest {
+                [] => self.poweroff(Verdict::Pass, 0),
+                [n] => match n.parse() {
+                    Ok(n) => self.poweroff(Verdict::Pass, n),
+                    Err(_) => fail(out, "usage: poweroff pass [EXPECTED_FAILURES]"),
+                },
+                _ => fail(out, "usage: poweroff pass [EXPECTED_FAILURES]"),
+            },
+            ["poweroff", "fail"] => self.poweroff(Verdict::Fail, 0),
             ["fault"] => {
                 // A plain store into read-only text: must end in a page-fault report.
                 let target = kmain as *const () as *mut u8;
@@ -325,7 +336,7 @@ impl Builtins for Kernel {
                 let _ = writeln!(
                     out,
                     "ls [DIR] | cat FILE... | echo [-n] WORDS [>|>> FILE] | workload N | \
-                     poweroff pass|fail | fault"
+                     poweroff pass [N]|fail | fault"
                 );
                 Outcome::Ok
             }
@@ -349,9 +360,18 @@ fn run_shell() -> ! {
         Com1::with(|c| {
             sh.execute(text, &TRACING, &mut k, c);
         });
-        if let Some(v) = k.poweroff {
-            let why = alloc::format!("{} commands, {} failed", sh.commands, sh.failures);
-            let v = if sh.failures == 0 { v } else { Verdict::Fail };
+        if let Some((v, expected)) = k.poweroff {
+            let why = alloc::format!(
+                "{} commands, {} failed, {} expected to",
+                sh.commands,
+                sh.failures,
+                expected
+            );
+            let v = if sh.failures == expected {
+                v
+            } else {
+                Verdict::Fail
+            };
             qemu::exit(v, &why);
         }
         Com1::with(|c| c.write_str(shell::PROMPT)).ok();
