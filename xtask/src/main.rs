@@ -38,7 +38,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
             eprintln!("       cargo xtask qemu-test [--expect-wrong]");
-            eprintln!("stages: apt fmt clippy no-std doc test loom qemu");
+            eprintln!("stages: apt fmt clippy no-std package doc test loom qemu");
             ExitCode::from(2)
         }
     }
@@ -168,6 +168,14 @@ fn test(args: &[String]) -> ExitCode {
             status(cargo().args(["build", "-p", krate, "--no-default-features"]))?;
         }
         Ok(())
+    });
+    st.run("package", "cargo package of the library crates", || {
+        let mut cmd = cargo();
+        cmd.args(["package", "--allow-dirty", "--quiet"]);
+        for krate in CORE_CRATES {
+            cmd.args(["-p", krate]);
+        }
+        status(&mut cmd)
     });
     st.run("doc", "cargo doc without warnings", || {
         status(
