@@ -426,14 +426,27 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
         || format!("set_ftrace_filter: {filter:?}"),
     )?;
 
-    // function
-    check(
-        vm.command("echo function > current_tracer")?.is_empty(),
-        || "setting function".into(),
-    )?;
-    run_workload(vm)?;
+    // function: the workload runs with interrupts enabled, then disabled (the `d` flag)
+    let set = vm.command("echo function > current_tracer")?;
+    check(set.is_empty(), || format!("setting function: {set:?}"))?;
+    run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
-    check_function_trace(&trace, expectation)?;
+    check_function_trace(&trace, ROUNDS, ".....", expectation)?;
+    let clear = vm.command("echo > trace")?;
+    check(clear.is_empty(), || format!("clearing trace: {clear:?}"))?;
+    run_workload(vm, 1, " irqsoff")?;
+    let trace = vm.command("cat trace")?;
+    check_function_trace(&trace, 1, "d....", Expectation::Right)?;
+    // tracing_on=0 leaves the buffer as it is
+    let off = vm.command("echo 0 > tracing_on")?;
+    check(off.is_empty(), || format!("tracing_on=0: {off:?}"))?;
+    run_workload(vm, 2, "")?;
+    let again = vm.command("cat trace")?;
+    check(again == trace, || {
+        format!("tracing_on=0 still recorded:\n{again}")
+    })?;
+    let on = vm.command("echo 1 > tracing_on")?;
+    check(on.is_empty(), || format!("tracing_on=1: {on:?}"))?;
 
     // function_graph
     check(
@@ -441,7 +454,7 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
             .is_empty(),
         || "setting function_graph".into(),
     )?;
-    run_workload(vm)?;
+    run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
     check_graph_trace(&trace)?;
 
@@ -453,7 +466,7 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     check(current == "nop\n", || {
         format!("current_tracer: {current:?}")
     })?;
-    run_workload(vm)?;
+    run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
     let (entries, events) = function_header(&trace, "nop")?;
     check(entries == (0, 0) && events.is_empty(), || {
@@ -462,11 +475,12 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     Ok(1)
 }
 
-fn run_workload(vm: &mut Vm) -> Result<(), String> {
-    let out = vm.command(&format!("workload {ROUNDS}"))?;
+/// Runs `workload ROUNDS MODE` and checks its result.
+fn run_workload(vm: &mut Vm, rounds: u64, mode: &str) -> Result<(), String> {
+    let out = vm.command(&format!("workload {rounds}{mode}"))?;
     let want = format!(
-        "workload: bm_workload({ROUNDS}) = {}\n",
-        expected_checksum(ROUNDS)
+        "workload: bm_workload({rounds}) = {}\n",
+        expected_checksum(rounds)
     );
     check(out == want, || format!("workload: {out:?}, want {want:?}"))
 }
@@ -484,9 +498,12 @@ fn expected_checksum(rounds: u64) -> u64 {
 
 /// The calls the workload makes, as (function, parent) pairs; `None` for the builtin that
 /// calls `bm_workload`.
-fn expected_calls(expectation: Expectation) -> Vec<(&'static str, Option<&'static str>)> {
+fn expected_calls(
+    rounds: u64,
+    expectation: Expectation,
+) -> Vec<(&'static str, Option<&'static str>)> {
     let mut v = vec![("bm_workload", None)];
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds {
         v.extend([
             ("bm_outer", Some("bm_workload")),
             ("bm_middle", Some("bm_outer")),
@@ -528,9 +545,16 @@ fn function_header<'a>(trace: &'a str, tracer: &str) -> Result<((u64, u64), Vec<
     Ok((counts, lines[12..].to_vec()))
 }
 
-fn check_function_trace(trace: &str, expectation: Expectation) -> Result<(), String> {
+/// Checks a function trace of `workload ROUNDS`: the header, the context columns (`flags` is
+/// the irqs-off...migrate-disable column), ordered timestamps, and exactly the expected calls.
+fn check_function_trace(
+    trace: &str,
+    rounds: u64,
+    flags: &str,
+    expectation: Expectation,
+) -> Result<(), String> {
     let (counts, events) = function_header(trace, "function")?;
-    let want = expected_calls(expectation);
+    let want = expected_calls(rounds, expectation);
     let n = want.len() as u64;
     check(counts == (n, n), || {
         format!("entries {counts:?}, want ({n}, {n})")
@@ -541,7 +565,7 @@ fn check_function_trace(trace: &str, expectation: Expectation) -> Result<(), Str
         // "          <idle>-0       [000] d....     0.022266: bm_outer <-bm_workload"
         let bad = || format!("malformed function line {line:?}");
         let rest = line
-            .strip_prefix("          <idle>-0       [000] d.... ")
+            .strip_prefix(&format!("          <idle>-0       [000] {flags} "))
             .ok_or_else(bad)?;
         let (ts, call) = rest.split_once(": ").ok_or_else(bad)?;
         let (secs, micros) = ts.trim_start().split_once('.').ok_or_else(bad)?;

@@ -7,8 +7,8 @@
 //! of coherence. Records are ftrace-core's own entry layouts ([`FtraceEntry`],
 //! [`FtraceGraphEntEntry`], [`FtraceGraphRetEntry`]) stamped with the backend's clock.
 //! Invariant: a CPU's record store and shadow stack are touched only by that CPU with
-//! interrupts off (the hooks run from patched sites of a kernel that never enables
-//! interrupts), and by the reader while no traced code runs (the shell is uninstrumented).
+//! interrupts off (the hooks disable them around their writes), and by the reader while no
+//! traced code runs (the shell is uninstrumented).
 
 use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
@@ -20,6 +20,7 @@ use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::symbols::SymbolTable;
 
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
+use crate::port::{irq_restore, irq_save};
 use crate::shell::FileTree;
 use crate::sites::{SiteTable, is_nop5};
 use crate::sync::{AtomicBool, AtomicU8, Ordering, SpinLock};
@@ -204,12 +205,15 @@ extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
     if !me.try_enter(RECURSION_ENTRY) {
         return;
     }
+    // The context is sampled before interrupts are disabled for the write.
+    let ctx = BareMetal.trace_ctx();
+    let irq = irq_save();
     let tracer = Tracer::from_u8(TRACING.tracer.load(Ordering::Relaxed));
     if TRACING.tracing_on.load(Ordering::Relaxed) && tracer != Tracer::Nop {
         let p = BareMetal;
         let ts = p.now_ns();
         let cpu = me.index();
-        let ent = |id| TraceEntry::new(id, p.trace_ctx(), p.current_pid());
+        let ent = |id| TraceEntry::new(id, ctx, p.current_pid());
         // SAFETY: this CPU's slot, interrupts off (module invariant).
         let t = unsafe { &mut *cpu_trace(cpu) };
         match tracer {
@@ -245,11 +249,14 @@ extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
             _ => {}
         }
     }
+    irq_restore(irq);
     me.leave(RECURSION_ENTRY);
 }
 
 extern "C" fn return_hook() -> u64 {
     let p = BareMetal;
+    let ctx = p.trace_ctx();
+    let irq = irq_save();
     let me = this_cpu();
     let cpu = me.index();
     // SAFETY: this CPU's slot, interrupts off (module invariant).
@@ -271,7 +278,7 @@ extern "C" fn return_hook() -> u64 {
             rettime,
             cpu,
             Record::GraphRet(FtraceGraphRetEntry {
-                ent: TraceEntry::new(EventId::FuncgraphExit, p.trace_ctx(), p.current_pid()),
+                ent: TraceEntry::new(EventId::FuncgraphExit, ctx, p.current_pid()),
                 func: f.func,
                 depth: depth as i32,
                 overrun: 0,
@@ -282,6 +289,7 @@ extern "C" fn return_hook() -> u64 {
             }),
         );
     }
+    irq_restore(irq);
     f.ret
 }
 

@@ -127,6 +127,35 @@ pub fn irq_restore(flags: u64) {
     }
 }
 
+/// Enables maskable interrupts.
+///
+/// # Safety
+/// An IDT must be loaded and every unmasked interrupt source must have a handler.
+#[inline(always)]
+pub unsafe fn irq_enable() {
+    // SAFETY: the caller guarantees the IDT and interrupt sources are ready.
+    unsafe { asm!("sti", options(nomem, nostack)) };
+}
+
+/// Disables maskable interrupts.
+#[inline(always)]
+pub fn irq_disable() {
+    // SAFETY: cli only masks interrupts; ring 0.
+    unsafe { asm!("cli", options(nomem, nostack)) };
+}
+
+/// Masks every line of the two legacy 8259 PICs. The BIOS leaves them programmed with vectors
+/// that overlap CPU exceptions (IRQ0, the PIT tick, arrives as vector 8), so this must happen
+/// before interrupts are ever enabled.
+pub fn mask_legacy_pic() {
+    // SAFETY: writing the interrupt-mask registers (OCW1) of the master (0x21) and slave (0xA1)
+    // PICs only masks their inputs.
+    unsafe {
+        outb(0x21, 0xff);
+        outb(0xA1, 0xff);
+    }
+}
+
 /// A serializing instruction (`cpuid`): after it, this CPU fetches instructions afresh, which is
 /// what cross-modifying code needs after a text write (Intel SDM 8.1.3).
 #[inline(always)]

@@ -100,6 +100,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         idt::init_this_cpu();
     }
     idt::set_symbolizer(symbolize);
+    port::mask_legacy_pic();
     println!("ftrace-rs bare-metal test kernel");
     let wp = port::read_cr0() & (1 << 16) != 0;
     println!(
@@ -303,9 +304,17 @@ impl Builtins for Kernel {
             Outcome::Failed
         };
         Some(match argv {
-            ["workload", n] => match n.parse::<u64>() {
-                Ok(n) if n <= 1000 => {
+            ["workload", n, mode @ ..] => match (n.parse::<u64>(), mode) {
+                (Ok(n), [] | ["irqsoff"]) if n <= 1000 => {
+                    // Task code runs with interrupts enabled (nothing is unmasked, so nothing
+                    // arrives); `irqsoff` keeps them disabled, which the trace's flags show.
+                    let irqs_on = mode.is_empty();
+                    if irqs_on {
+                        // SAFETY: the IDT is loaded and the PICs are masked (kmain).
+                        unsafe { port::irq_enable() };
+                    }
                     let v = workload::bm_workload(n);
+                    port::irq_disable();
                     let want = workload::expected_checksum(n);
                     let _ = writeln!(out, "workload: bm_workload({n}) = {v}");
                     if v == want {
@@ -314,7 +323,7 @@ impl Builtins for Kernel {
                         fail(out, "workload: wrong result under tracing")
                     }
                 }
-                _ => fail(out, "usage: workload N (N <= 1000)"),
+                _ => fail(out, "usage: workload N [irqsoff] (N <= 1000)"),
             },
             ["poweroff", "pass", rest @ ..] => match rest {
                 [] => self.poweroff(Verdict::Pass, 0),
@@ -336,7 +345,7 @@ impl Builtins for Kernel {
                 let _ = writeln!(
                     out,
                     "ls [DIR] | cat FILE... | echo [-n] WORDS [>|>> FILE] | workload N | \
-                     poweroff pass [N]|fail | fault"
+                     workload N [irqsoff] | poweroff pass [N]|fail | fault"
                 );
                 Outcome::Ok
             }
