@@ -29,6 +29,8 @@ const EXIT_PASS: i32 = 33;
 const EXIT_FAIL: i32 = 35;
 /// The shell's prompt.
 const PROMPT: &str = "tracefs# ";
+/// CPUs the kernel is booted with (`-smp`).
+const CPUS: u32 = 2;
 /// Rounds of the workload the session runs.
 const ROUNDS: u64 = 3;
 /// Longest wait for one command (or the boot) before the run is declared hung.
@@ -193,15 +195,8 @@ struct Vm {
 impl Vm {
     fn start(boot: &Boot<'_>) -> Result<Vm, String> {
         let mut child = Command::new(boot.qemu)
-            .args([
-                "-accel",
-                "tcg",
-                "-cpu",
-                "qemu64",
-                "-m",
-                "128M",
-                "-no-reboot",
-            ])
+            .args(["-accel", "tcg", "-cpu", "qemu64", "-m", "128M"])
+            .args(["-smp", &CPUS.to_string(), "-no-reboot"])
             .args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
             .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
             .arg("-kernel")
@@ -377,11 +372,21 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
         "selftest: tracer code uninstrumented, workload sites present: ok",
         "selftest: int3 breakpoint protocol (2 traps emulated): ok",
         "calibrated against the PIT",
+        &format!("smp: {CPUS} CPU(s) online"),
     ] {
         check(boot_log.contains(want), || {
             format!("boot log lacks {want:?}")
         })?;
     }
+    // The breakpoint protocol across CPUs: CPU 1 ran through the site while it was flipped.
+    let cross = boot_log
+        .lines()
+        .find(|l| l.starts_with("selftest: cross-CPU patching"))
+        .ok_or("boot log lacks the cross-CPU patching self-test")?;
+    check(cross.ends_with(" 0 wrong results): ok"), || {
+        format!("cross-CPU patching: {cross}")
+    })?;
+    println!("qemu-test: {cross}");
 
     let ls = vm.command("ls")?;
     for f in [
@@ -431,12 +436,29 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     check(set.is_empty(), || format!("setting function: {set:?}"))?;
     run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
-    check_function_trace(&trace, ROUNDS, ".....", expectation)?;
+    let on_cpu0 = |flags, rounds| Segment {
+        cpu: 0,
+        flags,
+        rounds,
+    };
+    check_function_trace(&trace, &[on_cpu0(".....", ROUNDS)], expectation)?;
     let clear = vm.command("echo > trace")?;
     check(clear.is_empty(), || format!("clearing trace: {clear:?}"))?;
     run_workload(vm, 1, " irqsoff")?;
     let trace = vm.command("cat trace")?;
-    check_function_trace(&trace, 1, "d....", Expectation::Right)?;
+    check_function_trace(&trace, &[on_cpu0("d....", 1)], Expectation::Right)?;
+    // per-CPU buffers: CPU 1 runs the workload, then CPU 0; `trace` merges them by time
+    let clear = vm.command("echo > trace")?;
+    check(clear.is_empty(), || format!("clearing trace: {clear:?}"))?;
+    run_workload(vm, 1, " cpu=1")?;
+    run_workload(vm, 1, "")?;
+    let trace = vm.command("cat trace")?;
+    let on_cpu1 = Segment {
+        cpu: 1,
+        flags: ".....",
+        rounds: 1,
+    };
+    check_function_trace(&trace, &[on_cpu1, on_cpu0(".....", 1)], Expectation::Right)?;
     // tracing_on=0 leaves the buffer as it is
     let off = vm.command("echo 0 > tracing_on")?;
     check(off.is_empty(), || format!("tracing_on=0: {off:?}"))?;
@@ -531,7 +553,7 @@ fn function_header<'a>(trace: &'a str, tracer: &str) -> Result<((u64, u64), Vec<
     )?;
     let counts = lines[2]
         .strip_prefix("# entries-in-buffer/entries-written: ")
-        .and_then(|s| s.strip_suffix("   #P:1"))
+        .and_then(|s| s.strip_suffix(&format!("   #P:{CPUS}")))
         .and_then(|s| s.split_once('/'))
         .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
         .ok_or_else(|| format!("entries line: {:?}", lines[2]))?;
@@ -547,26 +569,45 @@ fn function_header<'a>(trace: &'a str, tracer: &str) -> Result<((u64, u64), Vec<
 
 /// Checks a function trace of `workload ROUNDS`: the header, the context columns (`flags` is
 /// the irqs-off...migrate-disable column), ordered timestamps, and exactly the expected calls.
+/// One stretch of a function trace: `workload ROUNDS` run on `cpu` with `flags` in the
+/// irqs-off...migrate-disable column.
+struct Segment {
+    cpu: u32,
+    flags: &'static str,
+    rounds: u64,
+}
+
+/// Checks a function trace: the header, the context columns of each segment's events in
+/// order, non-decreasing timestamps, and exactly the expected calls.
 fn check_function_trace(
     trace: &str,
-    rounds: u64,
-    flags: &str,
+    segments: &[Segment],
     expectation: Expectation,
 ) -> Result<(), String> {
     let (counts, events) = function_header(trace, "function")?;
-    let want = expected_calls(rounds, expectation);
+    let mut want = Vec::new();
+    let mut prefixes = Vec::new();
+    for seg in segments {
+        let calls = expected_calls(seg.rounds, expectation);
+        let prefix = format!("          <idle>-0       [{:03}] {} ", seg.cpu, seg.flags);
+        prefixes.extend(std::iter::repeat_n(prefix, calls.len()));
+        want.extend(calls);
+    }
     let n = want.len() as u64;
     check(counts == (n, n), || {
         format!("entries {counts:?}, want ({n}, {n})")
     })?;
     let mut got = Vec::new();
     let mut last_ts = 0.0f64;
-    for line in &events {
+    for (i, line) in events.iter().enumerate() {
         // "          <idle>-0       [000] d....     0.022266: bm_outer <-bm_workload"
         let bad = || format!("malformed function line {line:?}");
+        let prefix = prefixes
+            .get(i)
+            .ok_or_else(|| format!("extra line {line:?}"))?;
         let rest = line
-            .strip_prefix(&format!("          <idle>-0       [000] {flags} "))
-            .ok_or_else(bad)?;
+            .strip_prefix(prefix.as_str())
+            .ok_or_else(|| format!("line {line:?} does not start with {prefix:?}"))?;
         let (ts, call) = rest.split_once(": ").ok_or_else(bad)?;
         let (secs, micros) = ts.trim_start().split_once('.').ok_or_else(bad)?;
         check(ts.len() >= 12 && micros.len() == 6, bad)?;

@@ -81,7 +81,7 @@ impl PerCpu {
 static PER_CPU: [PerCpu; MAX_CPUS] = [const { PerCpu::new() }; MAX_CPUS];
 static ONLINE: AtomicU32 = AtomicU32::new(0);
 
-/// Points this CPU's GS base at slot `index` and counts the CPU online.
+/// Points this CPU's GS base at slot `index`.
 ///
 /// # Safety
 /// Ring 0, once per CPU, with a distinct `index < MAX_CPUS`, before [`this_cpu`] is used.
@@ -92,6 +92,15 @@ pub unsafe fn init_this_cpu(index: u32) {
     slot.index.store(index, Ordering::Relaxed);
     // SAFETY: IA32_GS_BASE takes any canonical address; the slot is static.
     unsafe { wrmsr(IA32_GS_BASE, addr) };
+}
+
+/// Counts the calling CPU online: from now on it is part of [`CpuId::possible_cpus`] and of
+/// every cross-CPU sync.
+///
+/// # Safety
+/// The CPU must have run [`init_this_cpu`] and loaded its IDT, and (for an AP) be able to take
+/// the sync IPI ([`crate::smp`]). CPUs come online in index order.
+pub unsafe fn mark_online() {
     ONLINE.fetch_add(1, Ordering::Release);
 }
 
@@ -113,7 +122,7 @@ pub fn cpu_slot(index: usize) -> Option<&'static PerCpu> {
     PER_CPU.get(index)
 }
 
-/// CPUs that have run [`init_this_cpu`].
+/// CPUs counted online by [`mark_online`] (they hold indices `0..online_cpus()`).
 pub fn online_cpus() -> u32 {
     ONLINE.load(Ordering::Acquire)
 }

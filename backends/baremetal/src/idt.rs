@@ -9,7 +9,8 @@
 //! `call` by pushing onto it.
 //!
 //! Invariant: an exception either is the breakpoint of a text poke in progress (handled by
-//! [`crate::text`], execution resumes) or is fatal: a report goes out on COM1 (vector name, error
+//! [`crate::text`], execution resumes), or one of the backend's IPIs ([`crate::smp`]), or is
+//! fatal: a report goes out on COM1 (vector name, error
 //! code, CR2, registers, the faulting symbol) followed by `RESULT: FAIL` and QEMU exits with 35.
 //! A fault can never look like a pass.
 
@@ -356,6 +357,10 @@ extern "C" fn isr_dispatch(frame: &mut InterruptFrame) {
         cpu.leave_exception();
         return;
     }
+    if frame.vector >= 32 && crate::smp::handle_ipi(frame.vector) {
+        cpu.leave_exception();
+        return;
+    }
     fatal(frame)
 }
 
@@ -379,6 +384,16 @@ pub fn report(frame: &InterruptFrame, w: &mut dyn Write) -> fmt::Result {
     write!(w, "  rip {:#018x} <", f.rip)?;
     symbolize(f.rip, w)?;
     writeln!(w, ">  error code {:#x}", f.error_code)?;
+    if f.vector == VECTOR_BREAKPOINT {
+        let (addr, insn) = crate::text::published_poke();
+        // SAFETY: the CPU just executed the int3 at rip - 1, so it is mapped.
+        let now = unsafe { core::ptr::read_volatile((f.rip - 1) as *const u8) };
+        writeln!(
+            w,
+            "  int3 at {:#x} (byte there now {now:#04x}); poke in progress: {addr:#x} {insn:#012x}",
+            f.rip - 1
+        )?;
+    }
     if f.vector == 14 {
         let cr2 = read_cr2();
         let e = f.error_code;

@@ -8,6 +8,8 @@
 //!   like a pass);
 //! - [`text`]: text writes through CR0.WP and the int3 side of the breakpoint patch protocol;
 //! - [`trampoline`]: the entry and return trampolines patched sites call;
+//! - [`apic`], [`smp`]: starting the other CPUs, running work on them, and the IPI that makes
+//!   every CPU serialise after a text write;
 //! - [`sites`]: `__patchable_function_entries` discovery;
 //! - [`serial`], [`shell`]: COM1 and a command shell serving a tracefs tree;
 //! - [`qemu`]: the pass/fail exit protocol (`isa-debug-exit`: 33 pass, 35 fail);
@@ -23,6 +25,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod apic;
 pub mod clock;
 pub mod cpu;
 pub mod idt;
@@ -34,6 +37,7 @@ pub mod rt;
 pub mod serial;
 pub mod shell;
 pub mod sites;
+pub mod smp;
 pub mod sync;
 pub mod text;
 pub mod trampoline;

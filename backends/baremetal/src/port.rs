@@ -69,6 +69,30 @@ pub unsafe fn wrmsr(msr: u32, value: u64) {
     };
 }
 
+/// Reads a model-specific register.
+///
+/// # Safety
+/// Ring 0; the MSR must exist on this CPU.
+#[inline(always)]
+pub unsafe fn rdmsr(msr: u32) -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: the caller guarantees ring 0 and an existing MSR.
+    unsafe {
+        asm!("rdmsr", in("ecx") msr, out("eax") lo, out("edx") hi,
+             options(nomem, nostack, preserves_flags))
+    };
+    ((hi as u64) << 32) | lo as u64
+}
+
+/// Reads CR3 (the page-table root).
+#[inline(always)]
+pub fn read_cr3() -> u64 {
+    let v: u64;
+    // SAFETY: reading CR3 has no side effect.
+    unsafe { asm!("mov {}, cr3", out(reg) v, options(nomem, nostack, preserves_flags)) };
+    v
+}
+
 /// Reads CR0.
 #[inline(always)]
 pub fn read_cr0() -> u64 {

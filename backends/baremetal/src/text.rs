@@ -13,9 +13,8 @@
 //! a NOP by skipping the 5 bytes. Invariant: the descriptor is published before the int3 byte
 //! is visible and retired only after the final byte is, so every trap at the site finds it.
 //!
-//! Single CPU here: "sync cores" is a local serialising instruction ([`sync_cores`]); with more
-//! CPUs it must also interrupt every other CPU (an IPI that runs `cpuid`), which this backend
-//! does not do yet.
+//! "Sync cores" ([`sync_cores`]) serialises this CPU and has every other online CPU take an IPI
+//! and acknowledge it ([`crate::smp::sync_others`]).
 
 use crate::idt::InterruptFrame;
 use crate::port::{irq_restore, irq_save, read_cr0, serialize, write_cr0};
@@ -47,10 +46,11 @@ pub unsafe fn write_text(addr: usize, bytes: &[u8]) {
     irq_restore(flags);
 }
 
-/// Makes every CPU refetch instructions after a text write (here: one CPU, so a local
-/// serialising instruction).
+/// Makes every CPU refetch instructions after a text write: a serialising instruction here,
+/// a serialising interrupt return on every other online CPU.
 pub fn sync_cores() {
     serialize();
+    crate::smp::sync_others();
 }
 
 /// Reads `N` bytes of text.
@@ -115,12 +115,87 @@ pub fn int3_hits() -> u64 {
     INT3_HITS.load(Ordering::Relaxed)
 }
 
+/// For fatal reports: the poke in progress (0: none) and the instruction it publishes.
+pub fn published_poke() -> (usize, u64) {
+    (
+        POKE_ADDR.load(Ordering::Acquire),
+        POKE_INSN.load(Ordering::Relaxed),
+    )
+}
+
+/// How many int3 traps found their int3 already gone and re-ran the instruction.
+pub fn stale_int3_retries() -> u64 {
+    STALE_RETRIES.load(Ordering::Relaxed)
+}
+
+static STALE_RETRIES: AtomicU64 = AtomicU64::new(0);
+
+/// Rewrites the byte at `addr` with itself, atomically (a `lock cmpxchg` that changes nothing
+/// if another CPU wrote the byte meanwhile). Architecturally a no-op. QEMU's TCG can keep
+/// running a translation of a code page another vCPU changed (seen here: a vCPU trapping on
+/// an int3 that memory no longer held, forever); a write from the trapping CPU itself, with
+/// the CR0 write's TLB flush, makes it drop the stale translation, so the retried instruction
+/// is fetched afresh.
+#[cfg(not(test))]
+fn refresh_text_byte(addr: usize, value: u8) {
+    let flags = irq_save();
+    let cr0 = read_cr0();
+    // SAFETY: clearing WP with interrupts off, restored below; the cmpxchg stores the value it
+    // found (or nothing), so no byte of text changes.
+    unsafe {
+        write_cr0(cr0 & !CR0_WP);
+        let cell = &*(addr as *const crate::sync::AtomicU8);
+        let _ = cell.compare_exchange(value, value, Ordering::SeqCst, Ordering::SeqCst);
+        write_cr0(cr0);
+    }
+    serialize();
+    irq_restore(flags);
+}
+
+/// Host unit tests cannot touch CR0: the refresh is counted instead.
+#[cfg(test)]
+fn refresh_text_byte(_addr: usize, _value: u8) {
+    REFRESHES.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+static REFRESHES: AtomicU64 = AtomicU64::new(0);
+
 /// The `#BP` handler: emulates the new instruction of the site being poked. Returns false for
 /// an int3 that is not ours (the caller reports it as fatal).
+///
+/// A trap whose site no longer holds an int3 (the poke finished, the descriptor is retired)
+/// was raised by an instruction fetched before the final sync reached this CPU; the bytes there
+/// now form a complete instruction, so the trap is resolved by running it again from the site
+/// (an emulator's cross-CPU code cache can deliver such a late trap even after the sync IPI).
 pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
     let site = frame.rip.wrapping_sub(1);
-    if POKE_ADDR.load(Ordering::Acquire) as u64 != site || site == 0 {
+    if site == 0 {
         return false;
+    }
+    if POKE_ADDR.load(Ordering::Acquire) as u64 != site {
+        // SAFETY: the CPU just executed an instruction at `site`, so it is mapped.
+        let now = unsafe { core::ptr::read_volatile(site as *const u8) };
+        if now != INT3 {
+            refresh_text_byte(site as usize, now);
+            frame.rip = site;
+            let n = STALE_RETRIES.fetch_add(1, Ordering::Relaxed) + 1;
+            if n > 100_000 {
+                use core::fmt::Write;
+                let _ = writeln!(
+                    crate::serial::Com1::force(),
+                    "int3: {n} late traps at {site:#x}: the CPU keeps executing an int3 that \
+                     memory no longer holds (byte now {now:#04x})"
+                );
+                crate::qemu::exit(crate::qemu::Verdict::Fail, "stale int3 never refetched");
+            }
+            return true;
+        }
+        // An int3 is there: a poke publishes its descriptor before writing the int3, so if it
+        // is a poke's, the descriptor is visible now (the first load may have raced with it).
+        if POKE_ADDR.load(Ordering::Acquire) as u64 != site {
+            return false; // a breakpoint nobody published: fatal
+        }
     }
     let word = POKE_INSN.load(Ordering::Relaxed).to_le_bytes();
     let insn = [word[0], word[1], word[2], word[3], word[4]];
@@ -191,23 +266,36 @@ mod tests {
 
     #[test]
     fn only_the_published_site_is_emulated() {
+        static INT3_BYTE: u8 = INT3;
+        let mut unknown = InterruptFrame {
+            rip: &INT3_BYTE as *const u8 as u64 + 1,
+            ..Default::default()
+        };
+        assert!(
+            !handle_int3(&mut unknown),
+            "an int3 nobody published is not ours"
+        );
+        static NOP_BYTE: u8 = 0x0F;
+        let mut late = InterruptFrame {
+            rip: &NOP_BYTE as *const u8 as u64 + 1,
+            ..Default::default()
+        };
+        assert!(
+            handle_int3(&mut late),
+            "a late trap whose int3 is gone is retried"
+        );
+        assert_eq!(late.rip, &NOP_BYTE as *const u8 as u64);
+        assert_eq!(REFRESHES.load(Ordering::Relaxed), 1);
+        assert_eq!(stale_int3_retries(), 1);
+        // SAFETY: a NOP is decodable; the host test never executes the address.
+        unsafe { set_breakpoint(0x5000, [0x0F, 0x1F, 0x44, 0x00, 0x00]) };
         let mut f = InterruptFrame {
             rip: 0x5001,
             rsp: 0x9000,
             ..Default::default()
         };
-        assert!(!handle_int3(&mut f), "no poke in progress");
-        // SAFETY: a NOP is decodable; the host test never executes the address.
-        unsafe { set_breakpoint(0x5000, [0x0F, 0x1F, 0x44, 0x00, 0x00]) };
         assert!(handle_int3(&mut f));
         assert_eq!(f.rip, 0x5005);
-        let mut other = InterruptFrame {
-            rip: 0x6001,
-            ..Default::default()
-        };
-        assert!(!handle_int3(&mut other));
         clear_breakpoint();
-        f.rip = 0x5001;
-        assert!(!handle_int3(&mut f));
     }
 }

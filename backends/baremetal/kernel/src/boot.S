@@ -1,6 +1,7 @@
 /* 32-bit PVH entry -> long mode -> kmain. AT&T syntax.
    Page tables: the first 2 MiB in 4 KiB pages (page 0 absent, so null pointers fault; kernel
-   text and rodata read-only), the rest of the first 1 GiB in 2 MiB pages, RW. CR0.WP is set:
+   text and rodata read-only), the rest of the first 1 GiB in 2 MiB pages, RW, and 3..4 GiB
+   uncached for the local APIC. CR0.WP is set:
    text is written only through ftrace_baremetal::text::write_text. */
 
 /* PVH: XEN_ELFNOTE_PHYS32_ENTRY (18). For ELF64 QEMU reads an 8-byte value. */
@@ -36,6 +37,18 @@ _start32:
     movl $boot_pd, %eax
     orl $0x3, %eax
     movl %eax, boot_pdpt
+    movl $boot_pd_mmio, %eax
+    orl $0x3, %eax
+    movl %eax, boot_pdpt + 24       /* PDPT[3]: 3..4 GiB, the local APIC's MMIO */
+    xorl %ecx, %ecx
+5:  movl %ecx, %eax
+    shll $21, %eax
+    addl $0xC0000000, %eax
+    orl $0x9B, %eax                 /* present | writable | PWT | PCD | 2 MiB page */
+    movl %eax, boot_pd_mmio(,%ecx,8)
+    incl %ecx
+    cmpl $512, %ecx
+    jne 5b
     movl $boot_pt, %eax
     orl $0x3, %eax
     movl %eax, boot_pd              /* PD[0] -> 4 KiB page table */
@@ -112,9 +125,11 @@ boot_gdt_ptr:
 
     .section .bss.boot, "aw", @nobits
     .balign 4096
+    .global boot_pml4
 boot_pml4:  .skip 4096
 boot_pdpt:  .skip 4096
 boot_pd:    .skip 4096
 boot_pt:    .skip 4096
+boot_pd_mmio: .skip 4096
 boot_stack: .skip 262144
 boot_stack_top:

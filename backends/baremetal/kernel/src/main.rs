@@ -25,7 +25,7 @@ use ftrace_baremetal::serial::{self, Com1};
 use ftrace_baremetal::shell::{self, Builtins, Outcome, Shell};
 use ftrace_baremetal::sites::SiteTable;
 use ftrace_baremetal::sync::{AtomicPtr, AtomicU64, Ordering};
-use ftrace_baremetal::{clock, cpu, idt, port, println, text, trampoline};
+use ftrace_baremetal::{clock, cpu, idt, port, println, smp, text, trampoline};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 
 core::arch::global_asm!(include_str!("boot.S"), options(att_syntax));
@@ -98,6 +98,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     unsafe {
         cpu::init_this_cpu(0);
         idt::init_this_cpu();
+        cpu::mark_online();
     }
     idt::set_symbolizer(symbolize);
     port::mask_legacy_pic();
@@ -118,6 +119,10 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
             "PIT unusable: assumed"
         }
     );
+
+    // SAFETY: page 0x8000 is identity-mapped RW and unused; APs share these page tables.
+    let cpus = unsafe { smp::start_aps() };
+    println!("smp: {cpus} CPU(s) online");
 
     let syms = match pvh_module(boot_info).map(SortedSymbols::from_kallsyms) {
         Some(Ok(t)) => t,
@@ -151,6 +156,9 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
 
     let mut ok = check_uninstrumented(sites, syms);
     ok &= selftest_breakpoint_protocol(sites);
+    if cpus > 1 {
+        ok &= selftest_cross_cpu_patching(sites);
+    }
     if !ok {
         qemu::exit(Verdict::Fail, "boot self-test");
     }
@@ -284,6 +292,99 @@ fn selftest_breakpoint_protocol(sites: &SiteTable) -> bool {
     ok
 }
 
+static STRESS_STOP: AtomicU64 = AtomicU64::new(0);
+static STRESS_WRONG: AtomicU64 = AtomicU64::new(0);
+static STRESS_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs on CPU 1 during the cross-CPU test: calls the site being flipped until told to stop,
+/// with interrupts enabled (so it answers the sync IPIs), checking every result.
+fn stress_job(_: u64) -> u64 {
+    let f: extern "C" fn(u64, u64) -> u64 = core::hint::black_box(workload::selftest_target);
+    // SAFETY: the IDT is loaded and only IPIs are unmasked.
+    unsafe { port::irq_enable() };
+    let mut i = 0u64;
+    while STRESS_STOP.load(Ordering::Acquire) == 0 {
+        if f(i, 1) != i.wrapping_mul(3).wrapping_add(1) {
+            STRESS_WRONG.fetch_add(1, Ordering::Relaxed);
+        }
+        i += 1;
+        STRESS_CALLS.store(i, Ordering::Release);
+    }
+    port::irq_disable();
+    i
+}
+
+/// Flips `selftest_target`'s site between NOP and CALL with the breakpoint protocol while
+/// CPU 1 calls it in a loop: every call must compute the right result, no CPU may fault, and
+/// the site must end as the NOP it was.
+fn selftest_cross_cpu_patching(sites: &SiteTable) -> bool {
+    const FLIPS: u64 = 6;
+    let site = workload::selftest_target as *const () as u64;
+    if sites.index_of(site).is_none() {
+        return false;
+    }
+    let s = site as usize;
+    // SAFETY: a verified site.
+    let nop: [u8; 5] = unsafe { text::read_text(s) };
+    let rel = (trampoline::caller_addr() as i64 - (site as i64 + 5)) as i32;
+    let r = rel.to_le_bytes();
+    let call = [0xE8, r[0], r[1], r[2], r[3]];
+    trampoline::set_entry_hook(Some(selftest_hook));
+    let (hits0, traps0, stale0) = (
+        SELFTEST_HITS.load(Ordering::Relaxed),
+        text::int3_hits(),
+        text::stale_int3_retries(),
+    );
+    STRESS_STOP.store(0, Ordering::Release);
+    if smp::post(1, stress_job, 0).is_err() {
+        println!("selftest: cannot post to CPU 1");
+        return false;
+    }
+    while STRESS_CALLS.load(Ordering::Acquire) == 0 {
+        core::hint::spin_loop();
+    }
+    let t0 = port::rdtsc();
+    for _ in 0..FLIPS {
+        // SAFETY: a verified site, one poke at a time; CPU 1 only ever executes it.
+        unsafe {
+            text::poke5_bp(s, call);
+            text::poke5_bp(s, nop);
+        }
+    }
+    STRESS_STOP.store(1, Ordering::Release);
+    let ms = (port::rdtsc() - t0) / (clock::tsc_hz() / 1000).max(1);
+    let calls = smp::wait(1);
+    trampoline::set_entry_hook(None);
+    let hits = SELFTEST_HITS.load(Ordering::Relaxed) - hits0;
+    let traps = text::int3_hits() - traps0;
+    let stale = text::stale_int3_retries() - stale0;
+    let wrong = STRESS_WRONG.load(Ordering::Relaxed);
+    // SAFETY: a verified site.
+    let restored = unsafe { text::read_text::<5>(s) } == nop;
+    let ok = wrong == 0 && calls > 0 && hits <= calls && restored;
+    println!(
+        "selftest: cross-CPU patching ({FLIPS} NOP/CALL flips in {ms} ms while CPU 1 made {calls} calls: \
+         {hits} through the trampoline, {traps} int3 traps emulated, {stale} late traps \
+         retried, {wrong} wrong results): {}",
+        if ok { "ok" } else { "FAILED" }
+    );
+    ok
+}
+
+/// The workload as task code runs it: interrupts enabled (nothing but IPIs is unmasked).
+fn workload_irqson(n: u64) -> u64 {
+    // SAFETY: the IDT is loaded and the PICs are masked (kmain).
+    unsafe { port::irq_enable() };
+    let v = workload::bm_workload(n);
+    port::irq_disable();
+    v
+}
+
+/// The workload with interrupts disabled, which the trace's irqs-off flag shows.
+fn workload_irqsoff(n: u64) -> u64 {
+    workload::bm_workload(n)
+}
+
 /// The kernel's builtins.
 struct Kernel {
     /// Set by `poweroff`: the verdict asked for and how many failed commands it allows.
@@ -304,27 +405,37 @@ impl Builtins for Kernel {
             Outcome::Failed
         };
         Some(match argv {
-            ["workload", n, mode @ ..] => match (n.parse::<u64>(), mode) {
-                (Ok(n), [] | ["irqsoff"]) if n <= 1000 => {
-                    // Task code runs with interrupts enabled (nothing is unmasked, so nothing
-                    // arrives); `irqsoff` keeps them disabled, which the trace's flags show.
-                    let irqs_on = mode.is_empty();
-                    if irqs_on {
-                        // SAFETY: the IDT is loaded and the PICs are masked (kmain).
-                        unsafe { port::irq_enable() };
+            ["workload", n, opts @ ..] => {
+                let irqsoff = opts.contains(&"irqsoff");
+                let cpu = opts.iter().find_map(|o| o.strip_prefix("cpu="));
+                let known = opts
+                    .iter()
+                    .all(|o| *o == "irqsoff" || o.starts_with("cpu="));
+                match (n.parse::<u64>(), cpu.map(str::parse::<u32>)) {
+                    (Ok(n), None | Some(Ok(_))) if n <= 1000 && known => {
+                        let job = if irqsoff {
+                            workload_irqsoff
+                        } else {
+                            workload_irqson
+                        };
+                        let v = match cpu.and_then(|c| c.parse::<u32>().ok()) {
+                            None | Some(0) => job(n),
+                            Some(c) => match smp::post(c, job, n) {
+                                Ok(()) => smp::wait(c),
+                                Err(e) => return Some(fail(out, e)),
+                            },
+                        };
+                        let want = workload::expected_checksum(n);
+                        let _ = writeln!(out, "workload: bm_workload({n}) = {v}");
+                        if v == want {
+                            Outcome::Ok
+                        } else {
+                            fail(out, "workload: wrong result under tracing")
+                        }
                     }
-                    let v = workload::bm_workload(n);
-                    port::irq_disable();
-                    let want = workload::expected_checksum(n);
-                    let _ = writeln!(out, "workload: bm_workload({n}) = {v}");
-                    if v == want {
-                        Outcome::Ok
-                    } else {
-                        fail(out, "workload: wrong result under tracing")
-                    }
+                    _ => fail(out, "usage: workload N [irqsoff] [cpu=C] (N <= 1000)"),
                 }
-                _ => fail(out, "usage: workload N [irqsoff] (N <= 1000)"),
-            },
+            }
             ["poweroff", "pass", rest @ ..] => match rest {
                 [] => self.poweroff(Verdict::Pass, 0),
                 [n] => match n.parse() {
@@ -345,7 +456,7 @@ impl Builtins for Kernel {
                 let _ = writeln!(
                     out,
                     "ls [DIR] | cat FILE... | echo [-n] WORDS [>|>> FILE] | workload N | \
-                     workload N [irqsoff] | poweroff pass [N]|fail | fault"
+                     workload N [irqsoff] [cpu=C] | poweroff pass [N]|fail | fault"
                 );
                 Outcome::Ok
             }
