@@ -1,25 +1,30 @@
 //! TEMPORARY glue, to be replaced piece by piece as the core crates land: the ftrace_ops
-//! dispatch (ftrace-core's dispatcher), the per-CPU record store (ftrace-ringbuf), the function
-//! and function_graph tracers and their Linux-identical text output (ftrace-tracers), the site
-//! state machine (ftrace-patch) and the file tree (ftrace-tracefs).
+//! dispatch (ftrace-core's dispatcher), the function and function_graph tracers and their
+//! Linux-identical text output (ftrace-tracers), the site state machine (ftrace-patch) and the
+//! file tree (ftrace-tracefs).
 //!
-//! It is deliberately thin: one tracing instance ([`TRACING`]), fixed arrays, one CPU's worth
-//! of coherence. Records are ftrace-core's own entry layouts ([`FtraceEntry`],
-//! [`FtraceGraphEntEntry`], [`FtraceGraphRetEntry`]) stamped with the backend's clock.
-//! Invariant: a CPU's record store and shadow stack are touched only by that CPU with
-//! interrupts off (the hooks disable them around their writes), and by the reader while no
-//! traced code runs (the shell is uninstrumented).
+//! What is real already: events are ftrace-core's entry layouts ([`FtraceEntry`],
+//! [`FtraceGraphEntEntry`], [`FtraceGraphRetEntry`]) written into ftrace-ringbuf's per-CPU
+//! [`RingBuffer`] (pages from [`StaticPages`]), stamped by the backend's clock, and read back
+//! with its non-consuming iterators, merged across CPUs by timestamp.
+//!
+//! Invariant: a CPU's shadow stack is touched only by that CPU with interrupts off (the hooks
+//! disable them around their work), and each CPU writes only its own ring buffer, so writers
+//! nest strictly as the ring buffer requires.
 
 use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
 
 use ftrace_core::Errno;
+use ftrace_core::entry::Pod;
 use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, TraceEntry};
 use ftrace_core::event::EventId;
 use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::symbols::SymbolTable;
+use ftrace_ringbuf::{Iter, RingBuffer};
 
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
+use crate::pages::StaticPages;
 use crate::port::{irq_restore, irq_save};
 use crate::shell::FileTree;
 use crate::sites::{SiteTable, is_nop5};
@@ -29,8 +34,10 @@ use crate::trampoline;
 
 /// The most call sites the glue tracks.
 pub const MAX_SITES: usize = 4096;
-/// Records kept per CPU (older ones are overwritten, as Linux's default overwrite mode).
-pub const RECORDS_PER_CPU: usize = 4096;
+/// Ring-buffer pages per CPU (4 KiB each; overwrite mode, as Linux's default).
+pub const PAGES_PER_CPU: usize = 32;
+/// The ring buffer's page size.
+pub const PAGE_SIZE: usize = 4096;
 /// Deepest function_graph nesting followed per CPU.
 pub const GRAPH_DEPTH: usize = 64;
 
@@ -89,28 +96,8 @@ struct ShadowFrame {
 }
 
 struct CpuTrace {
-    recs: [Stamped; RECORDS_PER_CPU],
-    written: u64,
     shadow: [ShadowFrame; GRAPH_DEPTH],
     depth: usize,
-}
-
-impl CpuTrace {
-    fn push(&mut self, ts: u64, cpu: u32, rec: Record) {
-        let i = (self.written % RECORDS_PER_CPU as u64) as usize;
-        self.recs[i] = Stamped { ts, cpu, rec };
-        self.written += 1;
-    }
-
-    fn entries(&self) -> u64 {
-        self.written.min(RECORDS_PER_CPU as u64)
-    }
-
-    /// The `k`-th oldest record still held.
-    fn get(&self, k: u64) -> &Stamped {
-        let first = self.written - self.entries();
-        &self.recs[((first + k) % RECORDS_PER_CPU as u64) as usize]
-    }
 }
 
 struct PerCpuTraces(UnsafeCell<[CpuTrace; MAX_CPUS]>);
@@ -118,20 +105,6 @@ struct PerCpuTraces(UnsafeCell<[CpuTrace; MAX_CPUS]>);
 // the reader while no traced code runs.
 unsafe impl Sync for PerCpuTraces {}
 
-const EMPTY_REC: Stamped = Stamped {
-    ts: 0,
-    cpu: 0,
-    rec: Record::Function(FtraceEntry {
-        ent: TraceEntry {
-            type_: 0,
-            flags: 0,
-            preempt_count: 0,
-            pid: 0,
-        },
-        ip: 0,
-        parent_ip: 0,
-    }),
-};
 const EMPTY_FRAME: ShadowFrame = ShadowFrame {
     ret: 0,
     func: 0,
@@ -167,7 +140,18 @@ pub struct Interim {
     tracing_on: AtomicBool,
     control: SpinLock<Control>,
     cpus: PerCpuTraces,
+    /// Set once by `install`; read-only afterwards except `reset`, which runs with recording
+    /// off and every CPU synced (no writer inside).
+    buffer: UnsafeCell<Option<RingBuffer<&'static StaticPages>>>,
+    buffer_ready: AtomicBool,
 }
+
+// SAFETY: `buffer` is written once before `buffer_ready` is published and afterwards only
+// under the quiescence described on the field; everything else is atomics, a lock, or per-CPU
+// state under the module invariant.
+unsafe impl Sync for Interim {}
+
+static PAGES: StaticPages = StaticPages::new();
 
 /// The backend's tracing instance (TEMPORARY glue, see the module docs).
 pub static TRACING: Interim = Interim {
@@ -183,14 +167,32 @@ pub static TRACING: Interim = Interim {
     cpus: PerCpuTraces(UnsafeCell::new(
         [const {
             CpuTrace {
-                recs: [EMPTY_REC; RECORDS_PER_CPU],
-                written: 0,
                 shadow: [EMPTY_FRAME; GRAPH_DEPTH],
                 depth: 0,
             }
         }; MAX_CPUS],
     )),
+    buffer: UnsafeCell::new(None),
+    buffer_ready: AtomicBool::new(false),
 };
+
+/// The ring buffer, once installed.
+#[inline]
+fn ring() -> Option<&'static RingBuffer<&'static StaticPages>> {
+    if !TRACING.buffer_ready.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: published by install; see the field's invariant.
+    unsafe { (*TRACING.buffer.get()).as_ref() }
+}
+
+/// Writes one entry into this CPU's buffer (dropped, and counted by the buffer, if it cannot).
+#[inline]
+fn write_entry<E: Pod>(cpu: u32, e: &E) {
+    if let Some(b) = ring().and_then(|r| r.cpu(cpu as usize)) {
+        b.write(e.as_bytes(), &BareMetal);
+    }
+}
 
 /// Recursion bit of the entry hook.
 const RECURSION_ENTRY: u32 = 0;
@@ -211,35 +213,32 @@ extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
     let tracer = Tracer::from_u8(TRACING.tracer.load(Ordering::Relaxed));
     if TRACING.tracing_on.load(Ordering::Relaxed) && tracer != Tracer::Nop {
         let p = BareMetal;
-        let ts = p.now_ns();
         let cpu = me.index();
         let ent = |id| TraceEntry::new(id, ctx, p.current_pid());
         // SAFETY: this CPU's slot, interrupts off (module invariant).
         let t = unsafe { &mut *cpu_trace(cpu) };
         match tracer {
-            Tracer::Function => t.push(
-                ts,
+            Tracer::Function => write_entry(
                 cpu,
-                Record::Function(FtraceEntry {
+                &FtraceEntry {
                     ent: ent(EventId::Function),
                     ip,
                     parent_ip,
-                }),
+                },
             ),
             Tracer::FunctionGraph if t.depth < GRAPH_DEPTH => {
                 t.shadow[t.depth] = ShadowFrame {
                     ret: parent_ip,
                     func: ip,
-                    calltime: ts,
+                    calltime: p.now_ns(),
                 };
-                t.push(
-                    ts,
+                write_entry(
                     cpu,
-                    Record::GraphEnt(FtraceGraphEntEntry {
+                    &FtraceGraphEntEntry {
                         ent: ent(EventId::FuncgraphEntry),
                         func: ip,
                         depth: t.depth as i32,
-                    }),
+                    },
                 );
                 t.depth += 1;
                 // SAFETY: the trampoline passes the slot of the traced function's return
@@ -273,20 +272,18 @@ extern "C" fn return_hook() -> u64 {
     t.depth = depth;
     let f = t.shadow[depth];
     if TRACING.tracing_on.load(Ordering::Relaxed) {
-        let rettime = p.now_ns();
-        t.push(
-            rettime,
+        write_entry(
             cpu,
-            Record::GraphRet(FtraceGraphRetEntry {
+            &FtraceGraphRetEntry {
                 ent: TraceEntry::new(EventId::FuncgraphExit, ctx, p.current_pid()),
                 func: f.func,
                 depth: depth as i32,
                 overrun: 0,
                 calltime: f.calltime,
-                rettime,
+                rettime: p.now_ns(),
                 backport_calltime: 0,
                 backport_rettime: 0,
-            }),
+            },
         );
     }
     irq_restore(irq);
@@ -334,6 +331,13 @@ impl Interim {
         }
         c.sites = Some(sites);
         c.symbols = Some(symbols);
+        if !self.buffer_ready.load(Ordering::Acquire) {
+            let rb = RingBuffer::new(&PAGES, MAX_CPUS, PAGES_PER_CPU, PAGE_SIZE)
+                .map_err(|e| e.errno())?;
+            // SAFETY: not yet published: nobody else can see the field.
+            unsafe { *self.buffer.get() = Some(rb) };
+            self.buffer_ready.store(true, Ordering::Release);
+        }
         trampoline::set_return_hook(return_hook);
         trampoline::set_entry_hook(Some(entry_hook));
         Ok(())
@@ -399,12 +403,23 @@ impl Interim {
         Ok(())
     }
 
+    /// Empties the ring buffer (`tracing_reset_online_cpus`): recording off, every CPU synced
+    /// (an IPI cannot land inside a writer, which runs with interrupts off), reset, recording
+    /// back as `tracing_on` says.
     fn reset_buffers(&self) {
-        for cpu in 0..MAX_CPUS as u32 {
-            // SAFETY: the reader side of the module invariant (no traced code runs now).
-            let t = unsafe { &mut *cpu_trace(cpu) };
-            t.written = 0;
+        let Some(rb) = ring() else {
+            return;
+        };
+        rb.set_record_on(false);
+        crate::text::sync_cores();
+        // SAFETY: recording is off and every CPU has passed a sync point after that, so no
+        // writer is inside the buffer; readers only run from the shell, which is us.
+        unsafe {
+            if let Some(rb) = (*self.buffer.get()).as_mut() {
+                rb.reset();
+            }
         }
+        rb.set_record_on(self.tracing_on.load(Ordering::Relaxed));
     }
 
     fn site_name(c: &Control, addr: u64) -> Option<&str> {
@@ -474,30 +489,41 @@ impl Interim {
         &self,
         mut f: impl FnMut(&Stamped, Option<&Stamped>) -> fmt::Result,
     ) -> fmt::Result {
-        let mut next = [0u64; MAX_CPUS];
-        // SAFETY: the reader side of the module invariant.
-        let traces = |cpu: usize| unsafe { &*cpu_trace(cpu as u32) };
-        let pick = |next: &[u64; MAX_CPUS]| {
+        let Some(rb) = ring() else {
+            return Ok(());
+        };
+        let mut scratch = [[0u8; PAGE_SIZE]; MAX_CPUS];
+        let mut scratch = scratch.iter_mut();
+        // One cursor per CPU, with one record of lookahead (function_graph folds a leaf's
+        // entry and return into one line).
+        let mut cursors: [Option<Cursor<'_>>; MAX_CPUS] = core::array::from_fn(|cpu| {
+            let buf = rb.cpu(cpu)?;
+            let mut iter = buf.iter(scratch.next()?);
+            let head = next_record(&mut iter, cpu as u32);
+            let ahead = next_record(&mut iter, cpu as u32);
+            Some(Cursor { iter, head, ahead })
+        });
+        loop {
             let mut best: Option<(usize, u64)> = None;
-            for (cpu, &k) in next.iter().enumerate() {
-                let t = traces(cpu);
-                if k < t.entries() {
-                    let ts = t.get(k).ts;
-                    if best.is_none_or(|(_, b)| ts < b) {
-                        best = Some((cpu, ts));
+            for (i, c) in cursors.iter().enumerate() {
+                if let Some(r) = c.as_ref().and_then(|c| c.head.as_ref()) {
+                    if best.is_none_or(|(_, ts)| r.ts < ts) {
+                        best = Some((i, r.ts));
                     }
                 }
             }
-            best.map(|(cpu, _)| cpu)
-        };
-        while let Some(cpu) = pick(&next) {
-            let t = traces(cpu);
-            let k = next[cpu];
-            next[cpu] += 1;
-            let following = (k + 1 < t.entries()).then(|| t.get(k + 1));
-            f(t.get(k), following)?;
+            let Some((i, _)) = best else {
+                return Ok(());
+            };
+            let Some(c) = cursors[i].as_mut() else {
+                return Ok(());
+            };
+            if let Some(head) = c.head {
+                f(&head, c.ahead.as_ref())?;
+            }
+            c.head = c.ahead.take();
+            c.ahead = next_record(&mut c.iter, i as u32);
         }
-        Ok(())
     }
 
     fn read_trace(&self, out: &mut dyn Write) -> fmt::Result {
@@ -518,13 +544,7 @@ impl Interim {
                 Ok(())
             });
         }
-        let (mut held, mut written) = (0, 0);
-        for cpu in 0..MAX_CPUS as u32 {
-            // SAFETY: the reader side of the module invariant.
-            let t = unsafe { &*cpu_trace(cpu) };
-            held += t.entries();
-            written += t.written;
-        }
+        let (held, written) = ring().map_or((0, 0), RingBuffer::entries_and_written);
         writeln!(
             out,
             "# entries-in-buffer/entries-written: {held}/{written}   #P:{}\n#",
@@ -550,6 +570,32 @@ impl Interim {
             write_sym(&c, out, e.parent_ip)?;
             out.write_str("\n")
         })
+    }
+}
+
+struct Cursor<'a> {
+    iter: Iter<'a, &'static StaticPages>,
+    head: Option<Stamped>,
+    ahead: Option<Stamped>,
+}
+
+/// The next event of a CPU's iterator that the glue's tracers wrote, decoded.
+fn next_record(iter: &mut Iter<'_, &'static StaticPages>, cpu: u32) -> Option<Stamped> {
+    loop {
+        let ev = iter.next()?;
+        let ts = ev.ts;
+        let p = ev.payload;
+        let rec = match TraceEntry::read_from(p).and_then(|e| EventId::from_u16(e.type_)) {
+            Some(EventId::Function) => FtraceEntry::read_from(p).map(Record::Function),
+            Some(EventId::FuncgraphEntry) => {
+                FtraceGraphEntEntry::read_from(p).map(Record::GraphEnt)
+            }
+            Some(EventId::FuncgraphExit) => FtraceGraphRetEntry::read_from(p).map(Record::GraphRet),
+            _ => None,
+        };
+        if let Some(rec) = rec {
+            return Some(Stamped { ts, cpu, rec });
+        }
     }
 }
 
@@ -770,6 +816,9 @@ impl FileTree for Interim {
             "tracing_on" => {
                 let v: u64 = data.trim().parse().map_err(|_| Errno::EINVAL)?;
                 self.tracing_on.store(v != 0, Ordering::Relaxed);
+                if let Some(rb) = ring() {
+                    rb.set_record_on(v != 0);
+                }
                 Ok(())
             }
             "trace_clock" => match data.trim() {

@@ -13,6 +13,7 @@
 //! - [`sites`]: `__patchable_function_entries` discovery;
 //! - [`serial`], [`shell`]: COM1 and a command shell serving a tracefs tree;
 //! - [`qemu`]: the pass/fail exit protocol (`isa-debug-exit`: 33 pass, 35 fail);
+//! - [`pages`]: the ring buffer's page provider (a static arena);
 //! - [`interim`]: TEMPORARY glue standing in for the core crates that have not landed yet;
 //! - `rt` (feature `rt`): `mem*` and a bump heap for a freestanding image.
 //!
@@ -30,6 +31,7 @@ pub mod clock;
 pub mod cpu;
 pub mod idt;
 pub mod interim;
+pub mod pages;
 pub mod port;
 pub mod qemu;
 #[cfg(feature = "rt")]
