@@ -89,11 +89,11 @@ unsafe impl PageProvider for StaticPages {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::boxed::Box;
 
     #[test]
     fn blocks_are_aligned_zeroed_and_disjoint() {
-        let p: &'static StaticPages = Box::leak(Box::new(StaticPages::new()));
+        static P: StaticPages = StaticPages::new();
+        let p = &P;
         let a = p.alloc(Layout::from_size_align(100, 8).unwrap()).unwrap();
         // SAFETY: a is a fresh 100-byte block.
         unsafe { a.as_ptr().write_bytes(0xAA, 100) };
@@ -116,7 +116,8 @@ mod tests {
 
     #[test]
     fn a_ring_buffer_lives_in_it() {
-        let p: &'static StaticPages = Box::leak(Box::new(StaticPages::new()));
+        static P: StaticPages = StaticPages::new();
+        let p = &P;
         let rb = ftrace_ringbuf::RingBuffer::new(p, 2, 4, 4096).unwrap();
         assert!(
             rb.cpu(1)
