@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Checks the rfl guest's output: the console log (status lines, dmesg) and the module's files
+as the guest copied them to its second serial port. Prints one `ok - NAME` or
+`FAIL - NAME: why` line per check (scripts/rfl-integration.sh counts them).
+
+The trace text must be the kernel's function-tracer `trace` format, byte for byte in layout:
+header, then `%16s-%-7d [%03d] <5 flags> %5lu.%06lu: func <-parent` lines.
+"""
+import argparse
+import re
+import sys
+
+LINE = re.compile(
+    r"^(?P<comm>.{16})-(?P<pid>\d+ *) \[(?P<cpu>\d{3})\] "
+    r"(?P<flags>[.dDXb][.nNpP][.hHsSzZ][.0-9a-f][.0-9a-f]) "
+    r"(?P<secs>[ \d]{5,})\.(?P<usecs>\d{6}): (?P<func>\S+) <-(?P<parent>\S+)$")
+LOST = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]$")
+ENTRIES = re.compile(r"^# entries-in-buffer/entries-written: (\d+)/(\d+)   #P:(\d+)$")
+# The column legend of the function tracer with irq-info (print_func_help_header_irq).
+LEGEND = """#                                _-----=> irqs-off/BH-disabled
+#                               / _----=> need-resched
+#                              | / _---=> hardirq/softirq
+#                              || / _--=> preempt-depth
+#                              ||| / _-=> migrate-disable
+#                              |||| /     delay
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
+#              | |         |   |||||     |         |""".split("\n")
+
+
+class Checks:
+    def __init__(self):
+        self.failed = 0
+
+    def check(self, name, cond, why=""):
+        if cond:
+            print(f"ok - {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL - {name}: {why}")
+        return cond
+
+
+def sections(text):
+    out, cur, buf = {}, None, []
+    for line in text.split("\n"):
+        if cur is None and line.startswith("RFL-FILE "):
+            cur, buf = line[len("RFL-FILE "):].strip(), []
+        elif cur is not None and line == "RFL-END":
+            out[cur] = buf
+            cur = None
+        elif cur is not None:
+            buf.append(line)
+    return out
+
+
+def parse_trace(lines):
+    """(header lines, events as dicts, lost-event lines, lines that parse as nothing)"""
+    header, events, lost, bad = [], [], [], []
+    for ln in lines:
+        if ln.startswith("#") and not events:
+            header.append(ln)
+            continue
+        if not ln:
+            continue
+        m = LINE.match(ln)
+        if m:
+            d = m.groupdict()
+            d["comm"] = d["comm"].strip()
+            d["pidfield"] = d["pid"]
+            d["pid"] = int(d["pid"])
+            d["cpu"] = int(d["cpu"])
+            d["ts"] = int(d["secs"]) * 1000000 + int(d["usecs"])
+            d["line"] = ln
+            events.append(d)
+        elif LOST.match(ln):
+            lost.append(ln)
+        else:
+            bad.append(ln)
+    return header, events, lost, bad
+
+
+def parse_stats(lines):
+    """{cpu: {key: value}} from `cpu: N` blocks of `key: value` lines."""
+    stats, cur = {}, None
+    for ln in lines:
+        if ":" not in ln:
+            continue
+        k, v = ln.split(":", 1)
+        k, v = k.strip(), v.strip()
+        if k == "cpu":
+            cur = int(v)
+            stats[cur] = {}
+        elif cur is not None:
+            stats[cur][k] = v
+    return stats
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--console", required=True)
+    ap.add_argument("--files", required=True)
+    ap.add_argument("--filter", default="vfs_read")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--expect-wrong", action="store_true",
+                    help="expect the workload's events under a wrong comm: must fail")
+    a = ap.parse_args()
+    c = Checks()
+    console = open(a.console, errors="replace").read()
+    files = sections(open(a.files, errors="replace").read())
+    status = [ln[len("RFL: "):] for ln in console.split("\n") if ln.startswith("RFL: ")]
+
+    m = [s for s in status if s.startswith("kernel ")]
+    c.check("guest runs with 2 CPUs", m and m[0].endswith("cpus 2"), str(m))
+    c.check("insmod ftrace_rs", "insmod ok" in status, "no 'insmod ok'")
+    c.check("trace file read", "read ok" in status and "trace" in files, "no trace output")
+    workloads = []
+    for s in status:
+        w = re.match(r"workload cpu=(\d+) pid=(\d+)$", s)
+        if w:
+            workloads.append((int(w.group(1)), int(w.group(2))))
+    c.check("workload ran on both CPUs", len(workloads) == 2 * a.rounds,
+            f"{len(workloads)} workload lines, want {2 * a.rounds}")
+    up = {}
+    for s in status:
+        u = re.match(r"uptime-(before|after) ([\d.]+)$", s)
+        if u:
+            up[u.group(1)] = float(u.group(2))
+
+    header, events, lost, bad = parse_trace(files.get("trace", []))
+    c.check("trace header: tracer line", header[:1] == ["# tracer: function"], repr(header[:1]))
+    ent = [ENTRIES.match(h) for h in header]
+    ent = [e for e in ent if e]
+    c.check("trace header: entries line", len(ent) == 1, repr(header[:4]))
+    c.check("trace header: column legend", header[-len(LEGEND):] == LEGEND,
+            "legend differs:\n" + "\n".join(header[-len(LEGEND):]))
+    c.check("trace lines parse as the kernel's function-trace format", events and not bad,
+            f"{len(events)} events; unparsed: {bad[:5]}")
+    c.check("no lost events", not lost, repr(lost[:3]))
+    if ent:
+        e = ent[0]
+        c.check("entries-in-buffer equals the events printed",
+                int(e.group(1)) == len(events), f"header {e.group(1)}, printed {len(events)}")
+        c.check("#P is the CPU count", e.group(3) == "2", e.group(3))
+    widths = [ev for ev in events if len(ev["pidfield"]) < 7]
+    c.check("pid column is %-7d", not widths, widths[:1] and widths[0]["line"])
+
+    plain = re.fullmatch(r"[A-Za-z0-9_.]+", a.filter) is not None
+    if plain:
+        other = [ev["line"] for ev in events if ev["func"] != a.filter]
+        c.check(f"only {a.filter} recorded (the filter)", not other, repr(other[:3]))
+    hexparents = [ev["line"] for ev in events if ev["parent"].startswith("0x")]
+    c.check("parents resolve to symbols", not hexparents, repr(hexparents[:3]))
+
+    per_cpu = {}
+    for ev in events:
+        per_cpu.setdefault(ev["cpu"], []).append(ev)
+    c.check("hits on CPU 0 and CPU 1", len(per_cpu.get(0, [])) > 0 and len(per_cpu.get(1, [])) > 0,
+            {k: len(v) for k, v in per_cpu.items()})
+
+    # The workload's reads: every dd (known pid, pinned CPU) has its vfs_read lines, under its
+    # own comm, on its CPU, in plain syscall context (no irq/softirq/preempt flags).
+    want_comm = "cat" if a.expect_wrong else "dd"
+    if a.expect_wrong:
+        print("# RFL_EXPECT_WRONG: expecting the workload under comm 'cat' (wrong on purpose)")
+    missing, wrong_cpu, flags = [], [], []
+    for cpu, pid in workloads:
+        mine = [ev for ev in events if ev["pid"] == pid]
+        if not [ev for ev in mine if ev["comm"] == want_comm and ev["func"] == a.filter]:
+            missing.append((cpu, pid, [ev["line"] for ev in mine][:2]))
+        wrong_cpu += [ev["line"] for ev in mine if ev["cpu"] != cpu]
+        flags += [ev["line"] for ev in mine if ev["flags"] != "....."]
+    if plain and a.filter == "vfs_read" or a.expect_wrong:
+        c.check(f"every workload pid has {a.filter} lines as '{want_comm}-<pid>'", not missing,
+                f"{len(missing)} of {len(workloads)}: {missing[:2]}")
+    c.check("workload events on the CPU the task was pinned to", not wrong_cpu, wrong_cpu[:2])
+    c.check("workload events in task context, preemption on ('.....')", not flags, flags[:2])
+    if a.filter == "vfs_read":
+        p = [ev["line"] for ev in events if ev["pid"] in {w[1] for w in workloads}
+             and ev["parent"] != "ksys_read"]
+        c.check("dd's vfs_read is called from ksys_read", not p, p[:2])
+
+    # Timestamps: each CPU's are non-decreasing, the merged text is in time order, and they lie
+    # within the guest's uptime around the workload (local_clock and uptime both count from boot).
+    for cpu, evs in sorted(per_cpu.items()):
+        ts = [ev["ts"] for ev in evs]
+        c.check(f"CPU {cpu} timestamps monotonic", ts == sorted(ts), "out of order")
+    allts = [ev["ts"] for ev in events]
+    c.check("trace merged in timestamp order", allts == sorted(allts), "not sorted")
+    wl = [ev["ts"] for ev in events if ev["pid"] in {w[1] for w in workloads}]
+    if "before" in up and "after" in up and wl:
+        lo, hi = (up["before"] - 1.0) * 1e6, (up["after"] + 1.0) * 1e6
+        c.check("workload timestamps within the guest's uptime window",
+                lo <= min(wl) and max(wl) <= hi,
+                f"[{min(wl)}, {max(wl)}] us vs uptime [{up['before']}, {up['after']}] s")
+
+    # Stats: per CPU, entries equal the lines printed for that CPU; the header's totals are
+    # their sums; every callback hit is accounted for.
+    stats = parse_stats(files.get("stats", []))
+    c.check("stats for both CPUs", sorted(stats) == [0, 1], repr(sorted(stats)))
+    tot_entries = tot_written = 0
+    for cpu in sorted(stats):
+        s = stats[cpu]
+        try:
+            entries = int(s["entries"])
+            overrun = int(s["overrun"])
+            dropped = int(s["dropped events"])
+            hits = int(s["hits"])
+            stopped = int(s["stopped"])
+            recursion = int(s.get("recursion", "0"))
+        except (KeyError, ValueError) as e:
+            c.check(f"CPU {cpu} stats fields", False, f"{e}: {s}")
+            continue
+        tot_entries += entries
+        tot_written += entries + overrun
+        c.check(f"CPU {cpu} stats entries == its trace lines",
+                entries == len(per_cpu.get(cpu, [])),
+                f"stats {entries}, lines {len(per_cpu.get(cpu, []))}")
+        c.check(f"CPU {cpu} hits == written + dropped + stopped + recursion",
+                hits == entries + overrun + dropped + stopped + recursion,
+                f"hits {hits} vs {entries}+{overrun}+{dropped}+{stopped}+{recursion}")
+        c.check(f"CPU {cpu} bytes > 0 when entries > 0", entries == 0 or int(s.get("bytes", 0)) > 0,
+                repr(s))
+    if ent and stats:
+        c.check("header entries == sum of per-CPU entries", int(ent[0].group(1)) == tot_entries,
+                f"{ent[0].group(1)} vs {tot_entries}")
+        c.check("header written == sum of per-CPU entries + overrun",
+                int(ent[0].group(2)) == tot_written, f"{ent[0].group(2)} vs {tot_written}")
+
+    # The trace file does not consume: a second read starts with the same events.
+    _, events2, _, _ = parse_trace(files.get("trace2", []))
+    c.check("re-reading trace shows the same events first",
+            [e["line"] for e in events2[:len(events)]] == [e["line"] for e in events],
+            f"{len(events2)} events on re-read vs {len(events)}")
+
+    c.check("rmmod ftrace_rs", "rmmod ok" in status, "no 'rmmod ok'")
+    c.check("debugfs files removed on unload", "debugfs dir removed" in status, "still present")
+    c.check("unregister_ftrace_function returned 0",
+            re.search(r"ftrace_rs: unregister=0 ", console) is not None, "no 'unregister=0'")
+    splat = [ln for ln in console.split("\n")
+             if re.search(r"BUG|Oops|WARNING|Call Trace|general protection|panic", ln)]
+    c.check("no Oops/WARNING/BUG in the guest", not splat, repr(splat[:5]))
+    c.check("guest finished", "DONE" in status, "no 'RFL: DONE'")
+    return 1 if c.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
