@@ -28,7 +28,7 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
-            eprintln!("stages: apt fmt clippy no-std doc test loom");
+            eprintln!("stages: apt fmt clippy no-std package doc test loom");
             ExitCode::from(2)
         }
     }
@@ -158,6 +158,14 @@ fn test(args: &[String]) -> ExitCode {
             status(cargo().args(["build", "-p", krate, "--no-default-features"]))?;
         }
         Ok(())
+    });
+    st.run("package", "cargo package of the library crates", || {
+        let mut cmd = cargo();
+        cmd.args(["package", "--allow-dirty", "--quiet"]);
+        for krate in CORE_CRATES {
+            cmd.args(["-p", krate]);
+        }
+        status(&mut cmd)
     });
     st.run("doc", "cargo doc without warnings", || {
         status(
