@@ -5,6 +5,8 @@
 //!   no_std builds, docs, unit/property/integration tests, and the loom models, and ends with a
 //!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
 
+mod rfl;
+
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -26,8 +28,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("rfl-test") => rfl::rfl_test(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
+            eprintln!("       cargo xtask rfl-test [NAME=value]...  (scripts/rfl-integration.sh)");
             eprintln!("stages: apt fmt clippy no-std package doc test loom");
             ExitCode::from(2)
         }
