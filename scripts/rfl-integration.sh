@@ -85,6 +85,11 @@ build_module() {
 }
 phase build-module build_module
 grep -c "^warning" "$RFL_WORK/build-module.log" | sed 's/^/module build warnings: /'
+# The kernel's compiler_builtins implements float and 128-bit intrinsics as panics
+# (rust/compiler_builtins.rs): the module must not call any (shared/docs/feasibility-rfl.md 3d).
+intr="$(nm -u "$RFL_WORK/module/ftrace_rs.ko" | awk '{print $2}' |
+        grep -E '^__(rust__)?((add|sub|mul|div|neg|eq|ne|ge|gt|le|lt|unord|cmp)[sdtx]f[23]|(u?div|u?mod|mul|mulo|udivmod|ashl|ashr|lshr)ti[34]|(extend|trunc)[sdt]f[sdt]f2|(fix|float)(uns?)?[sdt][if].*)$' || true)"
+if [ -z "$intr" ]; then ok "module calls no float/128-bit intrinsics"; else fail "module calls float/128-bit intrinsics: $(echo $intr)"; fi
 
 # 4. Boot: initramfs with busybox, /init and the module; QEMU TCG, 2 CPUs, the module's output
 #    on a second serial port.

@@ -102,8 +102,9 @@ def main():
         pkg = pkgs[pid]
         src = art["target"]["src_path"]
         local = pkg.get("source") is None  # a workspace path crate, i.e. ours
+        # -L: where rustc finds the .rmeta of indirect dependencies.
         flags = [f"--edition={art['target']['edition']}", "-Aunused_attributes",
-                 f"--emit=metadata=$(obj)/lib{name}.rmeta"]
+                 f"--emit=metadata=$(obj)/lib{name}.rmeta", "-L dependency=$(obj)"]
         # Third-party crates: cargo's own policy (their lints are not ours to fix).
         flags.append("--cap-lints=warn" if local else "--cap-lints=allow")
         for f in art.get("features", []):
