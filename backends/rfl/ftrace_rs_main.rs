@@ -13,6 +13,7 @@
 //! flight (opening `trace` stops recording and waits for a grace period, as the kernel's
 //! `trace` file does).
 
+use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_ulong, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -26,8 +27,16 @@ mod platform;
 mod shim;
 #[path = "rs/symbols.rs"]
 mod symbols;
+#[path = "rs/tracing.rs"]
+mod tracing;
 
-use ftrace_core::platform::{CpuId, TaskContext};
+use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
+use ftrace_tracers::function::FunctionTracer;
+use ftrace_tracers::iter::TraceIter;
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::tracer::{AdmitAll, Tracer};
 
 module! {
     type: FtraceRs,
@@ -38,14 +47,18 @@ module! {
 }
 
 /// CPU slots the module supports (nr_cpu_ids must not exceed it).
-const MAX_CPUS: usize = 64;
+pub(crate) const MAX_CPUS: usize = 64;
+/// Ring-buffer page size: the kernel's sub-buffer size on x86_64.
+const PAGE_SIZE: usize = 4096;
 
-/// What one CPU owns.
+/// What one CPU owns besides its ring buffer.
 struct PerCpu {
     /// Callback invocations on this CPU.
     hits: AtomicU64,
     /// Callbacks that found recording stopped (a reader had `trace` open).
     stopped: AtomicU64,
+    /// Callbacks whose entry the tracer did not record (the ring buffer refused it).
+    refused: AtomicU64,
     /// pid -> comm of the tasks that wrote events here.
     comms: comms::CommTable,
 }
@@ -55,16 +68,41 @@ impl PerCpu {
         PerCpu {
             hits: AtomicU64::new(0),
             stopped: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             comms: comms::CommTable::new(),
         }
     }
 }
 
+/// The tracing instance: created in `init` before the ftrace_ops is registered, dropped in
+/// `drop` after it is unregistered (which waits for every callback in flight).
+struct Tracing {
+    buffer: tracing::Buffer,
+    tracer: FunctionTracer,
+}
+
+struct Instance(UnsafeCell<Option<Tracing>>);
+// SAFETY: written only in init (before registration) and drop (after unregistration), when no
+// callback or reader can run; shared reads otherwise.
+unsafe impl Sync for Instance {}
+
+static INSTANCE: Instance = Instance(UnsafeCell::new(None));
 static CPUS: [PerCpu; MAX_CPUS] = [const { PerCpu::new() }; MAX_CPUS];
 /// Events are recorded only while this is set.
 static RECORDING: AtomicBool = AtomicBool::new(false);
 /// Held by the one open `trace` reader.
 static READER: AtomicBool = AtomicBool::new(false);
+
+/// What only the `READER` holder touches.
+struct ReaderState(UnsafeCell<symbols::KallsymsCache>);
+// SAFETY: accessed only by the holder of READER.
+unsafe impl Sync for ReaderState {}
+static READER_STATE: ReaderState = ReaderState(UnsafeCell::new(symbols::KallsymsCache::new()));
+
+fn instance() -> Option<&'static Tracing> {
+    // SAFETY: see `Instance`: no writer while callbacks, readers or init/drop's own code look.
+    unsafe { (*INSTANCE.0.get()).as_ref() }
+}
 
 fn nr_cpus() -> usize {
     platform::KernelCpu.possible_cpus() as usize
@@ -84,23 +122,48 @@ pub unsafe extern "C" fn rfl_rs_ftrace_callback(
     // SAFETY: paired with the enable below; notrace.
     unsafe { shim::rfl_shim_preempt_disable() };
     let cpu = platform::KernelCpu.current_cpu() as usize;
-    if let Some(pc) = CPUS.get(cpu) {
+    if let (Some(pc), Some(t)) = (CPUS.get(cpu), instance()) {
         pc.hits.fetch_add(1, Ordering::Relaxed);
-        if RECORDING.load(Ordering::Acquire) {
-            let task = platform::KernelTask;
-            let pid = task.current_pid();
-            pc.comms.record(pid);
-            let _ = (ip, parent_ip);
-        } else {
+        if !RECORDING.load(Ordering::Acquire) {
             pc.stopped.fetch_add(1, Ordering::Relaxed);
+        } else if let Some(buf) = t.buffer.cpu(cpu) {
+            let task = platform::KernelTask;
+            let sink = tracing::CpuSink {
+                buf,
+                clock: &platform::LocalClock,
+            };
+            // TEMPORARY GLUE until the ftrace-core dispatcher lands on main: the function
+            // tracer is called directly (the kernel's ftrace_set_filter() already filtered).
+            if t
+                .tracer
+                .trace_call(ip as u64, parent_ip as u64, &AdmitAll, &task, &sink)
+            {
+                pc.comms.record(task.current_pid());
+            } else {
+                pc.refused.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     // SAFETY: paired with the disable above.
     unsafe { shim::rfl_shim_preempt_enable() };
 }
 
+/// pid -> comm over every CPU's table.
+struct Comms;
+
+impl TaskNames for Comms {
+    fn comm(&self, pid: i32) -> Option<&str> {
+        // SAFETY: only called while printing `trace`, with recording stopped and no callback in
+        // flight (rfl_rs_trace_open).
+        CPUS.iter()
+            .take(nr_cpus())
+            .find_map(|c| unsafe { c.comms.lookup(pid) })
+    }
+}
+
 /// Opening `trace`: one reader at a time; stops recording and waits until no callback is
-/// writing, so the buffers hold still while they are printed.
+/// writing, so the buffers hold still while they are printed (as the kernel's `trace` file
+/// stops tracing while it is open).
 #[no_mangle]
 pub extern "C" fn rfl_rs_trace_open() -> c_int {
     if READER.swap(true, Ordering::Acquire) {
@@ -109,6 +172,8 @@ pub extern "C" fn rfl_rs_trace_open() -> c_int {
     RECORDING.store(false, Ordering::Release);
     // SAFETY: process context (open); waits for every preempt-disabled callback in flight.
     unsafe { shim::rfl_shim_synchronize() };
+    // SAFETY: we hold READER.
+    unsafe { (*READER_STATE.0.get()).reset() };
     0
 }
 
@@ -119,24 +184,49 @@ pub extern "C" fn rfl_rs_trace_release() {
     READER.store(false, Ordering::Release);
 }
 
-/// The seq_file buffer size to start with for `trace`.
+/// The seq_file buffer size to start with for `trace`: about one line per 24-byte entry.
 #[no_mangle]
 pub extern "C" fn rfl_rs_trace_size_hint() -> usize {
-    64 * 1024
+    let entries = instance().map_or(0, |t| t.buffer.entries_and_written().0 as usize);
+    4096 + entries * 96
 }
 
-/// `<debugfs>/ftrace_rs/trace`.
+/// `<debugfs>/ftrace_rs/trace`: the kernel's `trace` file for the function tracer.
 ///
 /// # Safety
-/// `m` is the seq_file of the show callback.
+/// `m` is the seq_file of the show callback; the caller holds READER (opened through
+/// rfl_rs_trace_open).
 #[no_mangle]
 pub unsafe extern "C" fn rfl_rs_show_trace(m: *mut shim::SeqFile) {
     use core::fmt::Write;
     let mut w = shim::SeqWriter(m);
-    let _ = writeln!(w, "# tracer: function");
+    let Some(t) = instance() else { return };
+    let Some(snap) = tracing::Snapshot::take(&t.buffer) else {
+        let _ = writeln!(w, "# ftrace_rs: out of memory for the snapshot");
+        return;
+    };
+    // SAFETY: we hold READER (trace_open), the only user of the symbol cache.
+    let syms = unsafe { &*READER_STATE.0.get() };
+    let env = OutputEnv::new(syms, &Comms, nr_cpus() as u32);
+    let (entries, written) = t.buffer.entries_and_written();
+    let info = HeaderInfo {
+        tracer: t.tracer.name(),
+        entries,
+        written,
+        online_cpus: nr_cpus() as u32,
+        latency: LatencyInfo::default(),
+    };
+    let mut src = snap.source();
+    let mut iter = TraceIter::new(&mut src, None);
+    let mut writer = TraceWriter::new(OutputStyle::Default, &mut [], written > entries);
+    let _ = writer.write_trace(&mut w, &env, Some(&info), &mut iter);
+    if snap.truncated != 0 {
+        let _ = writeln!(w, "# ftrace_rs: {} events did not fit the snapshot", snap.truncated);
+    }
 }
 
-/// `<debugfs>/ftrace_rs/stats`: one block per CPU.
+/// `<debugfs>/ftrace_rs/stats`: per CPU, `cpu: N`, the ring buffer's `per_cpu/cpuN/stats`
+/// lines, then the callback's own counters.
 ///
 /// # Safety
 /// `m` is the seq_file of the show callback.
@@ -144,10 +234,16 @@ pub unsafe extern "C" fn rfl_rs_show_trace(m: *mut shim::SeqFile) {
 pub unsafe extern "C" fn rfl_rs_show_stats(m: *mut shim::SeqFile) {
     use core::fmt::Write;
     let mut w = shim::SeqWriter(m);
+    let Some(t) = instance() else { return };
+    let now = platform::LocalClock.now_ns();
     for (cpu, pc) in CPUS.iter().enumerate().take(nr_cpus()) {
         let _ = writeln!(w, "cpu: {cpu}");
+        if let Some(buf) = t.buffer.cpu(cpu) {
+            let _ = buf.stats(now).write_to(&mut w, true);
+        }
         let _ = writeln!(w, "hits: {}", pc.hits.load(Ordering::Relaxed));
         let _ = writeln!(w, "stopped: {}", pc.stopped.load(Ordering::Relaxed));
+        let _ = writeln!(w, "refused: {}", pc.refused.load(Ordering::Relaxed));
     }
 }
 
@@ -166,9 +262,24 @@ impl kernel::Module for FtraceRs {
             pr_err!("KSYM_SYMBOL_LEN {} > {}\n", ksym_len, symbols::KSYM_SYMBOL_LEN);
             return Err(EINVAL);
         }
+        // SAFETY: reads a module parameter.
+        let pages = unsafe { shim::rfl_shim_pages_per_cpu() } as usize;
+        let buffer = tracing::Buffer::new(tracing::KernelPages, n, pages.max(2), PAGE_SIZE)
+            .map_err(|e| {
+                pr_err!("ring buffer: {}\n", e);
+                ENOMEM
+            })?;
+        let tracer = FunctionTracer::new();
+        if tracer.init().is_err() {
+            return Err(EINVAL);
+        }
+        // SAFETY: nothing else runs yet (the ops is not registered, the files do not exist).
+        unsafe { *INSTANCE.0.get() = Some(Tracing { buffer, tracer }) };
         // SAFETY: process context; creates the debugfs files served by the functions above.
         let r = unsafe { shim::rfl_shim_debugfs_create() };
         if r != 0 {
+            // SAFETY: as above.
+            unsafe { *INSTANCE.0.get() = None };
             return Err(Error::from_errno(r));
         }
         RECORDING.store(true, Ordering::Release);
@@ -176,12 +287,22 @@ impl kernel::Module for FtraceRs {
         let r = unsafe { shim::rfl_shim_register() };
         if r != 0 {
             RECORDING.store(false, Ordering::Release);
-            // SAFETY: created above.
-            unsafe { shim::rfl_shim_debugfs_remove() };
+            // SAFETY: created above; no callback ran (registration failed).
+            unsafe {
+                shim::rfl_shim_debugfs_remove();
+                *INSTANCE.0.get() = None;
+            }
             pr_err!("register failed: {}\n", r);
             return Err(Error::from_errno(r));
         }
-        pr_info!("tracing, {} CPUs\n", n);
+        // SAFETY: the filter parameter is a NUL-terminated string owned by the module.
+        let filter = unsafe { core::ffi::CStr::from_ptr(shim::rfl_shim_filter()) };
+        pr_info!(
+            "tracing {:?} on {} CPUs, {} pages per CPU\n",
+            filter,
+            n,
+            pages.max(2)
+        );
         Ok(FtraceRs)
     }
 }
@@ -194,6 +315,9 @@ impl Drop for FtraceRs {
         // SAFETY: created in init; debugfs waits for open files' operations to finish.
         unsafe { shim::rfl_shim_debugfs_remove() };
         let hits: u64 = CPUS.iter().map(|c| c.hits.load(Ordering::Relaxed)).sum();
-        pr_info!("unregister={} hits={}\n", r, hits);
+        let recorded = instance().map_or(0, |t| t.tracer.recorded());
+        pr_info!("unregister={} hits={} recorded={}\n", r, hits, recorded);
+        // SAFETY: no callback (unregistered) and no reader (files removed) can run any more.
+        unsafe { *INSTANCE.0.get() = None };
     }
 }

@@ -21,6 +21,7 @@
 #include <linux/smp.h>
 #include <linux/string.h>
 #include <linux/topology.h>
+#include <linux/vmalloc.h>
 #include "ftrace_rs_shim.h"
 
 static char *filter = "vfs_read";
@@ -95,11 +96,6 @@ notrace unsigned int rfl_shim_nr_cpu_ids(void)
 	return nr_cpu_ids;
 }
 
-notrace unsigned int rfl_shim_cpu_possible(unsigned int cpu)
-{
-	return cpu < nr_cpu_ids && cpu_possible(cpu);
-}
-
 notrace void rfl_shim_ctx(struct rfl_shim_ctx *out)
 {
 	unsigned int pc = preempt_count();
@@ -131,16 +127,23 @@ notrace void rfl_shim_current_comm(char out[16])
 	memcpy(out, current->comm, TASK_COMM_LEN);
 }
 
-notrace void *rfl_shim_alloc_page(unsigned int cpu)
+notrace void *rfl_shim_alloc(size_t size, size_t align)
 {
-	struct page *page = alloc_pages_node(cpu_to_node(cpu), GFP_KERNEL | __GFP_ZERO, 0);
-
-	return page ? page_address(page) : NULL;
+	if (align > PAGE_SIZE)
+		return NULL;
+	if (size <= PAGE_SIZE)
+		return (void *)get_zeroed_page(GFP_KERNEL);
+	return vzalloc(size); /* page aligned */
 }
 
-notrace void rfl_shim_free_page(void *page)
+notrace void rfl_shim_free(void *ptr, size_t size)
 {
-	free_page((unsigned long)page);
+	if (!ptr)
+		return;
+	if (size <= PAGE_SIZE)
+		free_page((unsigned long)ptr);
+	else
+		vfree(ptr);
 }
 
 notrace void rfl_shim_synchronize(void)

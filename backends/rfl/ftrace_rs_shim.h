@@ -42,14 +42,17 @@ void rfl_shim_preempt_disable(void);
 void rfl_shim_preempt_enable(void);
 unsigned int rfl_shim_cpu(void);
 unsigned int rfl_shim_nr_cpu_ids(void);
-unsigned int rfl_shim_cpu_possible(unsigned int cpu);
 void rfl_shim_ctx(struct rfl_shim_ctx *out);
 int rfl_shim_current_pid(void);
 void rfl_shim_current_comm(char out[16]);
 
-/* Memory: one zeroed page on CPU @cpu's node, and its release. */
-void *rfl_shim_alloc_page(unsigned int cpu);
-void rfl_shim_free_page(void *page);
+/*
+ * Memory for the ring buffer (its PageProvider) and the reader's snapshot: zeroed blocks of
+ * @size bytes aligned to @align; a page from the page allocator when it fits one, vzalloc()
+ * above that. Free with the same size.
+ */
+void *rfl_shim_alloc(size_t size, size_t align);
+void rfl_shim_free(void *ptr, size_t size);
 void rfl_shim_synchronize(void);
 
 /* Symbols: "name+0xoff/0xsize [module]" into buf (KSYM_SYMBOL_LEN bytes). */

@@ -15,6 +15,8 @@ LINE = re.compile(
     r"(?P<flags>[.dDXb][.nNpP][.hHsSzZ][.0-9a-f][.0-9a-f]) "
     r"(?P<secs>[ \d]{5,})\.(?P<usecs>\d{6}): (?P<func>\S+) <-(?P<parent>\S+)$")
 LOST = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]$")
+# print_trace_fmt's annotation when the buffers had overruns (TRACE_FILE_ANNOTATE).
+ANNOTATE = re.compile(r"^##### CPU (\d+) buffer started ####$")
 ENTRIES = re.compile(r"^# entries-in-buffer/entries-written: (\d+)/(\d+)   #P:(\d+)$")
 # The column legend of the function tracer with irq-info (print_func_help_header_irq).
 LEGEND = """#                                _-----=> irqs-off/BH-disabled
@@ -57,6 +59,8 @@ def parse_trace(lines):
     """(header lines, events as dicts, lost-event lines, lines that parse as nothing)"""
     header, events, lost, bad = [], [], [], []
     for ln in lines:
+        if ANNOTATE.match(ln):
+            continue
         if ln.startswith("#") and not events:
             header.append(ln)
             continue
@@ -95,12 +99,105 @@ def parse_stats(lines):
     return stats
 
 
+def check_buffers(c, tag, files, trace_name, stats_name, filt):
+    """The checks every pass shares: the trace text's format and header, and the per-CPU stats
+    against the text. Returns (events, per_cpu, stats)."""
+    header, events, lost, bad = parse_trace(files.get(trace_name, []))
+    c.check(f"{tag}trace header: tracer line", header[:1] == ["# tracer: function"],
+            repr(header[:1]))
+    ent = [ENTRIES.match(h) for h in header]
+    ent = [e for e in ent if e]
+    c.check(f"{tag}trace header: entries line", len(ent) == 1, repr(header[:4]))
+    c.check(f"{tag}trace header: column legend", header[-len(LEGEND):] == LEGEND,
+            "legend differs:\n" + "\n".join(header[-len(LEGEND):]))
+    c.check(f"{tag}trace lines parse as the kernel's function-trace format", events and not bad,
+            f"{len(events)} events; unparsed: {bad[:5]}")
+    c.check(f"{tag}no lost-events lines", not lost, repr(lost[:3]))
+    if ent:
+        e = ent[0]
+        c.check(f"{tag}entries-in-buffer equals the events printed",
+                int(e.group(1)) == len(events), f"header {e.group(1)}, printed {len(events)}")
+        c.check(f"{tag}#P is the CPU count", e.group(3) == "2", e.group(3))
+    widths = [ev for ev in events if len(ev["pidfield"]) < 7]
+    c.check(f"{tag}pid column is %-7d", not widths, widths[:1] and widths[0]["line"])
+    if re.fullmatch(r"[A-Za-z0-9_.]+", filt):
+        other = [ev["line"] for ev in events if ev["func"] != filt]
+        c.check(f"{tag}only {filt} recorded (the filter)", not other, repr(other[:3]))
+    hexparents = [ev["line"] for ev in events if ev["parent"].startswith("0x")]
+    c.check(f"{tag}parents resolve to symbols", not hexparents, repr(hexparents[:3]))
+
+    per_cpu = {}
+    for ev in events:
+        per_cpu.setdefault(ev["cpu"], []).append(ev)
+    c.check(f"{tag}hits on CPU 0 and CPU 1",
+            len(per_cpu.get(0, [])) > 0 and len(per_cpu.get(1, [])) > 0,
+            {k: len(v) for k, v in per_cpu.items()})
+    # Timestamps: each CPU's are non-decreasing and the merged text is in time order.
+    for cpu, evs in sorted(per_cpu.items()):
+        ts = [ev["ts"] for ev in evs]
+        c.check(f"{tag}CPU {cpu} timestamps monotonic", ts == sorted(ts), "out of order")
+    allts = [ev["ts"] for ev in events]
+    c.check(f"{tag}trace merged in timestamp order", allts == sorted(allts), "not sorted")
+
+    # Stats: per CPU, entries equal the lines printed for that CPU; the header's totals are
+    # their sums; every callback hit is accounted for.
+    stats = parse_stats(files.get(stats_name, []))
+    c.check(f"{tag}stats for both CPUs", sorted(stats) == [0, 1], repr(sorted(stats)))
+    tot_entries = tot_written = 0
+    for cpu in sorted(stats):
+        s = stats[cpu]
+        try:
+            entries = int(s["entries"])
+            overrun = int(s["overrun"])
+            commit_overrun = int(s["commit overrun"])
+            dropped = int(s["dropped events"])
+            read = int(s["read events"])
+            hits = int(s["hits"])
+            stopped = int(s["stopped"])
+            refused = int(s["refused"])
+        except (KeyError, ValueError) as e:
+            c.check(f"{tag}CPU {cpu} stats fields", False, f"{e}: {s}")
+            continue
+        s["_int"] = dict(entries=entries, overrun=overrun, hits=hits)
+        tot_entries += entries
+        tot_written += entries + overrun
+        c.check(f"{tag}CPU {cpu} stats entries == its trace lines",
+                entries == len(per_cpu.get(cpu, [])),
+                f"stats {entries}, lines {len(per_cpu.get(cpu, []))}")
+        # Every callback is accounted for: recorded (still there, overwritten or read), or not
+        # recorded because a reader had stopped recording, or refused by the ring buffer.
+        c.check(f"{tag}CPU {cpu} hits == entries + overrun + read + stopped + refused",
+                hits == entries + overrun + read + stopped + refused,
+                f"hits {hits} vs {entries}+{overrun}+{read}+{stopped}+{refused}")
+        c.check(f"{tag}CPU {cpu} refused == dropped + commit overrun",
+                refused == dropped + commit_overrun,
+                f"refused {refused}, dropped {dropped}, commit overrun {commit_overrun}")
+        c.check(f"{tag}CPU {cpu} bytes > 0 when entries > 0",
+                entries == 0 or int(s.get("bytes", 0)) > 0, repr(s))
+    if ent and stats:
+        c.check(f"{tag}header entries == sum of per-CPU entries",
+                int(ent[0].group(1)) == tot_entries, f"{ent[0].group(1)} vs {tot_entries}")
+        c.check(f"{tag}header written == sum of per-CPU entries + overrun",
+                int(ent[0].group(2)) == tot_written, f"{ent[0].group(2)} vs {tot_written}")
+    return events, per_cpu, stats
+
+
+def tasks(status, what):
+    out = []
+    for s in status:
+        w = re.match(what + r" cpu=(\d+) pid=(\d+)$", s)
+        if w:
+            out.append((int(w.group(1)), int(w.group(2))))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--console", required=True)
     ap.add_argument("--files", required=True)
     ap.add_argument("--filter", default="vfs_read")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--flood", type=int, default=3000)
     ap.add_argument("--expect-wrong", action="store_true",
                     help="expect the workload's events under a wrong comm: must fail")
     a = ap.parse_args()
@@ -111,13 +208,11 @@ def main():
 
     m = [s for s in status if s.startswith("kernel ")]
     c.check("guest runs with 2 CPUs", m and m[0].endswith("cpus 2"), str(m))
+
+    # Pass 1: the workload in a roomy buffer.
     c.check("insmod ftrace_rs", "insmod ok" in status, "no 'insmod ok'")
     c.check("trace file read", "read ok" in status and "trace" in files, "no trace output")
-    workloads = []
-    for s in status:
-        w = re.match(r"workload cpu=(\d+) pid=(\d+)$", s)
-        if w:
-            workloads.append((int(w.group(1)), int(w.group(2))))
+    workloads = tasks(status, "workload")
     c.check("workload ran on both CPUs", len(workloads) == 2 * a.rounds,
             f"{len(workloads)} workload lines, want {2 * a.rounds}")
     up = {}
@@ -125,37 +220,12 @@ def main():
         u = re.match(r"uptime-(before|after) ([\d.]+)$", s)
         if u:
             up[u.group(1)] = float(u.group(2))
-
-    header, events, lost, bad = parse_trace(files.get("trace", []))
-    c.check("trace header: tracer line", header[:1] == ["# tracer: function"], repr(header[:1]))
-    ent = [ENTRIES.match(h) for h in header]
-    ent = [e for e in ent if e]
-    c.check("trace header: entries line", len(ent) == 1, repr(header[:4]))
-    c.check("trace header: column legend", header[-len(LEGEND):] == LEGEND,
-            "legend differs:\n" + "\n".join(header[-len(LEGEND):]))
-    c.check("trace lines parse as the kernel's function-trace format", events and not bad,
-            f"{len(events)} events; unparsed: {bad[:5]}")
-    c.check("no lost events", not lost, repr(lost[:3]))
-    if ent:
-        e = ent[0]
-        c.check("entries-in-buffer equals the events printed",
-                int(e.group(1)) == len(events), f"header {e.group(1)}, printed {len(events)}")
-        c.check("#P is the CPU count", e.group(3) == "2", e.group(3))
-    widths = [ev for ev in events if len(ev["pidfield"]) < 7]
-    c.check("pid column is %-7d", not widths, widths[:1] and widths[0]["line"])
-
-    plain = re.fullmatch(r"[A-Za-z0-9_.]+", a.filter) is not None
-    if plain:
-        other = [ev["line"] for ev in events if ev["func"] != a.filter]
-        c.check(f"only {a.filter} recorded (the filter)", not other, repr(other[:3]))
-    hexparents = [ev["line"] for ev in events if ev["parent"].startswith("0x")]
-    c.check("parents resolve to symbols", not hexparents, repr(hexparents[:3]))
-
-    per_cpu = {}
-    for ev in events:
-        per_cpu.setdefault(ev["cpu"], []).append(ev)
-    c.check("hits on CPU 0 and CPU 1", len(per_cpu.get(0, [])) > 0 and len(per_cpu.get(1, [])) > 0,
-            {k: len(v) for k, v in per_cpu.items()})
+    events, per_cpu, stats = check_buffers(c, "", files, "trace", "stats", a.filter)
+    for cpu in sorted(stats):
+        st = stats[cpu].get("_int")
+        if st:
+            c.check(f"CPU {cpu} nothing overwritten in the roomy buffer", st["overrun"] == 0,
+                    repr(st))
 
     # The workload's reads: every dd (known pid, pinned CPU) has its vfs_read lines, under its
     # own comm, on its CPU, in plain syscall context (no irq/softirq/preempt flags).
@@ -169,7 +239,7 @@ def main():
             missing.append((cpu, pid, [ev["line"] for ev in mine][:2]))
         wrong_cpu += [ev["line"] for ev in mine if ev["cpu"] != cpu]
         flags += [ev["line"] for ev in mine if ev["flags"] != "....."]
-    if plain and a.filter == "vfs_read" or a.expect_wrong:
+    if a.filter == "vfs_read" or a.expect_wrong:
         c.check(f"every workload pid has {a.filter} lines as '{want_comm}-<pid>'", not missing,
                 f"{len(missing)} of {len(workloads)}: {missing[:2]}")
     c.check("workload events on the CPU the task was pinned to", not wrong_cpu, wrong_cpu[:2])
@@ -178,14 +248,7 @@ def main():
         p = [ev["line"] for ev in events if ev["pid"] in {w[1] for w in workloads}
              and ev["parent"] != "ksys_read"]
         c.check("dd's vfs_read is called from ksys_read", not p, p[:2])
-
-    # Timestamps: each CPU's are non-decreasing, the merged text is in time order, and they lie
-    # within the guest's uptime around the workload (local_clock and uptime both count from boot).
-    for cpu, evs in sorted(per_cpu.items()):
-        ts = [ev["ts"] for ev in evs]
-        c.check(f"CPU {cpu} timestamps monotonic", ts == sorted(ts), "out of order")
-    allts = [ev["ts"] for ev in events]
-    c.check("trace merged in timestamp order", allts == sorted(allts), "not sorted")
+    # local_clock and uptime both count from boot: the workload's stamps lie in its window.
     wl = [ev["ts"] for ev in events if ev["pid"] in {w[1] for w in workloads}]
     if "before" in up and "after" in up and wl:
         lo, hi = (up["before"] - 1.0) * 1e6, (up["after"] + 1.0) * 1e6
@@ -193,49 +256,38 @@ def main():
                 lo <= min(wl) and max(wl) <= hi,
                 f"[{min(wl)}, {max(wl)}] us vs uptime [{up['before']}, {up['after']}] s")
 
-    # Stats: per CPU, entries equal the lines printed for that CPU; the header's totals are
-    # their sums; every callback hit is accounted for.
-    stats = parse_stats(files.get("stats", []))
-    c.check("stats for both CPUs", sorted(stats) == [0, 1], repr(sorted(stats)))
-    tot_entries = tot_written = 0
-    for cpu in sorted(stats):
-        s = stats[cpu]
-        try:
-            entries = int(s["entries"])
-            overrun = int(s["overrun"])
-            dropped = int(s["dropped events"])
-            hits = int(s["hits"])
-            stopped = int(s["stopped"])
-            recursion = int(s.get("recursion", "0"))
-        except (KeyError, ValueError) as e:
-            c.check(f"CPU {cpu} stats fields", False, f"{e}: {s}")
-            continue
-        tot_entries += entries
-        tot_written += entries + overrun
-        c.check(f"CPU {cpu} stats entries == its trace lines",
-                entries == len(per_cpu.get(cpu, [])),
-                f"stats {entries}, lines {len(per_cpu.get(cpu, []))}")
-        c.check(f"CPU {cpu} hits == written + dropped + stopped + recursion",
-                hits == entries + overrun + dropped + stopped + recursion,
-                f"hits {hits} vs {entries}+{overrun}+{dropped}+{stopped}+{recursion}")
-        c.check(f"CPU {cpu} bytes > 0 when entries > 0", entries == 0 or int(s.get("bytes", 0)) > 0,
-                repr(s))
-    if ent and stats:
-        c.check("header entries == sum of per-CPU entries", int(ent[0].group(1)) == tot_entries,
-                f"{ent[0].group(1)} vs {tot_entries}")
-        c.check("header written == sum of per-CPU entries + overrun",
-                int(ent[0].group(2)) == tot_written, f"{ent[0].group(2)} vs {tot_written}")
-
     # The trace file does not consume: a second read starts with the same events.
     _, events2, _, _ = parse_trace(files.get("trace2", []))
     c.check("re-reading trace shows the same events first",
-            [e["line"] for e in events2[:len(events)]] == [e["line"] for e in events],
+            bool(events) and [e["line"] for e in events2[:len(events)]] == [e["line"] for e in events],
             f"{len(events2)} events on re-read vs {len(events)}")
-
     c.check("rmmod ftrace_rs", "rmmod ok" in status, "no 'rmmod ok'")
     c.check("debugfs files removed on unload", "debugfs dir removed" in status, "still present")
-    c.check("unregister_ftrace_function returned 0",
-            re.search(r"ftrace_rs: unregister=0 ", console) is not None, "no 'unregister=0'")
+
+    # Pass 2: 2 pages per CPU, overwritten many times by a flood of 1-byte reads.
+    c.check("flood: insmod with pages_per_cpu=2", "flood insmod ok" in status, "no 'flood insmod ok'")
+    c.check("flood: trace file read", "flood read ok" in status and "flood-trace" in files,
+            "no flood trace")
+    fevents, fper_cpu, fstats = check_buffers(c, "flood: ", files, "flood-trace", "flood-stats",
+                                              a.filter)
+    floods = tasks(status, "flood")
+    for cpu in sorted(fstats):
+        st = fstats[cpu].get("_int")
+        if not st:
+            continue
+        c.check(f"flood: CPU {cpu} buffer overwritten (overrun > 0)", st["overrun"] > 0, repr(st))
+        c.check(f"flood: CPU {cpu} hits cover the flood", st["hits"] >= a.flood, repr(st))
+        mine = [pid for fc, pid in floods if fc == cpu]
+        kept = [ev for ev in fper_cpu.get(cpu, []) if ev["pid"] in mine]
+        c.check(f"flood: CPU {cpu} keeps the newest events (its flood task's, as 'dd')",
+                len(kept) > len(fper_cpu.get(cpu, [])) // 2
+                and all(ev["comm"] == "dd" for ev in kept),
+                f"{len(kept)} of {len(fper_cpu.get(cpu, []))}")
+    c.check("flood: rmmod ftrace_rs", "flood rmmod ok" in status, "no 'flood rmmod ok'")
+
+    c.check("unregister_ftrace_function returned 0 (both loads)",
+            len(re.findall(r"ftrace_rs: unregister=0 ", console)) == 2,
+            repr(re.findall(r"ftrace_rs: unregister=.*", console)))
     splat = [ln for ln in console.split("\n")
              if re.search(r"BUG|Oops|WARNING|Call Trace|general protection|panic", ln)]
     c.check("no Oops/WARNING/BUG in the guest", not splat, repr(splat[:5]))

@@ -2,7 +2,7 @@
 # /init of the rfl integration guest (busybox-static). Loads ftrace_rs.ko, runs a workload pinned
 # to each CPU, dumps the module's debugfs files to the second serial port (/dev/ttyS1, a file on
 # the host) and unloads the module. Status lines on the console start with "RFL: ".
-# /rfl.conf (written by the host) sets FILTER and ROUNDS.
+# /rfl.conf (written by the host) sets FILTER, ROUNDS and FLOOD.
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -47,6 +47,25 @@ fi
 
 if rmmod ftrace_rs; then echo "RFL: rmmod ok"; else echo "RFL: rmmod FAILED"; fi
 [ -e $D ] && echo "RFL: debugfs dir still present" || echo "RFL: debugfs dir removed"
+
+# Pass 2: a buffer of 2 pages per CPU that a flood of 1-byte reads overwrites many times.
+if insmod /lib/modules/ftrace_rs.ko filter="$FILTER" pages_per_cpu=2; then
+  echo "RFL: flood insmod ok"
+else
+  echo "RFL: flood insmod FAILED"
+fi
+for cpu in 0 1; do
+  taskset $((1 << cpu)) sh -c 'echo "RFL: flood cpu='$cpu' pid=$$"; exec dd if=/dev/zero of=/dev/null bs=1 count='$FLOOD' 2>/dev/null'
+done
+if (exec 3<$D/trace && {
+      echo "RFL-FILE flood-stats"; cat $D/stats; echo "RFL-END"
+      echo "RFL-FILE flood-trace"; cat <&3; echo "RFL-END"
+    } > $OUT); then
+  echo "RFL: flood read ok"
+else
+  echo "RFL: flood read FAILED"
+fi
+if rmmod ftrace_rs; then echo "RFL: flood rmmod ok"; else echo "RFL: flood rmmod FAILED"; fi
 dmesg | grep -E "ftrace_rs|BUG|Oops|WARNING|Call Trace" | sed 's/^/RFL-DMESG: /'
 echo "RFL: DONE"
 reboot -f

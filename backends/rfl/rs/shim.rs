@@ -25,7 +25,7 @@ pub(crate) struct ShimCtx {
 
 /// Opaque `struct seq_file`.
 #[repr(C)]
-pub(crate) struct SeqFile {
+pub struct SeqFile {
     _private: [u8; 0],
 }
 
@@ -39,13 +39,12 @@ extern "C" {
     pub(crate) fn rfl_shim_preempt_enable();
     pub(crate) fn rfl_shim_cpu() -> c_uint;
     pub(crate) fn rfl_shim_nr_cpu_ids() -> c_uint;
-    pub(crate) fn rfl_shim_cpu_possible(cpu: c_uint) -> c_uint;
     pub(crate) fn rfl_shim_ctx(out: *mut ShimCtx);
     pub(crate) fn rfl_shim_current_pid() -> c_int;
     pub(crate) fn rfl_shim_current_comm(out: *mut u8);
 
-    pub(crate) fn rfl_shim_alloc_page(cpu: c_uint) -> *mut c_void;
-    pub(crate) fn rfl_shim_free_page(page: *mut c_void);
+    pub(crate) fn rfl_shim_alloc(size: usize, align: usize) -> *mut c_void;
+    pub(crate) fn rfl_shim_free(ptr: *mut c_void, size: usize);
     pub(crate) fn rfl_shim_synchronize();
 
     pub(crate) fn rfl_shim_sprint_symbol(buf: *mut c_char, addr: usize) -> c_int;
@@ -61,6 +60,14 @@ extern "C" {
 
 /// A `core::fmt::Write` sink that appends to a `seq_file`.
 pub(crate) struct SeqWriter(pub(crate) *mut SeqFile);
+
+impl ftrace_tracers::output::ByteSink for SeqWriter {
+    fn put(&mut self, bytes: &[u8]) -> core::fmt::Result {
+        // SAFETY: as in write_str.
+        unsafe { rfl_shim_seq_write(self.0, bytes.as_ptr().cast(), bytes.len()) };
+        Ok(())
+    }
+}
 
 impl core::fmt::Write for SeqWriter {
     fn write_str(&mut self, s: &str) -> core::fmt::Result {
