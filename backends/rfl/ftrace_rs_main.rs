@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 //! ftrace_rs: Linux's function tracer rebuilt from the ftrace-rs crates, as a kernel module.
 //!
-//! The C shim (ftrace_rs_shim.c) registers one `ftrace_ops` whose callback is
-//! [`rfl_rs_ftrace_callback`]. The callback disables preemption, runs the ftrace-core dispatcher,
-//! whose function tracer writes a `struct ftrace_entry` into this CPU's ftrace-ringbuf buffer
-//! (pages from the kernel's page allocator, stamped with `local_clock()`), and re-enables
-//! preemption. `<debugfs>/ftrace_rs/trace` prints the buffers with ftrace-tracers' formatter in
+//! The C shim (ftrace_rs_shim.c) registers one kernel `ftrace_ops` whose callback is
+//! [`rfl_rs_ftrace_callback`]. The callback disables preemption and runs the ftrace-core
+//! dispatcher, on which the module registered two ops of its own: a per-CPU hit counter, and
+//! the ftrace-tracers function tracer, which writes a `struct ftrace_entry` into this CPU's
+//! ftrace-ringbuf buffer (pages from the kernel's page allocator, stamped with
+//! `local_clock()`). Two ops make every call take the dispatcher's list walk, with its
+//! recursion guard and RCU read-side section. Then preemption is re-enabled. `<debugfs>/ftrace_rs/trace` prints the buffers with ftrace-tracers' formatter in
 //! the kernel's `trace` format; `<debugfs>/ftrace_rs/stats` prints the per-CPU counters.
 //!
 //! Invariant: a CPU's buffer is written only on that CPU with preemption disabled (writers
@@ -15,7 +17,7 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_ulong, c_void};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use kernel::prelude::*;
 
@@ -30,7 +32,11 @@ mod symbols;
 #[path = "rs/tracing.rs"]
 mod tracing;
 
-use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
+use ftrace_core::dispatch::Dispatcher;
+use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
+use ftrace_core::event::TraceCtx;
+use ftrace_core::platform::{CpuId, ExecContext, TaskContext, TraceClock};
+use ftrace_core::recursion::TraceRecursion;
 use ftrace_tracers::function::FunctionTracer;
 use ftrace_tracers::iter::TraceIter;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
@@ -53,8 +59,17 @@ const PAGE_SIZE: usize = 4096;
 
 /// What one CPU owns besides its ring buffer.
 struct PerCpu {
-    /// Callback invocations on this CPU.
+    /// Calls of the kernel ftrace_ops callback on this CPU.
+    calls: AtomicU64,
+    /// Calls the dispatcher delivered to the module's counter ops.
     hits: AtomicU64,
+    /// Calls the function tracer's own recursion guard refused.
+    recursion: AtomicU64,
+    /// The dispatcher's recursion word for this CPU.
+    recursion_word: TraceRecursion,
+    /// The traced code's context word, captured by the callback on entry, one slot per
+    /// execution context (an interrupt nesting on this CPU has its own slot).
+    ctx: [AtomicU32; 4],
     /// Callbacks that found recording stopped (a reader had `trace` open).
     stopped: AtomicU64,
     /// Callbacks whose entry the tracer did not record (the ring buffer refused it).
@@ -66,7 +81,11 @@ struct PerCpu {
 impl PerCpu {
     const fn new() -> Self {
         PerCpu {
+            calls: AtomicU64::new(0),
             hits: AtomicU64::new(0),
+            recursion: AtomicU64::new(0),
+            recursion_word: TraceRecursion::new(),
+            ctx: [const { AtomicU32::new(0) }; 4],
             stopped: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             comms: comms::CommTable::new(),
@@ -108,7 +127,26 @@ fn nr_cpus() -> usize {
     platform::KernelCpu.possible_cpus() as usize
 }
 
-/// The ftrace callback (`ftrace_func_t`), called by ftrace for every function the filter admits.
+/// CPU `cpu`'s dispatcher recursion word.
+pub(crate) fn recursion_word(cpu: usize) -> &'static TraceRecursion {
+    &CPUS[cpu.min(MAX_CPUS - 1)].recursion_word
+}
+
+/// The context word the callback captured on CPU `cpu` for execution context `ec`.
+pub(crate) fn captured_ctx(cpu: usize, ec: ExecContext) -> TraceCtx {
+    TraceCtx(CPUS[cpu.min(MAX_CPUS - 1)].ctx[ec as usize].load(Ordering::Relaxed))
+}
+
+/// The module's ops list: RCU for reclamation, the kernel task for context and recursion.
+static DISPATCHER: Dispatcher<platform::KernelRcu, platform::KernelTask> =
+    Dispatcher::new(platform::KernelRcu, platform::KernelTask);
+/// Counts the calls the dispatcher delivers, per CPU.
+static COUNTER_OPS: FtraceOps = FtraceOps::new(count_call, OpsFlags::empty());
+/// The function tracer.
+static FUNCTION_OPS: FtraceOps = FtraceOps::new(function_trace_call, OpsFlags::empty());
+
+/// The ftrace callback (`ftrace_func_t`), called by ftrace for every function the kernel-side
+/// filter admits: hands the call to the ftrace-core dispatcher with preemption disabled.
 ///
 /// # Safety
 /// Called by ftrace only, with the arguments of `ftrace_func_t`.
@@ -119,33 +157,59 @@ pub unsafe extern "C" fn rfl_rs_ftrace_callback(
     _op: *mut c_void,
     _fregs: *mut c_void,
 ) {
+    // The traced code's own context, before we add a preemption level: the task's preempt
+    // count and irq state do not change if it migrates before the next line.
+    let raw = platform::KernelTask.raw();
     // SAFETY: paired with the enable below; notrace.
     unsafe { shim::rfl_shim_preempt_disable() };
     let cpu = platform::KernelCpu.current_cpu() as usize;
-    if let (Some(pc), Some(t)) = (CPUS.get(cpu), instance()) {
-        pc.hits.fetch_add(1, Ordering::Relaxed);
-        if !RECORDING.load(Ordering::Acquire) {
-            pc.stopped.fetch_add(1, Ordering::Relaxed);
-        } else if let Some(buf) = t.buffer.cpu(cpu) {
-            let task = platform::KernelTask;
-            let sink = tracing::CpuSink {
-                buf,
-                clock: &platform::LocalClock,
-            };
-            // TEMPORARY GLUE until the ftrace-core dispatcher lands on main: the function
-            // tracer is called directly (the kernel's ftrace_set_filter() already filtered).
-            if t
-                .tracer
-                .trace_call(ip as u64, parent_ip as u64, &AdmitAll, &task, &sink)
-            {
-                pc.comms.record(task.current_pid());
-            } else {
-                pc.refused.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+    if let Some(pc) = CPUS.get(cpu) {
+        pc.calls.fetch_add(1, Ordering::Relaxed);
+        let ec = platform::exec_context_from(&raw);
+        pc.ctx[ec as usize].store(platform::trace_ctx_from(&raw).0, Ordering::Relaxed);
+        DISPATCHER.call(ip as u64, parent_ip as u64, None);
     }
     // SAFETY: paired with the disable above.
     unsafe { shim::rfl_shim_preempt_enable() };
+}
+
+/// COUNTER_OPS' callback.
+fn count_call(_ip: u64, _parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
+    let cpu = platform::KernelCpu.current_cpu() as usize;
+    if let Some(pc) = CPUS.get(cpu) {
+        pc.hits.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// FUNCTION_OPS' callback (`function_trace_call`): under the function tracer's recursion bit,
+/// records `ip <- parent_ip` into this CPU's buffer unless a reader stopped recording.
+fn function_trace_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
+    let task = platform::KernelTask;
+    let cpu = platform::KernelCpu.current_cpu() as usize;
+    let (Some(pc), Some(t)) = (CPUS.get(cpu), instance()) else {
+        return;
+    };
+    let Some(_bit) = recursion_word(cpu).try_lock_ftrace(task.exec_context()) else {
+        pc.recursion.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if !RECORDING.load(Ordering::Acquire) {
+        pc.stopped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let Some(buf) = t.buffer.cpu(cpu) else {
+        return;
+    };
+    let sink = tracing::CpuSink {
+        buf,
+        clock: &platform::LocalClock,
+    };
+    // The kernel's ftrace_set_filter() already filtered the call sites: admit every ip.
+    if t.tracer.trace_call(ip, parent_ip, &AdmitAll, &task, &sink) {
+        pc.comms.record(task.current_pid());
+    } else {
+        pc.refused.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// pid -> comm over every CPU's table.
@@ -226,7 +290,9 @@ pub unsafe extern "C" fn rfl_rs_show_trace(m: *mut shim::SeqFile) {
 }
 
 /// `<debugfs>/ftrace_rs/stats`: per CPU, `cpu: N`, the ring buffer's `per_cpu/cpuN/stats`
-/// lines, then the callback's own counters.
+/// lines, then the module's counters: `calls` (kernel callback), `hits` (delivered by the
+/// dispatcher), `recursion` (refused by the tracer's recursion bit), `stopped` (recording
+/// stopped by a reader), `refused` (refused by the ring buffer).
 ///
 /// # Safety
 /// `m` is the seq_file of the show callback.
@@ -241,7 +307,9 @@ pub unsafe extern "C" fn rfl_rs_show_stats(m: *mut shim::SeqFile) {
         if let Some(buf) = t.buffer.cpu(cpu) {
             let _ = buf.stats(now).write_to(&mut w, true);
         }
+        let _ = writeln!(w, "calls: {}", pc.calls.load(Ordering::Relaxed));
         let _ = writeln!(w, "hits: {}", pc.hits.load(Ordering::Relaxed));
+        let _ = writeln!(w, "recursion: {}", pc.recursion.load(Ordering::Relaxed));
         let _ = writeln!(w, "stopped: {}", pc.stopped.load(Ordering::Relaxed));
         let _ = writeln!(w, "refused: {}", pc.refused.load(Ordering::Relaxed));
     }
@@ -282,18 +350,29 @@ impl kernel::Module for FtraceRs {
             unsafe { *INSTANCE.0.get() = None };
             return Err(Error::from_errno(r));
         }
-        RECORDING.store(true, Ordering::Release);
-        // SAFETY: process context; the callback and everything it touches are statics.
-        let r = unsafe { shim::rfl_shim_register() };
-        if r != 0 {
+        let fail = |r: c_int| {
+            let _ = DISPATCHER.unregister(&FUNCTION_OPS);
+            let _ = DISPATCHER.unregister(&COUNTER_OPS);
             RECORDING.store(false, Ordering::Release);
-            // SAFETY: created above; no callback ran (registration failed).
+            // SAFETY: created above; no callback runs (the kernel ops is not registered).
             unsafe {
                 shim::rfl_shim_debugfs_remove();
                 *INSTANCE.0.get() = None;
             }
+            Error::from_errno(r)
+        };
+        for op in [&COUNTER_OPS, &FUNCTION_OPS] {
+            if let Err(e) = DISPATCHER.register(op) {
+                pr_err!("dispatcher register: {:?}\n", e);
+                return Err(fail(e.to_kernel_return()));
+            }
+        }
+        RECORDING.store(true, Ordering::Release);
+        // SAFETY: process context; the callback and everything it touches are statics.
+        let r = unsafe { shim::rfl_shim_register() };
+        if r != 0 {
             pr_err!("register failed: {}\n", r);
-            return Err(Error::from_errno(r));
+            return Err(fail(r));
         }
         // SAFETY: the filter parameter is a NUL-terminated string owned by the module.
         let filter = unsafe { core::ffi::CStr::from_ptr(shim::rfl_shim_filter()) };
@@ -312,11 +391,25 @@ impl Drop for FtraceRs {
         // SAFETY: registered in init; unregistering waits for every callback in flight.
         let r = unsafe { shim::rfl_shim_unregister() };
         RECORDING.store(false, Ordering::Release);
+        let d = (
+            DISPATCHER.unregister(&FUNCTION_OPS),
+            DISPATCHER.unregister(&COUNTER_OPS),
+        );
+        if d.0.is_err() || d.1.is_err() {
+            pr_err!("dispatcher unregister: {:?}\n", d);
+        }
         // SAFETY: created in init; debugfs waits for open files' operations to finish.
         unsafe { shim::rfl_shim_debugfs_remove() };
+        let calls: u64 = CPUS.iter().map(|c| c.calls.load(Ordering::Relaxed)).sum();
         let hits: u64 = CPUS.iter().map(|c| c.hits.load(Ordering::Relaxed)).sum();
         let recorded = instance().map_or(0, |t| t.tracer.recorded());
-        pr_info!("unregister={} hits={} recorded={}\n", r, hits, recorded);
+        pr_info!(
+            "unregister={} calls={} hits={} recorded={}\n",
+            r,
+            calls,
+            hits,
+            recorded
+        );
         // SAFETY: no callback (unregistered) and no reader (files removed) can run any more.
         unsafe { *INSTANCE.0.get() = None };
     }

@@ -152,6 +152,21 @@ notrace void rfl_shim_synchronize(void)
 	synchronize_rcu();
 }
 
+notrace void rfl_shim_rcu_read_lock(void)
+{
+	rcu_read_lock();
+}
+
+notrace void rfl_shim_rcu_read_unlock(void)
+{
+	rcu_read_unlock();
+}
+
+notrace int rfl_shim_rcu_is_watching(void)
+{
+	return rcu_is_watching();
+}
+
 notrace int rfl_shim_sprint_symbol(char *buf, unsigned long addr)
 {
 	return sprint_symbol(buf, addr);

@@ -54,6 +54,9 @@ void rfl_shim_current_comm(char out[16]);
 void *rfl_shim_alloc(size_t size, size_t align);
 void rfl_shim_free(void *ptr, size_t size);
 void rfl_shim_synchronize(void);
+void rfl_shim_rcu_read_lock(void);
+void rfl_shim_rcu_read_unlock(void);
+int rfl_shim_rcu_is_watching(void);
 
 /* Symbols: "name+0xoff/0xsize [module]" into buf (KSYM_SYMBOL_LEN bytes). */
 int rfl_shim_sprint_symbol(char *buf, unsigned long addr);

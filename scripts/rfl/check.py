@@ -152,7 +152,9 @@ def check_buffers(c, tag, files, trace_name, stats_name, filt):
             commit_overrun = int(s["commit overrun"])
             dropped = int(s["dropped events"])
             read = int(s["read events"])
+            calls = int(s["calls"])
             hits = int(s["hits"])
+            recursion = int(s["recursion"])
             stopped = int(s["stopped"])
             refused = int(s["refused"])
         except (KeyError, ValueError) as e:
@@ -164,11 +166,15 @@ def check_buffers(c, tag, files, trace_name, stats_name, filt):
         c.check(f"{tag}CPU {cpu} stats entries == its trace lines",
                 entries == len(per_cpu.get(cpu, [])),
                 f"stats {entries}, lines {len(per_cpu.get(cpu, []))}")
-        # Every callback is accounted for: recorded (still there, overwritten or read), or not
-        # recorded because a reader had stopped recording, or refused by the ring buffer.
-        c.check(f"{tag}CPU {cpu} hits == entries + overrun + read + stopped + refused",
-                hits == entries + overrun + read + stopped + refused,
-                f"hits {hits} vs {entries}+{overrun}+{read}+{stopped}+{refused}")
+        # Every call the dispatcher delivered is accounted for: recorded (still there,
+        # overwritten or read), or not recorded because of the tracer's recursion bit, because
+        # a reader had stopped recording, or because the ring buffer refused it. Nothing here
+        # recurses, so the dispatcher delivered every kernel callback.
+        c.check(f"{tag}CPU {cpu} dispatcher delivered every call (calls == hits)",
+                calls == hits, f"calls {calls}, hits {hits}")
+        c.check(f"{tag}CPU {cpu} hits == entries + overrun + read + recursion + stopped + refused",
+                hits == entries + overrun + read + recursion + stopped + refused,
+                f"hits {hits} vs {entries}+{overrun}+{read}+{recursion}+{stopped}+{refused}")
         c.check(f"{tag}CPU {cpu} refused == dropped + commit overrun",
                 refused == dropped + commit_overrun,
                 f"refused {refused}, dropped {dropped}, commit overrun {commit_overrun}")

@@ -46,6 +46,9 @@ extern "C" {
     pub(crate) fn rfl_shim_alloc(size: usize, align: usize) -> *mut c_void;
     pub(crate) fn rfl_shim_free(ptr: *mut c_void, size: usize);
     pub(crate) fn rfl_shim_synchronize();
+    pub(crate) fn rfl_shim_rcu_read_lock();
+    pub(crate) fn rfl_shim_rcu_read_unlock();
+    pub(crate) fn rfl_shim_rcu_is_watching() -> c_int;
 
     pub(crate) fn rfl_shim_sprint_symbol(buf: *mut c_char, addr: usize) -> c_int;
     pub(crate) fn rfl_shim_ksym_symbol_len() -> c_uint;
