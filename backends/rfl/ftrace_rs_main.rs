@@ -6,7 +6,7 @@
 //! dispatcher, on which the module registered two ops of its own: a per-CPU hit counter, and
 //! the ftrace-tracers function tracer, which writes a `struct ftrace_entry` into this CPU's
 //! ftrace-ringbuf buffer (pages from the kernel's page allocator, stamped with
-//! `local_clock()`). Two ops make every call take the dispatcher's list walk, with its
+//! `trace_clock_local()`). Two ops make every call take the dispatcher's list walk, with its
 //! recursion guard and RCU read-side section. Then preemption is re-enabled. `<debugfs>/ftrace_rs/trace` prints the buffers with ftrace-tracers' formatter in
 //! the kernel's `trace` format; `<debugfs>/ftrace_rs/stats` prints the per-CPU counters.
 //!

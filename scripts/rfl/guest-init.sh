@@ -8,6 +8,7 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing
 . /rfl.conf
 OUT=/dev/ttyS1
 stty -F $OUT raw -echo 2>/dev/null
@@ -66,6 +67,36 @@ else
   echo "RFL: flood read FAILED"
 fi
 if rmmod ftrace_rs; then echo "RFL: flood rmmod ok"; else echo "RFL: flood rmmod FAILED"; fi
+
+# Pass 3: the kernel's own function tracer (same filter) records alongside the module.
+T=/sys/kernel/tracing
+if insmod /lib/modules/ftrace_rs.ko filter="$FILTER"; then
+  echo "RFL: compare insmod ok"
+else
+  echo "RFL: compare insmod FAILED"
+fi
+if echo "$FILTER" > $T/set_ftrace_filter && echo function > $T/current_tracer; then
+  echo "RFL: kernel function tracer on"
+fi
+i=0
+while [ $i -lt 5 ]; do
+  for cpu in 0 1; do
+    taskset $((1 << cpu)) sh -c 'echo "RFL: compare cpu='$cpu' pid=$$"; exec dd if=/proc/version of=/dev/null bs=4096 2>/dev/null'
+  done
+  i=$((i + 1))
+done
+echo 0 > $T/tracing_on
+if (exec 3<$D/trace && {
+      echo "RFL-FILE compare-stats"; cat $D/stats; echo "RFL-END"
+      echo "RFL-FILE compare-trace"; cat <&3; echo "RFL-END"
+      echo "RFL-FILE kernel-trace"; cat $T/trace; echo "RFL-END"
+    } > $OUT); then
+  echo "RFL: compare read ok"
+else
+  echo "RFL: compare read FAILED"
+fi
+echo nop > $T/current_tracer   # (this also empties the kernel's buffer)
+if rmmod ftrace_rs; then echo "RFL: compare rmmod ok"; else echo "RFL: compare rmmod FAILED"; fi
 dmesg | grep -E "ftrace_rs|BUG|Oops|WARNING|Call Trace" | sed 's/^/RFL-DMESG: /'
 echo "RFL: DONE"
 reboot -f

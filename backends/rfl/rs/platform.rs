@@ -13,8 +13,8 @@ use ftrace_core::recursion::TraceRecursion;
 
 use crate::shim;
 
-/// The `local` trace clock: the kernel's `local_clock()` (per-CPU `sched_clock`, ns), the
-/// kernel's own default trace clock.
+/// The `local` trace clock: the kernel's own default trace clock, `trace_clock_local()`
+/// (`sched_clock()`, ns), so our timestamps and the kernel's `trace` file's are comparable.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct LocalClock;
 
@@ -24,7 +24,7 @@ impl TraceClock for LocalClock {
     #[inline]
     fn now_ns(&self) -> u64 {
         // SAFETY: exported, notrace, callable from any context (NMI included).
-        unsafe { shim::local_clock() }
+        unsafe { shim::trace_clock_local() }
     }
 }
 

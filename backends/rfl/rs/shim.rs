@@ -57,8 +57,8 @@ extern "C" {
     pub(crate) fn rfl_shim_debugfs_remove();
     pub(crate) fn rfl_shim_seq_write(m: *mut SeqFile, data: *const c_void, len: usize);
 
-    /// The `local` trace clock: `sched_clock` per CPU, ns (exported, notrace on x86).
-    pub(crate) fn local_clock() -> u64;
+    /// The kernel's `local` trace clock (`sched_clock()`, ns; exported, notrace).
+    pub(crate) fn trace_clock_local() -> u64;
 }
 
 /// A `core::fmt::Write` sink that appends to a `seq_file`.
