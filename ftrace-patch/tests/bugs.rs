@@ -524,3 +524,32 @@ fn corrupted_bl_slot_leaves_the_literal_alone_too() {
         &0xaaaa_0000u64.to_le_bytes()
     );
 }
+
+#[test]
+fn module_records_start_disabled_and_are_recounted_when_enabled() {
+    let (mut text, mut recs) = segment(SiteForm::X86Nop5, 3);
+    for r in &mut recs {
+        r.flags = RecFlags::DISABLED; // module init text not ready yet
+    }
+    let mut table = RecordTable::new(recs).unwrap();
+    let op = TestOps {
+        flags: OpsRecFlags::SAVE_REGS,
+        ..Default::default()
+    };
+    let ops: [&dyn RecordOps; 1] = [&op];
+    table.ops_enable(&op, &ops).unwrap();
+    assert!(table.records().iter().all(|r| r.count() == 0));
+    let st = table.replace_code_all(&mut text, &pass(&ops, true), &mut |b| panic!("{b}"));
+    assert_eq!(st.updated, 0);
+    // ftrace_module_enable: the ops already registered are counted in
+    table.set_disabled(1, false, &ops);
+    let r = table.records()[1];
+    assert_eq!((r.count(), r.flags.contains(RecFlags::REGS)), (1, true));
+    let st = table.replace_code_all(&mut text, &pass(&ops, true), &mut |b| panic!("{b}"));
+    assert_eq!(st.updated, 1);
+    assert_eq!(
+        text.bytes(r.ip, 5),
+        &x86::encode_call(r.ip, TARGETS.regs_caller).unwrap()
+    );
+    assert_eq!(text.bytes(table.records()[0].ip, 5), &x86::NOP5);
+}

@@ -410,7 +410,7 @@ fn random_run(form: SiteForm, n: usize, steps: Vec<(Want, u8)>) -> Result<(), Te
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4096, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn random_batches_never_tear(
