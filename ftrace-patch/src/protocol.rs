@@ -568,3 +568,23 @@ pub fn apply<P: TextPoke>(
     }
     st
 }
+
+/// Rewrites one instruction with `protocol` (the kernel's `smp_text_poke_single()`, formerly
+/// `text_poke_bp()`): e.g. the `call ftrace_stub` at a trampoline's `ftrace_call` label
+/// (`ftrace_update_ftrace_func()`). `old` is verified first; on failure the status says why and
+/// nothing was written (or, for a failed write, the old bytes are back).
+pub fn poke_single<P: TextPoke>(
+    text: &mut P,
+    arch: Arch,
+    addr: u64,
+    old: &[u8],
+    new: &[u8],
+    protocol: Protocol,
+) -> Result<(), SiteStatus> {
+    let mut site = [PokeSite::insn(arch, addr, old, new, 0)];
+    apply(text, arch, &mut site, protocol);
+    match site[0].status() {
+        SiteStatus::Done => Ok(()),
+        s => Err(s),
+    }
+}

@@ -424,3 +424,37 @@ proptest! {
         random_run(form, n, steps)?;
     }
 }
+
+#[test]
+fn poke_single_retargets_a_trampoline_call() {
+    let mut text = ftrace_patch::sim::SimText::new(0x10_0000, 0x1000);
+    let label = 0x10_0040u64; // `ftrace_call:` inside a trampoline
+    let stub = x86::encode_call(label, 0x10_0800).unwrap();
+    let func = x86::encode_call(label, 0x10_0900).unwrap();
+    text.poke(label, &stub);
+    let mut model = ExecutorModel::new(text, Arch::X86_64);
+    model.expect(label, &stub, &func);
+    ftrace_patch::protocol::poke_single(
+        &mut model,
+        Arch::X86_64,
+        label,
+        &stub,
+        &func,
+        Protocol::Auto,
+    )
+    .unwrap();
+    model.check_final(&[]);
+    assert!(model.violations.is_empty(), "{:?}", model.violations);
+    assert!(model.observed.breakpoints > 0);
+    // the old bytes are checked: a second identical request no longer matches
+    let r = ftrace_patch::protocol::poke_single(
+        &mut model,
+        Arch::X86_64,
+        label,
+        &stub,
+        &func,
+        Protocol::Auto,
+    );
+    assert_eq!(r, Err(ftrace_patch::protocol::SiteStatus::Mismatch));
+    assert_eq!(model.text.bytes(label, 5), &func);
+}
