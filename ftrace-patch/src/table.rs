@@ -136,7 +136,9 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
         }
     }
 
-    /// Whether any record needs rewriting for `enable` (`ftrace_test_record() != IGNORE`).
+    /// Whether any record's flags ask for a rewrite for `enable` (`ftrace_test_record() !=
+    /// IGNORE`). [`RecordTable::replace_code`] also retargets enabled sites whose trampoline
+    /// changed without a flag change, which this does not see.
     pub fn needs_update(&self, enable: bool) -> bool {
         self.records()
             .iter()
@@ -145,7 +147,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
 
     /// An ops was registered and enabled (`ftrace_hash_rec_enable`): every record it admits
     /// gains a reference. `ops` is the list of enabled ops *including* `op`. Returns whether some
-    /// site now needs rewriting. `EBUSY` (and no change) if `op` is `IPMODIFY` (`DIRECT`) and a
+    /// site may now need rewriting (its flags changed, or it is enabled and its users changed). `EBUSY` (and no change) if `op` is `IPMODIFY` (`DIRECT`) and a
     /// function it admits already has an `IPMODIFY` (`DIRECT`) ops.
     pub fn ops_enable(
         &mut self,
@@ -278,7 +280,9 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                     false,
                 );
             }
-            update |= r.check(true) != Update::Ignore;
+            // an enabled site whose users changed may need another trampoline even when its
+            // flags do not say so
+            update |= r.check(true) != Update::Ignore || r.flags.contains(RecFlags::ENABLED);
         }
         Ok(update)
     }

@@ -264,6 +264,39 @@ fn check_bytes(m: &Model, text: &SimText) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The bytes of each site (window and literal) in `text`.
+fn site_bytes(table: &RecordTable<Vec<DynFtrace>>, text: &SimText) -> Vec<Vec<u8>> {
+    table
+        .records()
+        .iter()
+        .map(|r| {
+            let mut out = text.bytes(r.ip, r.form().window_len()).to_vec();
+            if r.form().has_call_ops() {
+                out.extend_from_slice(text.bytes(aarch64::call_ops_literal(r.ip), 8));
+            }
+            out
+        })
+        .collect()
+}
+
+/// The site bytes an enabling pass would produce now (on copies).
+fn dry_run(
+    table: &RecordTable<Vec<DynFtrace>>,
+    text: &SimText,
+    ops: &[&dyn RecordOps],
+) -> Vec<Vec<u8>> {
+    let mut t = RecordTable::new(table.records().to_vec()).unwrap();
+    let mut text = text.clone();
+    let pass = UpdatePass {
+        targets: &TARGETS,
+        ops,
+        enable: true,
+        protocol: Protocol::StopMachine,
+    };
+    t.replace_code_all(&mut text, &pass, &mut |_| {});
+    site_bytes(&t, &text)
+}
+
 fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> {
     // one segment per form: build the text by hand so each record has its own form
     let arch = forms[0].arch();
@@ -297,6 +330,13 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
     };
     let set = |v: &[usize]| -> BTreeSet<u64> { v.iter().map(|&i| ips[i]).collect() };
     for a in actions {
+        // what an enabling pass would do before this action
+        let before = {
+            let list = m.list();
+            let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
+            dry_run(&table, &text, &dl)
+        };
+        let mut said_no_change = false;
         match a {
             Action::Register {
                 slot,
@@ -329,6 +369,7 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                 let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
                 let op = m.ops[slot].as_ref().unwrap();
                 let r = table.ops_enable(op, &dl);
+                said_no_change = r == Ok(false);
                 if conflict {
                     prop_assert_eq!(r, Err(Errno::EBUSY));
                     m.ops[slot] = None;
@@ -344,7 +385,7 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                 m.order.retain(|&s| s != slot);
                 let list = m.list();
                 let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
-                table.ops_disable(&op, &dl);
+                said_no_change = !table.ops_disable(&op, &dl);
             }
             Action::SetFilter(slot, ref v) | Action::SetNotrace(slot, ref v) => {
                 let Some(old) = m.ops[slot].clone() else {
@@ -361,6 +402,7 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                 let list = m.list();
                 let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
                 let r = table.ops_modify(&old, m.ops[slot].as_ref().unwrap(), &dl);
+                said_no_change = r == Ok(false);
                 if conflict {
                     prop_assert_eq!(r, Err(Errno::EBUSY));
                     m.ops[slot] = Some(old);
@@ -430,6 +472,24 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
             }
         }
         check_flags(&m, &table)?;
+        if said_no_change {
+            // "no rewrite needed" means the change created no new work: a site a pass would
+            // have left alone before is still left alone
+            let list = m.list();
+            let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
+            let after = dry_run(&table, &text, &dl);
+            let now = site_bytes(&table, &text);
+            for i in 0..NREC {
+                if before[i] == now[i] {
+                    prop_assert_eq!(
+                        &after[i],
+                        &now[i],
+                        "record {} needs a rewrite nobody announced",
+                        i
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }
