@@ -435,9 +435,12 @@ pub fn apply<P: TextPoke>(
         let n = s.len();
         if text.read_text(s.addr, &mut cur[..n]).is_err() {
             s.set_status(SiteStatus::ReadFault);
-        } else if cur[..n] != *s.old {
-            s.actual = SiteBytes::new(&cur[..n]);
-            s.set_status(SiteStatus::Mismatch);
+        } else {
+            let found = SiteBytes::new(&cur[..n]);
+            if found != s.old {
+                s.actual = found;
+                s.set_status(SiteStatus::Mismatch);
+            }
         }
     }
     // 2. Per record group: if any site failed, skip the rest; else write its data (literals

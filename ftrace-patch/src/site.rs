@@ -71,10 +71,16 @@ impl SiteBytes {
         bytes: [0; 8],
     };
 
-    /// Copies `b` (at most 8 bytes; longer input is a caller bug and panics).
+    /// Copies `b` (at most 8 bytes; longer input is a caller bug and panics). The unused tail
+    /// is zero, so two values compare equal exactly when their bytes do.
+    #[inline]
     pub fn new(b: &[u8]) -> Self {
+        assert!(b.len() <= 8, "a patch window is at most 8 bytes");
         let mut bytes = [0; 8];
-        bytes[..b.len()].copy_from_slice(b);
+        // a short fixed loop: no memcpy call for a handful of bytes
+        for (d, s) in bytes.iter_mut().zip(b) {
+            *d = *s;
+        }
         SiteBytes {
             len: b.len() as u8,
             bytes,
@@ -90,6 +96,7 @@ impl SiteBytes {
 
 impl Deref for SiteBytes {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
