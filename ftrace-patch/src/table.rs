@@ -234,11 +234,19 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                     continue;
                 }
                 r.flags.0 -= 1;
+                // IPMODIFY / DIRECT stay while a remaining ops has them (two can meet on a
+                // module record counted in by `set_disabled`)
+                let (ip, left) = (r.ip, r.count());
+                let remaining = |flag: OpsRecFlags| {
+                    left > 0 && find_op(ops, ip, |o| o.flags().contains(flag)).is_some()
+                };
                 if oflags.contains(OpsRecFlags::IPMODIFY) {
-                    r.flags.set(RecFlags::IPMODIFY, false);
+                    r.flags
+                        .set(RecFlags::IPMODIFY, remaining(OpsRecFlags::IPMODIFY));
                 }
                 if fl.contains(OpsRecFlags::DIRECT) {
-                    r.flags.set(RecFlags::DIRECT, false);
+                    r.flags
+                        .set(RecFlags::DIRECT, remaining(OpsRecFlags::DIRECT));
                 }
                 // REGS only while some remaining ops wants it (`test_rec_ops_needs_regs`).
                 if r.flags.contains(RecFlags::REGS) && fl.contains(OpsRecFlags::SAVE_REGS) {
