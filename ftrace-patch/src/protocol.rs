@@ -572,6 +572,20 @@ pub fn apply<P: TextPoke>(
     st
 }
 
+/// Resolves a breakpoint trap that arrives after its batch was disarmed (a userspace `SIGTRAP`
+/// delivered late), from a sorted array of every site address (which a signal handler can
+/// read without locks): at a site whose `head` (read now) is no longer the breakpoint, restart;
+/// otherwise not ours.
+pub fn late_trap(arch: Arch, sites: &[u64], bp_addr: u64, head: &[u8]) -> TrapAction {
+    let bp = arch.breakpoint();
+    let is_bp = head.len() >= bp.len() && head[..bp.len()] == *bp;
+    if !is_bp && sites.binary_search(&bp_addr).is_ok() {
+        TrapAction::Restart { pc: bp_addr }
+    } else {
+        TrapAction::NotOurs
+    }
+}
+
 /// Rewrites one instruction with `protocol` (the kernel's `smp_text_poke_single()`, formerly
 /// `text_poke_bp()`): e.g. the `call ftrace_stub` at a trampoline's `ftrace_call` label
 /// (`ftrace_update_ftrace_func()`). `old` is verified first; on failure the status says why and

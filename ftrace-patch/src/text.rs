@@ -12,7 +12,7 @@
 //!   `Emulate(Call { target, ret })` → push `ret` below the interrupted stack pointer, `rip =
 //!   target`; `Emulate(Skip { next })` → `rip = next`; `Restart { pc }` → `rip = pc`;
 //!   `NotOurs` → the previous handler. With no table published (a late signal), it asks
-//!   [`crate::RecordTable::late_trap`].
+//!   [`crate::protocol::late_trap`] with a sorted array of every site address.
 //! - `breakpoints_disarmed`: clear the pointer, then wait until no handler is inside (a counter).
 //! - `stop_others`: `tgkill(SIGUSR2)` every other thread; each parks in its handler; run `patch`;
 //!   before releasing, each parked thread replaces its saved `rip` with
@@ -73,6 +73,6 @@ pub trait TextPoke {
     /// The batch is finished: after this returns no handler may use the table any more (wait
     /// for handlers in flight, like the kernel's descriptor refcount). Traps that arrive later
     /// (a userspace signal can be delivered after the batch) are resolved with
-    /// [`crate::RecordTable::late_trap`].
+    /// [`crate::protocol::late_trap`].
     fn breakpoints_disarmed(&mut self) {}
 }

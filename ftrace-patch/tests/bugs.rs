@@ -363,6 +363,14 @@ fn handler_lookups() {
     );
     assert_eq!(table.late_trap(ip, &[x86::INT3]), TrapAction::NotOurs);
     assert_eq!(table.late_trap(ip + 1, &[0x1f]), TrapAction::NotOurs);
+    // the lock-free variant over a plain address array agrees
+    let addrs: Vec<u64> = table.records().iter().map(|r| r.ip).collect();
+    for (a, h) in [(ip, x86::NOP5[0]), (ip, x86::INT3), (ip + 1, 0x1f)] {
+        assert_eq!(
+            ftrace_patch::protocol::late_trap(Arch::X86_64, &addrs, a, &[h]),
+            table.late_trap(a, &[h])
+        );
+    }
     // a table whose sites were never armed resolves nothing
     let sites = [PokeSite::insn(
         Arch::X86_64,
