@@ -561,3 +561,67 @@ fn module_records_start_disabled_and_are_recounted_when_enabled() {
     );
     assert_eq!(text.bytes(table.records()[0].ip, 5), &x86::NOP5);
 }
+
+/// Writes to `site` succeed `allow` times, then fail.
+struct Flaky {
+    text: SimText,
+    site: u64,
+    allow: usize,
+}
+
+impl ftrace_patch::TextPoke for Flaky {
+    fn read_text(&mut self, a: u64, b: &mut [u8]) -> Result<(), ftrace_patch::TextFault> {
+        self.text.read_text(a, b)
+    }
+    fn write_text(&mut self, a: u64, b: &[u8]) -> Result<(), ftrace_patch::TextFault> {
+        if a < self.site + 5 && a + b.len() as u64 > self.site {
+            if self.allow == 0 {
+                return Err(ftrace_patch::TextFault { addr: a });
+            }
+            self.allow -= 1;
+        }
+        self.text.write_text(a, b)
+    }
+    fn sync_cores(&mut self) {}
+    fn stop_others(&mut self, _: &ftrace_patch::StopFixup<'_>, f: &mut dyn FnMut(&mut Self)) {
+        f(self)
+    }
+}
+
+#[test]
+fn a_breakpoint_that_cannot_be_removed_is_reported() {
+    use ftrace_patch::protocol::{self, SiteStatus};
+    for (allow, status, head) in [
+        // int3 lands, the tail write fails, and so does putting the old head back
+        (1, SiteStatus::StuckOld, x86::INT3),
+        // int3 and tail land, the new head does not
+        (2, SiteStatus::Stuck, x86::INT3),
+        // the int3 itself fails: nothing was written
+        (0, SiteStatus::WriteFault, x86::NOP5[0]),
+    ] {
+        let (text, recs) = segment(SiteForm::X86Nop5, 1);
+        let ip = recs[0].ip;
+        let mut t = Flaky {
+            text,
+            site: ip,
+            allow,
+        };
+        let new = x86::encode_call(ip, TARGETS.caller).unwrap();
+        let mut sites = [PokeSite::insn(Arch::X86_64, ip, &x86::NOP5, &new, 0)];
+        let st = protocol::apply(&mut t, Arch::X86_64, &mut sites, Protocol::Auto);
+        assert_eq!((st.done, st.failed), (0, 1));
+        assert_eq!(sites[0].status(), status, "allow {allow}");
+        assert_eq!(t.text.bytes(ip, 1), &[head]);
+        // what a late trap there would be told: emulate what the rest of the window holds
+        let bt = ftrace_patch::BreakpointTable::new(Arch::X86_64, &sites);
+        let want = match status {
+            SiteStatus::StuckOld => TrapAction::Emulate(Emulation::Skip { next: ip + 5 }),
+            SiteStatus::Stuck => TrapAction::Emulate(Emulation::Call {
+                target: TARGETS.caller,
+                ret: ip + 5,
+            }),
+            _ => TrapAction::NotOurs,
+        };
+        assert_eq!(bt.trap(ip, &[x86::INT3]), want, "allow {allow}");
+    }
+}
