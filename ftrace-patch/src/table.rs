@@ -10,7 +10,9 @@
 use ftrace_core::Errno;
 
 use crate::aarch64;
-use crate::bug::{BugReason, BugType, FtraceBug};
+use ftrace_core::symbols::SymbolTable;
+
+use crate::bug::{BugReason, BugType, FtraceBug, fmt_sym, fmt_sym_name};
 use crate::ops::{CallTargets, OpsRecFlags, RecordOps};
 use crate::protocol::{self, Method, PokeSite, Protocol, SiteStatus, TrapAction};
 use crate::record::{DynFtrace, RecFlags, Update};
@@ -293,6 +295,69 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
             update |= r.check(true) != Update::Ignore || r.flags.contains(RecFlags::ENABLED);
         }
         Ok(update)
+    }
+
+    /// `enabled_functions` (or, with `touched`, `touched_functions`) as Linux 6.12 prints it:
+    /// for each record that is `ENABLED` (`TOUCHED`), `%ps`, the flag columns
+    /// ([`DynFtrace::write_enabled_columns`]), then with `TRAMP_EN` one
+    /// `"\ttramp: %pS (%pS) ->%pS"` per trampoline ops admitting it (trampoline, callback, and
+    /// the callback the trampoline calls), with `CALL_OPS_EN` `"\tops: %pS (%pS)"`, with
+    /// `DIRECT` `"\n\tdirect-->%pS"`, and a newline. `ops` is the enabled list.
+    pub fn write_enabled(
+        &self,
+        out: &mut dyn core::fmt::Write,
+        syms: &dyn SymbolTable,
+        ops: &[&dyn RecordOps],
+        touched: bool,
+    ) -> core::fmt::Result {
+        let shown = if touched {
+            RecFlags::TOUCHED
+        } else {
+            RecFlags::ENABLED
+        };
+        for r in self.records().iter().filter(|r| r.flags.contains(shown)) {
+            fmt_sym_name(out, syms, r.ip)?;
+            r.write_enabled_columns(out)?;
+            if r.flags.contains(RecFlags::TRAMP_EN) {
+                let mut any = false;
+                for o in ops.iter().filter(|o| o.admits(r.ip)) {
+                    if let Some(t) = o.trampoline() {
+                        out.write_str("\ttramp: ")?;
+                        fmt_sym(out, syms, t)?;
+                        out.write_str(" (")?;
+                        fmt_sym(out, syms, o.func())?;
+                        out.write_str(") ->")?;
+                        fmt_sym(out, syms, o.func())?;
+                        any = true;
+                    }
+                }
+                if !any {
+                    out.write_str("\ttramp: ERROR!")?;
+                }
+            }
+            if r.flags.contains(RecFlags::CALL_OPS_EN) {
+                match find_op(ops, r.ip, |_| true).filter(|_| r.count() == 1) {
+                    Some(o) => {
+                        out.write_str("\tops: ")?;
+                        fmt_sym(out, syms, o.ops_addr())?;
+                        out.write_str(" (")?;
+                        fmt_sym(out, syms, o.func())?;
+                        out.write_str(")")?;
+                    }
+                    None => out.write_str("\tops: ERROR!")?,
+                }
+            }
+            if r.flags.contains(RecFlags::DIRECT) {
+                let d = find_op(ops, r.ip, |o| o.flags().contains(OpsRecFlags::DIRECT))
+                    .and_then(|o| o.direct_call(r.ip));
+                if let Some(d) = d {
+                    out.write_str("\n\tdirect-->")?;
+                    fmt_sym(out, syms, d)?;
+                }
+            }
+            out.write_str("\n")?;
+        }
+        Ok(())
     }
 
     /// Marks record `i` disabled (module init text going away) or enables it again

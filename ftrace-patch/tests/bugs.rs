@@ -625,3 +625,99 @@ fn a_breakpoint_that_cannot_be_removed_is_reported() {
         assert_eq!(bt.trap(ip, &[x86::INT3]), want, "allow {allow}");
     }
 }
+
+#[test]
+fn enabled_and_touched_functions_match_linux_6_12_byte_for_byte() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/ftrace-6.12.117/04-function/"
+    );
+    let enabled = std::fs::read_to_string(format!("{dir}enabled_functions.txt")).unwrap();
+    let touched = std::fs::read_to_string(format!("{dir}touched_functions.txt")).unwrap();
+    // the functions of the capture, at their kallsyms addresses (11-kallsyms), sizes made up
+    // except function_trace_call's, which the capture prints (0x110)
+    let funcs = [
+        ("do_sys_openat2", 0xffff_ffff_8145_3d90u64),
+        ("vfs_read", 0xffff_ffff_8145_7340),
+        ("vfs_write", 0xffff_ffff_8145_7c10),
+        ("ksys_read", 0xffff_ffff_8145_8070),
+    ];
+    let tracer_func = 0xffff_ffff_8124_5db0u64;
+    let mut syms = SortedSymbols::new();
+    for (n, a) in funcs {
+        syms.push(n, a, 0x100, None);
+    }
+    syms.push("function_trace_call", tracer_func, 0x110, None);
+    syms.finish();
+    // the function tracer's ops: filtered to the four, with its own allocated trampoline
+    struct FunctionOps(Vec<u64>);
+    impl RecordOps for FunctionOps {
+        fn flags(&self) -> OpsRecFlags {
+            OpsRecFlags::empty()
+        }
+        fn admits(&self, ip: u64) -> bool {
+            self.0.contains(&ip)
+        }
+        fn trampoline(&self) -> Option<u64> {
+            Some(0xffff_ffff_c020_1000)
+        }
+        fn ops_addr(&self) -> u64 {
+            0xffff_ffff_8300_0000
+        }
+        fn func(&self) -> u64 {
+            0xffff_ffff_8124_5db0
+        }
+    }
+    let base = 0xffff_ffff_8145_3000u64;
+    let mut text = SimText::new(base, 0x6000);
+    let mut recs = Vec::new();
+    for (_, a) in funcs {
+        text.poke(a, &x86::NOP5);
+        recs.push(DynFtrace::new(a, SiteForm::X86Nop5));
+    }
+    // a few untraced functions in between
+    for k in 0..3u64 {
+        let a = base + 0x100 + 0x40 * k;
+        text.poke(a, &x86::NOP5);
+        recs.push(DynFtrace::new(a, SiteForm::X86Nop5));
+    }
+    let mut table = RecordTable::new(recs).unwrap();
+    let op = FunctionOps(funcs.iter().map(|f| f.1).collect());
+    let ops: [&dyn RecordOps; 1] = [&op];
+    table.ops_enable(&op, &ops).unwrap();
+    let targets = FixedTargets {
+        caller: base + 0x5000,
+        regs_caller: base + 0x5100,
+        ..TARGETS
+    };
+    let p = UpdatePass {
+        targets: &targets,
+        ops: &ops,
+        enable: true,
+        protocol: Protocol::Auto,
+    };
+    table.replace_code_all(&mut text, &p, &mut |b| panic!("{b}"));
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &ops, false).unwrap();
+    assert_eq!(ours, enabled);
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &ops, true).unwrap();
+    assert_eq!(ours, touched);
+    // after `echo nop > current_tracer`: the sites are NOPs again, touched_functions remembers
+    table.ops_disable(&op, &[]);
+    let p = UpdatePass { ops: &[], ..p };
+    table.replace_code_all(&mut text, &p, &mut |b| panic!("{b}"));
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &[], false).unwrap();
+    let after_nop =
+        std::fs::read_to_string(format!("{dir}enabled_functions_after_nop.txt")).unwrap();
+    assert_eq!(ours, after_nop);
+    assert_eq!(ours, "");
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &[], true).unwrap();
+    assert_eq!(ours.lines().count(), 4);
+    assert!(
+        ours.starts_with("do_sys_openat2 (0)           \n"),
+        "{ours}"
+    );
+}
