@@ -297,6 +297,25 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
         Ok(update)
     }
 
+    /// `available_filter_functions` (or, with `addrs`, `available_filter_functions_addrs`): one
+    /// line per record in address order, `%ps` of the site (`name` or `name [module]`), preceded
+    /// by `"%lx "` of the site address with `addrs`. A site without a symbol prints its address.
+    pub fn write_available(
+        &self,
+        out: &mut dyn core::fmt::Write,
+        syms: &dyn SymbolTable,
+        addrs: bool,
+    ) -> core::fmt::Result {
+        for r in self.records() {
+            if addrs {
+                write!(out, "{:x} ", r.ip)?;
+            }
+            fmt_sym_name(out, syms, r.ip)?;
+            out.write_str("\n")?;
+        }
+        Ok(())
+    }
+
     /// `enabled_functions` (or, with `touched`, `touched_functions`) as Linux 6.12 prints it:
     /// for each record that is `ENABLED` (`TOUCHED`), `%ps`, the flag columns
     /// ([`DynFtrace::write_enabled_columns`]), then with `TRAMP_EN` one

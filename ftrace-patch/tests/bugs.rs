@@ -721,3 +721,34 @@ fn enabled_and_touched_functions_match_linux_6_12_byte_for_byte() {
         "{ours}"
     );
 }
+
+#[test]
+fn available_filter_functions_format_matches_linux_6_12() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/ftrace-6.12.117/03-filter-functions/"
+    );
+    let with_addrs =
+        std::fs::read_to_string(format!("{dir}available_filter_functions_addrs_head50.txt"))
+            .unwrap();
+    let names =
+        std::fs::read_to_string(format!("{dir}available_filter_functions_head50.txt")).unwrap();
+    // the sites and names the capture lists (each site is 4 bytes into its function: endbr64)
+    let mut syms = SortedSymbols::new();
+    let mut recs = Vec::new();
+    for line in with_addrs.lines() {
+        let (a, n) = line.split_once(' ').unwrap();
+        let ip = u64::from_str_radix(a, 16).unwrap();
+        syms.push(n, ip - 4, 0x20, None);
+        recs.push(DynFtrace::new(ip, SiteForm::X86Nop5));
+    }
+    syms.finish();
+    recs.reverse(); // the table sorts
+    let table = RecordTable::new(recs).unwrap();
+    let mut ours = String::new();
+    table.write_available(&mut ours, &syms, true).unwrap();
+    assert_eq!(ours, with_addrs);
+    let mut ours = String::new();
+    table.write_available(&mut ours, &syms, false).unwrap();
+    assert_eq!(ours, names);
+}
