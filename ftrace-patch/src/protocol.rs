@@ -16,7 +16,7 @@
 
 use crate::aarch64;
 use crate::site::{Arch, SiteBytes};
-use crate::sync::{AtomicU8, Ordering};
+use crate::sync::{AtomicU8, Ordering, fence};
 use crate::text::TextPoke;
 use crate::x86;
 
@@ -496,19 +496,22 @@ pub fn apply<P: TextPoke>(
         let head = bp.len();
         let table = BreakpointTable { arch, sites };
         text.breakpoints_armed(&table);
-        // Step 1: breakpoint over every head.
-        // (the status is published before the breakpoint can be hit)
-        for s in pending(Method::Breakpoint) {
-            s.set_status(SiteStatus::Armed);
-            if text.write_text(s.addr, &bp).is_err() {
-                s.set_status(SiteStatus::WriteFault);
-            }
-        }
         let armed = || {
             sites
                 .iter()
                 .filter(|s| s.method == Method::Breakpoint && s.status() == SiteStatus::Armed)
         };
+        // Step 1: breakpoint over every head. Every status is published, and fenced (the
+        // kernel's smp_wmb), before any breakpoint can be hit.
+        for s in pending(Method::Breakpoint) {
+            s.set_status(SiteStatus::Armed);
+        }
+        fence(Ordering::SeqCst);
+        for s in armed() {
+            if text.write_text(s.addr, &bp).is_err() {
+                s.set_status(SiteStatus::WriteFault);
+            }
+        }
         text.sync_cores();
         st.syncs += 1;
         // Step 2: every tail that changes.
