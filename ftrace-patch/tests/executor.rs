@@ -458,3 +458,52 @@ fn poke_single_retargets_a_trampoline_call() {
     assert_eq!(r, Err(ftrace_patch::protocol::SiteStatus::Mismatch));
     assert_eq!(model.text.bytes(label, 5), &func);
 }
+
+#[test]
+fn init_of_aarch64_entries_never_tears() {
+    use ftrace_patch::aarch64::{MOV_X9_X30, NOP, to_bytes};
+    for (call_ops, protocol) in [
+        (false, Protocol::Auto),
+        (true, Protocol::Auto),
+        (false, Protocol::Breakpoint),
+        (true, Protocol::StopMachine),
+    ] {
+        let mut text = ftrace_patch::sim::SimText::new(0x20_0000, 0x1000);
+        let mut entries = Vec::new();
+        for k in 0..4u64 {
+            let e = 0x20_0100 + 0x40 * k;
+            for w in 0..4 {
+                text.poke(e + 4 * w, &to_bytes(NOP));
+            }
+            entries.push(e);
+        }
+        let mut model = ExecutorModel::new(text, Arch::Aarch64);
+        for &e in &entries {
+            let mov = if call_ops { e + 8 } else { e };
+            model.expect(mov, &to_bytes(NOP), &to_bytes(MOV_X9_X30));
+        }
+        let mut out = vec![DynFtrace::default(); entries.len()];
+        let mut scratch: Vec<PokeSite> = (0..4).map(|_| PokeSite::empty()).collect();
+        let kind = InitKind::A64 {
+            call_ops,
+            nop_ops: TARGETS.nop_ops,
+        };
+        let (_, st) = init_records(
+            &mut model,
+            kind,
+            &mut entries,
+            &mut out,
+            protocol,
+            &mut scratch,
+            &mut |b| panic!("{b}"),
+        );
+        assert_eq!(st.failed, 0);
+        model.check_final(&[]);
+        assert!(
+            model.violations.is_empty(),
+            "{call_ops} {protocol:?}: {:?}",
+            model.violations
+        );
+        assert!(model.observed.new > 0);
+    }
+}
