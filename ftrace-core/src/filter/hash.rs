@@ -37,6 +37,7 @@ unsafe impl Send for FtraceHash {}
 unsafe impl Sync for FtraceHash {}
 
 static EMPTY_SLOTS: [u64; 2] = [0; 2];
+static EMPTY_HASH: FtraceHash = FtraceHash::EMPTY;
 
 impl FtraceHash {
     /// The empty hash (`EMPTY_HASH`): as an ops filter it admits every function, as a notrace
@@ -47,6 +48,11 @@ impl FtraceHash {
         len: 0,
         owned: false,
     };
+
+    /// A `'static` empty hash (to publish with `Published::Static`).
+    pub fn empty_static() -> &'static FtraceHash {
+        &EMPTY_HASH
+    }
 
     /// An empty hash whose slots live in `storage` (no allocation: for kernels and firmware).
     ///
