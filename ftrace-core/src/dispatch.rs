@@ -112,15 +112,12 @@ impl<R: Reclaim, P: RecursionState> Dispatcher<R, P> {
     #[inline]
     pub fn call(&self, ip: u64, parent_ip: u64, regs: Option<&mut FtraceRegs>) {
         let direct = self.direct.load(Ordering::Acquire);
-        if !direct.is_null() {
-            // SAFETY: only `&'static` ops are ever stored in `direct` (see `update_direct`).
-            let op = unsafe { &*direct };
-            if op.unfiltered() {
-                (op.func())(ip, parent_ip, op, regs);
-                return;
-            }
+        if direct.is_null() {
+            return self.list_func(ip, parent_ip, regs);
         }
-        self.list_func(ip, parent_ip, regs);
+        // SAFETY: only `&'static` ops are ever stored in `direct` (see `update_direct`).
+        let op = unsafe { &*direct };
+        (op.func())(ip, parent_ip, op, regs);
     }
 
     /// `ftrace_ops_list_func`: the list walk, under the recursion guard and a read-side guard.
@@ -265,15 +262,15 @@ impl<R: Reclaim, P: RecursionState> Dispatcher<R, P> {
         Ok(())
     }
 
-    /// Republishes the direct slot (writer lock held): the head if it is the only ops, static
-    /// and without list-only flags; null otherwise.
+    /// Republishes the direct slot (writer lock held): the head if it is the only ops, static,
+    /// without list-only flags and without hashes; null otherwise.
     fn update_direct(&self) {
         let head = self.head.load(Ordering::Relaxed);
         let mut direct = ptr::null_mut();
         if self.count.load(Ordering::Relaxed) == 1 {
             // SAFETY: the head is alive while linked; we hold the writer lock.
             let op = unsafe { &*head };
-            if !op.flags().intersects(OpsFlags::NEEDS_LIST) {
+            if !op.flags().intersects(OpsFlags::NEEDS_LIST) && op.unfiltered() {
                 direct = head;
             }
         }
@@ -283,12 +280,23 @@ impl<R: Reclaim, P: RecursionState> Dispatcher<R, P> {
     /// Replaces `op`'s filter hash (`ftrace_set_filter` with reset): the old one, if owned, is
     /// freed after a grace period. An empty hash (or `Published::None`) admits every function.
     pub fn set_filter(&self, op: &FtraceOps, hash: Published<FtraceHash>) {
-        op.filter.replace(hash, &self.reclaim);
+        let hash = drop_if_empty(hash);
+        let w = self.lock();
+        let old = op.filter.swap(hash);
+        self.update_direct();
+        drop(w);
+        // Retired outside the writer lock: a grace period may be long.
+        old.retire(&self.reclaim);
     }
 
     /// Replaces `op`'s notrace hash (`ftrace_set_notrace`).
     pub fn set_notrace(&self, op: &FtraceOps, hash: Published<FtraceHash>) {
-        op.notrace.replace(hash, &self.reclaim);
+        let hash = drop_if_empty(hash);
+        let w = self.lock();
+        let old = op.notrace.swap(hash);
+        self.update_direct();
+        drop(w);
+        old.retire(&self.reclaim);
     }
 
     /// Calls `f` for every registered ops, newest first, under a read-side guard: the view
@@ -301,6 +309,17 @@ impl<R: Reclaim, P: RecursionState> Dispatcher<R, P> {
             f(OpsRef { op });
             cur = op.next.load(Ordering::Acquire);
         }
+    }
+}
+
+/// An empty hash is published as no hash (same meaning), so the ops can stay on the direct
+/// path.
+fn drop_if_empty(hash: Published<FtraceHash>) -> Published<FtraceHash> {
+    match hash {
+        Published::Static(h) if h.is_empty() => Published::None,
+        #[cfg(feature = "alloc")]
+        Published::Owned(h) if h.is_empty() => Published::None,
+        h => h,
     }
 }
 

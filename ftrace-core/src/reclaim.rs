@@ -86,6 +86,11 @@ impl<T> RcuCell<T> {
     /// Publishes `new` and retires the old value through `reclaim` (freed after a grace
     /// period if it was owned).
     pub(crate) fn replace<R: Reclaim + ?Sized>(&self, new: Published<T>, reclaim: &R) {
+        self.swap(new).retire(reclaim);
+    }
+
+    /// Publishes `new`; the old value must then be [retired](Retired::retire).
+    pub(crate) fn swap(&self, new: Published<T>) -> Retired<T> {
         const { assert!(core::mem::align_of::<T>() >= 2) };
         let raw = match new {
             Published::None => ptr::null_mut(),
@@ -93,9 +98,20 @@ impl<T> RcuCell<T> {
             #[cfg(feature = "alloc")]
             Published::Owned(b) => Box::into_raw(b).map_addr(|a| a | OWNED),
         };
-        let old = self.ptr.swap(raw, Ordering::AcqRel);
+        Retired(self.ptr.swap(raw, Ordering::AcqRel))
+    }
+}
+
+/// A value swapped out of a cell, still visible to readers that loaded it before.
+#[must_use = "an owned value leaks unless retired"]
+pub(crate) struct Retired<T>(*mut T);
+
+impl<T> Retired<T> {
+    /// Hands an owned value to `reclaim` to free after a grace period.
+    pub(crate) fn retire<R: Reclaim + ?Sized>(self, reclaim: &R) {
+        let old = self.0;
         if old.addr() & OWNED != 0 {
-            // SAFETY: `old` is unreachable for new readers (swapped out above); it came from
+            // SAFETY: `old` is unreachable for new readers (swapped out), it came from
             // `Box::into_raw`, and `free_box::<T>` frees exactly that, once.
             unsafe { reclaim.defer(old.map_addr(|a| a & !OWNED).cast(), free_box::<T>) };
         }

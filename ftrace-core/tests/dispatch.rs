@@ -127,6 +127,7 @@ fn filter_and_notrace_hashes() {
         Published::Owned(Box::new(FtraceHash::from_ips([0x10, 0x20, 0x30]))),
     );
     d.set_notrace(a, Published::Owned(Box::new(FtraceHash::from_ips([0x20]))));
+    assert!(!d.is_direct(), "a filtered ops goes through the list walk");
     for ip in [0x10, 0x20, 0x30, 0x40] {
         d.call(ip, 0, None);
     }
@@ -143,6 +144,7 @@ fn filter_and_notrace_hashes() {
     }
     assert_eq!(log.take(), [(0x10, 0), (0x40, 0)]);
     d.set_notrace(a, Published::Static(FtraceHash::empty_static()));
+    assert!(d.is_direct(), "no hash left: direct again");
     d.call(0x20, 0, None);
     assert_eq!(log.take(), [(0x20, 0)]);
 }
