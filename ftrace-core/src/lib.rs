@@ -45,6 +45,11 @@ pub mod recursion;
 pub mod symbols;
 mod sync;
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use dispatch::Dispatcher;
 pub use errno::Errno;
 pub use event::{EventId, TraceFlags};

@@ -9,7 +9,7 @@
 //! Invariant: the lists are replaced by pointer swap and read under a read-side guard; a
 //! replaced owned list is freed after a grace period.
 //!
-//! With `alloc`, [`write_pids`] and [`show_pids`] give the files' write and read semantics
+//! With `alloc`, `write_pids` and `show_pids` give the files' write and read semantics
 //! (`trace_pid_write`, `fpid_show`).
 
 use crate::platform::Reclaim;

@@ -1,12 +1,12 @@
 //! Deferred reclamation: publishing a pointer to readers that never lock, and freeing what it
 //! replaced only after a grace period.
 //!
-//! The [`Reclaim`](crate::platform::Reclaim) trait (in [`platform`](crate::platform)) says how a
+//! The [`Reclaim`] trait (in [`platform`](crate::platform)) says how a
 //! platform waits for readers. This module has:
 //!
 //! - [`Published`] and the crate-internal cell that holds one: a pointer that is either
 //!   `&'static` (never freed: the no-`alloc` case, or data a backend keeps forever) or an owned
-//!   `Box` (freed through [`Reclaim::defer`](crate::platform::Reclaim::defer));
+//!   `Box` (freed through [`Reclaim::defer`]);
 //! - [`ReaderCount`], a `no_std`, no-`alloc` grace period: two reader counters and a phase bit
 //!   (the shape of the kernel's SRCU). It is what bare-metal backends can use as is, and what
 //!   the loom model checks the ops list with;

@@ -6,8 +6,8 @@
 //!   full glob (`f*o`, `?`, `[a-z]`, `\`), or a 1-based index into
 //!   `available_filter_functions`; matching as `ftrace_match` / `glob_match` do.
 //! - [`kstrtoul`], [`simple_strtoul`], [`tokens`]: the kernel's number and token rules.
-//! - With `alloc`, [`FilterEdit`] (one open of a filter file: `>` or `>>`, token by token,
-//!   commands, `:mod:`), [`FilterSet`] (what a file holds), [`ProbeTable`] (the function
+//! - With `alloc`, `FilterEdit` (one open of a filter file: `>` or `>>`, token by token,
+//!   commands, `:mod:`), `FilterSet` (what a file holds), `ProbeTable` (the function
 //!   commands `traceon`, `traceoff`, `stacktrace`, `snapshot`, `enable_event`,
 //!   `disable_event`, `dump`, `cpudump`), and the read-back text.
 //!
