@@ -10,7 +10,7 @@
 //! - [`ReaderCount`], a `no_std`, no-`alloc` grace period: two reader counters and a phase bit
 //!   (the shape of the kernel's SRCU). It is what bare-metal backends can use as is, and what
 //!   the loom model checks the ops list with;
-//! - [`EpochReclaim`] (feature `std`), crossbeam-epoch's global collector: the default for
+//! - `EpochReclaim` (feature `std`), crossbeam-epoch's global collector: the default for
 //!   userspace.
 //!
 //! Invariant: a pointer removed from a cell is freed only after every read-side guard that was
