@@ -180,3 +180,41 @@ fn walk_survives_concurrent_unlink() {
         d.unregister(&a.ops).unwrap();
     });
 }
+
+/// A filter set on the single (direct-path) ops before a dispatch began is honoured by it:
+/// the direct slot is republished, so the call goes through the list walk and the hash.
+#[test]
+fn filter_set_before_dispatch_is_honoured() {
+    use ftrace_core::filter::FtraceHash;
+    use ftrace_core::reclaim::Published;
+    builder().check(|| {
+        let d: Arc<Disp> = Arc::new(Dispatcher::new(ReaderCount::new(), Platform));
+        let probe: &'static Probe = Box::leak(Box::new(Probe::new()));
+        let a: &'static FtraceOps = Box::leak(Box::new(FtraceOps::with_private(
+            callback,
+            OpsFlags::empty(),
+            (probe as *const Probe).cast(),
+            None,
+        )));
+        d.register(a).unwrap();
+        let hash: &'static FtraceHash = Box::leak(Box::new(FtraceHash::from_ips([0x1000])));
+        let set = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (d, set) = (d.clone(), set.clone());
+            thread::spawn(move || {
+                let seen = set.load(Ordering::Acquire);
+                d.call(0x2000, 0x3000, None);
+                if seen {
+                    assert_eq!(probe.calls.load(Ordering::Relaxed), 0, "filter ignored");
+                }
+            })
+        };
+        d.set_filter(a, Published::Static(hash));
+        set.store(true, Ordering::Release);
+        reader.join().unwrap();
+        assert!(!d.is_direct());
+        d.call(0x1000, 0x3000, None);
+        assert!(probe.calls.load(Ordering::Relaxed) >= 1);
+        d.unregister(a).unwrap();
+    });
+}
