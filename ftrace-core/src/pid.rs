@@ -170,8 +170,8 @@ impl PidFilter {
 /// `trace_pid_write`: the pid list after writing `text` to a pid file whose list is `current`.
 ///
 /// Tokens are whitespace-separated numbers (`kstrtoul(.., 0)`: decimal, `0x` hex, `0` octal,
-/// optional `+`). The write is all or nothing: a token that is not a number fails with
-/// `EINVAL` (`ERANGE` if it overflows), a pid at or above [`MAX_PID`] (after truncation to
+/// optional `+`). The write is all or nothing: a token that is not a number (or overflows)
+/// fails with `EINVAL`, a pid at or above [`MAX_PID`] (after truncation to
 /// `pid_t`, as the kernel casts) with `EPERM` (the kernel returns `-1` there). A write with no
 /// token and an empty `current` gives the empty list. The file's `O_TRUNC` open clears the
 /// list before any write (pass an empty `current`).
@@ -182,7 +182,8 @@ pub fn write_pids(current: &[u32], text: &str) -> Result<Vec<u32>, Errno> {
         if token.len() > PID_BUF_SIZE {
             return Err(Errno::EINVAL);
         }
-        let val = crate::filter::kstrtoul(token)?;
+        // Any kstrtoul failure (overflow included) is EINVAL here.
+        let val = crate::filter::kstrtoul(token).map_err(|_| Errno::EINVAL)?;
         let pid = val as u32; // (pid_t)val, then the unsigned `trace_pid_list_set` argument
         if pid >= MAX_PID {
             return Err(Errno::EPERM);
@@ -245,7 +246,7 @@ mod tests {
         assert_eq!(write_pids(&l, "-1"), Err(Errno::EINVAL));
         assert_eq!(write_pids(&l, "1073741824"), Err(Errno::EPERM));
         assert_eq!(write_pids(&[], "4294967296").unwrap(), [0]);
-        assert_eq!(write_pids(&[], "99999999999999999999"), Err(Errno::ERANGE));
+        assert_eq!(write_pids(&[], "99999999999999999999"), Err(Errno::EINVAL));
         assert_eq!(write_pids(&[], "\n").unwrap(), Vec::<u32>::new());
     }
 }

@@ -460,15 +460,24 @@ fn function_command_errors() {
         set.show(f, &env.0, Some(&p)),
         "#### all functions enabled ####\nvfs_read:stacktrace:count=-1\n"
     );
-    // The same function again under the same event probe: nothing new → ENOENT.
+    // The same function again under the same probe: nothing was added → EINVAL.
     let cmd = "vfs_read:disable_event:sched:sched_switch";
     let (set, r) = echo(f, &set, cmd, false, &env, &mut p);
     r.unwrap();
     let (_, r) = echo(f, &set, cmd, false, &env, &mut p);
-    assert_eq!(r, Err(Errno::ENOENT));
-    // Plain commands re-registered are fine.
-    let (_, r) = echo(f, &set, "vfs_read:stacktrace:", false, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    let (_, r) = echo(f, &set, "vfs_read:stacktrace:5", false, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    // A glob that adds at least one new function succeeds; existing ones keep their count.
+    let (_, r) = echo(f, &set, "vfs_*:stacktrace:5", false, &env, &mut p);
     assert_eq!(r, Ok(()));
+    let counts: Vec<_> = p
+        .entries()
+        .filter(|e| e.cmd == ProbeCommand::Stacktrace)
+        .map(|e| e.count)
+        .collect();
+    assert_eq!(counts.len(), 2);
+    assert!(counts.contains(&Some(-1)) && counts.contains(&Some(5)));
     // No snapshot support: the command does not exist.
     struct NoSnap(SortedSymbols);
     impl CommandEnv for NoSnap {

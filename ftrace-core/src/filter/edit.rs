@@ -443,7 +443,8 @@ impl ProbeTable {
     }
 
     /// `register_ftrace_function_probe`: attaches to every function `glob` matches; returns
-    /// how many were newly attached. `EINVAL` if nothing matches.
+    /// how many were newly attached. `EINVAL` if nothing matches or nothing is new ("Nothing
+    /// was added?").
     fn register(
         &mut self,
         glob: &str,
@@ -477,6 +478,9 @@ impl ProbeTable {
                 event: event.map(|(s, e)| (s.to_string(), e.to_string())),
             });
             added += 1;
+        }
+        if added == 0 {
+            return Err(Errno::EINVAL);
         }
         let probe = Probe {
             cmd,
@@ -881,7 +885,7 @@ fn event_command(
         }
         n = kstrtoul(number)? as i64;
     }
-    let added = probes.register(
+    probes.register(
         func,
         cmd,
         count.is_some(),
@@ -889,9 +893,6 @@ fn event_command(
         Some((system, event)),
         env.symbols(),
     )?;
-    if added == 0 {
-        return Err(Errno::ENOENT);
-    }
     Ok(())
 }
 
