@@ -537,6 +537,20 @@ fn module_filters_and_cache() {
     assert_eq!(set.mods().len(), 1);
     let (_, r) = echo(f, &set, "!foo*:mod:btrfs", false, &env, &mut p);
     assert_eq!(r, Err(Errno::EINVAL));
+    // Loading the module applies its cached requests.
+    let mut set = set;
+    let mut loaded = module_symbols();
+    loaded.push("nfs_read", 0x4000, 0x10, Some("nfs"));
+    loaded.push("nfs_write", 0x4010, 0x10, Some("nfs"));
+    loaded.finish();
+    let (mut with_btrfs, _) = echo(f, &set, "btrfs_*:mod:btrfs", false, &env, &mut p);
+    assert_eq!(with_btrfs.load_module("xfs", &loaded), 0);
+    assert_eq!(with_btrfs.load_module("nfs", &loaded), 1);
+    assert_eq!(
+        with_btrfs.show(f, &loaded, None),
+        "nfs_read [nfs]\nnfs_write [nfs]\nbtrfs_*:mod:btrfs\n"
+    );
+    assert_eq!(set.load_module("nfs", &loaded), 1);
     // Truncation drops the cache.
     let (set, _) = echo(f, &set, "\n", true, &env, &mut p);
     assert!(set.mods().is_empty());
@@ -569,4 +583,36 @@ fn pid_files() {
     // `>>` appends, a bad token rejects the whole write.
     assert_eq!(write_pids(&pids, "7 x"), Err(Errno::EINVAL));
     assert_eq!(write_pids(&pids, "7").unwrap(), [7, 12, 300]);
+}
+
+#[test]
+fn command_lines_follow_the_probe_hash_order() {
+    let env = NoEvents(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "*_read:traceoff",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let ips: Vec<u64> = p.entries().map(|e| e.ip).collect();
+    assert!(ips.len() >= 3, "{ips:?}");
+    // `__ftrace_hash_move` sizes the probe's hash to fls(n / 2) bits; reading walks buckets in
+    // index order, so the hash keys never decrease along the listing.
+    let n = ips.len();
+    let bits = usize::BITS - (n / 2).leading_zeros();
+    let key = |ip: u64| ip.wrapping_mul(0x61C8_8646_80B5_83EB) >> (64 - bits);
+    let keys: Vec<u64> = ips.iter().map(|&ip| key(ip)).collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+    let shown = set.show(FilterFile::Filter, &env.0, Some(&p));
+    assert_eq!(shown.lines().count(), n + 1);
+    assert!(
+        shown
+            .lines()
+            .skip(1)
+            .all(|l| l.ends_with(":traceoff:unlimited"))
+    );
 }

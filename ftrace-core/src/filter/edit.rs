@@ -190,6 +190,26 @@ impl FilterSet {
         &self.mods
     }
 
+    /// Applies the cached `:mod:` requests for `module`, which has just been loaded
+    /// (`process_cached_mods`): each adds the module's functions its pattern matches (an empty
+    /// pattern: all of them) and leaves the cache. Returns how many requests were applied.
+    pub fn load_module(&mut self, module: &str, symbols: &dyn SymbolTable) -> usize {
+        let (due, keep): (Vec<ModEntry>, Vec<ModEntry>) =
+            self.mods.drain(..).partition(|m| m.module == module);
+        self.mods = keep;
+        if due.is_empty() {
+            return 0;
+        }
+        let mut hash = self.hash.copy(HASH_DEFAULT_BITS);
+        for m in &due {
+            let func = if m.func.is_empty() { "*" } else { &m.func };
+            // A request that matches nothing (or fails) is dropped, as the kernel does.
+            let _ = match_records(&mut hash, func, Some(module), symbols);
+        }
+        self.hash = hash.moved();
+        due.len()
+    }
+
     /// The dispatch-time hash of this set.
     pub fn to_hash(&self) -> FtraceHash {
         FtraceHash::from_ips(self.hash.iter())
