@@ -491,7 +491,11 @@ impl<'a> Iterator for Events<'a> {
                         payload,
                     }));
                 }
-                RecordKind::Padding | RecordKind::NullPadding => {}
+                // A discarded event keeps its delta, which later events build on (the
+                // kernel's own reader ignores it; trace-cmd adds it, which is what keeps the
+                // following timestamps right).
+                RecordKind::Padding => self.stamp = self.stamp.wrapping_add(rec.time_delta as u64),
+                RecordKind::NullPadding => {}
                 RecordKind::TimeExtend { delta } => self.stamp = self.stamp.wrapping_add(delta),
                 RecordKind::TimeStamp { stamp } => self.stamp = fix_abs_ts(stamp, self.stamp),
             }
@@ -552,7 +556,7 @@ mod tests {
         push(&mut d, &mut n, 3);
         push(&mut d, &mut n, header_word(1, 0));
         push(&mut d, &mut n, 0x3333_3333);
-        // discarded event (padding, 8 bytes), delta ignored by readers
+        // discarded event (padding, 8 bytes) whose delta counts
         push(&mut d, &mut n, header_word(TYPE_PADDING, 7));
         push(&mut d, &mut n, 4);
         // large event: 116 bytes of data
@@ -573,7 +577,7 @@ mod tests {
         let evs: Vec<_> = page.events().map(Result::unwrap).collect();
         let ts: Vec<u64> = evs.iter().map(|e| e.ts).collect();
         let ext = 100 + (3 << 27) + 5;
-        assert_eq!(ts, [100, ext, ext + 9, 1002]);
+        assert_eq!(ts, [100, ext, ext + 7 + 9, 1002]);
         assert_eq!(evs[0].payload.len(), 8);
         assert_eq!(evs[1].payload, 0x3333_3333u32.to_le_bytes());
         assert_eq!(evs[2].payload.len(), 116);
