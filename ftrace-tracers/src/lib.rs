@@ -28,6 +28,7 @@ pub mod options;
 pub mod output;
 #[cfg(feature = "alloc")]
 pub mod profiler;
+pub mod ringbuf;
 mod sync;
 pub mod tracer;
 
