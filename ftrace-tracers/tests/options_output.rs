@@ -344,3 +344,67 @@ fn graph_proc_overrun_latency_and_irqs() {
     assert_eq!(lines[17], " 0)  d..1. | ! 150.000 us  |  }");
     assert_eq!(lines.len(), 18);
 }
+
+#[test]
+fn scheduler_records_and_stacks() {
+    use ftrace_core::entry::CtxSwitchEntry;
+    let ctx = CtxSwitchEntry {
+        ent: TraceEntry {
+            type_: 2,
+            flags: 0,
+            preempt_count: 0,
+            pid: 148,
+        },
+        prev_pid: 148,
+        next_pid: 144,
+        next_cpu: 1,
+        prev_prio: 120,
+        prev_state: 1,
+        next_prio: 120,
+        next_state: 0,
+    };
+    let mut wake = ctx;
+    wake.ent.type_ = 3;
+    let mut stack = TraceEntry {
+        type_: 4,
+        flags: 0,
+        preempt_count: 0,
+        pid: 148,
+    }
+    .as_bytes()
+    .to_vec();
+    stack.extend_from_slice(&2i32.to_le_bytes());
+    stack.extend_from_slice(&[0; 4]);
+    stack.extend_from_slice(&0xffffffff81453d94u64.to_le_bytes());
+    stack.extend_from_slice(&0xffffffff8145446eu64.to_le_bytes());
+    stack.extend_from_slice(&u64::MAX.to_le_bytes());
+    let s = syms();
+    let render = |opts: TraceOptions| {
+        let mut l = EventLists::new(1);
+        l.push(EventRef::new(0, 1000, ctx.as_bytes()));
+        l.push(EventRef::new(0, 2000, wake.as_bytes()));
+        l.push(EventRef::new(0, 3000, &stack));
+        let mut env = OutputEnv::new(&s, &Sh, 1);
+        env.options = opts;
+        let mut st = [GraphCpuState::INIT];
+        let mut w = TraceWriter::new(OutputStyle::Default, &mut st, false);
+        let mut out = Vec::new();
+        w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let out = render(D - TraceOptions::CONTEXT_INFO);
+    assert_eq!(
+        out,
+        "     148:120:S ==> [001]     144:120:R sh\n\
+         \x20    148:120:S   + [001]     144:120:R sh\n\
+         <stack trace>\n\
+         \x20=> do_sys_openat2\n\
+         \x20=> __x64_sys_openat\n"
+    );
+    let out = render((D | TraceOptions::RAW) - TraceOptions::CONTEXT_INFO);
+    assert_eq!(
+        out,
+        "148 120 S 1 144 120 R\n148 120 + 1 144 120 R\ntype: 4\n"
+    );
+}
