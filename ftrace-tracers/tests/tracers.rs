@@ -466,6 +466,37 @@ fn profiler_tables_print_trace_stat() {
 }
 
 #[test]
+fn profiler_fed_by_function_graph_with_and_without_graph_time() {
+    let t = FunctionGraphTracer::new(true);
+    t.init().unwrap();
+    let sink = VecSink::default();
+    let mut stack = ShadowStack::<50>::new();
+    let f = GraphFunctions::default();
+    let (mut with, mut without) = (ProfileTable::default(), ProfileTable::default());
+    // a { b(); } : a 0..5000, b 1000..3000
+    for (ip, now) in [(0xa, 0), (0xb, 1000)] {
+        t.entry(&mut stack, ip, 0, now, &f, &Task(1), &sink);
+        with.hit(ip);
+        without.hit(ip);
+    }
+    for now in [3000, 5000] {
+        let exit = t.exit(&mut stack, now, &Task(1), &sink).unwrap();
+        with.graph_return(&exit, true);
+        without.graph_return(&exit, false);
+    }
+    assert_eq!(with.get(0xa).unwrap().time, 5000);
+    assert_eq!(without.get(0xa).unwrap().time, 3000);
+    assert_eq!(without.get(0xb).unwrap().time, 2000);
+    let o = Options {
+        trace: TraceOptions::DEFAULT,
+        tracer: t.default_flags(),
+    };
+    let mut s = String::new();
+    o.write_listing(&mut s, t.options()).unwrap();
+    assert!(s.ends_with("sleep-time\ngraph-time\n"));
+}
+
+#[test]
 fn registry_switches_tracers_and_lists_them() {
     static NOP: NopTracer = NopTracer;
     static FUNC: FunctionTracer = FunctionTracer::new();
