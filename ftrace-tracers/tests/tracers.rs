@@ -117,6 +117,37 @@ fn function_tracer_records_exactly_what_the_filter_admits() {
     assert_eq!(t.recorded(), 4);
 }
 
+#[test]
+fn func_no_repeats_folds_identical_calls() {
+    use ftrace_tracers::function::RepeatState;
+    let t = FunctionTracer::new();
+    t.init().unwrap();
+    let sink = VecSink::default();
+    let mut last = RepeatState::default();
+    // a a a a b: a is recorded once, then a func_repeats (3 more, last at 4000), then b.
+    for (ip, now) in [
+        (0xa, 1000),
+        (0xa, 2000),
+        (0xa, 3000),
+        (0xa, 4000),
+        (0xb, 9000),
+    ] {
+        t.trace_call_no_repeats(ip, 0xe, now, &mut last, &AdmitAll, &Task(3), &sink);
+    }
+    assert_eq!(ids(&sink), [1, 19, 1]);
+    // Printed as the kernel does, with the last repeat's time: the record is stamped 3 ticks
+    // (3000 ns) into this sink's clock, 5000 ns after the last repeat.
+    let mut entries = sink.entries.borrow_mut();
+    entries[1].0 = 9; // the func_repeats record was written at 9000 ns
+    drop(entries);
+    let got = format(&sink, &syms(), OutputStyle::Default, TraceOptions::DEFAULT);
+    let line = got.lines().nth(1).unwrap();
+    assert!(
+        line.ends_with("0.000009: a <-e (repeats: 3, last_ts:     0.000004)"),
+        "{line}"
+    );
+}
+
 /// A call tree: (function, children).
 struct Call(u64, Vec<Call>);
 
