@@ -591,3 +591,35 @@ fn no_task_names_prints_idle_and_unknown() {
     assert_eq!(ftrace_tracers::output::comm_of(&NoTaskNames, 0), "<idle>");
     assert_eq!(ftrace_tracers::output::comm_of(&NoTaskNames, 5), "<...>");
 }
+
+#[test]
+fn tracers_print_their_headers() {
+    use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/ftrace-6.12.117"
+    );
+    let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
+    let s = syms();
+    let env = OutputEnv::new(&s, &NoTaskNames, 2);
+    let nop = NopTracer;
+    let func = FunctionTracer::new();
+    let graph = FunctionGraphTracer::new(false);
+    for (t, file) in [
+        (&nop as &dyn Tracer, "02-files/trace.txt"),
+        (&func, "04-function/trace_empty.txt"),
+        (&graph, "05-function-graph/trace_empty.txt"),
+    ] {
+        let info = HeaderInfo {
+            tracer: t.name(),
+            entries: 0,
+            written: 0,
+            online_cpus: 2,
+            latency: LatencyInfo::default(),
+        };
+        let mut out = String::new();
+        t.print_header(&mut out, &env, &info, t.default_flags(), true)
+            .unwrap();
+        assert_eq!(out, read(file), "{file}");
+    }
+}
