@@ -408,3 +408,84 @@ fn scheduler_records_and_stacks() {
         "148 120 S 1 144 120 R\n148 120 + 1 144 120 R\ntype: 4\n"
     );
 }
+
+#[test]
+fn graph_without_duration_or_overhead_or_context() {
+    use ftrace_core::entry::{FtraceGraphEntEntry, FtraceGraphRetEntry};
+    let ent = |type_| TraceEntry {
+        type_,
+        flags: 0,
+        preempt_count: 0,
+        pid: 144,
+    };
+    let mut s = SortedSymbols::new();
+    s.push("vfs_read", 0x1000, 0x100, None);
+    s.push("aa_file_perm", 0x2000, 0x100, None);
+    s.finish();
+    let e = FtraceGraphEntEntry {
+        ent: ent(11),
+        func: 0x1000,
+        depth: 0,
+    };
+    let l1 = FtraceGraphEntEntry {
+        ent: ent(11),
+        func: 0x2000,
+        depth: 1,
+    };
+    let r1 = FtraceGraphRetEntry {
+        ent: ent(10),
+        func: 0x2000,
+        depth: 1,
+        overrun: 0,
+        calltime: 0,
+        rettime: 11_361,
+        backport_calltime: 0,
+        backport_rettime: 0,
+    };
+    let r = FtraceGraphRetEntry {
+        func: 0x1000,
+        depth: 0,
+        rettime: 684_994,
+        ..r1
+    };
+    let bytes = [e.as_bytes(), l1.as_bytes(), r1.as_bytes(), r.as_bytes()];
+    let render = |flags: GraphFlags, opts: TraceOptions| {
+        let mut l = EventLists::new(1);
+        for (i, b) in bytes.iter().enumerate() {
+            l.push(EventRef::new(0, 43_418_351_000 + i as u64 * 1000, b));
+        }
+        let mut env = OutputEnv::new(&s, &Sh, 2);
+        env.options = opts;
+        let mut st = [GraphCpuState::INIT];
+        let mut w = TraceWriter::new(OutputStyle::Graph(flags), &mut st, false);
+        let mut out = Vec::new();
+        let mut i = info();
+        i.tracer = "function_graph";
+        w.write_trace(&mut out, &env, Some(&i), &mut TraceIter::new(&mut l, None))
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let d = GraphFlags::DEFAULT;
+    assert_eq!(
+        render(d - GraphFlags::DURATION, D),
+        "# tracer: function_graph\n#\n\
+         # CPU               FUNCTION CALLS\n\
+         # |                 |   |   |   |\n\
+         \x200) vfs_read() {\n\
+         \x200)   aa_file_perm();\n\
+         \x200) }\n"
+    );
+    assert_eq!(
+        render(d - GraphFlags::OVERHEAD, D).lines().nth(5).unwrap(),
+        " 0)   11.361 us   |    aa_file_perm();"
+    );
+    assert_eq!(
+        render(d | GraphFlags::ABS_TIME, D).lines().nth(6).unwrap(),
+        "   43.418354 |   0) ! 684.994 us  |  }"
+    );
+    // No context: only the call graph, no header.
+    assert_eq!(
+        render(d, D - TraceOptions::CONTEXT_INFO),
+        "# tracer: function_graph\n#\nvfs_read() {\n  aa_file_perm();\n}\n"
+    );
+}
