@@ -312,8 +312,17 @@ impl<H: Host> Tracefs<H> {
 
     fn list_ctx_entries(&self, inst: &Option<String>, d: Dir) -> Result<Vec<DirEntry>, Errno> {
         let i = self.inst(inst).ok_or(Errno::ENOENT)?;
-        let opts = i.backend.tracer_options();
-        let names: Vec<&str> = self.instances.keys().map(|s| s.as_str()).collect();
+        // Only the directories that show them pay for tracer options and instance names.
+        let opts = if d == Dir::Options {
+            i.backend.tracer_options()
+        } else {
+            Vec::new()
+        };
+        let names: Vec<&str> = if d == Dir::Instances {
+            self.instances.keys().map(|s| s.as_str()).collect()
+        } else {
+            Vec::new()
+        };
         let functions = self.host.functions();
         let profiler = functions.is_some_and(|f| f.has_profiler());
         let cx = ListCtx {

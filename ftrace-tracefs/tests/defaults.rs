@@ -78,7 +78,7 @@ fn every_ftrace_event_format_and_id_matches() {
         .read_dir("events/ftrace")
         .unwrap()
         .into_iter()
-        .map(|e| e.name)
+        .map(|e| e.name.into_owned())
         .collect();
     assert_eq!(ours, listing.lines().collect::<Vec<_>>());
     for name in listing.lines() {
@@ -118,7 +118,7 @@ fn names(fs: &ftrace_tracefs::Tracefs<common::ModelHost>, dir: &str) -> Vec<Stri
     fs.read_dir(dir)
         .unwrap()
         .into_iter()
-        .map(|e| e.name)
+        .map(|e| e.name.into_owned())
         .collect()
 }
 

@@ -20,7 +20,7 @@ fn snapshot(fs: &mut Fs) -> BTreeMap<String, Vec<u8>> {
     while let Some(d) = dirs.pop() {
         for e in fs.read_dir(&d).unwrap() {
             let path = if d.is_empty() {
-                e.name.clone()
+                e.name.to_string()
             } else {
                 format!("{d}/{}", e.name)
             };
@@ -35,7 +35,7 @@ fn snapshot(fs: &mut Fs) -> BTreeMap<String, Vec<u8>> {
                         "free_buffer",
                         "error_log",
                     ];
-                    if skip.contains(&e.name.as_str()) {
+                    if skip.contains(&e.name.as_ref()) {
                         continue;
                     }
                     out.insert(
