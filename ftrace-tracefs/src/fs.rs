@@ -259,7 +259,9 @@ impl<H: Host> Tracefs<H> {
         let backend = host.create_backend(None, 0)?;
         let nr = host.nr_cpus();
         let clock = host.default_trace_clock();
-        let top = Instance::new(backend, TraceFlags::top_level_default(), clock, nr, false);
+        let mut top = Instance::new(backend, TraceFlags::top_level_default(), clock, nr, false);
+        // The backend learns the boot flags as it learns every later change.
+        top.backend.set_param(Param::Flags(top.flags))?;
         Ok(Tracefs {
             host,
             top,
@@ -1018,6 +1020,9 @@ impl<H: Host> Tracefs<H> {
                     return Err(Errno::EINVAL);
                 }
                 let cnt = cnt.min(TRACE_MARKER_MAX_SIZE);
+                if cnt == 0 {
+                    return Ok(0);
+                }
                 // The event's text always ends with a newline (Linux adds one if missing).
                 let mut text = Vec::with_capacity(cnt + 1);
                 text.extend_from_slice(&data[..cnt]);

@@ -313,3 +313,23 @@ fn per_cpu_stats_with_real_ring_buffers() {
         assert_eq!(cat(&mut fs, &path).unwrap(), golden_file(&path), "{path}");
     }
 }
+
+/// `trace` and `per_cpu/cpu0/trace` at boot, through the tree, the real ring buffers and the
+/// real ftrace-tracers formatter; `available_tracers` from the real tracer registry.
+#[test]
+fn trace_files_and_tracers_at_boot() {
+    let mut fs = tracefs();
+    for path in ["trace", "per_cpu/cpu0/trace"] {
+        assert_eq!(cat(&mut fs, path).unwrap(), golden_file(path), "{path}");
+    }
+    // Linux 6.12 also has blk and mmiotrace, which ftrace-rs does not build.
+    let linux = golden_file("available_tracers");
+    let expected: Vec<&str> = linux
+        .split_whitespace()
+        .filter(|t| !["blk", "mmiotrace"].contains(t))
+        .collect();
+    assert_eq!(
+        cat(&mut fs, "available_tracers").unwrap(),
+        format!("{}\n", expected.join(" "))
+    );
+}
