@@ -636,7 +636,7 @@ impl<H: Host> Tracefs<H> {
                     *base = 0;
                     *done = false;
                 }
-                let want_end = offset + buf.len() as u64;
+                let want_end = offset.saturating_add(buf.len() as u64);
                 while !*done && *base + (text.len() as u64) < want_end {
                     *done = !reader.next_chunk(text);
                 }

@@ -153,3 +153,32 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Opens with any flags and reads at any offsets never panic; every answer is data, end of
+    /// file or a named errno.
+    #[test]
+    fn random_opens_and_reads_never_panic(
+        ops in proptest::collection::vec((any::<prop::sample::Index>(), any::<i32>(), any::<u64>(), 0usize..5000), 1..8)
+    ) {
+        let mut fs = tracefs();
+        fs.mkdir("instances/fz").unwrap();
+        let mut files = Vec::new();
+        walk(&fs, |p, _| files.push(p.to_owned()));
+        for (idx, oflags, offset, len) in ops {
+            let path = idx.get(&files);
+            let Ok(fh) = fs.open(path, OpenFlags::from_linux(oflags)) else { continue };
+            let mut buf = vec![0u8; len];
+            for off in [offset, 0, offset / 2, u64::MAX] {
+                match fs.read(fh, off, &mut buf) {
+                    Ok(n) => prop_assert!(n <= len),
+                    Err(e) => prop_assert!(e.name().is_some()),
+                }
+            }
+            let _ = fs.poll(fh);
+            let _ = fs.release(fh);
+        }
+    }
+}
