@@ -1118,7 +1118,9 @@ impl<H: Host> Tracefs<H> {
         r.and(rel).map(|()| out)
     }
 
-    /// `echo -n data > path` (`append`: `>>`): open, one write, close; the first error wins.
+    /// `echo -n data > path` (`append`: `>>`): open, write until every byte is taken (as
+    /// `full_write` does: a filter file takes one token per `write`), close; the first error
+    /// wins.
     pub fn write_all(&mut self, path: &str, data: &[u8], append: bool) -> Result<(), Errno> {
         let fh = self.open(
             path,
@@ -1128,7 +1130,14 @@ impl<H: Host> Tracefs<H> {
                 OpenFlags::TRUNCATE
             },
         )?;
-        let r = self.write(fh, 0, data);
+        let mut done = 0;
+        let r = loop {
+            match self.write(fh, done as u64, &data[done..]) {
+                Ok(n) if n > 0 && done + n < data.len() => done += n,
+                Ok(_) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
         let rel = self.release(fh);
         r?;
         rel

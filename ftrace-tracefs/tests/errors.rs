@@ -87,7 +87,15 @@ impl Shell {
                     return 1;
                 }
             };
-            let r = fs.write(fh, 0, data.as_bytes());
+            // busybox writes with full_write(): again until every byte is taken.
+            let mut done = 0;
+            let r = loop {
+                match fs.write(fh, done as u64, &data.as_bytes()[done..]) {
+                    Ok(n) if n > 0 && done + n < data.len() => done += n,
+                    Ok(_) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            };
             let rel = fs.release(fh);
             return match r.and(rel) {
                 Ok(()) => 0,
