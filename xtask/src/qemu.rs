@@ -370,7 +370,7 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     let boot_log = vm.expect(PROMPT)?;
     for want in [
         "selftest: tracer code uninstrumented, workload sites present: ok",
-        "selftest: int3 breakpoint protocol (2 traps emulated): ok",
+        "selftest: int3 breakpoint protocol (4 traps emulated): ok",
         "calibrated against the PIT",
         &format!("smp: {CPUS} CPU(s) online"),
     ] {

@@ -1,12 +1,14 @@
 //! TEMPORARY glue, to be replaced piece by piece as the core crates land: the ftrace_ops
 //! dispatch (ftrace-core's dispatcher), the function and function_graph tracers and their
-//! Linux-identical text output (ftrace-tracers), the site state machine (ftrace-patch) and the
-//! file tree (ftrace-tracefs).
+//! Linux-identical text output (ftrace-tracers), the record table's reference counting
+//! (ftrace-patch's `RecordTable`) and the file tree (ftrace-tracefs).
 //!
 //! What is real already: events are ftrace-core's entry layouts ([`FtraceEntry`],
 //! [`FtraceGraphEntEntry`], [`FtraceGraphRetEntry`]) written into ftrace-ringbuf's per-CPU
 //! [`RingBuffer`] (pages from [`StaticPages`]), stamped by the backend's clock, and read back
-//! with its non-consuming iterators, merged across CPUs by timestamp.
+//! with its non-consuming iterators, merged across CPUs by timestamp. Sites change in one
+//! batch per update through ftrace-patch's protocols ([`patch_batch`]: verify every window,
+//! then the breakpoint protocol on [`crate::text::KernelText`]).
 //!
 //! Invariant: a CPU's shadow stack is touched only by that CPU with interrupts off (the hooks
 //! disable them around their work), and each CPU writes only its own ring buffer, so writers
@@ -29,11 +31,13 @@ use crate::port::{irq_restore, irq_save};
 use crate::shell::FileTree;
 use crate::sites::{SiteTable, is_nop5};
 use crate::sync::{AtomicBool, AtomicU8, Ordering, SpinLock};
-use crate::text::{poke5_bp, read_text};
+use crate::text::{patch_batch, read_text};
 use crate::trampoline;
+use ftrace_patch::protocol::SiteStatus;
+use ftrace_patch::{Arch, PokeSite, Protocol};
 
 /// The most call sites the glue tracks.
-pub const MAX_SITES: usize = 4096;
+pub const MAX_SITES: usize = 1024;
 /// Ring-buffer pages per CPU (4 KiB each; overwrite mode, as Linux's default).
 pub const PAGES_PER_CPU: usize = 32;
 /// The ring buffer's page size.
@@ -120,6 +124,8 @@ struct Control {
     patched: [u64; MAX_SITES / 64],
     /// Each site's NOP, to restore it.
     nops: [[u8; 5]; MAX_SITES],
+    /// The patch batch being built (ftrace-patch's sites).
+    batch: [PokeSite; MAX_SITES],
 }
 
 fn bit(set: &[u64], i: usize) -> bool {
@@ -163,6 +169,7 @@ pub static TRACING: Interim = Interim {
         filter: [0; MAX_SITES / 64],
         patched: [0; MAX_SITES / 64],
         nops: [[0; 5]; MAX_SITES],
+        batch: [const { PokeSite::empty() }; MAX_SITES],
     }),
     cpus: PerCpuTraces(UnsafeCell::new(
         [const {
@@ -366,39 +373,53 @@ impl Interim {
         };
         let all = c.filter.iter().all(|w| *w == 0);
         let target = trampoline::caller_addr();
+        // One batch of every site that changes, in address order (the table is sorted), for
+        // ftrace-patch's protocol: every window is verified before anything is written.
+        let mut n = 0;
         for (i, &s) in sites.sites().iter().enumerate() {
             let want = active && (all || bit(&c.filter, i));
             if want == bit(&c.patched, i) {
                 continue;
             }
-            let rel = target as i64 - (s as i64 + 5);
-            let rel = i32::try_from(rel).map_err(|_| Errno::ERANGE)?.to_le_bytes();
-            let call = [0xE8, rel[0], rel[1], rel[2], rel[3]];
-            let (expect, new) = if want {
+            let call = ftrace_patch::x86::encode_call(s, target).map_err(|_| Errno::ERANGE)?;
+            let (old, new) = if want {
                 (c.nops[i], call)
             } else {
                 (call, c.nops[i])
             };
-            // SAFETY: the site is listed by SiteTable (mapped text).
-            let found = unsafe { read_text::<5>(s as usize) };
-            if found != expect {
-                // ftrace_bug(): never write over bytes we did not put there.
+            debug_assert!(is_nop5(c.nops[i]));
+            c.batch[n] = PokeSite::insn(Arch::X86_64, s, &old, &new, i as u32);
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let stats = patch_batch(&mut c.batch[..n], Protocol::Auto);
+        let mut failed = false;
+        for k in 0..n {
+            let site = &c.batch[k];
+            let i = site.tag() as usize;
+            if site.status() == SiteStatus::Done {
+                let on = !bit(&c.patched, i);
+                set_bit(&mut c.patched, i, on);
+            } else {
+                failed = true;
+                // ftrace_bug(): the site was left alone (or as the protocol says).
                 // (Unlocked: the shell holds the console lock while it runs a write.)
                 let _ = writeln!(
                     crate::serial::Com1::force(),
-                    "ftrace failed to modify [<{s:#x}>] actual: {:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                    found[0],
-                    found[1],
-                    found[2],
-                    found[3],
-                    found[4]
+                    "ftrace failed to modify [<{:#x}>]: {:?}, actual: {:02x?}",
+                    site.addr(),
+                    site.status(),
+                    &site.actual()[..]
                 );
-                return Err(Errno::EIO);
             }
-            debug_assert!(is_nop5(c.nops[i]));
-            // SAFETY: a verified site with a decodable instruction; control is locked.
-            unsafe { poke5_bp(s as usize, new) };
-            set_bit(&mut c.patched, i, want);
+        }
+        for slot in &mut c.batch[..n] {
+            *slot = PokeSite::empty();
+        }
+        if failed || stats.failed > 0 {
+            return Err(Errno::EIO);
         }
         Ok(())
     }
