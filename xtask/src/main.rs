@@ -6,6 +6,7 @@
 //!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
 
 mod qemu;
+mod rfl;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -35,9 +36,11 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some("rfl-test") => rfl::rfl_test(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
             eprintln!("       cargo xtask qemu-test [--expect-wrong]");
+            eprintln!("       cargo xtask rfl-test [NAME=value]...  (scripts/rfl-integration.sh)");
             eprintln!("stages: apt fmt clippy no-std package doc test loom qemu");
             ExitCode::from(2)
         }
