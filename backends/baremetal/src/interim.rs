@@ -23,7 +23,13 @@ use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, 
 use ftrace_core::event::EventId;
 use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::symbols::SymbolTable;
-use ftrace_ringbuf::{Iter, RingBuffer};
+use ftrace_ringbuf::RingBuffer;
+use ftrace_tracers::event::EventRef;
+use ftrace_tracers::iter::{EventSource, TraceIter};
+use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
 
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
 use crate::pages::StaticPages;
@@ -76,20 +82,6 @@ impl Tracer {
             _ => Tracer::Nop,
         }
     }
-}
-
-#[derive(Clone, Copy)]
-enum Record {
-    Function(FtraceEntry),
-    GraphEnt(FtraceGraphEntEntry),
-    GraphRet(FtraceGraphRetEntry),
-}
-
-#[derive(Clone, Copy)]
-struct Stamped {
-    ts: u64,
-    cpu: u32,
-    rec: Record,
 }
 
 #[derive(Clone, Copy)]
@@ -505,119 +497,170 @@ impl Interim {
         Ok(())
     }
 
-    /// Visits every held record of every CPU in timestamp order.
-    fn for_each_record(
-        &self,
-        mut f: impl FnMut(&Stamped, Option<&Stamped>) -> fmt::Result,
-    ) -> fmt::Result {
+    /// Copies every held event of every CPU into the snapshot (`trace` opens a snapshot
+    /// iterator in the kernel too) and returns (entries, written) as the header prints them.
+    fn take_snapshot(&self, snap: &mut Snapshot) -> (u64, u64) {
+        snap.clear();
         let Some(rb) = ring() else {
-            return Ok(());
+            return (0, 0);
         };
-        let mut scratch = [[0u8; PAGE_SIZE]; MAX_CPUS];
-        let mut scratch = scratch.iter_mut();
-        // One cursor per CPU, with one record of lookahead (function_graph folds a leaf's
-        // entry and return into one line).
-        let mut cursors: [Option<Cursor<'_>>; MAX_CPUS] = core::array::from_fn(|cpu| {
-            let buf = rb.cpu(cpu)?;
-            let mut iter = buf.iter(scratch.next()?);
-            let head = next_record(&mut iter, cpu as u32);
-            let ahead = next_record(&mut iter, cpu as u32);
-            Some(Cursor { iter, head, ahead })
-        });
-        loop {
-            let mut best: Option<(usize, u64)> = None;
-            for (i, c) in cursors.iter().enumerate() {
-                if let Some(r) = c.as_ref().and_then(|c| c.head.as_ref()) {
-                    if best.is_none_or(|(_, ts)| r.ts < ts) {
-                        best = Some((i, r.ts));
-                    }
+        let mut scratch = [0u8; PAGE_SIZE];
+        for cpu in 0..MAX_CPUS {
+            let Some(buf) = rb.cpu(cpu) else {
+                continue;
+            };
+            let mut it = buf.iter(&mut scratch);
+            while let Some(ev) = it.next() {
+                if !snap.push(cpu, ev.ts, ev.payload) {
+                    break;
                 }
             }
-            let Some((i, _)) = best else {
-                return Ok(());
-            };
-            let Some(c) = cursors[i].as_mut() else {
-                return Ok(());
-            };
-            if let Some(head) = c.head {
-                f(&head, c.ahead.as_ref())?;
-            }
-            c.head = c.ahead.take();
-            c.ahead = next_record(&mut c.iter, i as u32);
         }
+        rb.entries_and_written()
     }
 
+    /// The `trace` file, formatted by ftrace-tracers' `TraceWriter` (Linux's `s_show`).
     fn read_trace(&self, out: &mut dyn Write) -> fmt::Result {
         let c = self.control.lock();
-        let tracer = self.tracer();
-        writeln!(out, "# tracer: {}\n#", tracer.name())?;
-        if tracer == Tracer::FunctionGraph {
-            out.write_str(
-                "# CPU  DURATION                  FUNCTION CALLS\n\
-                 # |     |   |                     |   |   |   |\n",
-            )?;
-            let mut skip_ret = false;
-            return self.for_each_record(|r, next| {
-                if core::mem::take(&mut skip_ret) {
-                    return Ok(());
-                }
-                skip_ret = print_graph(&c, out, r, next)?;
-                Ok(())
-            });
-        }
-        let (held, written) = ring().map_or((0, 0), RingBuffer::entries_and_written);
-        writeln!(
-            out,
-            "# entries-in-buffer/entries-written: {held}/{written}   #P:{}\n#",
-            BareMetal.possible_cpus()
-        )?;
-        out.write_str(
-            "#                                _-----=> irqs-off/BH-disabled\n\
-             #                               / _----=> need-resched\n\
-             #                              | / _---=> hardirq/softirq\n\
-             #                              || / _--=> preempt-depth\n\
-             #                              ||| / _-=> migrate-disable\n\
-             #                              |||| /     delay\n\
-             #           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION\n\
-             #              | |         |   |||||     |         |\n",
-        )?;
-        self.for_each_record(|r, _| {
-            let Record::Function(e) = r.rec else {
-                return Ok(());
-            };
-            print_context(out, &e.ent, r.cpu, r.ts)?;
-            write_sym(&c, out, e.ip)?;
-            out.write_str(" <-")?;
-            write_sym(&c, out, e.parent_ip)?;
-            out.write_str("\n")
-        })
-    }
-}
-
-struct Cursor<'a> {
-    iter: Iter<'a, &'static StaticPages>,
-    head: Option<Stamped>,
-    ahead: Option<Stamped>,
-}
-
-/// The next event of a CPU's iterator that the glue's tracers wrote, decoded.
-fn next_record(iter: &mut Iter<'_, &'static StaticPages>, cpu: u32) -> Option<Stamped> {
-    loop {
-        let ev = iter.next()?;
-        let ts = ev.ts;
-        let p = ev.payload;
-        let rec = match TraceEntry::read_from(p).and_then(|e| EventId::from_u16(e.type_)) {
-            Some(EventId::Function) => FtraceEntry::read_from(p).map(Record::Function),
-            Some(EventId::FuncgraphEntry) => {
-                FtraceGraphEntEntry::read_from(p).map(Record::GraphEnt)
-            }
-            Some(EventId::FuncgraphExit) => FtraceGraphRetEntry::read_from(p).map(Record::GraphRet),
-            _ => None,
+        // SAFETY: the snapshot is only used here, under the control lock.
+        let snap = unsafe { &mut *SNAPSHOT.0.get() };
+        let (entries, written) = self.take_snapshot(snap);
+        let symbols: &dyn SymbolTable = match c.symbols {
+            Some(s) => s,
+            None => &NoSymbols,
         };
-        if let Some(rec) = rec {
-            return Some(Stamped { ts, cpu, rec });
+        let cpus = BareMetal.possible_cpus();
+        let env = OutputEnv::new(symbols, &NoTaskNames, cpus);
+        let tracer = self.tracer();
+        let style = match tracer {
+            Tracer::FunctionGraph => OutputStyle::Graph(GraphFlags::DEFAULT),
+            _ => OutputStyle::Default,
+        };
+        let mut graph = [GraphCpuState::INIT; MAX_CPUS];
+        let mut writer = TraceWriter::new(style, &mut graph, written > entries);
+        let info = HeaderInfo {
+            tracer: tracer.name(),
+            entries,
+            written,
+            online_cpus: cpus,
+            latency: LatencyInfo::default(),
+        };
+        let mut src = SnapshotSource {
+            snap,
+            next: [0; MAX_CPUS],
+        };
+        let mut iter = TraceIter::new(&mut src, None);
+        writer.write_trace(&mut TextSink(out), &env, Some(&info), &mut iter)
+    }
+}
+
+/// The most events one `trace` read shows (every event of full buffers fits).
+const SNAPSHOT_EVENTS: usize = MAX_CPUS * PAGES_PER_CPU * PAGE_SIZE / 16;
+const SNAPSHOT_BYTES: usize = MAX_CPUS * PAGES_PER_CPU * PAGE_SIZE;
+
+/// Copies of the buffers' events for one `trace` read, per CPU in buffer order.
+struct Snapshot {
+    bytes: [u8; SNAPSHOT_BYTES],
+    used: usize,
+    /// (ts, offset, len) of each event, grouped by CPU.
+    events: [(u64, u32, u32); SNAPSHOT_EVENTS],
+    count: usize,
+    /// Each CPU's range in `events`.
+    ranges: [(usize, usize); MAX_CPUS],
+}
+
+impl Snapshot {
+    fn clear(&mut self) {
+        self.used = 0;
+        self.count = 0;
+        self.ranges = [(0, 0); MAX_CPUS];
+    }
+
+    fn push(&mut self, cpu: usize, ts: u64, payload: &[u8]) -> bool {
+        let end = self.used + payload.len();
+        if end > SNAPSHOT_BYTES || self.count == SNAPSHOT_EVENTS {
+            return false;
+        }
+        self.bytes[self.used..end].copy_from_slice(payload);
+        if self.ranges[cpu].1 == 0 {
+            self.ranges[cpu] = (self.count, self.count);
+        }
+        self.events[self.count] = (ts, self.used as u32, payload.len() as u32);
+        self.count += 1;
+        self.ranges[cpu].1 = self.count;
+        self.used = end;
+        true
+    }
+}
+
+struct SnapshotCell(UnsafeCell<Snapshot>);
+// SAFETY: used only under the control lock (read_trace).
+unsafe impl Sync for SnapshotCell {}
+
+static SNAPSHOT: SnapshotCell = SnapshotCell(UnsafeCell::new(Snapshot {
+    bytes: [0; SNAPSHOT_BYTES],
+    used: 0,
+    events: [(0, 0, 0); SNAPSHOT_EVENTS],
+    count: 0,
+    ranges: [(0, 0); MAX_CPUS],
+}));
+
+/// ftrace-tracers' per-CPU event streams over a snapshot.
+struct SnapshotSource<'a> {
+    snap: &'a Snapshot,
+    next: [usize; MAX_CPUS],
+}
+
+impl<'a> EventSource<'a> for SnapshotSource<'a> {
+    fn nr_cpus(&self) -> u32 {
+        MAX_CPUS as u32
+    }
+
+    fn peek(&mut self, cpu: u32) -> Option<EventRef<'a>> {
+        let (start, end) = *self.snap.ranges.get(cpu as usize)?;
+        let i = start + self.next[cpu as usize];
+        if i >= end {
+            return None;
+        }
+        let (ts, off, len) = self.snap.events[i];
+        let snap: &'a Snapshot = self.snap;
+        Some(EventRef::new(
+            cpu,
+            ts,
+            &snap.bytes[off as usize..(off + len) as usize],
+        ))
+    }
+
+    fn advance(&mut self, cpu: u32) {
+        if let Some(n) = self.next.get_mut(cpu as usize) {
+            *n += 1;
         }
     }
+}
+
+/// The formatter's byte sink over the shell's text output (the trace text is ASCII).
+struct TextSink<'a>(&'a mut dyn Write);
+
+impl ByteSink for TextSink<'_> {
+    fn put(&mut self, bytes: &[u8]) -> fmt::Result {
+        match core::str::from_utf8(bytes) {
+            Ok(s) => self.0.write_str(s),
+            Err(_) => bytes.iter().try_for_each(|&b| {
+                self.0
+                    .write_char(if b.is_ascii() { b as char } else { '?' })
+            }),
+        }
+    }
+}
+
+/// No symbols (before `install`): addresses print in hex.
+struct NoSymbols;
+
+impl SymbolTable for NoSymbols {
+    fn lookup(&self, _addr: u64) -> Option<ftrace_core::symbols::Symbol<'_>> {
+        None
+    }
+    fn for_each(&self, _f: &mut dyn FnMut(ftrace_core::symbols::Symbol<'_>)) {}
 }
 
 /// `%ps`: the symbol's name, or the address in hex.
@@ -625,151 +668,6 @@ fn write_sym(c: &Control, out: &mut dyn Write, addr: u64) -> fmt::Result {
     match c.symbols.and_then(|s| s.lookup(addr)) {
         Some(s) => out.write_str(s.name),
         None => write!(out, "{addr:#x}"),
-    }
-}
-
-/// The default context columns: `comm-pid [cpu] flags timestamp: `.
-fn print_context(out: &mut dyn Write, ent: &TraceEntry, cpu: u32, ts: u64) -> fmt::Result {
-    let pid = ent.pid;
-    let comm = if pid == 0 { "<idle>" } else { "<...>" };
-    let flags = ftrace_core::TraceFlags::from_bits_retain(ent.flags);
-    let irq = if flags.contains(ftrace_core::TraceFlags::IRQS_OFF) {
-        'd'
-    } else {
-        '.'
-    };
-    let hard = flags.contains(ftrace_core::TraceFlags::HARDIRQ);
-    let soft = flags.contains(ftrace_core::TraceFlags::SOFTIRQ);
-    let hs = match (hard, soft) {
-        (true, true) => 'H',
-        (true, false) => 'h',
-        (false, true) => 's',
-        _ => '.',
-    };
-    let pc = ent.preempt_count & 0xf;
-    let md = ent.preempt_count >> 4;
-    let digit = |n: u8| {
-        if n == 0 {
-            '.'
-        } else {
-            char::from_digit(n.min(15) as u32, 16).unwrap_or('.')
-        }
-    };
-    write!(
-        out,
-        "{comm:>16}-{pid:<7} [{cpu:03}] {irq}.{hs}{}{} {:>5}.{:06}: ",
-        digit(pc),
-        digit(md),
-        ts / 1_000_000_000,
-        ts % 1_000_000_000 / 1000
-    )
-}
-
-/// The overhead mark of a duration (`+` over 10 us ... `$` over 1 s).
-fn duration_mark(ns: u64) -> char {
-    match ns {
-        d if d > 1_000_000_000 => '$',
-        d if d > 100_000_000 => '@',
-        d if d > 10_000_000 => '*',
-        d if d > 1_000_000 => '#',
-        d if d > 100_000 => '!',
-        d if d > 10_000 => '+',
-        _ => ' ',
-    }
-}
-
-/// The duration column: `usecs.nsecs us ` padded to the column's width (at most 7 digits).
-fn write_duration(out: &mut dyn Write, ns: u64) -> fmt::Result {
-    let mut digits = Buf::<24>::new();
-    write!(digits, "{}", ns / 1000)?;
-    let mut len = digits.len;
-    out.write_str(digits.as_str())?;
-    if len < 7 {
-        let mut frac = Buf::<8>::new();
-        write!(frac, "{:03}", ns % 1000)?;
-        let keep = frac.len.min(7 - len);
-        write!(out, ".{}", &frac.as_str()[..keep])?;
-        len += keep + 1;
-    }
-    out.write_str(" us ")?;
-    for _ in len..8 {
-        out.write_str(" ")?;
-    }
-    Ok(())
-}
-
-/// One function_graph line; returns true when `next` (the matching return of a leaf) was
-/// folded into it.
-fn print_graph(
-    c: &Control,
-    out: &mut dyn Write,
-    r: &Stamped,
-    next: Option<&Stamped>,
-) -> Result<bool, fmt::Error> {
-    let cpu = r.cpu;
-    match r.rec {
-        Record::GraphEnt(e) => {
-            let (func, depth) = (e.func, e.depth);
-            let leaf = match next.map(|n| n.rec) {
-                Some(Record::GraphRet(ret)) if ret.func == func && ret.depth == depth => Some(ret),
-                _ => None,
-            };
-            write!(out, " {cpu}) ")?;
-            match leaf {
-                Some(ret) => {
-                    let d = ret.rettime.saturating_sub(ret.calltime);
-                    write!(out, "{} ", duration_mark(d))?;
-                    write_duration(out, d)?;
-                }
-                None => out.write_str("              ")?,
-            }
-            out.write_str("|  ")?;
-            for _ in 0..depth {
-                out.write_str("  ")?;
-            }
-            write_sym(c, out, func)?;
-            out.write_str(if leaf.is_some() { "();\n" } else { "() {\n" })?;
-            Ok(leaf.is_some())
-        }
-        Record::GraphRet(ret) => {
-            let d = ret.rettime.saturating_sub(ret.calltime);
-            write!(out, " {cpu}) {} ", duration_mark(d))?;
-            write_duration(out, d)?;
-            out.write_str("|  ")?;
-            for _ in 0..ret.depth {
-                out.write_str("  ")?;
-            }
-            out.write_str("}\n")?;
-            Ok(false)
-        }
-        Record::Function(_) => Ok(false),
-    }
-}
-
-/// A small stack buffer implementing `fmt::Write`.
-struct Buf<const N: usize> {
-    b: [u8; N],
-    len: usize,
-}
-
-impl<const N: usize> Buf<N> {
-    fn new() -> Self {
-        Self { b: [0; N], len: 0 }
-    }
-    fn as_str(&self) -> &str {
-        core::str::from_utf8(&self.b[..self.len]).unwrap_or("")
-    }
-}
-
-impl<const N: usize> Write for Buf<N> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let end = self.len + s.len();
-        if end > N {
-            return Err(fmt::Error);
-        }
-        self.b[self.len..end].copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
     }
 }
 
@@ -863,7 +761,6 @@ impl FileTree for Interim {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::string::String;
 
     #[test]
     fn globs() {
@@ -874,34 +771,5 @@ mod tests {
         assert!(!glob_match("bm_leaf", "bm_leaf2"));
         assert!(!glob_match("bm_*", "other_work"));
         assert!(glob_match("*", ""));
-    }
-
-    #[test]
-    fn durations_like_linux() {
-        let mut s = String::new();
-        write_duration(&mut s, 3_787).unwrap();
-        assert_eq!(s, "3.787 us    ");
-        s.clear();
-        write_duration(&mut s, 176_171).unwrap();
-        assert_eq!(s, "176.171 us  ");
-        s.clear();
-        write_duration(&mut s, 12_345_678_901).unwrap();
-        assert_eq!(s, "12345678 us ");
-        assert_eq!(duration_mark(11_361), '+');
-        assert_eq!(duration_mark(176_171), '!');
-        assert_eq!(duration_mark(3_787), ' ');
-    }
-
-    #[test]
-    fn context_columns_like_linux() {
-        let mut s = String::new();
-        let ent = TraceEntry {
-            type_: 1,
-            flags: 0x01,
-            preempt_count: 0,
-            pid: 0,
-        };
-        print_context(&mut s, &ent, 0, 25_053_149_123).unwrap();
-        assert_eq!(s, "          <idle>-0       [000] d....    25.053149: ");
     }
 }
