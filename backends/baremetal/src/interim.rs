@@ -1,13 +1,14 @@
-//! TEMPORARY glue, to be replaced piece by piece as the core crates land: the ftrace_ops
-//! dispatch (ftrace-core's dispatcher), the function and function_graph tracers and their
-//! Linux-identical text output (ftrace-tracers), the record table's reference counting
-//! (ftrace-patch's `RecordTable`) and the file tree (ftrace-tracefs).
+//! TEMPORARY glue, to be replaced as the last core pieces land: the ftrace_ops dispatch
+//! (ftrace-core's dispatcher, not on main yet), the function and function_graph tracers' event
+//! writing (ftrace-tracers' `Tracer`s, which want that dispatcher), and the record table's
+//! reference counting (ftrace-patch's `RecordTable`).
 //!
 //! What is real already: events are ftrace-core's entry layouts ([`FtraceEntry`],
 //! [`FtraceGraphEntEntry`], [`FtraceGraphRetEntry`]) written into ftrace-ringbuf's per-CPU
 //! [`RingBuffer`] (pages from [`StaticPages`]), stamped by the backend's clock, and read back
-//! with its non-consuming iterators, merged across CPUs by timestamp. Sites change in one
-//! batch per update through ftrace-patch's protocols ([`patch_batch`]: verify every window,
+//! with its non-consuming iterators and formatted by ftrace-tracers' `TraceWriter` (the
+//! `trace` text is Linux's); the file tree is ftrace-tracefs's (`crate::tracefs`). Sites
+//! change in one batch per update through ftrace-patch's protocols ([`patch_batch`]: verify every window,
 //! then the breakpoint protocol on [`crate::text::KernelText`]).
 //!
 //! Invariant: a CPU's shadow stack is touched only by that CPU with interrupts off (the hooks
@@ -34,7 +35,6 @@ use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
 use crate::pages::StaticPages;
 use crate::port::{irq_restore, irq_save};
-use crate::shell::FileTree;
 use crate::sites::{SiteTable, is_nop5};
 use crate::sync::{AtomicBool, AtomicU8, Ordering, SpinLock};
 use crate::text::{patch_batch, read_text};
@@ -419,7 +419,7 @@ impl Interim {
     /// Empties the ring buffer (`tracing_reset_online_cpus`): recording off, every CPU synced
     /// (an IPI cannot land inside a writer, which runs with interrupts off), reset, recording
     /// back as `tracing_on` says.
-    fn reset_buffers(&self) {
+    pub fn reset_buffers(&self) {
         let Some(rb) = ring() else {
             return;
         };
@@ -442,7 +442,9 @@ impl Interim {
             .map(|s| s.name)
     }
 
-    fn write_filter(&self, data: &str, append: bool) -> Result<(), Errno> {
+    /// Sets (`append`: adds to) `set_ftrace_filter` from whitespace-separated globs; a glob
+    /// matching no function is refused with `EINVAL` and nothing changes.
+    pub fn write_filter(&self, data: &str, append: bool) -> Result<(), Errno> {
         let mut c = self.control.lock();
         let Some(sites) = c.sites else {
             return Err(Errno::ENODEV);
@@ -469,7 +471,8 @@ impl Interim {
         Self::sync_sites(&mut c, active)
     }
 
-    fn read_filter(&self, out: &mut dyn Write) -> fmt::Result {
+    /// `set_ftrace_filter`'s read-back text.
+    pub fn read_filter(&self, out: &mut dyn Write) -> fmt::Result {
         let c = self.control.lock();
         if c.filter.iter().all(|w| *w == 0) {
             return out.write_str("#### all functions enabled ####\n");
@@ -485,12 +488,18 @@ impl Interim {
         Ok(())
     }
 
-    fn read_available(&self, out: &mut dyn Write) -> fmt::Result {
+    /// `available_filter_functions` (`addrs`: with addresses, as
+    /// `available_filter_functions_addrs`).
+    pub fn read_available(&self, out: &mut dyn Write, addrs: bool) -> fmt::Result {
         let c = self.control.lock();
         if let Some(sites) = c.sites {
             for &s in sites.sites() {
                 if let Some(n) = Self::site_name(&c, s) {
-                    writeln!(out, "{n}")?;
+                    if addrs {
+                        writeln!(out, "{s:x} {n}")?;
+                    } else {
+                        writeln!(out, "{n}")?;
+                    }
                 }
             }
         }
@@ -519,8 +528,9 @@ impl Interim {
         rb.entries_and_written()
     }
 
-    /// The `trace` file, formatted by ftrace-tracers' `TraceWriter` (Linux's `s_show`).
-    fn read_trace(&self, out: &mut dyn Write) -> fmt::Result {
+    /// The `trace` text of every CPU (`None`) or one (`per_cpu/cpuN/trace`), formatted by
+    /// ftrace-tracers' `TraceWriter` (Linux's `s_show`).
+    pub fn format_trace(&self, cpu_file: Option<u32>, out: &mut dyn Write) -> fmt::Result {
         let c = self.control.lock();
         // SAFETY: the snapshot is only used here, under the control lock.
         let snap = unsafe { &mut *SNAPSHOT.0.get() };
@@ -549,7 +559,7 @@ impl Interim {
             snap,
             next: [0; MAX_CPUS],
         };
-        let mut iter = TraceIter::new(&mut src, None);
+        let mut iter = TraceIter::new(&mut src, cpu_file);
         writer.write_trace(&mut TextSink(out), &env, Some(&info), &mut iter)
     }
 }
@@ -671,90 +681,102 @@ fn write_sym(c: &Control, out: &mut dyn Write, addr: u64) -> fmt::Result {
     }
 }
 
-/// The files the glue serves, `ls` order.
-const FILES: &[&str] = &[
-    "available_filter_functions",
-    "available_tracers",
-    "current_tracer",
-    "set_ftrace_filter",
-    "trace",
-    "trace_clock",
-    "tracing_on",
-];
+impl Interim {
+    /// `tracing_on`.
+    pub fn tracing_on(&self) -> bool {
+        self.tracing_on.load(Ordering::Relaxed)
+    }
 
-impl FileTree for Interim {
-    fn list(&self, dir: &str, out: &mut dyn Write) -> Result<(), Errno> {
-        if !dir.is_empty() {
-            return Err(if FILES.contains(&dir) {
-                Errno::ENOTDIR
-            } else {
-                Errno::ENOENT
-            });
+    /// Sets `tracing_on` (the ring buffer's recording switch).
+    pub fn set_tracing_on(&self, on: bool) {
+        self.tracing_on.store(on, Ordering::Relaxed);
+        if let Some(rb) = ring() {
+            rb.set_record_on(on);
         }
-        for f in FILES {
-            writeln!(out, "{f}").map_err(|_| Errno::EIO)?;
+    }
+
+    /// Switches to the tracer called `name` (`EINVAL` if there is none).
+    pub fn set_tracer_by_name(&self, name: &str) -> Result<(), Errno> {
+        let t = Tracer::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or(Errno::EINVAL)?;
+        self.set_tracer(t)
+    }
+
+    /// The tracers, in `available_tracers` order.
+    pub fn tracer_names(&self) -> [&'static str; 3] {
+        Tracer::ALL.map(Tracer::name)
+    }
+
+    /// `per_cpu/cpuN/stats`.
+    pub fn write_stats(&self, cpu: u32, w: &mut dyn Write) -> fmt::Result {
+        match ring().and_then(|r| r.cpu(cpu as usize)) {
+            Some(b) => {
+                let mut s = Buf::<512>::new();
+                b.stats(BareMetal.now_ns()).write_to(&mut s, true)?;
+                w.write_str(s.as_str())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes of data one CPU's buffer holds.
+    pub fn buffer_bytes(&self) -> u64 {
+        (PAGES_PER_CPU * (PAGE_SIZE - ftrace_core::format::BUF_PAGE_HDR_SIZE)) as u64
+    }
+
+    /// `enabled_functions`: the patched sites.
+    pub fn write_enabled(&self, out: &mut dyn Write) -> fmt::Result {
+        let c = self.control.lock();
+        if let Some(sites) = c.sites {
+            for (i, &s) in sites.sites().iter().enumerate() {
+                if bit(&c.patched, i) {
+                    write_sym(&c, out, s)?;
+                    out.write_str(" (1)           \n")?;
+                }
+            }
         }
         Ok(())
     }
 
-    fn read(&self, path: &str, out: &mut dyn Write) -> Result<(), Errno> {
-        let r = match path {
-            "available_tracers" => {
-                let mut first = true;
-                for t in Tracer::ALL {
-                    if !first {
-                        out.write_str(" ").map_err(|_| Errno::EIO)?;
-                    }
-                    first = false;
-                    out.write_str(t.name()).map_err(|_| Errno::EIO)?;
-                }
-                out.write_str("\n")
-            }
-            "current_tracer" => writeln!(out, "{}", self.tracer().name()),
-            "tracing_on" => writeln!(out, "{}", u8::from(self.tracing_on.load(Ordering::Relaxed))),
-            "trace_clock" => writeln!(out, "[{}]", <BareMetal as TraceClock>::NAME),
-            "set_ftrace_filter" => self.read_filter(out),
-            "available_filter_functions" => self.read_available(out),
-            "trace" => self.read_trace(out),
-            "" => return Err(Errno::EISDIR),
-            _ => return Err(Errno::ENOENT),
-        };
-        r.map_err(|_| Errno::EIO)
+    /// `dyn_ftrace_total_info`: the number of call-site records.
+    pub fn write_total_info(&self, out: &mut dyn Write) -> fmt::Result {
+        let c = self.control.lock();
+        let n = c.sites.map_or(0, |s| s.sites().len());
+        writeln!(out, "{n} pages:0 groups: 0")
     }
 
-    fn write(&self, path: &str, data: &str, append: bool) -> Result<(), Errno> {
-        match path {
-            "current_tracer" => {
-                let name = data.trim();
-                let t = Tracer::ALL
-                    .into_iter()
-                    .find(|t| t.name() == name)
-                    .ok_or(Errno::EINVAL)?;
-                self.set_tracer(t)
-            }
-            "tracing_on" => {
-                let v: u64 = data.trim().parse().map_err(|_| Errno::EINVAL)?;
-                self.tracing_on.store(v != 0, Ordering::Relaxed);
-                if let Some(rb) = ring() {
-                    rb.set_record_on(v != 0);
-                }
-                Ok(())
-            }
-            "trace_clock" => match data.trim() {
-                n if n == <BareMetal as TraceClock>::NAME => Ok(()),
-                _ => Err(Errno::EINVAL),
-            },
-            "set_ftrace_filter" => self.write_filter(data, append),
-            "trace" => {
-                if !append {
-                    let _c = self.control.lock();
-                    self.reset_buffers();
-                }
-                Ok(())
-            }
-            "available_tracers" | "available_filter_functions" => Err(Errno::EACCES),
-            _ => Err(Errno::ENOENT),
+    /// The symbol table handed to `install`.
+    pub fn symbols(&self) -> Option<&'static (dyn SymbolTable + Sync)> {
+        self.control.lock().symbols
+    }
+}
+
+/// A small stack buffer implementing `fmt::Write`.
+struct Buf<const N: usize> {
+    b: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Buf<N> {
+    fn new() -> Self {
+        Self { b: [0; N], len: 0 }
+    }
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.b[..self.len]).unwrap_or("")
+    }
+}
+
+impl<const N: usize> Write for Buf<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let end = self.len + s.len();
+        if end > N {
+            return Err(fmt::Error);
         }
+        self.b[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 

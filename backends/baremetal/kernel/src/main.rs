@@ -26,6 +26,7 @@ use ftrace_baremetal::shell::{self, Builtins, Outcome, Shell};
 use ftrace_baremetal::sites::SiteTable;
 use ftrace_baremetal::sync::{AtomicPtr, AtomicU64, Ordering};
 use ftrace_baremetal::text::KernelText;
+use ftrace_baremetal::tracefs::SerialTracefs;
 use ftrace_baremetal::{clock, cpu, idt, port, println, smp, text, trampoline};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{Arch, BreakpointTable, PokeSite, Protocol, StopFixup, TextFault, TextPoke};
@@ -522,6 +523,13 @@ impl Builtins for Kernel {
 }
 
 fn run_shell() -> ! {
+    let tree = match SerialTracefs::new() {
+        Ok(t) => t,
+        Err(e) => {
+            println!("tracefs: cannot build the tree: {e}");
+            qemu::exit(Verdict::Fail, "tracefs");
+        }
+    };
     let mut sh = Shell::new();
     let mut k = Kernel { poweroff: None };
     let mut line = [0u8; 512];
@@ -534,7 +542,7 @@ fn run_shell() -> ! {
         let n = sh.take_line(&mut line);
         let text = core::str::from_utf8(&line[..n]).unwrap_or("");
         Com1::with(|c| {
-            sh.execute(text, &TRACING, &mut k, c);
+            sh.execute(text, &tree, &mut k, c);
         });
         if let Some((v, expected)) = k.poweroff {
             let why = alloc::format!(
