@@ -1,10 +1,10 @@
 //! TEMPORARY glue, to be replaced as the last core pieces land: the ftrace_ops dispatch
-//! (ftrace-core's dispatcher, not on main yet), the function and function_graph tracers' event
-//! writing (ftrace-tracers' `Tracer`s, which want that dispatcher), and the record table's
-//! reference counting (ftrace-patch's `RecordTable`).
+//! (ftrace-core's dispatcher, not on main yet: the entry hook calls the current tracer
+//! directly, and the patched sites are the filter) and the record table's reference counting
+//! (ftrace-patch's `RecordTable`: here a bitmap of patched sites).
 //!
-//! What is real already: events are ftrace-core's entry layouts ([`FtraceEntry`],
-//! [`FtraceGraphEntEntry`], [`FtraceGraphRetEntry`]) written into ftrace-ringbuf's per-CPU
+//! What is real already: events are written by ftrace-tracers' `FunctionTracer` and
+//! `FunctionGraphTracer` (with its `ShadowStack`, one per CPU) into ftrace-ringbuf's per-CPU
 //! [`RingBuffer`] (pages from [`StaticPages`]), stamped by the backend's clock, and read back
 //! with its non-consuming iterators and formatted by ftrace-tracers' `TraceWriter` (the
 //! `trace` text is Linux's); the file tree is ftrace-tracefs's (`crate::tracefs`). Sites
@@ -19,18 +19,22 @@ use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
 
 use ftrace_core::Errno;
-use ftrace_core::entry::Pod;
-use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, TraceEntry};
-use ftrace_core::event::EventId;
+use ftrace_core::event::TraceCtx;
+use ftrace_core::platform::ExecContext;
 use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::symbols::SymbolTable;
 use ftrace_ringbuf::RingBuffer;
 use ftrace_tracers::event::EventRef;
+use ftrace_tracers::function::FunctionTracer;
+use ftrace_tracers::function_graph::{
+    FunctionGraphTracer, GraphEntry, GraphFunctions, ShadowStack,
+};
 use ftrace_tracers::iter::{EventSource, TraceIter};
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
 use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
+use ftrace_tracers::tracer::{AdmitAll, EntrySink, Tracer as TracerImpl};
 
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
 use crate::pages::StaticPages;
@@ -84,28 +88,15 @@ impl Tracer {
     }
 }
 
-#[derive(Clone, Copy)]
-struct ShadowFrame {
-    ret: u64,
-    func: u64,
-    calltime: u64,
-}
-
 struct CpuTrace {
-    shadow: [ShadowFrame; GRAPH_DEPTH],
-    depth: usize,
+    /// function_graph's shadow return stack for what runs on this CPU (no tasks here).
+    shadow: ShadowStack<GRAPH_DEPTH>,
 }
 
 struct PerCpuTraces(UnsafeCell<[CpuTrace; MAX_CPUS]>);
 // SAFETY: the module invariant: each CPU's slot is used by that CPU with interrupts off, or by
 // the reader while no traced code runs.
 unsafe impl Sync for PerCpuTraces {}
-
-const EMPTY_FRAME: ShadowFrame = ShadowFrame {
-    ret: 0,
-    func: 0,
-    calltime: 0,
-};
 
 struct Control {
     sites: Option<&'static SiteTable>,
@@ -166,8 +157,7 @@ pub static TRACING: Interim = Interim {
     cpus: PerCpuTraces(UnsafeCell::new(
         [const {
             CpuTrace {
-                shadow: [EMPTY_FRAME; GRAPH_DEPTH],
-                depth: 0,
+                shadow: ShadowStack::new(),
             }
         }; MAX_CPUS],
     )),
@@ -185,14 +175,6 @@ fn ring() -> Option<&'static RingBuffer<&'static StaticPages>> {
     unsafe { (*TRACING.buffer.get()).as_ref() }
 }
 
-/// Writes one entry into this CPU's buffer (dropped, and counted by the buffer, if it cannot).
-#[inline]
-fn write_entry<E: Pod>(cpu: u32, e: &E) {
-    if let Some(b) = ring().and_then(|r| r.cpu(cpu as usize)) {
-        b.write(e.as_bytes(), &BareMetal);
-    }
-}
-
 /// Recursion bit of the entry hook.
 const RECURSION_ENTRY: u32 = 0;
 
@@ -201,50 +183,84 @@ fn cpu_trace(cpu: u32) -> *mut CpuTrace {
     unsafe { (*TRACING.cpus.0.get()).as_mut_ptr().add(cpu as usize) }
 }
 
+/// The function tracer (ftrace-tracers).
+static FUNCTION: FunctionTracer = FunctionTracer::new();
+/// The function_graph tracer (ftrace-tracers).
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+
+/// The current CPU's ring buffer as the tracers' entry sink.
+struct CpuSink(u32);
+
+impl EntrySink for CpuSink {
+    #[inline]
+    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        let Some(buf) = ring().and_then(|r| r.cpu(self.0 as usize)) else {
+            return false;
+        };
+        let Some(mut r) = buf.reserve(len, &BareMetal) else {
+            return false;
+        };
+        let data = r.data();
+        data.fill(0);
+        fill(data);
+        r.commit();
+        true
+    }
+}
+
+/// The task context as sampled at the hook's entry (before it disabled interrupts for its
+/// own work), so the irqs-off flag describes the traced code.
+struct Sampled(TraceCtx);
+
+impl TaskContext for Sampled {
+    fn current_pid(&self) -> i32 {
+        BareMetal.current_pid()
+    }
+    fn trace_ctx(&self) -> TraceCtx {
+        self.0
+    }
+    fn exec_context(&self) -> ExecContext {
+        BareMetal.exec_context()
+    }
+}
+
+/// Every function is a graph root (no `set_graph_function` here): the patched sites are the
+/// filter.
+const ALL_GRAPH: GraphFunctions<'static> = GraphFunctions {
+    functions: &[],
+    notrace: &[],
+};
+
 extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
     let me = this_cpu();
     if !me.try_enter(RECURSION_ENTRY) {
         return;
     }
     // The context is sampled before interrupts are disabled for the write.
-    let ctx = BareMetal.trace_ctx();
+    let task = Sampled(BareMetal.trace_ctx());
     let irq = irq_save();
-    let tracer = Tracer::from_u8(TRACING.tracer.load(Ordering::Relaxed));
-    if TRACING.tracing_on.load(Ordering::Relaxed) && tracer != Tracer::Nop {
-        let p = BareMetal;
+    if TRACING.tracing_on.load(Ordering::Relaxed) {
         let cpu = me.index();
-        let ent = |id| TraceEntry::new(id, ctx, p.current_pid());
-        // SAFETY: this CPU's slot, interrupts off (module invariant).
-        let t = unsafe { &mut *cpu_trace(cpu) };
-        match tracer {
-            Tracer::Function => write_entry(
-                cpu,
-                &FtraceEntry {
-                    ent: ent(EventId::Function),
-                    ip,
-                    parent_ip,
-                },
-            ),
-            Tracer::FunctionGraph if t.depth < GRAPH_DEPTH => {
-                t.shadow[t.depth] = ShadowFrame {
-                    ret: parent_ip,
-                    func: ip,
-                    calltime: p.now_ns(),
-                };
-                write_entry(
-                    cpu,
-                    &FtraceGraphEntEntry {
-                        ent: ent(EventId::FuncgraphEntry),
-                        func: ip,
-                        depth: t.depth as i32,
-                    },
-                );
-                t.depth += 1;
-                // SAFETY: the trampoline passes the slot of the traced function's return
-                // address; the return hook gives `parent_ip` back when it returns.
-                unsafe { *parent_slot = trampoline::return_to_handler_addr() };
+        let sink = CpuSink(cpu);
+        // The patched sites are the filter (only admitted functions are patched), so the
+        // tracers admit every call that reaches them.
+        match Tracer::from_u8(TRACING.tracer.load(Ordering::Relaxed)) {
+            Tracer::Function => {
+                FUNCTION.trace_call(ip, parent_ip, &AdmitAll, &task, &sink);
             }
-            _ => {}
+            Tracer::FunctionGraph => {
+                // SAFETY: this CPU's slot, interrupts off (module invariant).
+                let t = unsafe { &mut *cpu_trace(cpu) };
+                let now = BareMetal.now_ns();
+                let hooked =
+                    GRAPH.entry(&mut t.shadow, ip, parent_ip, now, &ALL_GRAPH, &task, &sink);
+                if hooked == GraphEntry::Hooked {
+                    // SAFETY: the trampoline passes the slot of the traced function's return
+                    // address; the return hook gives `parent_ip` back when it returns.
+                    unsafe { *parent_slot = trampoline::return_to_handler_addr() };
+                }
+            }
+            Tracer::Nop => {}
         }
     }
     irq_restore(irq);
@@ -252,14 +268,13 @@ extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
 }
 
 extern "C" fn return_hook() -> u64 {
-    let p = BareMetal;
-    let ctx = p.trace_ctx();
+    let task = Sampled(BareMetal.trace_ctx());
     let irq = irq_save();
-    let me = this_cpu();
-    let cpu = me.index();
+    let cpu = this_cpu().index();
     // SAFETY: this CPU's slot, interrupts off (module invariant).
     let t = unsafe { &mut *cpu_trace(cpu) };
-    let Some(depth) = t.depth.checked_sub(1) else {
+    let now = BareMetal.now_ns();
+    let Some(exit) = GRAPH.exit(&mut t.shadow, now, &task, &CpuSink(cpu)) else {
         // A redirected return with no frame cannot be resumed: report it loudly.
         // (Unlocked: the shell may hold the console lock around the traced call.)
         let _ = writeln!(
@@ -268,25 +283,8 @@ extern "C" fn return_hook() -> u64 {
         );
         crate::qemu::exit(crate::qemu::Verdict::Fail, "graph shadow stack underflow");
     };
-    t.depth = depth;
-    let f = t.shadow[depth];
-    if TRACING.tracing_on.load(Ordering::Relaxed) {
-        write_entry(
-            cpu,
-            &FtraceGraphRetEntry {
-                ent: TraceEntry::new(EventId::FuncgraphExit, ctx, p.current_pid()),
-                func: f.func,
-                depth: depth as i32,
-                overrun: 0,
-                calltime: f.calltime,
-                rettime: p.now_ns(),
-                backport_calltime: 0,
-                backport_rettime: 0,
-            },
-        );
-    }
     irq_restore(irq);
-    f.ret
+    exit.ret
 }
 
 /// Whether `name` matches a `set_ftrace_filter` glob (`*` anywhere, any number of times).
@@ -352,6 +350,19 @@ impl Interim {
         let mut c = self.control.lock();
         if t == self.tracer() {
             return Ok(());
+        }
+        let tracer_of = |t: Tracer| -> Option<&'static dyn TracerImpl> {
+            match t {
+                Tracer::Function => Some(&FUNCTION),
+                Tracer::FunctionGraph => Some(&GRAPH),
+                Tracer::Nop => None,
+            }
+        };
+        if let Some(old) = tracer_of(self.tracer()) {
+            old.reset();
+        }
+        if let Some(new) = tracer_of(t) {
+            new.init()?;
         }
         self.tracer.store(t as u8, Ordering::Relaxed);
         self.reset_buffers();
