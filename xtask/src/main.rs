@@ -5,6 +5,7 @@
 //!   no_std builds, docs, unit/property/integration tests, and the loom models, and ends with a
 //!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
 
+mod qemu;
 mod rfl;
 
 use std::env;
@@ -22,17 +23,25 @@ const CORE_CRATES: &[&str] = &[
 ];
 
 /// Debian packages the tests need, as (command that proves it is installed, package).
-const APT_PACKAGES: &[(&str, &str)] = &[];
+const APT_PACKAGES: &[(&str, &str)] = &[("qemu-system-x86_64", "qemu-system-x86")];
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("qemu-test") => match qemu::qemu_test(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask qemu-test: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Some("rfl-test") => rfl::rfl_test(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
+            eprintln!("       cargo xtask qemu-test [--expect-wrong]");
             eprintln!("       cargo xtask rfl-test [NAME=value]...  (scripts/rfl-integration.sh)");
-            eprintln!("stages: apt fmt clippy no-std package doc test loom");
+            eprintln!("stages: apt fmt clippy no-std package doc test loom qemu");
             ExitCode::from(2)
         }
     }
@@ -200,6 +209,12 @@ fn test(args: &[String]) -> ExitCode {
         }
         Ok(())
     });
+
+    st.run(
+        "qemu",
+        "bare-metal kernel in QEMU (cargo xtask qemu-test)",
+        || qemu::qemu_test(&[]),
+    );
 
     let mins = started.elapsed().as_secs_f64() / 60.0;
     println!("\nxtask test finished in {mins:.1} min");
