@@ -17,6 +17,8 @@
 #   RFL_FILTER=vfs_read                 the module's filter parameter
 #   RFL_ROUNDS=20                       workload rounds (one dd per CPU per round)
 #   RFL_FLOOD=3000                      1-byte reads per CPU in the overflow pass (2-page buffers)
+#   RFL_CFILTER=$RFL_FILTER,update_process_times,run_timer_softirq
+#                                       filter of the pass compared with the kernel's tracer
 #   RFL_EXPECT_WRONG=1                  deliberately wrong expectation: the run must go red
 #   JOBS=2                              make -j
 set -uo pipefail
@@ -60,6 +62,7 @@ RFL_WORK="$(cd "$RFL_WORK" && pwd)"
 RFL_FILTER="${RFL_FILTER:-vfs_read}"
 RFL_ROUNDS="${RFL_ROUNDS:-20}"
 RFL_FLOOD="${RFL_FLOOD:-3000}"
+RFL_CFILTER="${RFL_CFILTER:-$RFL_FILTER,update_process_times,run_timer_softirq}"
 echo "rfl-integration: work dir $RFL_WORK"
 
 # 1. Toolchain and guest packages.
@@ -100,7 +103,8 @@ if [ -z "$intr" ]; then ok "module calls no float/128-bit intrinsics"; else fail
 #    on a second serial port.
 boot() {
   local list="$RFL_WORK/initramfs.list"
-  printf 'FILTER=%s\nROUNDS=%s\nFLOOD=%s\n' "$RFL_FILTER" "$RFL_ROUNDS" "$RFL_FLOOD" > "$RFL_WORK/rfl.conf"
+  printf 'FILTER=%s\nCFILTER=%s\nROUNDS=%s\nFLOOD=%s\n' "$RFL_FILTER" "$RFL_CFILTER" \
+    "$RFL_ROUNDS" "$RFL_FLOOD" > "$RFL_WORK/rfl.conf"
   cat > "$list" <<L
 dir /dev 0755 0 0
 nod /dev/console 0600 0 0 c 5 1
@@ -132,7 +136,8 @@ grep -E "^RFL: " "$RFL_WORK/console.log" | grep -v "RFL: workload" | head -20
 # 5. Checks on what the guest printed.
 tr -d '\r' < "$RFL_WORK/ttyS1.log" > "$RFL_WORK/module-files.txt"
 check_args=(--console "$RFL_WORK/console.log" --files "$RFL_WORK/module-files.txt"
-            --filter "$RFL_FILTER" --rounds "$RFL_ROUNDS" --flood "$RFL_FLOOD")
+            --filter "$RFL_FILTER" --cfilter "$RFL_CFILTER" --rounds "$RFL_ROUNDS"
+            --flood "$RFL_FLOOD")
 [ -n "${RFL_EXPECT_WRONG:-}" ] && check_args+=(--expect-wrong)
 python3 "$HERE/check.py" "${check_args[@]}" > "$RFL_WORK/check.log" 2>&1
 check_rc=$?
