@@ -319,27 +319,25 @@ def main():
             f"ours {strip!r} kernel {kstrip!r}")
     key = lambda e: (e["comm"], e["pid"], e["cpu"], e["flags"][:3] + e["flags"][4:],
                      e["func"], e["parent"])
-    # Match in order per CPU: each kernel line to the next of ours with the same key within
-    # 500 ms (the gap is the time between the two callbacks; more if the host deschedules a
-    # TCG vCPU between them, hence a median and a loose maximum below).
+    # Match each kernel line to the nearest-in-time unmatched line of ours with the same key
+    # on the same CPU, at most 500 ms away (the gap is the time between the two callbacks;
+    # more if the host deschedules a TCG vCPU between them, hence a median check below).
     unmatched, gaps, depths = [], [], set()
-    for cpu in (0, 1):
-        mine = [e for e in cevents if e["cpu"] == cpu]
-        j = 0
-        for k in (e for e in kevents if e["cpu"] == cpu):
-            i = j
-            while i < len(mine) and not (key(mine[i]) == key(k)
-                                         and abs(mine[i]["ts"] - k["ts"]) <= 500000):
-                if mine[i]["ts"] > k["ts"] + 500000:
-                    i = len(mine)
-                    break
-                i += 1
-            if i < len(mine):
-                gaps.append(abs(mine[i]["ts"] - k["ts"]))
-                depths.add((mine[i]["flags"][3], k["flags"][3]))
-                j = i + 1
-            else:
-                unmatched.append(k["line"])
+    used = set()
+    for k in kevents:
+        best = None
+        for i, e in enumerate(cevents):
+            if i in used or e["cpu"] != k["cpu"] or key(e) != key(k):
+                continue
+            d = abs(e["ts"] - k["ts"])
+            if d <= 500000 and (best is None or d < best[0]):
+                best = (d, i)
+        if best is None:
+            unmatched.append(k["line"])
+            continue
+        used.add(best[1])
+        gaps.append(best[0])
+        depths.add((cevents[best[1]]["flags"][3], k["flags"][3]))
     c.check("compare: every line of the kernel's trace is in ours (timestamp, depth aside)",
             kevents and not unmatched, f"{len(unmatched)} of {len(kevents)} unmatched: {unmatched[:3]}")
     funcs = {e["func"] for e in kevents}
