@@ -5,8 +5,17 @@
 # workload pinned to each CPU, reads the module's trace and stats files, unloads it, and checks
 # the results. Ends with "N passed, N failed"; exits non-zero on any failure.
 #
+# The guest (scripts/rfl/guest-init.sh) loads the module three times:
+#   1. roomy buffers, a dd workload pinned to each CPU: format, comm/pid/CPU/flags, timestamps,
+#      stats identities, non-consuming re-read;
+#   2. pages_per_cpu=2 and a flood of 1-byte reads: overwrite accounting, newest events kept;
+#   3. alongside the kernel's own function tracer (same filter plus the tick's hard-irq and
+#      softirq functions): same header, every kernel line found in ours.
+# scripts/rfl/check.py checks what it printed (one `ok -`/`FAIL -` line per check).
+#
 # On a fresh Debian 12 machine it installs what it needs first (scripts/rfl/install.sh). The
-# kernel build is cached outside the clone (scripts/rfl/kernel.sh), so later runs take seconds.
+# kernel build is cached outside the clone (scripts/rfl/kernel.sh), so later runs take about a
+# minute (crate metadata, module build, boot).
 #
 # Env:
 #   RFL_CACHE=/var/cache/ftrace-rs/rfl  kernel cache (keyed on kernel package, rustc, bindgen,
