@@ -274,6 +274,17 @@ def main():
             f"{len(events2)} events on re-read vs {len(events)}")
     c.check("rmmod ftrace_rs", "rmmod ok" in status, "no 'rmmod ok'")
     c.check("debugfs files removed on unload", "debugfs dir removed" in status, "still present")
+    ef = [x for x in status if x.startswith("enabled_functions loaded: ")]
+    # "vfs_read (1) tramp: ... (rfl_rs_ftrace_callback+0x0/0x.. [ftrace_rs])
+    # ->rfl_rs_ftrace_callback+...": patched to a trampoline that calls our callback directly
+    # (no ftrace_ops_assist_func: the ops has no FTRACE_OPS_FL_RECURSION).
+    cb = r"rfl_rs_ftrace_callback\+0x0/0x[0-9a-f]+ \[ftrace_rs\]"
+    c.check("while loaded, the kernel calls our callback directly from the filtered function",
+            bool(ef) and re.search(r"\b" + re.escape(a.filter.split(",")[0]) + r" \(1\) .*\("
+                                   + cb + r"\) ->" + cb, ef[0]) is not None, repr(ef[:1]))
+    c.check("after unload, no function is patched any more (enabled_functions empty)",
+            "enabled_functions unloaded: 0 lines" in status,
+            repr([x for x in status if x.startswith("enabled_functions unloaded")]))
 
     # Pass 2: 2 pages per CPU, overwritten many times by a flood of 1-byte reads.
     c.check("flood: insmod with pages_per_cpu=2", "flood insmod ok" in status, "no 'flood insmod ok'")

@@ -20,6 +20,7 @@ if insmod /lib/modules/ftrace_rs.ko filter="$FILTER"; then
 else
   echo "RFL: insmod FAILED"
 fi
+echo "RFL: enabled_functions loaded: $(cat /sys/kernel/tracing/enabled_functions | tr '\n' ';')"
 echo "RFL: uptime-before $(cut -d' ' -f1 /proc/uptime)"
 # Each round: one dd per CPU, pinned there; `exec` keeps the pid the shell printed, and dd's
 # read(2) calls go through vfs_read (busybox cat would use sendfile).
@@ -48,6 +49,7 @@ fi
 
 if rmmod ftrace_rs; then echo "RFL: rmmod ok"; else echo "RFL: rmmod FAILED"; fi
 [ -e $D ] && echo "RFL: debugfs dir still present" || echo "RFL: debugfs dir removed"
+echo "RFL: enabled_functions unloaded: $(cat /sys/kernel/tracing/enabled_functions | wc -l) lines"
 
 # Pass 2: a buffer of 2 pages per CPU that a flood of 1-byte reads overwrites many times.
 if insmod /lib/modules/ftrace_rs.ko filter="$FILTER" pages_per_cpu=2; then
