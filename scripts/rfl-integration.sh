@@ -21,7 +21,8 @@
 #   RFL_CACHE=/var/cache/ftrace-rs/rfl  kernel cache (keyed on kernel package, rustc, bindgen,
 #                                       scripts/rfl/kernel.config)
 #   RFL_WORK=<dir>                      where the module is built and the guest's output lands
-#                                       (default: a new directory under $RFL_CACHE/runs, kept)
+#                                       (default: a new directory under $RFL_CACHE/runs; the
+#                                       last 10 are kept)
 #   RFL_SKIP_INSTALL=1                  skip the apt/cargo install step
 #   RFL_FILTER=vfs_read                 the module's filter parameter
 #   RFL_ROUNDS=20                       workload rounds (one dd per CPU per round)
@@ -65,6 +66,8 @@ phase() {
 RFL_CACHE="${RFL_CACHE:-/var/cache/ftrace-rs/rfl}"
 export RFL_CACHE
 mkdir -p "$RFL_CACHE/runs"
+# Keep the last 10 default work dirs.
+ls -1dt "$RFL_CACHE"/runs/run.* 2>/dev/null | tail -n +10 | xargs -r rm -rf
 RFL_WORK="${RFL_WORK:-$(mktemp -d "$RFL_CACHE/runs/run.$(date +%Y%m%d-%H%M%S).XXXX")}"
 mkdir -p "$RFL_WORK"
 RFL_WORK="$(cd "$RFL_WORK" && pwd)"
