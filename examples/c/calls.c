@@ -22,7 +22,12 @@ __attribute__((noinline)) long leaf(long x) { atomic_fetch_add_explicit(&n_leaf,
 __attribute__((noinline)) long fib(long n) {
     atomic_fetch_add_explicit(&n_fib, 1, memory_order_relaxed);
     if (n < 2) return leaf(n) - 2 * n - 1; /* = n */
-    return fib(n - 1) + fib(n - 2);
+    /* The barriers keep both calls real calls: without them gcc turns one into a loop. */
+    long a = fib(n - 1);
+    __asm__ volatile("" : "+r"(a));
+    long b = fib(n - 2);
+    __asm__ volatile("" : "+r"(b));
+    return a + b;
 }
 __attribute__((noinline)) long sum6(long a, long b, long c, long d, long e, long f) {
     atomic_fetch_add_explicit(&n_sum6, 1, memory_order_relaxed);

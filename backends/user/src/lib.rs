@@ -1,4 +1,9 @@
-//! ftrace for userspace programs: the in-process agent, the `ftrace` command-line tool, a FUSE
-//! tracefs and exporters (trace.dat, uftrace, Chrome JSON).
+//! ftrace for userspace programs: the `ftrace` command-line tool's library, on top of the
+//! in-process agent (crate `ftrace-agent`).
 //!
-//! This backend is being built (see the project's userspace issues).
+//! - [`launch`]: starting a program with the agent preloaded;
+//! - [`record`]: `ftrace record` (run and record into a directory);
+//! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU.
+pub mod launch;
+pub mod record;
+pub mod recording;

@@ -1,0 +1,88 @@
+//! `ftrace record`: run a program under the agent, recording into a directory.
+//!
+//! Invariant: the recording directory holds only what this run recorded (a previous recording
+//! at the same place is removed first, as `trace-cmd record` replaces `trace.dat`).
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+
+use ftrace_agent::config::{ClockKind, Config, TracerKind};
+
+/// The options `ftrace record` and `ftrace live` take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordOptions {
+    /// `-t`: the tracer.
+    pub tracer: TracerKind,
+    /// `-F`: functions to trace (globs).
+    pub filter: Vec<String>,
+    /// `-N`: functions never to trace (globs).
+    pub notrace: Vec<String>,
+    /// `-G`: function_graph roots (globs).
+    pub graph_functions: Vec<String>,
+    /// `--max-depth`.
+    pub max_depth: u32,
+    /// `--buffer-size` (KiB per thread).
+    pub buffer_kb: u64,
+    /// `--no-overwrite` (false) or overwrite (true).
+    pub overwrite: bool,
+    /// `--clock`.
+    pub clock: ClockKind,
+    /// `-o`.
+    pub output: PathBuf,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            tracer: TracerKind::FunctionGraph,
+            filter: Vec::new(),
+            notrace: Vec::new(),
+            graph_functions: Vec::new(),
+            max_depth: 0,
+            buffer_kb: ftrace_agent::config::DEFAULT_BUFFER_KB,
+            overwrite: true,
+            clock: ClockKind::Local,
+            output: PathBuf::from("ftrace.data"),
+        }
+    }
+}
+
+impl RecordOptions {
+    /// The agent configuration these options make.
+    pub fn config(&self) -> Config {
+        let mut c = Config::new(&self.output, self.tracer);
+        c.filter = self.filter.clone();
+        c.notrace = self.notrace.clone();
+        c.graph_functions = self.graph_functions.clone();
+        c.max_depth = self.max_depth;
+        c.buffer_kb = self.buffer_kb;
+        c.overwrite = self.overwrite;
+        c.clock = self.clock;
+        c
+    }
+}
+
+/// Records `prog args...` into `opts.output`; returns the program's exit status.
+pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitStatus, String> {
+    if opts.output.exists() {
+        if !opts.output.join("meta").exists() && looks_like_recording(&opts.output) {
+            std::fs::remove_dir_all(&opts.output)
+                .map_err(|e| format!("{}: {e}", opts.output.display()))?;
+        } else if std::fs::read_dir(&opts.output).is_ok_and(|mut d| d.next().is_some()) {
+            return Err(format!(
+                "{}: exists and is not a recording; not overwriting",
+                opts.output.display()
+            ));
+        }
+    }
+    crate::launch::run(&opts.config(), prog, args)
+}
+
+fn looks_like_recording(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|d| {
+        d.filter_map(|e| e.ok()).all(|e| {
+            let p = e.path();
+            p.is_dir() && p.join("meta").is_file()
+        })
+    })
+}
