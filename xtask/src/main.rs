@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+mod user;
+
 /// The `#![no_std]` library crates: each must build without its default features.
 const CORE_CRATES: &[&str] = &[
     "ftrace-core",
@@ -20,16 +22,30 @@ const CORE_CRATES: &[&str] = &[
 ];
 
 /// Debian packages the tests need, as (command that proves it is installed, package).
-const APT_PACKAGES: &[(&str, &str)] = &[];
+const APT_PACKAGES: &[(&str, &str)] = &[("clang", "clang"), ("uftrace", "uftrace")];
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("demo") => done(user::demo()),
+        Some("bench-vs-uftrace") => done(user::bench_vs_uftrace(&args[1..])),
         _ => {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
+            eprintln!("       cargo xtask demo");
+            eprintln!("       cargo xtask bench-vs-uftrace [N] [ROUNDS]");
             eprintln!("stages: apt fmt clippy no-std package doc test loom");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn done(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
         }
     }
 }

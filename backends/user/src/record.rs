@@ -62,27 +62,30 @@ impl RecordOptions {
     }
 }
 
-/// Records `prog args...` into `opts.output`; returns the program's exit status.
+/// Records `prog args...` into `opts.output`, then writes the capture files `ftrace report`
+/// reads ([`crate::capture`]); returns the program's exit status.
 pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitStatus, String> {
-    if opts.output.exists() {
-        if !opts.output.join("meta").exists() && looks_like_recording(&opts.output) {
-            std::fs::remove_dir_all(&opts.output)
-                .map_err(|e| format!("{}: {e}", opts.output.display()))?;
-        } else if std::fs::read_dir(&opts.output).is_ok_and(|mut d| d.next().is_some()) {
+    let out = &opts.output;
+    if out.exists() {
+        if is_recording(out) {
+            std::fs::remove_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        } else if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
             return Err(format!(
                 "{}: exists and is not a recording; not overwriting",
-                opts.output.display()
+                out.display()
             ));
         }
     }
-    crate::launch::run(&opts.config(), prog, args)
+    let status = crate::launch::run(&opts.config(), prog, args)?;
+    let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
+    crate::capture::write_capture(&rec, out)?;
+    Ok(status)
 }
 
-fn looks_like_recording(dir: &std::path::Path) -> bool {
+/// Whether `dir` holds a recording (some `<pid>.<n>/meta`).
+pub fn is_recording(dir: &std::path::Path) -> bool {
     std::fs::read_dir(dir).is_ok_and(|d| {
-        d.filter_map(|e| e.ok()).all(|e| {
-            let p = e.path();
-            p.is_dir() && p.join("meta").is_file()
-        })
+        d.filter_map(|e| e.ok())
+            .any(|e| e.path().join("meta").is_file())
     })
 }
