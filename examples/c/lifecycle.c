@@ -6,8 +6,13 @@
  *   lifecycle _exit    calls work, then _exit(0) (no atexit, no destructors)
  *   lifecycle signal   calls work, then dies of SIGSEGV (default action)
  *   lifecycle kill     calls work, then SIGKILLs itself
- *   lifecycle handler  work is also called from a signal handler interrupting work */
+ *   lifecycle handler  work is also called from a signal handler interrupting work
+ *   lifecycle sigtrap  the program's own SIGTRAP handler sees its own int3s (chained)
+ *   lifecycle longjmp  longjmp out of traced frames (function_graph hooks skipped)
+ *   lifecycle dlopen   work is also called in a library loaded later with dlopen (argv[2]) */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +30,17 @@ __attribute__((noinline)) long work(long x) {
 }
 
 static void on_usr1(int sig) { (void)sig; work(7); }
+
+static volatile int traps;
+static void on_trap(int sig) { (void)sig; traps++; }
+
+static jmp_buf env;
+__attribute__((noinline)) void jump_out(int depth) {
+    work(depth);
+    if (depth == 0) longjmp(env, 1);
+    jump_out(depth - 1);
+    __asm__ volatile("" ::: "memory");
+}
 
 static void report(void) { printf("work calls %ld\n", (long)calls); fflush(stdout); }
 
@@ -53,6 +69,30 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "handler")) {
         signal(SIGUSR1, on_usr1);
         for (int i = 0; i < 50; i++) { raise(SIGUSR1); work(i); }
+        report();
+        return 0;
+    }
+    if (!strcmp(mode, "sigtrap")) {
+        signal(SIGTRAP, on_trap);
+        for (int i = 0; i < 3; i++) { __asm__ volatile("int3"); work(i); }
+        printf("traps %d\n", traps);
+        report();
+        return traps == 3 ? 0 : 1;
+    }
+    if (!strcmp(mode, "longjmp")) {
+        for (int i = 0; i < 10; i++)
+            if (!setjmp(env)) jump_out(5);
+        for (int i = 0; i < 10; i++) work(i);
+        report();
+        return 0;
+    }
+    if (!strcmp(mode, "dlopen")) {
+        void *h = dlopen(argc > 2 ? argv[2] : "./libplugin.so", RTLD_NOW);
+        if (!h) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+        long (*plugin_work)(long) = (long (*)(long))dlsym(h, "plugin_work");
+        long (*plugin_calls)(void) = (long (*)(void))dlsym(h, "plugin_calls");
+        for (int i = 0; i < 25; i++) plugin_work(i);
+        printf("plugin_work calls %ld\n", plugin_calls());
         report();
         return 0;
     }

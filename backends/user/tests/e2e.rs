@@ -382,3 +382,102 @@ fn fork_exec_exit_and_signals() {
         }
     }
 }
+
+#[test]
+fn sigtrap_chaining_longjmp_and_dlopen() {
+    let exe = build_c("lifecycle.c", "gcc-mcount");
+    // The program's own SIGTRAP handler still sees its own int3s.
+    let run = run_traced(&exe, &["sigtrap"], graph);
+    let stdout = String::from_utf8_lossy(&run.out.stdout).into_owned();
+    assert!(run.out.status.success(), "{stdout}");
+    assert!(stdout.contains("traps 3"), "{stdout}");
+    let t = traced_counts(&run.rec, EventId::FuncgraphEntry, "");
+    assert_eq!(
+        t.get("work"),
+        Some(&103),
+        "100 calls before, 3 between the traps"
+    );
+    // longjmp out of hooked frames: the skipped frames are dropped, tracing goes on.
+    let run = run_traced(&exe, &["longjmp"], graph);
+    assert!(run.out.status.success());
+    let t = traced_counts(&run.rec, EventId::FuncgraphEntry, "");
+    assert_eq!(t.get("work"), Some(&(100 + 60 + 10)));
+    assert_eq!(t.get("jump_out"), Some(&60));
+    // A library loaded later: its sites are found and patched at dlopen.
+    let plugin = scratch().join("libplugin.so");
+    let st = Command::new("clang")
+        .args([
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-fpatchable-function-entry=5",
+            "-o",
+        ])
+        .arg(&plugin)
+        .arg(examples().join("c/plugin.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for tracer in [TracerKind::Function, TracerKind::FunctionGraph] {
+        let run = run_traced(&exe, &["dlopen", plugin.to_str().unwrap()], |c| {
+            c.tracer = tracer
+        });
+        let stdout = String::from_utf8_lossy(&run.out.stdout).into_owned();
+        assert!(run.out.status.success(), "{stdout}");
+        assert!(stdout.contains("plugin_work calls 25"), "{stdout}");
+        let kind = match tracer {
+            TracerKind::Function => EventId::Function,
+            TracerKind::FunctionGraph => EventId::FuncgraphEntry,
+        };
+        let t = traced_counts(&run.rec, kind, "");
+        assert_eq!(t.get("plugin_work"), Some(&25), "{tracer:?}");
+    }
+}
+
+#[test]
+fn record_writes_kernel_pages_for_report() {
+    let exe = build_c("calls.c", "clang-pfe");
+    let dir = scratch().join("record-capture");
+    let opts = ftrace_user::record::RecordOptions {
+        tracer: TracerKind::FunctionGraph,
+        output: dir.clone(),
+        buffer_kb: 8192,
+        overwrite: false,
+        ..Default::default()
+    };
+    let status =
+        ftrace_user::record::record(&opts, exe.to_str().unwrap(), &["2".into(), "20".into()])
+            .unwrap();
+    assert!(status.success());
+    let rec = Recording::read(&dir).unwrap();
+    let mut pages_events = 0usize;
+    for cpu in 0..rec.nr_cpus {
+        let raw = std::fs::read(dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"))).unwrap();
+        let mut last = 0;
+        for chunk in raw.chunks(4096) {
+            let p = ftrace_ringbuf::Page::new(chunk).unwrap();
+            for e in p.events() {
+                let e = e.unwrap();
+                assert!(e.ts >= last, "cpu {cpu}: time goes forward");
+                last = e.ts;
+                pages_events += 1;
+            }
+        }
+    }
+    assert_eq!(pages_events, rec.merged().len());
+    let ks = std::fs::read_to_string(dir.join("kallsyms")).unwrap();
+    assert!(ks.lines().any(|l| l.ends_with(" t fib")), "fib in kallsyms");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("tracer")).unwrap(),
+        "function_graph\n"
+    );
+    let cmdlines = std::fs::read_to_string(dir.join("saved_cmdlines")).unwrap();
+    assert!(cmdlines.lines().count() >= 3);
+    // Recording again over a recording replaces it.
+    let status =
+        ftrace_user::record::record(&opts, exe.to_str().unwrap(), &["1".into(), "1".into()])
+            .unwrap();
+    assert!(status.success());
+    assert_eq!(Recording::read(&dir).unwrap().processes.len(), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
