@@ -69,6 +69,9 @@ int main(int argc, char **argv) {
             changed += a + b;
         }
         printf("toggled %d changed %ld\n", toggles, changed);
+        /* End with tracing on for a moment, so the workers are seen traced. */
+        if (set(1) < 0) return 3;
+        usleep(20000);
         atomic_store(&stop, 1);
     }
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);

@@ -180,6 +180,7 @@ mod tests {
             data: e.as_bytes().to_vec(),
             missed,
             seq: 0,
+            process: 0,
         }
     }
 

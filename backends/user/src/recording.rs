@@ -34,6 +34,8 @@ pub struct Event {
     pub missed: u64,
     /// Position in the thread's buffer (recording order within the thread).
     pub seq: u64,
+    /// Index of its process image in [`Recording::processes`] (an `exec` keeps the pid).
+    pub process: usize,
 }
 
 impl Event {
@@ -269,6 +271,7 @@ impl Recording {
                         data: entry_bytes(s, c.tid, &conv),
                         missed,
                         seq: seq as u64,
+                        process: rec.processes.len(),
                     });
                     missed = 0;
                 }
@@ -294,6 +297,12 @@ impl Recording {
         let mut all: Vec<&Event> = self.per_cpu.values().flatten().collect();
         all.sort_by_key(|e| (e.ts, e.cpu));
         all
+    }
+
+    /// The name of the function `e` is about (in its own process image's address space).
+    pub fn event_symbol(&self, e: &Event) -> Option<&str> {
+        let p = self.processes.get(e.process)?;
+        p.symbols.lookup(e.func()).map(|s| s.name)
     }
 
     /// The name of the function at `addr` in process `pid`'s address space.

@@ -152,7 +152,7 @@ fn traced_counts(rec: &Recording, kind: EventId, prefix: &str) -> HashMap<String
         if e.id() != Some(kind) {
             continue;
         }
-        if let Some(name) = rec.symbol(e.pid, e.func()) {
+        if let Some(name) = rec.event_symbol(e) {
             if let Some(short) = name.strip_prefix(prefix) {
                 *m.entry(short.to_string()).or_insert(0) += 1;
             }

@@ -200,6 +200,23 @@ pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Ve
             .then(a.name.len().cmp(&b.name.len()))
     });
     out.funcs.dedup_by_key(|f| f.addr);
+    // A symbol without a size ends where the next one starts, or at the end of its segment:
+    // never beyond the object.
+    for i in 0..out.funcs.len() {
+        if out.funcs[i].size == 0 {
+            let a = out.funcs[i].addr;
+            let seg_end = obj
+                .exec
+                .iter()
+                .find(|r| a >= r.0 && a < r.1)
+                .map_or(a + 1, |r| r.1);
+            let next = out
+                .funcs
+                .get(i + 1)
+                .map_or(seg_end, |n| n.addr.min(seg_end));
+            out.funcs[i].size = next.saturating_sub(a).max(1);
+        }
+    }
     out
 }
 

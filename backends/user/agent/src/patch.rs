@@ -169,9 +169,12 @@ pub struct Patcher {
     sites: Vec<Site>,
     /// Sites whose bytes did not match what their state said (reported, left alone).
     pub bugs: Vec<(u64, [u8; 8])>,
-    /// Threads that never arrived at a stop-the-world (all signals blocked).
+    /// Stop-the-world batches abandoned because some thread never parked.
     pub unstopped: usize,
 }
+
+/// How long a stop-the-world waits for every thread to park before giving up the batch.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn read8(addr: u64) -> [u8; 8] {
     let mut b = [0u8; 8];
@@ -181,6 +184,14 @@ fn read8(addr: u64) -> [u8; 8] {
 }
 
 impl Patcher {
+    fn unstopped_error(&mut self, missing: usize) -> std::io::Error {
+        self.unstopped += 1;
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{missing} thread(s) did not stop; multi-byte sites left unchanged"),
+        )
+    }
+
     /// The sites, sorted by address.
     pub fn sites(&self) -> &[Site] {
         &self.sites
@@ -191,13 +202,13 @@ impl Patcher {
     pub fn add(&mut self, new: Vec<Site>, convert: &[u64]) -> std::io::Result<()> {
         if !convert.is_empty() {
             let _w = text::TextWindow::open(convert.iter().map(|&a| (a, 6)))?;
-            let ((), missing) = text::stop_the_world(fixup_rip, Duration::from_secs(2), || {
+            text::stop_the_world(fixup_rip, STOP_TIMEOUT, || {
                 for &a in convert {
                     // SAFETY: the window is open and every other thread is parked.
                     unsafe { text::write_text(a, &NOP6) };
                 }
-            });
-            self.unstopped += missing;
+            })
+            .map_err(|missing| self.unstopped_error(missing))?;
         }
         for s in new {
             if let Err(i) = self.sites.binary_search_by_key(&s.addr, |x| x.addr) {
@@ -277,13 +288,19 @@ impl Patcher {
         }
         if !stw.is_empty() {
             let sites = &self.sites;
-            let ((), missing) = text::stop_the_world(fixup_rip, Duration::from_secs(2), || {
+            let done = text::stop_the_world(fixup_rip, STOP_TIMEOUT, || {
                 for &i in &stw {
                     // SAFETY: the window is open and every other thread is parked outside it.
                     unsafe { text::write_text(sites[i].addr, sites[i].wanted(enable)) };
                 }
             });
-            self.unstopped += missing;
+            if let Err(missing) = done {
+                // The breakpoint batch (if any) went through; the others stay as they were.
+                for i in int3 {
+                    self.sites[i].enabled = enable;
+                }
+                return Err(self.unstopped_error(missing));
+            }
         }
         let n = int3.len() + stw.len();
         for i in int3.into_iter().chain(stw) {

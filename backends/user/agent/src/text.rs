@@ -192,13 +192,14 @@ fn other_threads() -> Vec<libc::pid_t> {
 }
 
 /// Parks every other thread, runs `f`, then releases them; each parked thread's rip is passed
-/// through `fixup` before it resumes. Threads that do not arrive within `timeout` (all signals
-/// blocked) are reported in the result's count and `f` still runs.
+/// through `fixup` before it resumes. If some threads do not arrive within `timeout` (all
+/// signals blocked, or starved), `f` does not run: the parked threads are released and the
+/// number of missing threads is returned as the error.
 pub fn stop_the_world<R>(
     fixup: fn(u64) -> u64,
     timeout: std::time::Duration,
     f: impl FnOnce() -> R,
-) -> (R, usize) {
+) -> Result<R, usize> {
     STOP_FIXUP.store(fixup as *mut (), Ordering::Release);
     STOP_ARRIVED.store(0, Ordering::Release);
     STOP_ACTIVE.store(true, Ordering::Release);
@@ -234,10 +235,10 @@ pub fn stop_the_world<R>(
         // SAFETY: no preconditions.
         unsafe { libc::sched_yield() };
     }
-    let r = f();
+    let r = (missing == 0).then(f);
     STOP_ACTIVE.store(false, Ordering::Release);
     STOP_RELEASE.fetch_add(1, Ordering::AcqRel);
-    (r, missing)
+    r.ok_or(missing)
 }
 
 #[cfg(test)]
@@ -269,13 +270,13 @@ mod tests {
         fn keep(rip: u64) -> u64 {
             rip
         }
-        let (frozen, missing) = stop_the_world(keep, std::time::Duration::from_secs(10), || {
+        let frozen = stop_the_world(keep, std::time::Duration::from_secs(10), || {
             let a: Vec<usize> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
             std::thread::sleep(std::time::Duration::from_millis(20));
             let b: Vec<usize> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
             a == b
-        });
-        assert_eq!(missing, 0);
+        })
+        .expect("every thread parks");
         assert!(frozen, "a thread ran while the world was stopped");
         stop.store(true, Ordering::Relaxed);
         for h in handles {
