@@ -109,7 +109,9 @@ fn run_traced(exe: &Path, args: &[&str], cfg: impl FnOnce(&mut Config)) -> Run {
     cfg(&mut c);
     let agent = launch::find_agent().expect("agent shared object");
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    // (-pg programs write gmon.out into their working directory.)
     let out = launch::traced_command(&agent, &c, exe.to_str().unwrap(), &args)
+        .current_dir(scratch())
         .output()
         .unwrap();
     let rec = Recording::read(&dir).unwrap_or_else(|e| {
