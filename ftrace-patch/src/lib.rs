@@ -1,5 +1,46 @@
 //! Dynamic ftrace's patching engine: call-site records, the NOP/CALL state machine, x86_64 and
 //! aarch64 encoders, and SMP-safe live patch protocols.
 //!
-//! This crate is being built (see the project's patch-engine issue).
+//! - [`x86`], [`aarch64`]: instruction encoders and decoders for every call-site form compilers
+//!   emit, with branch range checks.
+//! - [`site`]: site forms (NOP bytes, call encoding) and recognising a freshly loaded site.
+//! - [`record`]: [`DynFtrace`], the kernel's flag word and `ftrace_check_record()`.
+//! - [`ops`]: [`RecordOps`], an `ftrace_ops` as the records see it, and [`CallTargets`].
+//! - [`table`]: [`RecordTable`]: reference counting (`__ftrace_hash_rec_update`), the update
+//!   pass (`ftrace_replace_code`) and initialisation (`ftrace_process_locs`).
+//! - [`protocol`]: the breakpoint, stop-machine and atomic protocols, with the breakpoint
+//!   handler's lookup; [`text::TextPoke`] is what a platform provides.
+//! - [`bug`]: `ftrace_bug()` reports.
+//! - `sim` (feature `alloc`): an in-memory text segment and an executor model that checks every
+//!   intermediate state of a batch.
+//!
+//! The crate is `#![no_std]`; nothing but `sim` and a few conveniences needs `alloc`. No floating
+//! point, no 128-bit arithmetic.
 #![no_std]
+#![warn(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod aarch64;
+pub mod bug;
+pub mod ops;
+pub mod protocol;
+pub mod record;
+#[cfg(feature = "alloc")]
+pub mod sim;
+pub mod site;
+mod sync;
+pub mod table;
+pub mod text;
+pub mod x86;
+
+pub use bug::{BugReason, BugType, FtraceBug};
+pub use ops::{CallTargets, FixedTargets, OpsRecFlags, RecordOps};
+pub use protocol::{BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction};
+pub use record::{DynFtrace, RecFlags, Update};
+pub use site::{Arch, SiteBytes, SiteForm};
+pub use table::{InitKind, RecordTable, UpdatePass, UpdateStats, init_records};
+pub use text::{TextFault, TextPoke};
