@@ -38,7 +38,7 @@ use std::sync::Mutex;
 
 use config::{Config, TracerKind};
 use elf::LoadedObject;
-use patch::{Classified, Patcher, Site};
+use patch::Patcher;
 
 /// Per-site information the agent keeps beside the patcher.
 #[derive(Clone, Debug)]
@@ -151,7 +151,6 @@ fn scan_new_objects(a: &mut Agent) {
     let own = own_object_range();
     let mut sym_text = String::new();
     let mut new_sites = Vec::new();
-    let mut convert = Vec::new();
     for obj in elf::loaded_objects() {
         if a.objects
             .iter()
@@ -193,42 +192,27 @@ fn scan_new_objects(a: &mut Agent) {
                     .func_at(addr)
                     .map(|f| f.name.clone())
                     .unwrap_or_else(|| format!("0x{addr:x}"));
-                let bytes = {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&elf::read_own_memory(addr, 8));
-                    b
-                };
-                let (form, nop) = match patch::classify(&bytes) {
-                    Classified::Site(f, nop) => (f, nop),
-                    Classified::CallToNop6 => {
-                        convert.push(addr);
-                        let mut nop = [0u8; 8];
-                        nop[..6].copy_from_slice(&patch::NOP6);
-                        (patch::Form::Nop6, nop)
-                    }
-                    Classified::Unknown => {
+                let init = match patch::classify(addr) {
+                    Ok(init) => init,
+                    Err(bytes) => {
                         warn(&format!(
-                            "site {addr:#x} ({name}): unexpected bytes {bytes:02x?}"
+                            "site {addr:#x} ({name}): unexpected bytes {bytes}"
                         ));
                         continue;
                     }
                 };
+                let addr = init.ip;
                 let cfg = &a.config;
                 let selected = (cfg.filter.is_empty() || glob::any_matches(&cfg.filter, &name))
                     && !glob::any_matches(&cfg.notrace, &name);
                 let root = cfg.tracer == TracerKind::FunctionGraph
                     && glob::any_matches(&cfg.graph_functions, &name);
                 let target = if root { stubs.root() } else { stubs.entry() };
-                let Some(call) = patch::call_bytes(form, addr, target) else {
+                let Ok(call) = init.form.call(addr, target) else {
+                    warn(&format!("site {addr:#x} ({name}): stub out of reach"));
                     continue;
                 };
-                new_sites.push(Site {
-                    addr,
-                    form,
-                    nop,
-                    call,
-                    enabled: false,
-                });
+                new_sites.push((init, call));
                 let i = a.sites.partition_point(|s| s.addr < addr);
                 a.sites.insert(
                     i,
@@ -242,7 +226,7 @@ fn scan_new_objects(a: &mut Agent) {
         }
         a.objects.push(obj);
     }
-    if let Err(e) = a.patcher.add(new_sites, &convert) {
+    if let Err(e) = a.patcher.add(new_sites) {
         warn(&format!("cannot prepare sites: {e}"));
     }
     if let Ok(mut f) = std::fs::OpenOptions::new()

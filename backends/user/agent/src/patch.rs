@@ -1,226 +1,207 @@
-//! Call sites and the live patch protocols.
+//! Call sites and live patching, through `ftrace-patch`: its site recognition
+//! ([`classify_x86`]), encodings ([`SiteForm`]) and protocols ([`protocol::apply`]: breakpoint
+//! for single-instruction windows, stop-machine otherwise), over this process's platform
+//! primitives ([`Platform`], a [`TextPoke`]: W^X text writes, `membarrier(SYNC_CORE)`, threads
+//! parked by a signal, and the SIGTRAP handler that resolves breakpoints).
 //!
-//! TEMPORARY GLUE: the site forms, the expected-bytes check and the two protocols below stand
-//! in for `ftrace-patch`'s record table, encoders and breakpoint/stop-machine protocols until
-//! that crate lands; this module then keeps only the platform half (it already calls
-//! [`crate::text`] for writing text, syncing cores and stopping threads).
-//!
-//! Invariants: a site is written only if it holds the bytes its current state says it holds
-//! (else it is reported and left alone, like `ftrace_bug()`); every thread sees either the old
-//! instruction, an `int3`, or the new instruction (single-instruction sites: `int3` first, sync,
-//! tail, sync, head, sync; a SIGTRAP landing on a site emulates the *new* instruction, or
-//! re-runs the site when the trap arrives after the batch), or runs nothing at all while a
-//! multi-instruction site is written (stop-the-world, with parked threads moved to the start
-//! of any site they were stopped inside). Text is R-X again after every batch.
+//! Invariants: a site is written only if it holds the bytes its state says it holds (else it
+//! is reported and left alone, like `ftrace_bug()`); every thread sees the old instruction, an
+//! `int3` (emulated by the handler as the *new* instruction, or re-run when the trap arrives
+//! after the batch), or the new instruction; multi-instruction windows (gcc's five `90`) are
+//! written only while every other thread is parked outside them; text is R-X after every batch.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ftrace_patch::protocol::{
+    self, BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction,
+};
+use ftrace_patch::site::{Arch, SiteBytes, SiteForm, SiteInit, X86_PROBE_LEN, classify_x86};
+use ftrace_patch::text::{TextFault, TextPoke};
+
 use crate::text;
-
-/// The forms a site can take.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Form {
-    /// One 5-byte NOP (`0f 1f 44 00 00`: gcc `-mnop-mcount`; `0f 1f 44 00 08`: clang/rustc
-    /// patchable entry). Patched to `call rel32` with the breakpoint protocol.
-    Nop5,
-    /// Five 1-byte NOPs (gcc `-fpatchable-function-entry=5`). Patched to `call rel32` with the
-    /// world stopped.
-    Nop1x5,
-    /// The 6-byte NOP `66 0f 1f 44 00 00` (gcc PIE `-pg -mrecord-mcount` call sites, converted
-    /// at start). Patched to `nop; call rel32` (the call ends where the site ends, so a return
-    /// address never points inside it) with the world stopped.
-    Nop6,
-}
-
-impl Form {
-    /// Bytes the site occupies.
-    #[allow(clippy::len_without_is_empty)]
-    pub fn len(self) -> usize {
-        match self {
-            Form::Nop6 => 6,
-            _ => 5,
-        }
-    }
-
-    /// Whether the breakpoint protocol can patch it (one instruction in both states).
-    pub fn single_instruction(self) -> bool {
-        self == Form::Nop5
-    }
-}
-
-/// What a site's bytes say about it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Classified {
-    /// A disabled site of this form, with these NOP bytes.
-    Site(Form, [u8; 8]),
-    /// gcc's PIE `call *__fentry__@GOTPCREL(%rip)` (`ff 15`) or relaxed `addr32 call` (`67 e8`):
-    /// becomes [`Form::Nop6`] at start.
-    CallToNop6,
-    /// Unknown bytes: never touched.
-    Unknown,
-}
-
-/// The 6-byte NOP.
-pub const NOP6: [u8; 6] = [0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00];
-
-/// Classifies the bytes at a site.
-pub fn classify(b: &[u8; 8]) -> Classified {
-    let mut nop = [0u8; 8];
-    match b {
-        [0x0f, 0x1f, 0x44, 0x00, 0x00 | 0x08, ..] => {
-            nop[..5].copy_from_slice(&b[..5]);
-            Classified::Site(Form::Nop5, nop)
-        }
-        [0x90, 0x90, 0x90, 0x90, 0x90, ..] => {
-            nop[..5].copy_from_slice(&b[..5]);
-            Classified::Site(Form::Nop1x5, nop)
-        }
-        [0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00, ..] => {
-            nop[..6].copy_from_slice(&NOP6);
-            Classified::Site(Form::Nop6, nop)
-        }
-        [0xff, 0x15, ..] | [0x67, 0xe8, ..] => Classified::CallToNop6,
-        _ => Classified::Unknown,
-    }
-}
-
-/// The enabled bytes of a site of `form` at `addr` calling `target`, or `None` if out of reach.
-pub fn call_bytes(form: Form, addr: u64, target: u64) -> Option<[u8; 8]> {
-    let mut b = [0u8; 8];
-    let (at, end) = match form {
-        Form::Nop6 => {
-            b[0] = 0x90;
-            (1, addr + 6)
-        }
-        _ => (0, addr + 5),
-    };
-    let rel = i32::try_from(target as i64 - end as i64).ok()?;
-    b[at] = 0xe8;
-    b[at + 1..at + 5].copy_from_slice(&rel.to_le_bytes());
-    Some(b)
-}
 
 /// One call site.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Site {
-    /// Address of its first byte.
+    /// Address of the patch window (after an `endbr64`, if any).
     pub addr: u64,
     /// Its form.
-    pub form: Form,
+    pub form: SiteForm,
     /// The disabled bytes.
-    pub nop: [u8; 8],
-    /// The enabled bytes.
-    pub call: [u8; 8],
+    pub nop: SiteBytes,
+    /// The enabled bytes (`call` to the site's stub).
+    pub call: SiteBytes,
     /// Whether it is enabled now.
     pub enabled: bool,
 }
 
-impl Site {
-    fn expected(&self) -> &[u8] {
-        let b = if self.enabled { &self.call } else { &self.nop };
-        &b[..self.form.len()]
+/// Recognises the site recorded at `addr` (reads the bytes there).
+pub fn classify(addr: u64) -> Result<SiteInit, SiteBytes> {
+    let mut probe = [0u8; X86_PROBE_LEN];
+    // SAFETY: a recorded site lies in mapped text, with a function body after it.
+    unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, probe.as_mut_ptr(), probe.len()) };
+    classify_x86(addr, &probe)
+}
+
+/// How long a stop-the-world waits for every thread to park before giving the batch up.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The breakpoint table of the batch in flight (a leaked copy; null when disarmed).
+static ARMED: AtomicPtr<BreakpointTable<'static>> = AtomicPtr::new(core::ptr::null_mut());
+/// SIGTRAP handlers currently reading [`ARMED`].
+static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// Every known site address, sorted (for late traps); old tables are leaked.
+static KNOWN: AtomicPtr<Vec<u64>> = AtomicPtr::new(core::ptr::null_mut());
+/// `(start, end)` of the multi-byte windows the last stop-the-world rewrote (leaked per batch).
+static STOPPED_WINDOWS: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Moves a parked thread's rip out of the inside of a rewritten multi-byte window (to its end,
+/// as [`StopFixup::resume_pc`] says).
+fn fixup_rip(rip: u64) -> u64 {
+    let p = STOPPED_WINDOWS.load(Ordering::Acquire);
+    if p.is_null() {
+        return rip;
     }
-
-    fn wanted(&self, enable: bool) -> &[u8] {
-        let b = if enable { &self.call } else { &self.nop };
-        &b[..self.form.len()]
+    // SAFETY: window tables are leaked, never freed.
+    let w = unsafe { &*p };
+    let i = w.partition_point(|&(a, _)| a <= rip);
+    match i.checked_sub(1).map(|j| w[j]) {
+        Some((a, end)) if rip > a && rip < end => end,
+        _ => rip,
     }
 }
 
-/// What signal handlers read: site addresses (sorted), lengths, and the bytes a batch is writing.
-struct TrapTable {
-    addrs: Vec<u64>,
-    lens: Vec<u8>,
-    pending: Vec<AtomicU64>,
-}
-
-/// The table in force; old tables are leaked (a handler may still be reading one).
-static TRAPS: AtomicPtr<TrapTable> = AtomicPtr::new(core::ptr::null_mut());
-
-fn traps() -> Option<&'static TrapTable> {
-    let p = TRAPS.load(Ordering::Acquire);
-    // SAFETY: tables are leaked, never freed.
-    (!p.is_null()).then(|| unsafe { &*p })
-}
-
-fn lookup(t: &TrapTable, addr: u64) -> Option<usize> {
-    t.addrs.binary_search(&addr).ok()
-}
-
-/// Moves a stopped thread's rip out of the inside of a multi-byte site (to its start, so it runs
-/// the whole new instruction sequence).
-pub fn fixup_rip(rip: u64) -> u64 {
-    if let Some(t) = traps() {
-        let i = t.addrs.partition_point(|&a| a < rip);
-        if let Some(j) = i.checked_sub(1) {
-            let a = t.addrs[j];
-            if rip > a && rip < a + u64::from(t.lens[j]) {
-                return a;
-            }
-        }
-    }
-    rip
-}
-
-/// The sites of the process and their protocols.
+/// This process as a patch platform.
 #[derive(Default)]
-pub struct Patcher {
-    sites: Vec<Site>,
-    /// Sites whose bytes did not match what their state said (reported, left alone).
-    pub bugs: Vec<(u64, [u8; 8])>,
-    /// Stop-the-world batches abandoned because some thread never parked.
+pub struct Platform {
+    /// Stop-the-world rounds abandoned because a thread never parked.
     pub unstopped: usize,
 }
 
-/// How long a stop-the-world waits for every thread to park before giving up the batch.
-const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+impl TextPoke for Platform {
+    fn read_text(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), TextFault> {
+        // SAFETY: callers pass windows of recorded sites, inside mapped text.
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
 
-fn read8(addr: u64) -> [u8; 8] {
-    let mut b = [0u8; 8];
-    // SAFETY: sites lie in mapped text with at least 8 readable bytes after them (a function).
-    unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, b.as_mut_ptr(), 8) };
-    b
+    fn write_text(&mut self, addr: u64, bytes: &[u8]) -> Result<(), TextFault> {
+        // SAFETY: `Patcher` opens a `TextWindow` over every window of the batch first; the
+        // protocol decides when each byte may be written.
+        unsafe { text::write_text(addr, bytes) };
+        Ok(())
+    }
+
+    fn sync_cores(&mut self) {
+        text::sync_cores();
+    }
+
+    fn stop_others(&mut self, fixup: &StopFixup<'_>, patch: &mut dyn FnMut(&mut Self)) {
+        let r = text::stop_the_world(
+            fixup_rip,
+            STOP_TIMEOUT,
+            || {
+                patch(self);
+                // Publish where parked threads must not resume, now that the windows are written.
+                let windows: Vec<(u64, u64)> = fixup
+                    .sites()
+                    .iter()
+                    .filter(|s| fixup.resume_pc(s.addr() + 1).is_some())
+                    .map(|s| (s.addr(), s.addr() + s.len() as u64))
+                    .collect();
+                STOPPED_WINDOWS.store(Box::into_raw(Box::new(windows)), Ordering::Release);
+            },
+        );
+        if r.is_err() {
+            self.unstopped += 1;
+        }
+    }
+
+    fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
+        // SAFETY: the table (and the sites it borrows) outlives the armed period: `apply` calls
+        // `breakpoints_disarmed` before its sites go away, and disarming waits for handlers.
+        let t: BreakpointTable<'static> = unsafe { core::mem::transmute(*table) };
+        ARMED.store(Box::into_raw(Box::new(t)), Ordering::SeqCst);
+    }
+
+    fn breakpoints_disarmed(&mut self) {
+        let p = ARMED.swap(core::ptr::null_mut(), Ordering::SeqCst);
+        while IN_HANDLER.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        if !p.is_null() {
+            // SAFETY: from `Box::into_raw` above; no handler uses it any more.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+/// The sites of the process and their states.
+#[derive(Default)]
+pub struct Patcher {
+    sites: Vec<Site>,
+    platform: Platform,
+    /// Sites whose bytes were not what their state said: `(addr, bytes found)`.
+    pub bugs: Vec<(u64, SiteBytes)>,
+}
+
+fn batch_protocol() -> Protocol {
+    if text::can_sync_cores() {
+        Protocol::Auto
+    } else {
+        Protocol::StopMachine
+    }
 }
 
 impl Patcher {
-    fn unstopped_error(&mut self, missing: usize) -> std::io::Error {
-        self.unstopped += 1;
-        std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("{missing} thread(s) did not stop; multi-byte sites left unchanged"),
-        )
-    }
-
     /// The sites, sorted by address.
     pub fn sites(&self) -> &[Site] {
         &self.sites
     }
 
-    /// Adds disabled sites (`(addr, form, nop bytes, call bytes)`), converting gcc's PIE call
-    /// forms to the 6-byte NOP first. Sites already known are ignored.
-    pub fn add(&mut self, new: Vec<Site>, convert: &[u64]) -> std::io::Result<()> {
-        if !convert.is_empty() {
-            let _w = text::TextWindow::open(convert.iter().map(|&a| (a, 6)))?;
-            text::stop_the_world(fixup_rip, STOP_TIMEOUT, || {
-                for &a in convert {
-                    // SAFETY: the window is open and every other thread is parked.
-                    unsafe { text::write_text(a, &NOP6) };
-                }
-            })
-            .map_err(|missing| self.unstopped_error(missing))?;
-        }
-        for s in new {
-            if let Err(i) = self.sites.binary_search_by_key(&s.addr, |x| x.addr) {
-                self.sites.insert(i, s);
+    /// Adds sites (disabled), making the initialisation writes their recognition asked for
+    /// (gcc's PIE calls become `NOP5` + `90`). Sites already known are ignored.
+    pub fn add(&mut self, new: Vec<(SiteInit, SiteBytes)>) -> std::io::Result<()> {
+        let mut writes: Vec<PokeSite> = Vec::new();
+        for (init, _) in &new {
+            for w in init.writes.iter().flatten() {
+                writes.push(PokeSite::insn(Arch::X86_64, w.addr, &w.old, &w.new, 0));
             }
         }
-        let table = TrapTable {
-            addrs: self.sites.iter().map(|s| s.addr).collect(),
-            lens: self.sites.iter().map(|s| s.form.len() as u8).collect(),
-            pending: self.sites.iter().map(|_| AtomicU64::new(0)).collect(),
-        };
-        TRAPS.store(Box::into_raw(Box::new(table)), Ordering::Release);
+        writes.sort_by_key(|w| w.addr());
+        if !writes.is_empty() {
+            let _w = text::TextWindow::open(writes.iter().map(|w| (w.addr(), w.len())))?;
+            protocol::apply(
+                &mut self.platform,
+                Arch::X86_64,
+                &mut writes,
+                batch_protocol(),
+            );
+        }
+        for (init, call) in new {
+            let failed = writes
+                .iter()
+                .any(|w| w.addr() == init.ip && w.status() != protocol::SiteStatus::Done);
+            if failed {
+                self.bugs.push((init.ip, SiteBytes::new(&[])));
+                continue;
+            }
+            if let Err(i) = self.sites.binary_search_by_key(&init.ip, |x| x.addr) {
+                self.sites.insert(
+                    i,
+                    Site {
+                        addr: init.ip,
+                        form: init.form,
+                        nop: init.form.nop(),
+                        call,
+                        enabled: false,
+                    },
+                );
+            }
+        }
+        let known: Vec<u64> = self.sites.iter().map(|s| s.addr).collect();
+        KNOWN.store(Box::into_raw(Box::new(known)), Ordering::Release);
         Ok(())
     }
 
@@ -231,120 +212,122 @@ impl Patcher {
 
     /// Enables or disables the sites `pick` selects; returns how many changed.
     pub fn set(&mut self, enable: bool, pick: impl Fn(&Site) -> bool) -> std::io::Result<usize> {
-        let mut int3 = Vec::new();
-        let mut stw = Vec::new();
-        for (i, s) in self.sites.iter().enumerate() {
-            if s.enabled == enable || !pick(s) {
-                continue;
-            }
-            let now = read8(s.addr);
-            if &now[..s.form.len()] != s.expected() {
-                if !self.bugs.iter().any(|b| b.0 == s.addr) {
-                    self.bugs.push((s.addr, now));
-                }
-                continue;
-            }
-            if s.form.single_instruction() && text::can_sync_cores() {
-                int3.push(i);
-            } else {
-                stw.push(i);
-            }
-        }
-        if int3.is_empty() && stw.is_empty() {
+        let mut batch: Vec<PokeSite> = self
+            .sites
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.enabled != enable && pick(s))
+            .map(|(i, s)| {
+                let (old, new) = if enable {
+                    (&s.nop, &s.call)
+                } else {
+                    (&s.call, &s.nop)
+                };
+                PokeSite::insn(Arch::X86_64, s.addr, old, new, i as u32)
+            })
+            .collect();
+        if batch.is_empty() {
             return Ok(0);
         }
-        let table = traps().expect("sites were added");
-        let _w = text::TextWindow::open(
-            int3.iter()
-                .chain(&stw)
-                .map(|&i| (self.sites[i].addr, self.sites[i].form.len())),
-        )?;
-        if !int3.is_empty() {
-            for &i in &int3 {
-                let s = &self.sites[i];
-                let mut b = [0u8; 8];
-                b.copy_from_slice(if enable { &s.call } else { &s.nop });
-                if let Some(j) = lookup(table, s.addr) {
-                    table.pending[j].store(u64::from_le_bytes(b), Ordering::Release);
-                }
-            }
-            for &i in &int3 {
-                // SAFETY: the window is open; int3 is one byte, atomic for every reader.
-                unsafe { text::write_text(self.sites[i].addr, &[0xcc]) };
-            }
-            text::sync_cores();
-            for &i in &int3 {
-                let s = &self.sites[i];
-                // SAFETY: the head is int3: no thread executes the tail now.
-                unsafe { text::write_text(s.addr + 1, &s.wanted(enable)[1..]) };
-            }
-            text::sync_cores();
-            for &i in &int3 {
-                let s = &self.sites[i];
-                // SAFETY: the tail is in place everywhere; the head byte completes the site.
-                unsafe { text::write_text(s.addr, &s.wanted(enable)[..1]) };
-            }
-            text::sync_cores();
+        let unstopped = self.platform.unstopped;
+        {
+            let _w = text::TextWindow::open(batch.iter().map(|p| (p.addr(), p.len())))?;
+            protocol::apply(
+                &mut self.platform,
+                Arch::X86_64,
+                &mut batch,
+                batch_protocol(),
+            );
         }
-        if !stw.is_empty() {
-            let sites = &self.sites;
-            let done = text::stop_the_world(fixup_rip, STOP_TIMEOUT, || {
-                for &i in &stw {
-                    // SAFETY: the window is open and every other thread is parked outside it.
-                    unsafe { text::write_text(sites[i].addr, sites[i].wanted(enable)) };
+        let mut done = 0;
+        let mut failed = 0;
+        for p in &batch {
+            match p.status() {
+                protocol::SiteStatus::Done => {
+                    self.sites[p.tag() as usize].enabled = enable;
+                    done += 1;
                 }
-            });
-            if let Err(missing) = done {
-                // The breakpoint batch (if any) went through; the others stay as they were.
-                for i in int3 {
-                    self.sites[i].enabled = enable;
-                }
-                return Err(self.unstopped_error(missing));
+                protocol::SiteStatus::Mismatch => self.bugs.push((p.addr(), *p.actual())),
+                _ => failed += 1,
             }
         }
-        let n = int3.len() + stw.len();
-        for i in int3.into_iter().chain(stw) {
-            self.sites[i].enabled = enable;
+        if self.platform.unstopped != unstopped {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a thread did not stop; multi-byte sites left unchanged",
+            ));
         }
-        Ok(n)
+        if failed > 0 {
+            return Err(std::io::Error::other(format!(
+                "{failed} site(s) could not be written"
+            )));
+        }
+        Ok(done)
     }
 }
 
 /// The SIGTRAP handler we replaced (`sa_sigaction`) and its flags.
-static OLD_TRAP_HANDLER: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static OLD_TRAP_FLAGS: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+fn resolve(bp: u64, head: u8) -> TrapAction {
+    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    let t = ARMED.load(Ordering::SeqCst);
+    let action = if t.is_null() {
+        TrapAction::NotOurs
+    } else {
+        // SAFETY: the table stays alive while IN_HANDLER is non-zero (see breakpoints_disarmed).
+        unsafe { (*t).trap(bp, &[head]) }
+    };
+    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+    if action != TrapAction::NotOurs {
+        return action;
+    }
+    // A late trap: the batch is over and the breakpoint is gone: run the site as it is now.
+    let k = KNOWN.load(Ordering::Acquire);
+    // SAFETY: site tables are leaked, never freed.
+    if !k.is_null() && head != 0xcc && unsafe { &*k }.binary_search(&bp).is_ok() {
+        return TrapAction::Restart { pc: bp };
+    }
+    TrapAction::NotOurs
+}
 
 extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler.
     let gregs = unsafe { &mut (*ucv.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
     let rip = gregs[libc::REG_RIP as usize] as u64;
-    if let Some(t) = traps() {
-        if let Some(i) = lookup(t, rip.wrapping_sub(1)) {
-            let site = t.addrs[i];
-            // SAFETY: the site is mapped text.
-            let head = unsafe { core::ptr::read_volatile(site as *const u8) };
-            if head != 0xcc {
-                // The batch finished after this trap was raised: run the site as it is now.
-                gregs[libc::REG_RIP as usize] = site as i64;
-                return;
-            }
-            let b = t.pending[i].load(Ordering::Acquire).to_le_bytes();
-            if b[0] == 0xe8 {
-                let rel = i32::from_le_bytes(b[1..5].try_into().unwrap());
-                let ret = site + 5;
-                let sp = gregs[libc::REG_RSP as usize] as u64 - 8;
-                // SAFETY: at a function's first instruction the slot below rsp is free (the
-                // kernel put the signal frame below the red zone).
-                unsafe { *(sp as *mut u64) = ret };
-                gregs[libc::REG_RSP as usize] = sp as i64;
-                gregs[libc::REG_RIP as usize] = (ret as i64).wrapping_add(i64::from(rel));
-            } else {
-                gregs[libc::REG_RIP as usize] = (site + u64::from(t.lens[i])) as i64;
-            }
-            return;
+    let bp = rip.wrapping_sub(1);
+    let known = KNOWN.load(Ordering::Acquire);
+    // Read the head only at a known site (it is mapped text there).
+    // SAFETY: site tables are leaked, never freed.
+    let ours = !known.is_null() && unsafe { &*known }.binary_search(&bp).is_ok();
+    let action = if ours {
+        // SAFETY: `bp` is a known site in mapped text.
+        resolve(bp, unsafe { core::ptr::read_volatile(bp as *const u8) })
+    } else {
+        TrapAction::NotOurs
+    };
+    match action {
+        TrapAction::Restart { pc } => gregs[libc::REG_RIP as usize] = pc as i64,
+        TrapAction::Emulate(Emulation::Call { target, ret }) => {
+            let sp = gregs[libc::REG_RSP as usize] as u64 - 8;
+            // SAFETY: at a function's first instruction the slot below rsp is free (the kernel
+            // put the signal frame below the red zone).
+            unsafe { *(sp as *mut u64) = ret };
+            gregs[libc::REG_RSP as usize] = sp as i64;
+            gregs[libc::REG_RIP as usize] = target as i64;
         }
+        TrapAction::Emulate(Emulation::Jump { target }) => {
+            gregs[libc::REG_RIP as usize] = target as i64
+        }
+        TrapAction::Emulate(Emulation::Skip { next } | Emulation::MovX9Lr { next }) => {
+            gregs[libc::REG_RIP as usize] = next as i64
+        }
+        TrapAction::Emulate(Emulation::None) | TrapAction::NotOurs => chain(sig, si, ucv),
     }
-    // Not ours: chain to the previous handler.
+}
+
+fn chain(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
     let h = OLD_TRAP_HANDLER.load(Ordering::Acquire);
     if h == libc::SIG_IGN {
         return;
@@ -398,39 +381,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn classifies_every_site_form() {
-        let f = |b: &[u8]| {
-            let mut x = [0xccu8; 8];
-            x[..b.len()].copy_from_slice(b);
-            classify(&x)
-        };
-        assert!(matches!(
-            f(&[0x0f, 0x1f, 0x44, 0, 0]),
-            Classified::Site(Form::Nop5, _)
-        ));
-        assert!(matches!(
-            f(&[0x0f, 0x1f, 0x44, 0, 8]),
-            Classified::Site(Form::Nop5, _)
-        ));
-        assert!(matches!(f(&[0x90; 5]), Classified::Site(Form::Nop1x5, _)));
-        assert!(matches!(f(&NOP6), Classified::Site(Form::Nop6, _)));
-        assert_eq!(f(&[0xff, 0x15, 1, 2, 3, 4]), Classified::CallToNop6);
-        assert_eq!(f(&[0x67, 0xe8, 1, 2, 3, 4]), Classified::CallToNop6);
-        assert_eq!(f(&[0x55, 0x48, 0x89, 0xe5]), Classified::Unknown);
-        assert_eq!(f(&[0x90, 0x90, 0x90, 0x90, 0x55]), Classified::Unknown);
+    fn fixup_moves_only_pcs_inside_a_window() {
+        let w = Box::into_raw(Box::new(vec![(0x1000u64, 0x1005u64), (0x2000, 0x2005)]));
+        STOPPED_WINDOWS.store(w, Ordering::Release);
+        assert_eq!(fixup_rip(0x1000), 0x1000);
+        assert_eq!(fixup_rip(0x1003), 0x1005);
+        assert_eq!(fixup_rip(0x1005), 0x1005);
+        assert_eq!(fixup_rip(0x2004), 0x2005);
+        assert_eq!(fixup_rip(0x1fff), 0x1fff);
+        STOPPED_WINDOWS.store(core::ptr::null_mut(), Ordering::Release);
     }
 
     #[test]
-    fn call_encodings_end_where_the_site_ends() {
-        let b = call_bytes(Form::Nop5, 0x1000, 0x2000).unwrap();
-        assert_eq!(&b[..5], &[0xe8, 0xfb, 0x0f, 0, 0]);
-        let b = call_bytes(Form::Nop6, 0x1000, 0x2000).unwrap();
-        assert_eq!(&b[..6], &[0x90, 0xe8, 0xfa, 0x0f, 0, 0]);
-        let b = call_bytes(Form::Nop1x5, 0x2000, 0x1000).unwrap();
-        assert_eq!(
-            i32::from_le_bytes(b[1..5].try_into().unwrap()),
-            0x1000 - 0x2005
-        );
-        assert_eq!(call_bytes(Form::Nop5, 0, 1 << 32), None);
+    fn late_trap_restarts_only_at_known_sites() {
+        KNOWN.store(Box::into_raw(Box::new(vec![0x4000u64])), Ordering::Release);
+        assert_eq!(resolve(0x4000, 0x0f), TrapAction::Restart { pc: 0x4000 });
+        assert_eq!(resolve(0x4000, 0xcc), TrapAction::NotOurs);
+        assert_eq!(resolve(0x4001, 0x0f), TrapAction::NotOurs);
     }
 }

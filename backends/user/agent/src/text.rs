@@ -136,17 +136,20 @@ pub fn stop_signal() -> libc::c_int {
 }
 
 static STOP_ARRIVED: AtomicU32 = AtomicU32::new(0);
+static STOP_DEPARTED: AtomicU32 = AtomicU32::new(0);
 static STOP_RELEASE: AtomicU64 = AtomicU64::new(0);
 static STOP_ACTIVE: AtomicBool = AtomicBool::new(false);
 /// `fn(rip) -> new rip`: moves a parked thread out of a multi-byte site.
 static STOP_FIXUP: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 extern "C" fn on_stop(_sig: libc::c_int, _si: *mut libc::siginfo_t, uc: *mut libc::c_void) {
-    if !STOP_ACTIVE.load(Ordering::Acquire) {
+    // The generation is read before the active flag: the patcher clears the flag before it
+    // bumps the generation, so a thread that sees the flag set waits for a bump still to come.
+    let generation = STOP_RELEASE.load(Ordering::SeqCst);
+    if !STOP_ACTIVE.load(Ordering::SeqCst) {
         return;
     }
-    let generation = STOP_RELEASE.load(Ordering::Acquire);
-    STOP_ARRIVED.fetch_add(1, Ordering::AcqRel);
+    STOP_ARRIVED.fetch_add(1, Ordering::SeqCst);
     while STOP_RELEASE.load(Ordering::Acquire) == generation {
         // SAFETY: sched_yield has no preconditions.
         unsafe { libc::sched_yield() };
@@ -160,6 +163,7 @@ extern "C" fn on_stop(_sig: libc::c_int, _si: *mut libc::siginfo_t, uc: *mut lib
         let rip = gregs[libc::REG_RIP as usize] as u64;
         gregs[libc::REG_RIP as usize] = fixup(rip) as i64;
     }
+    STOP_DEPARTED.fetch_add(1, Ordering::AcqRel);
 }
 
 /// Installs the stop-the-world handler.
@@ -202,6 +206,7 @@ pub fn stop_the_world<R>(
 ) -> Result<R, usize> {
     STOP_FIXUP.store(fixup as *mut (), Ordering::Release);
     STOP_ARRIVED.store(0, Ordering::Release);
+    STOP_DEPARTED.store(0, Ordering::Release);
     STOP_ACTIVE.store(true, Ordering::Release);
     let pid = std::process::id() as libc::pid_t;
     let mut signalled: Vec<libc::pid_t> = Vec::new();
@@ -236,8 +241,14 @@ pub fn stop_the_world<R>(
         unsafe { libc::sched_yield() };
     }
     let r = (missing == 0).then(f);
-    STOP_ACTIVE.store(false, Ordering::Release);
-    STOP_RELEASE.fetch_add(1, Ordering::AcqRel);
+    STOP_ACTIVE.store(false, Ordering::SeqCst);
+    STOP_RELEASE.fetch_add(1, Ordering::SeqCst);
+    // Whatever `fixup` reads must outlive every parked thread's use of it.
+    let arrived = STOP_ARRIVED.load(Ordering::Acquire);
+    while STOP_DEPARTED.load(Ordering::Acquire) < arrived {
+        // SAFETY: no preconditions.
+        unsafe { libc::sched_yield() };
+    }
     r.ok_or(missing)
 }
 
