@@ -23,6 +23,18 @@ pub static CLOCK_TSC: AtomicBool = AtomicBool::new(true);
 pub static MAX_DEPTH: AtomicU32 = AtomicU32::new(0);
 /// `set_graph_function` is set: only calls below a root are recorded.
 pub static GRAPH_FILTERED: AtomicBool = AtomicBool::new(false);
+/// Non-zero when the function tracer's assembly fast path may run (function tracer, TSC clock,
+/// tracing on); kept by [`update_fast_path`].
+pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
+
+/// Recomputes [`FAST_OK`] after a change of tracer, clock or `tracing_on`.
+pub fn update_fast_path() {
+    let ok = TRACER.load(Ordering::Relaxed) == 1
+        && CLOCK_TSC.load(Ordering::Relaxed)
+        && TRACING_ON.load(Ordering::Relaxed);
+    FAST_OK.store(u8::from(ok), Ordering::Relaxed);
+}
+
 /// Threads whose buffer could not be created.
 pub static FAILED_THREADS: AtomicU64 = AtomicU64::new(0);
 /// Calls not recorded because the shadow stack was full.

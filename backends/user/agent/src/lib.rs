@@ -207,7 +207,11 @@ fn scan_new_objects(a: &mut Agent) {
                     && !glob::any_matches(&cfg.notrace, &name);
                 let root = cfg.tracer == TracerKind::FunctionGraph
                     && glob::any_matches(&cfg.graph_functions, &name);
-                let target = if root { stubs.root() } else { stubs.entry() };
+                let target = match (cfg.tracer, root) {
+                    (TracerKind::Function, _) => stubs.func(),
+                    (TracerKind::FunctionGraph, true) => stubs.root(),
+                    (TracerKind::FunctionGraph, false) => stubs.entry(),
+                };
                 let Ok(call) = init.form.call(addr, target) else {
                     warn(&format!("site {addr:#x} ({name}): stub out of reach"));
                     continue;
@@ -312,6 +316,7 @@ fn start(cfg: Config) -> std::io::Result<()> {
     };
     scan_new_objects(&mut a);
     handler::TRACING_ON.store(a.on, Ordering::Relaxed);
+    handler::update_fast_path();
     apply(&mut a)?;
     let mut list = String::new();
     for s in &a.sites {
@@ -363,10 +368,12 @@ pub extern "C" fn ftrace_agent_set_tracing(on: libc::c_int) -> libc::c_long {
     a.on = on != 0;
     if a.on {
         handler::TRACING_ON.store(true, Ordering::Relaxed);
+        handler::update_fast_path();
     }
     let r = apply(a);
     if !a.on {
         handler::TRACING_ON.store(false, Ordering::Relaxed);
+        handler::update_fast_path();
     }
     match r {
         Ok(n) => n as libc::c_long,

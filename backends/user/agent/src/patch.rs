@@ -98,21 +98,17 @@ impl TextPoke for Platform {
     }
 
     fn stop_others(&mut self, fixup: &StopFixup<'_>, patch: &mut dyn FnMut(&mut Self)) {
-        let r = text::stop_the_world(
-            fixup_rip,
-            STOP_TIMEOUT,
-            || {
-                patch(self);
-                // Publish where parked threads must not resume, now that the windows are written.
-                let windows: Vec<(u64, u64)> = fixup
-                    .sites()
-                    .iter()
-                    .filter(|s| fixup.resume_pc(s.addr() + 1).is_some())
-                    .map(|s| (s.addr(), s.addr() + s.len() as u64))
-                    .collect();
-                STOPPED_WINDOWS.store(Box::into_raw(Box::new(windows)), Ordering::Release);
-            },
-        );
+        let r = text::stop_the_world(fixup_rip, STOP_TIMEOUT, || {
+            patch(self);
+            // Publish where parked threads must not resume, now that the windows are written.
+            let windows: Vec<(u64, u64)> = fixup
+                .sites()
+                .iter()
+                .filter(|s| fixup.resume_pc(s.addr() + 1).is_some())
+                .map(|s| (s.addr(), s.addr() + s.len() as u64))
+                .collect();
+            STOPPED_WINDOWS.store(Box::into_raw(Box::new(windows)), Ordering::Release);
+        });
         if r.is_err() {
             self.unstopped += 1;
         }

@@ -114,6 +114,72 @@ ftrace_agent_root_tramp:
     ret
     .size ftrace_agent_entry_tramp, .-ftrace_agent_entry_tramp
 
+
+    .p2align 4
+    .globl ftrace_agent_func_tramp
+    .hidden ftrace_agent_func_tramp
+    .type ftrace_agent_func_tramp,@function
+ftrace_agent_func_tramp:
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %r8
+    cmpb $0, {fast_ok}(%rip)
+    je 8f
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    cmpl $0, {off_guard}(%rsi)
+    jne 8f
+    cmpl $1, {off_state}(%rsi)
+    jne 8f
+    rdtsc
+    shlq $32, %rdx
+    orq %rdx, %rax
+    movq %rax, %r8
+    movq {off_header}(%rsi), %rcx
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rcx)
+    cmpl $0, {off_overwrite}(%rsi)
+    jne 1f
+    cmpq {off_mask}(%rsi), %rax
+    ja 9f
+1:
+    movq %rax, %rdx
+    movl {off_shift}(%rsi), %ecx
+    shrq %cl, %rdx
+    andl $1, %edx
+    shll $7, %edx
+    orl ${kind_func}, %edx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %r8, 0(%rax)
+    movq 40(%rsp), %rcx
+    subq $5, %rcx
+    movq %rcx, 8(%rax)
+    movq 48(%rsp), %rcx
+    movq %rcx, 16(%rax)
+    movq {off_cpu}(%rsi), %rcx
+    movl (%rcx), %ecx
+    movl %ecx, 28(%rax)
+    movl %edx, 24(%rax)
+9:
+    popq %r8
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+8:
+    popq %r8
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp ftrace_agent_entry_tramp
+    .size ftrace_agent_func_tramp, .-ftrace_agent_func_tramp
+
     .p2align 4
     .globl ftrace_agent_return_tramp
     .hidden ftrace_agent_return_tramp
@@ -183,10 +249,22 @@ ftrace_agent_return_tramp:
 "#,
     on_entry = sym crate::handler::on_entry,
     on_return = sym crate::handler::on_return,
+    fast_ok = sym crate::handler::FAST_OK,
+    off_guard = const core::mem::offset_of!(crate::handler::ThreadState, guard),
+    off_state = const core::mem::offset_of!(crate::handler::ThreadState, state),
+    off_header = const core::mem::offset_of!(crate::handler::ThreadState, writer),
+    off_slots = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, slots),
+    off_mask = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, mask),
+    off_shift = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, shift),
+    off_overwrite = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, overwrite),
+    off_cpu = const core::mem::offset_of!(crate::handler::ThreadState, cpu),
+    off_head = const core::mem::offset_of!(crate::buffer::BufHeader, head),
+    kind_func = const crate::buffer::KIND_FUNC,
     options(att_syntax)
 );
 
 unsafe extern "C" {
+    fn ftrace_agent_func_tramp();
     fn ftrace_agent_entry_tramp();
     fn ftrace_agent_root_tramp();
     fn ftrace_agent_return_tramp();
@@ -195,6 +273,13 @@ unsafe extern "C" {
 /// The entry trampoline for ordinary sites.
 pub fn entry_trampoline() -> u64 {
     ftrace_agent_entry_tramp as *const () as u64
+}
+
+/// The function tracer's entry trampoline: records in assembly (no register beyond rax, rcx,
+/// rdx, rsi and r8 is touched, all restored) when the thread is registered, the clock is the
+/// TSC and nothing nests; else it continues in [`entry_trampoline`].
+pub fn func_trampoline() -> u64 {
+    ftrace_agent_func_tramp as *const () as u64
 }
 
 /// The entry trampoline for `set_graph_function` roots.
@@ -223,7 +308,8 @@ pub fn tls_block() -> *mut u8 {
     p
 }
 
-/// A stub page: `jmp *abs64` thunks at offset 0 (entry) and 16 (root).
+/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root) and 32 (function fast
+/// path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stubs {
     /// Page address.
@@ -239,6 +325,11 @@ impl Stubs {
     /// Where `-G` root sites call.
     pub fn root(&self) -> u64 {
         self.page + 16
+    }
+
+    /// Where sites call under the function tracer.
+    pub fn func(&self) -> u64 {
+        self.page + 32
     }
 }
 
@@ -260,8 +351,12 @@ pub fn stubs_near(lo: u64, hi: u64) -> Option<Stubs> {
         return Some(Stubs { page: p });
     }
     let page = map_near(lo, hi)?;
-    let mut code = [0xccu8; 32];
-    for (off, target) in [(0, entry_trampoline()), (16, root_trampoline())] {
+    let mut code = [0xccu8; 48];
+    for (off, target) in [
+        (0, entry_trampoline()),
+        (16, root_trampoline()),
+        (32, func_trampoline()),
+    ] {
         code[off..off + 6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
         code[off + 6..off + 14].copy_from_slice(&target.to_le_bytes());
     }
