@@ -1,4 +1,53 @@
 //! The tracefs file tree with the kernel's semantics: paths to read/write, errno, `error_log`.
 //!
-//! This crate is being built (see the project's tracefs issue).
+//! A file system is the whole user interface of ftrace: `cat available_tracers`,
+//! `echo function > current_tracer`, `cat trace`. This crate is that interface, independent of
+//! how it is served (FUSE in userspace, a serial shell on bare metal). [`Tracefs`] is the tree:
+//! list directories, open, read at an offset, write, release, `mkdir`/`rmdir` under
+//! `instances/`, with per-open state (a `trace` reader keeps its snapshot iterator, `trace_pipe`
+//! consumes, `>` vs `>>` open semantics for filter files).
+//!
+//! The tree owns what *is* the interface: file names and modes, the parsing of every write
+//! ([`parse`]: `kstrtoul_from_user`, cpumasks), the read-back text of its own values
+//! (`buffer_size_kb`'s `7 (expanded: 1408)`, `trace_clock`'s brackets, `trace_options`), the errno
+//! of every rejected write, `error_log` ([`error_log`]), instances and `README`. What the tracing
+//! machinery does (tracers, ring buffer, filters, call-site records) is asked through the traits
+//! of [`backend`], which a backend binds to ftrace-tracers, ftrace-ringbuf, the ftrace-core
+//! dispatcher and ftrace-patch; what only the server knows comes from [`Host`].
+//!
+//! Without the `alloc` feature only the allocation-free parsers are built.
 #![no_std]
+#![warn(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+pub mod parse;
+
+pub mod options;
+
+#[cfg(feature = "alloc")]
+pub mod backend;
+#[cfg(feature = "alloc")]
+pub mod dynevent;
+#[cfg(feature = "alloc")]
+pub mod error_log;
+#[cfg(feature = "alloc")]
+mod fs;
+#[cfg(feature = "alloc")]
+pub mod readme;
+#[cfg(feature = "alloc")]
+pub mod tree;
+
+#[cfg(feature = "alloc")]
+pub use backend::{
+    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TRACE_BUF_SIZE_DEFAULT,
+    TraceBackend, TracerOption, ring_buffer_pages,
+};
+#[cfg(feature = "alloc")]
+pub use fs::{
+    Fh, MAX_TRACER_SIZE, OpenFlags, PID_BUF_SIZE, PID_LIST_MAX, PID_MAX_DEFAULT, RAW_DATA_MAX_SIZE,
+    SAVED_CMDLINES_DEFAULT, Stat, TRACE_MARKER_MAX_SIZE, Tracefs, WaitKey, saved_cmdlines_capacity,
+};
+pub use ftrace_core::Errno;
+pub use options::TraceFlags;

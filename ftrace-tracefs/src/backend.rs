@@ -1,0 +1,222 @@
+//! What the tree needs from the tracing machinery and from the platform that serves it.
+//!
+//! The tree owns the file interface (names, modes, parsing, read-back text of its own values,
+//! errno, `error_log`, instances, per-open state). Everything else is asked through these traits:
+//! [`TraceBackend`] (one per instance: tracers, ring buffer, readers, function filters; bound to
+//! ftrace-tracers, ftrace-ringbuf and the ftrace-core dispatcher) and [`Host`] (what only the
+//! server knows: CPU count, clocks, memory, the call-site records of ftrace-patch).
+//! Invariant: a backend method that returns `Err` has changed nothing, so the tree can promise
+//! that a rejected write leaves all state as it was.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt;
+
+use ftrace_core::Errno;
+use ftrace_core::symbols::SymbolTable;
+
+use crate::options::TraceFlags;
+
+/// A function-filter file (`set_ftrace_filter` & co, Linux `ftrace_regex_open` users).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FilterFile {
+    /// `set_ftrace_filter`: trace only these (and function commands such as `:traceoff`).
+    Filter,
+    /// `set_ftrace_notrace`: never trace these.
+    Notrace,
+    /// `set_graph_function`: function_graph starts at these.
+    GraphFunction,
+    /// `set_graph_notrace`: function_graph skips these and their callees.
+    GraphNotrace,
+}
+
+/// A pid-filter file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PidFile {
+    /// `set_ftrace_pid`: trace only these tasks.
+    Ftrace,
+    /// `set_ftrace_notrace_pid`: never trace these tasks.
+    FtraceNotrace,
+}
+
+/// A value the tree parsed and validated and now hands to the backend.
+///
+/// The backend may still refuse it (the tracer vetoes a flag, a clock is unusable): the tree
+/// then keeps its old value and returns the error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param<'a> {
+    /// `tracing_on`: record into the ring buffer or not.
+    TracingOn(bool),
+    /// `trace_options` / `options/*`: the whole new global flag word.
+    Flags(TraceFlags),
+    /// `buffer_percent`: reader wake-up watermark, 0..=100.
+    BufferPercent(u32),
+    /// `tracing_cpumask`: the CPUs to trace (64-bit words, bit n = CPU n).
+    CpuMask(&'a [u64]),
+    /// `trace_clock`: the clock to stamp events with (the buffers are cleared).
+    Clock(&'a str),
+    /// `set_ftrace_pid` / `set_ftrace_notrace_pid`: the whole new sorted list.
+    Pids(PidFile, &'a [u32]),
+    /// `tracing_max_latency`, in ns.
+    MaxLatency(u64),
+    /// `tracing_thresh` (top level), in ns; 0 = off.
+    TracingThresh(u64),
+    /// `max_graph_depth` (top level); 0 = unlimited.
+    MaxGraphDepth(u32),
+    /// `saved_cmdlines_size` (top level): the number of pid→comm slots to keep.
+    SavedCmdlines(u32),
+    /// `function_profile_enabled` (top level).
+    ProfileEnabled(bool),
+}
+
+/// One tracer-specific option (`options/funcgraph-cpu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracerOption {
+    /// The option's name.
+    pub name: &'static str,
+    /// The tracer that owns it.
+    pub tracer: &'static str,
+    /// Its current value.
+    pub value: bool,
+}
+
+/// A source of text (or raw pages) that a file's reads are served from.
+///
+/// For `trace` it is a snapshot iterator (`false` = the end); for `trace_pipe` and
+/// `trace_pipe_raw` it consumes (`false` = nothing available *now*: a blocking reader waits).
+pub trait Reader: Send {
+    /// Appends the next piece (one event's text, the header, one sub-buffer page) to `out`.
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool;
+}
+
+/// An open function-filter file being written (the dispatcher's `ftrace_regex` session).
+pub trait FilterEdit: Send {
+    /// Parses and applies `data` to the pending filter; a bad token is rejected with its errno
+    /// and leaves the pending filter as it was.
+    fn write(&mut self, data: &[u8]) -> Result<usize, Errno>;
+    /// Publishes the pending filter (called once, at `close`).
+    fn release(self: Box<Self>) -> Result<(), Errno>;
+}
+
+/// The tracing machinery of one instance (top level or `instances/<name>`).
+///
+/// `Send` (as are [`Reader`] and [`FilterEdit`]) so that a multi-threaded server can move the
+/// whole tree behind one lock.
+pub trait TraceBackend: Send {
+    /// Tracers usable in this instance, in the order `available_tracers` lists them.
+    fn tracers(&self) -> Vec<&'static str>;
+    /// The current tracer's name.
+    fn current_tracer(&self) -> &'static str;
+    /// Switches tracer (the old one is reset, the new one's `init` error is returned).
+    fn set_tracer(&mut self, name: &str) -> Result<(), Errno>;
+    /// Every registered tracer's options (the `options/` directory lists them all).
+    fn tracer_options(&self) -> Vec<TracerOption>;
+    /// Sets a tracer option by name; `EINVAL` if unknown or refused.
+    fn set_tracer_option(&mut self, name: &str, on: bool) -> Result<(), Errno>;
+    /// Applies a validated parameter.
+    fn set_param(&mut self, param: Param<'_>) -> Result<(), Errno>;
+
+    /// Resizes one CPU's buffer (or all) to hold `bytes` of data (`ENOMEM` when impossible).
+    fn resize(&mut self, cpu: Option<u32>, bytes: u64) -> Result<(), Errno>;
+    /// The data bytes a CPU's buffer holds now (`ring_buffer_size()`).
+    fn buffer_bytes(&self, cpu: u32) -> u64;
+    /// The sub-buffer size in bytes, header included (4096 by default).
+    fn subbuf_size(&self) -> u32;
+    /// Changes the sub-buffer size (a power-of-two number of pages); discards the data.
+    fn set_subbuf_size(&mut self, bytes: u32) -> Result<(), Errno>;
+    /// Discards the data of one CPU (or all).
+    fn clear(&mut self, cpu: Option<u32>);
+    /// Writes `per_cpu/cpuN/stats`.
+    fn write_stats(&self, cpu: u32, w: &mut dyn fmt::Write) -> fmt::Result;
+
+    /// Opens the non-consuming `trace` text of one CPU (or all, merged by timestamp).
+    fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader>;
+    /// Opens a consuming `trace_pipe` text reader.
+    fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader>;
+    /// Opens a consuming `trace_pipe_raw` reader (whole sub-buffer pages).
+    fn open_pipe_raw(&mut self, cpu: u32) -> Box<dyn Reader>;
+
+    /// `trace_marker`: records a print event with `text` (at most 4096 bytes, always ending
+    /// with `\n`: the tree adds it when the write lacks one).
+    fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno>;
+    /// `trace_marker_raw`: records a raw-data event (`id` then `data`).
+    fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno>;
+
+    /// Starts writing a filter file; `truncate` (O_TRUNC) starts from an empty filter.
+    fn open_filter(
+        &mut self,
+        which: FilterFile,
+        truncate: bool,
+    ) -> Result<Box<dyn FilterEdit>, Errno>;
+    /// Writes a filter file's read-back text.
+    fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result;
+
+    /// `saved_cmdlines` (top level): `"%d %s\n"` per remembered pid.
+    fn write_saved_cmdlines(&self, w: &mut dyn fmt::Write) -> fmt::Result;
+    /// `saved_tgids` (top level): `"%d %d\n"` pid, tgid.
+    fn write_saved_tgids(&self, w: &mut dyn fmt::Write) -> fmt::Result;
+}
+
+/// The dynamic-ftrace call-site records (ftrace-patch) and the function profiler: top level.
+pub trait FunctionRecords {
+    /// `available_filter_functions` (`addrs`: `available_filter_functions_addrs`).
+    fn write_available(&self, w: &mut dyn fmt::Write, addrs: bool) -> fmt::Result;
+    /// `enabled_functions` (`touched`: `touched_functions`).
+    fn write_enabled(&self, w: &mut dyn fmt::Write, touched: bool) -> fmt::Result;
+    /// `dyn_ftrace_total_info`.
+    fn write_total_info(&self, w: &mut dyn fmt::Write) -> fmt::Result;
+    /// Whether a function profiler exists (`function_profile_enabled`, `trace_stat/`).
+    fn has_profiler(&self) -> bool {
+        false
+    }
+    /// `trace_stat/function<cpu>`.
+    fn write_profile(&self, _cpu: u32, _w: &mut dyn fmt::Write) -> fmt::Result {
+        Ok(())
+    }
+}
+
+/// The number of sub-buffers a ring buffer of `bytes` needs (`ring_buffer_resize()`): whole
+/// sub-buffers of `subbuf_data` data bytes each (4080 for 4 KiB pages), at least two.
+///
+/// This is how a backend turns a `buffer_size_kb` write into pages; `buffer_size_kb` then
+/// reads back `pages * subbuf_data >> 10` (`1408` asked, `1410` read).
+pub const fn ring_buffer_pages(bytes: u64, subbuf_data: u64) -> u64 {
+    let pages = bytes.div_ceil(subbuf_data);
+    if pages < 2 { 2 } else { pages }
+}
+
+/// The default `trace_buf_size`: 1441792 bytes per CPU (`TRACE_BUF_SIZE_DEFAULT`).
+pub const TRACE_BUF_SIZE_DEFAULT: u64 = 1_441_792;
+
+/// What only the server knows.
+pub trait Host {
+    /// Number of possible CPUs (`nr_cpu_ids`).
+    fn nr_cpus(&self) -> u32;
+    /// The local clock in ns, for `error_log` time stamps.
+    fn local_clock_ns(&self) -> u64;
+    /// The trace clocks available, in `trace_clock` order.
+    fn trace_clocks(&self) -> &[&'static str];
+    /// Index of the boot-time clock in [`Host::trace_clocks`].
+    fn default_trace_clock(&self) -> usize {
+        0
+    }
+    /// The expanded per-CPU buffer size (`trace_buf_size=`), in bytes.
+    fn trace_buf_size(&self) -> u64 {
+        TRACE_BUF_SIZE_DEFAULT
+    }
+    /// Creates the tracing machinery of the top level (`None`, buffers at their minimum until
+    /// first use) or of a new instance (buffers of `bytes_per_cpu`).
+    fn create_backend(
+        &mut self,
+        instance: Option<&str>,
+        bytes_per_cpu: u64,
+    ) -> Result<Box<dyn TraceBackend>, Errno>;
+    /// The symbol table (for `kprobe_events` symbol checks), if the server has one.
+    fn symbols(&self) -> Option<&dyn SymbolTable> {
+        None
+    }
+    /// The call-site records, if dynamic ftrace exists on this platform.
+    fn functions(&self) -> Option<&dyn FunctionRecords> {
+        None
+    }
+}

@@ -1,0 +1,1140 @@
+//! [`Tracefs`]: the file tree object a server (FUSE, a serial shell, debugfs) drives.
+//!
+//! Paths are relative to the mount point (`"instances/foo/trace"`). Every operation is a method
+//! on `&mut Tracefs`, so a concurrent server wraps it in one lock, as the kernel serialises
+//! tracefs control writes under `trace_types_lock`. Invariant: a method that returns `Err`
+//! changed no state, with the kernel's own exception kept on purpose: a write to
+//! `current_tracer` or `buffer_size_kb` first expands the boot-minimum buffers, even when it
+//! then fails (Linux reads `1410` after `echo bogus > current_tracer`).
+
+use alloc::borrow::ToOwned;
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt::Write as _;
+
+use ftrace_core::Errno;
+use ftrace_core::format::{FORMATS, write_header_event, write_header_page};
+
+use crate::backend::{FilterEdit, Host, Param, PidFile, Reader, TraceBackend};
+use crate::dynevent;
+use crate::error_log::ErrorLog;
+use crate::options::{FLAGS, TraceFlags};
+use crate::parse::{is_space, kstrtoul_from_user, parse_cpumask, short_name, write_cpumask};
+use crate::readme::write_readme;
+use crate::tree::{self, Dir, DirEntry, File, ListCtx, Node};
+
+/// `MAX_TRACER_SIZE`: a `current_tracer` write is cut to this many bytes.
+pub const MAX_TRACER_SIZE: usize = 100;
+/// `TRACE_MARKER_MAX_SIZE`: a `trace_marker` write is cut to this many bytes.
+pub const TRACE_MARKER_MAX_SIZE: usize = 4096;
+/// `RAW_DATA_MAX_SIZE` (6.12): the largest `trace_marker_raw` write, tag included.
+pub const RAW_DATA_MAX_SIZE: usize = 3 * 1024;
+/// `PID_BUF_SIZE`: the longest token a pid file accepts.
+pub const PID_BUF_SIZE: usize = 127;
+/// `MAX_PID` of the kernel's sparse pid list (`kernel/trace/pid_list.h`): 30 bits.
+pub const PID_LIST_MAX: u32 = 1 << 30;
+/// `PID_MAX_DEFAULT`: the largest `saved_cmdlines_size`.
+pub const PID_MAX_DEFAULT: u64 = 32768;
+/// `SAVED_CMDLINES_DEFAULT`: the `saved_cmdlines_size` asked for at boot.
+pub const SAVED_CMDLINES_DEFAULT: u32 = 128;
+
+/// How a file is opened (the `open(2)` flags that matter to tracefs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    /// Open for reading.
+    pub read: bool,
+    /// Open for writing.
+    pub write: bool,
+    /// `O_TRUNC`: `echo > file` (clears `trace`, filters, pid lists, `error_log`).
+    pub truncate: bool,
+    /// `O_APPEND`: `echo >> file` (adds to a filter instead of replacing it).
+    pub append: bool,
+    /// `O_NONBLOCK`: an empty `trace_pipe` answers `EAGAIN` instead of "would block".
+    pub nonblock: bool,
+    /// `O_CREAT`: tracefs creates nothing, so a missing name answers `EACCES`.
+    pub create: bool,
+}
+
+impl OpenFlags {
+    /// `cat file`.
+    pub const READ: OpenFlags = OpenFlags {
+        read: true,
+        write: false,
+        truncate: false,
+        append: false,
+        nonblock: false,
+        create: false,
+    };
+    /// `echo x > file`: `O_WRONLY|O_CREAT|O_TRUNC`.
+    pub const TRUNCATE: OpenFlags = OpenFlags {
+        read: false,
+        write: true,
+        truncate: true,
+        append: false,
+        nonblock: false,
+        create: true,
+    };
+    /// `echo x >> file`: `O_WRONLY|O_CREAT|O_APPEND`.
+    pub const APPEND: OpenFlags = OpenFlags {
+        read: false,
+        write: true,
+        truncate: false,
+        append: true,
+        nonblock: false,
+        create: true,
+    };
+
+    /// Decodes Linux `open(2)` flags (x86_64/generic values).
+    pub const fn from_linux(flags: i32) -> OpenFlags {
+        let acc = flags & 3;
+        OpenFlags {
+            read: acc == 0 || acc == 2,
+            write: acc == 1 || acc == 2,
+            truncate: flags & 0o1000 != 0,
+            append: flags & 0o2000 != 0,
+            nonblock: flags & 0o4000 != 0,
+            create: flags & 0o100 != 0,
+        }
+    }
+}
+
+/// An open-file handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fh(pub u64);
+
+/// What `stat` tells about a path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stat {
+    /// Directory or file.
+    pub node: Node,
+    /// Permission bits.
+    pub mode: u16,
+}
+
+/// What a blocked consuming reader waits for: new data in one instance's buffers.
+///
+/// Blocking is the server's job: when [`Tracefs::read`] answers `EAGAIN` on a handle opened
+/// without `O_NONBLOCK`, the server parks the read, hooks the ring buffer's wake-up for this
+/// key (the backend wakes readers at the `buffer_percent` watermark), and reads again when
+/// woken or when [`Tracefs::poll`] says the handle is ready.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WaitKey {
+    /// The instance (`None` = top level).
+    pub instance: Option<String>,
+    /// The CPU of a per-CPU reader, or `None` for any CPU.
+    pub cpu: Option<u32>,
+}
+
+/// The tree-owned state of one instance.
+struct Instance {
+    backend: Box<dyn TraceBackend>,
+    tracing_on: bool,
+    expanded: bool,
+    buffer_percent: u32,
+    clock: usize,
+    cpumask: Vec<u64>,
+    flags: TraceFlags,
+    pids: [Vec<u32>; 2],
+    max_latency_ns: u64,
+    error_log: ErrorLog,
+    /// Open files (`tr->ref - 1`): an instance with open files cannot be removed.
+    open_files: u32,
+    /// Open consuming readers (`tr->trace_ref`): the tracer cannot change meanwhile.
+    pipe_readers: u32,
+}
+
+/// Top-level-only values.
+struct Globals {
+    tracing_thresh_ns: u64,
+    max_graph_depth: u32,
+    saved_cmdlines: u32,
+    profile_enabled: bool,
+}
+
+enum OpenState {
+    /// Nothing kept between calls.
+    Plain,
+    /// A generated text, regenerated by a read at offset 0.
+    Text(Option<Vec<u8>>),
+    /// The `trace` snapshot iterator: `buf` holds the text from byte offset `base`.
+    Snapshot {
+        reader: Box<dyn Reader>,
+        buf: Vec<u8>,
+        base: u64,
+        done: bool,
+    },
+    /// A consuming reader and the part of a chunk not yet returned.
+    Pipe {
+        reader: Box<dyn Reader>,
+        pending: Vec<u8>,
+        read_any: bool,
+    },
+    /// A function-filter write session (applied at release).
+    Filter(Option<Box<dyn FilterEdit>>),
+}
+
+struct OpenFile {
+    inst: Option<String>,
+    file: File,
+    flags: OpenFlags,
+    state: OpenState,
+}
+
+/// The tracefs tree.
+pub struct Tracefs<H: Host> {
+    host: H,
+    top: Instance,
+    instances: BTreeMap<String, Instance>,
+    globals: Globals,
+    files: BTreeMap<u64, OpenFile>,
+    next_fh: u64,
+}
+
+/// Rounds a `saved_cmdlines_size` request the way `allocate_cmdlines_buffer()` does on x86_64:
+/// the buffer is a power-of-two number of pages after a 131096-byte header, each slot 20 bytes.
+pub fn saved_cmdlines_capacity(val: u32) -> u32 {
+    const HEADER: u64 = 131_096;
+    const SLOT: u64 = 16 + 4;
+    let need = HEADER + u64::from(val) * SLOT;
+    let mut size = 4096u64;
+    while size < need {
+        size *= 2;
+    }
+    ((size - HEADER) / SLOT) as u32
+}
+
+fn all_cpus_mask(nr: u32) -> Vec<u64> {
+    let mut m = vec![0u64; (nr as usize).div_ceil(64).max(1)];
+    for cpu in 0..nr {
+        m[(cpu / 64) as usize] |= 1 << (cpu % 64);
+    }
+    m
+}
+
+impl Instance {
+    fn new(
+        backend: Box<dyn TraceBackend>,
+        flags: TraceFlags,
+        clock: usize,
+        nr_cpus: u32,
+        expanded: bool,
+    ) -> Self {
+        Instance {
+            backend,
+            tracing_on: true,
+            expanded,
+            buffer_percent: 50,
+            clock,
+            cpumask: all_cpus_mask(nr_cpus),
+            flags,
+            pids: [Vec::new(), Vec::new()],
+            max_latency_ns: 0,
+            error_log: ErrorLog::default(),
+            open_files: 0,
+            pipe_readers: 0,
+        }
+    }
+
+    fn pid_slot(which: PidFile) -> usize {
+        match which {
+            PidFile::Ftrace => 0,
+            PidFile::FtraceNotrace => 1,
+        }
+    }
+}
+
+fn split_path(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect()
+}
+
+impl<H: Host> Tracefs<H> {
+    /// Builds the tree: the top-level backend at its boot-minimum size, every value at the
+    /// kernel's boot default.
+    pub fn new(mut host: H) -> Result<Self, Errno> {
+        let backend = host.create_backend(None, 0)?;
+        let nr = host.nr_cpus();
+        let clock = host.default_trace_clock();
+        let top = Instance::new(backend, TraceFlags::top_level_default(), clock, nr, false);
+        Ok(Tracefs {
+            host,
+            top,
+            instances: BTreeMap::new(),
+            globals: Globals {
+                tracing_thresh_ns: 0,
+                max_graph_depth: 0,
+                saved_cmdlines: saved_cmdlines_capacity(SAVED_CMDLINES_DEFAULT),
+                profile_enabled: false,
+            },
+            files: BTreeMap::new(),
+            next_fh: 1,
+        })
+    }
+
+    /// The host.
+    pub fn host(&self) -> &H {
+        &self.host
+    }
+
+    /// The host, mutably (a test host records events through it).
+    pub fn host_mut(&mut self) -> &mut H {
+        &mut self.host
+    }
+
+    /// The backend of an instance (`None` = top level).
+    pub fn backend_mut(
+        &mut self,
+        instance: Option<&str>,
+    ) -> Option<&mut (dyn TraceBackend + 'static)> {
+        match instance {
+            None => Some(&mut *self.top.backend),
+            Some(n) => self.instances.get_mut(n).map(|i| &mut *i.backend),
+        }
+    }
+
+    fn inst(&self, name: &Option<String>) -> Option<&Instance> {
+        match name {
+            None => Some(&self.top),
+            Some(n) => self.instances.get(n),
+        }
+    }
+
+    fn inst_mut(&mut self, name: &Option<String>) -> Result<&mut Instance, Errno> {
+        match name {
+            None => Ok(&mut self.top),
+            Some(n) => self.instances.get_mut(n).ok_or(Errno::ENODEV),
+        }
+    }
+
+    fn list_ctx_entries(&self, inst: &Option<String>, d: Dir) -> Result<Vec<DirEntry>, Errno> {
+        let i = self.inst(inst).ok_or(Errno::ENOENT)?;
+        let opts = i.backend.tracer_options();
+        let names: Vec<&str> = self.instances.keys().map(|s| s.as_str()).collect();
+        let functions = self.host.functions();
+        let profiler = functions.is_some_and(|f| f.has_profiler());
+        let cx = ListCtx {
+            top_level: inst.is_none(),
+            nr_cpus: self.host.nr_cpus(),
+            tracer_options: &opts,
+            instances: &names,
+            functions: functions.is_some(),
+            profiler,
+        };
+        Ok(tree::entries(d, &cx))
+    }
+
+    /// Resolves a path to (instance, node, mode).
+    fn resolve(&self, path: &str) -> Result<(Option<String>, Node, u16), Errno> {
+        let comps = split_path(path);
+        let mut inst: Option<String> = None;
+        let mut node = Node::Dir(Dir::Root);
+        let mut mode = 0o700;
+        let mut i = 0;
+        while i < comps.len() {
+            let Node::Dir(d) = node else {
+                return Err(Errno::ENOTDIR);
+            };
+            if d == Dir::Instances {
+                let name = comps[i];
+                if !self.instances.contains_key(name) {
+                    return Err(Errno::ENOENT);
+                }
+                inst = Some(name.to_owned());
+                node = Node::Dir(Dir::Root);
+                mode = tree::MODE_DIR;
+                i += 1;
+                continue;
+            }
+            let e = self
+                .list_ctx_entries(&inst, d)?
+                .into_iter()
+                .find(|e| e.name == comps[i])
+                .ok_or(Errno::ENOENT)?;
+            node = e.node;
+            mode = e.mode;
+            i += 1;
+        }
+        Ok((inst, node, mode))
+    }
+
+    /// `stat(path)`.
+    pub fn stat(&self, path: &str) -> Result<Stat, Errno> {
+        let (_, node, mode) = self.resolve(path)?;
+        Ok(Stat { node, mode })
+    }
+
+    /// `readdir(path)`, sorted by name.
+    pub fn read_dir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+        match self.resolve(path)? {
+            (inst, Node::Dir(d), _) => self.list_ctx_entries(&inst, d),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// `mkdir(path)`: only `instances/<name>` can be created.
+    pub fn mkdir(&mut self, path: &str) -> Result<(), Errno> {
+        let comps = split_path(path);
+        let Some((name, parent)) = comps.split_last() else {
+            return Err(Errno::EEXIST);
+        };
+        let parent_path = parent.join("/");
+        let (pinst, pnode, _) = self.resolve(&parent_path)?;
+        if self.resolve(path).is_ok() {
+            return Err(Errno::EEXIST);
+        }
+        if pinst.is_some() || pnode != Node::Dir(Dir::Instances) {
+            return Err(if matches!(pnode, Node::Dir(_)) {
+                Errno::EPERM
+            } else {
+                Errno::ENOTDIR
+            });
+        }
+        let size = self.host.trace_buf_size();
+        let backend = self.host.create_backend(Some(name), size)?;
+        let nr = self.host.nr_cpus();
+        let flags = TraceFlags::for_new_instance(self.top.flags);
+        let clock = self.host.default_trace_clock();
+        let mut inst = Instance::new(backend, flags, clock, nr, true);
+        inst.backend.set_param(Param::Flags(flags))?;
+        self.instances.insert((*name).to_owned(), inst);
+        Ok(())
+    }
+
+    /// `rmdir(path)`: removes an instance; `EBUSY` while any of its files is open.
+    pub fn rmdir(&mut self, path: &str) -> Result<(), Errno> {
+        let (inst, node, _) = self.resolve(path)?;
+        let comps = split_path(path);
+        match (inst, node) {
+            (Some(name), Node::Dir(Dir::Root)) if comps.len() == 2 => {
+                let i = self.instances.get(&name).ok_or(Errno::ENODEV)?;
+                if i.open_files > 0 || i.pipe_readers > 0 {
+                    return Err(Errno::EBUSY);
+                }
+                self.instances.remove(&name);
+                Ok(())
+            }
+            (_, Node::Dir(_)) => Err(Errno::EPERM),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// `truncate(path, 0)` outside `open`: tracefs files ignore it (the `O_TRUNC` effects
+    /// happen at open; a FUSE server must pass `O_TRUNC` through, e.g. with atomic_o_trunc).
+    pub fn truncate(&mut self, path: &str) -> Result<(), Errno> {
+        match self.resolve(path)? {
+            (_, Node::File(_), _) => Ok(()),
+            _ => Err(Errno::EISDIR),
+        }
+    }
+
+    /// `open(path, flags)`.
+    pub fn open(&mut self, path: &str, flags: OpenFlags) -> Result<Fh, Errno> {
+        let (inst, node, _) = match self.resolve(path) {
+            Ok(r) => r,
+            Err(Errno::ENOENT) if flags.create => return Err(Errno::EACCES),
+            Err(e) => return Err(e),
+        };
+        let Node::File(file) = node else {
+            return Err(Errno::EISDIR);
+        };
+        let nr = self.host.nr_cpus();
+        let state = {
+            let i = self.inst_mut(&inst)?;
+            match file {
+                File::Trace(cpu) => {
+                    if flags.write && flags.truncate {
+                        i.backend.clear(cpu);
+                    }
+                    if flags.read {
+                        if i.flags.get(TraceFlags::PAUSE_ON_TRACE) {
+                            i.backend.set_param(Param::TracingOn(false))?;
+                        }
+                        OpenState::Snapshot {
+                            reader: i.backend.open_trace(cpu),
+                            buf: Vec::new(),
+                            base: 0,
+                            done: false,
+                        }
+                    } else {
+                        OpenState::Plain
+                    }
+                }
+                File::TracePipe(cpu) => {
+                    i.pipe_readers += 1;
+                    OpenState::Pipe {
+                        reader: i.backend.open_pipe(cpu),
+                        pending: Vec::new(),
+                        read_any: false,
+                    }
+                }
+                File::TracePipeRaw(cpu) => {
+                    if cpu >= nr {
+                        return Err(Errno::ENODEV);
+                    }
+                    i.pipe_readers += 1;
+                    OpenState::Pipe {
+                        reader: i.backend.open_pipe_raw(cpu),
+                        pending: Vec::new(),
+                        read_any: false,
+                    }
+                }
+                File::Filter(which) => {
+                    if flags.write {
+                        let edit = i
+                            .backend
+                            .open_filter(which, flags.truncate && !flags.append)?;
+                        OpenState::Filter(Some(edit))
+                    } else {
+                        OpenState::Text(None)
+                    }
+                }
+                File::Pids(which) => {
+                    if flags.write && flags.truncate && !flags.append {
+                        i.backend.set_param(Param::Pids(which, &[]))?;
+                        i.pids[Instance::pid_slot(which)].clear();
+                    }
+                    OpenState::Text(None)
+                }
+                File::ErrorLog => {
+                    if flags.write && flags.truncate {
+                        i.error_log.clear();
+                    }
+                    OpenState::Text(None)
+                }
+                _ => OpenState::Text(None),
+            }
+        };
+        let i = self.inst_mut(&inst)?;
+        i.open_files += 1;
+        let fh = self.next_fh;
+        self.next_fh += 1;
+        self.files.insert(
+            fh,
+            OpenFile {
+                inst,
+                file,
+                flags,
+                state,
+            },
+        );
+        Ok(Fh(fh))
+    }
+
+    /// `close(fh)`: publishes a filter being written, frees `free_buffer`, drops readers.
+    pub fn release(&mut self, fh: Fh) -> Result<(), Errno> {
+        let of = self.files.remove(&fh.0).ok_or(Errno::EBADF)?;
+        let Ok(i) = self.inst_mut(&of.inst) else {
+            return Ok(());
+        };
+        i.open_files = i.open_files.saturating_sub(1);
+        match (of.file, of.state) {
+            (File::TracePipe(_) | File::TracePipeRaw(_), _) => {
+                i.pipe_readers = i.pipe_readers.saturating_sub(1);
+                Ok(())
+            }
+            (File::Trace(_), OpenState::Snapshot { .. }) => {
+                if i.flags.get(TraceFlags::PAUSE_ON_TRACE) {
+                    i.backend.set_param(Param::TracingOn(i.tracing_on))?;
+                }
+                Ok(())
+            }
+            (File::Filter(_), OpenState::Filter(Some(edit))) => edit.release(),
+            (File::FreeBuffer, _) if of.flags.write => {
+                if i.flags.get(TraceFlags::DISABLE_ON_FREE) && i.tracing_on {
+                    i.backend.set_param(Param::TracingOn(false))?;
+                    i.tracing_on = false;
+                }
+                i.backend.resize(None, 0)?;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// For a consuming reader (`trace_pipe`, `trace_pipe_raw`): what its blocked reads wait for.
+    /// `None` for every other file (their reads never block).
+    pub fn wait_key(&self, fh: Fh) -> Option<WaitKey> {
+        let of = self.files.get(&fh.0)?;
+        let cpu = match of.file {
+            File::TracePipe(cpu) => cpu,
+            File::TracePipeRaw(cpu) => Some(cpu),
+            _ => return None,
+        };
+        Some(WaitKey {
+            instance: of.inst.clone(),
+            cpu,
+        })
+    }
+
+    /// Whether the open was `O_NONBLOCK` (an `EAGAIN` from [`Tracefs::read`] is then final).
+    pub fn is_nonblocking(&self, fh: Fh) -> Option<bool> {
+        self.files.get(&fh.0).map(|of| of.flags.nonblock)
+    }
+
+    /// Whether a read on `fh` would return data (or EOF) now rather than wait.
+    pub fn poll(&mut self, fh: Fh) -> Result<bool, Errno> {
+        let of = self.files.get_mut(&fh.0).ok_or(Errno::EBADF)?;
+        Ok(match &mut of.state {
+            OpenState::Pipe {
+                reader, pending, ..
+            } => !pending.is_empty() || reader.next_chunk(pending),
+            _ => true,
+        })
+    }
+
+    /// `read(fh, offset, buf)`.
+    ///
+    /// A consuming file with nothing to read answers `EAGAIN`: for an `O_NONBLOCK` handle that
+    /// is the answer; for a blocking one the server waits for the ring buffer's wake-up (its
+    /// `buffer_percent` watermark) and reads again. After something was read and `tracing_on`
+    /// is 0, an empty `trace_pipe` answers end of file (0), as Linux does.
+    pub fn read(&mut self, fh: Fh, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let mut of = self.files.remove(&fh.0).ok_or(Errno::EBADF)?;
+        let r = self.read_inner(&mut of, offset, buf);
+        self.files.insert(fh.0, of);
+        r
+    }
+
+    fn read_inner(
+        &mut self,
+        of: &mut OpenFile,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, Errno> {
+        if !of.flags.read {
+            return Err(Errno::EBADF);
+        }
+        match &mut of.state {
+            OpenState::Snapshot {
+                reader,
+                buf: text,
+                base,
+                done,
+            } => {
+                if offset < *base {
+                    let i = self.inst_mut(&of.inst)?;
+                    let File::Trace(cpu) = of.file else {
+                        unreachable!()
+                    };
+                    *reader = i.backend.open_trace(cpu);
+                    text.clear();
+                    *base = 0;
+                    *done = false;
+                }
+                let want_end = offset + buf.len() as u64;
+                while !*done && *base + (text.len() as u64) < want_end {
+                    *done = !reader.next_chunk(text);
+                }
+                let start = (offset - *base) as usize;
+                let n = text.len().saturating_sub(start).min(buf.len());
+                if n > 0 {
+                    buf[..n].copy_from_slice(&text[start..start + n]);
+                }
+                // Keep only what a sequential reader may still ask for.
+                let keep_from = (start + n).min(text.len());
+                text.drain(..keep_from);
+                *base += keep_from as u64;
+                Ok(n)
+            }
+            OpenState::Pipe {
+                reader,
+                pending,
+                read_any,
+            } => {
+                let mut n = 0;
+                while n < buf.len() {
+                    if pending.is_empty() && !reader.next_chunk(pending) {
+                        break;
+                    }
+                    let k = pending.len().min(buf.len() - n);
+                    buf[n..n + k].copy_from_slice(&pending[..k]);
+                    pending.drain(..k);
+                    n += k;
+                }
+                if n > 0 {
+                    *read_any = true;
+                    return Ok(n);
+                }
+                if buf.is_empty() {
+                    return Ok(0);
+                }
+                let on = self.inst(&of.inst).is_some_and(|i| i.tracing_on);
+                if *read_any && !on {
+                    return Ok(0);
+                }
+                Err(Errno::EAGAIN)
+            }
+            OpenState::Text(cache) => {
+                if offset == 0 || cache.is_none() {
+                    *cache = Some(self.generate(&of.inst, of.file)?);
+                }
+                let text = cache.as_deref().unwrap_or(&[]);
+                let start = (offset.min(text.len() as u64)) as usize;
+                let n = (text.len() - start).min(buf.len());
+                buf[..n].copy_from_slice(&text[start..start + n]);
+                Ok(n)
+            }
+            OpenState::Plain | OpenState::Filter(_) => match of.file {
+                File::Filter(which) => {
+                    let mut s = String::new();
+                    let i = self.inst(&of.inst).ok_or(Errno::ENODEV)?;
+                    let _ = i.backend.write_filter(which, &mut s);
+                    let start = (offset.min(s.len() as u64)) as usize;
+                    let n = (s.len() - start).min(buf.len());
+                    buf[..n].copy_from_slice(&s.as_bytes()[start..start + n]);
+                    Ok(n)
+                }
+                _ => Err(Errno::EINVAL),
+            },
+        }
+    }
+
+    /// Generates the whole text of a readable file; `EINVAL` for files without a read side.
+    fn generate(&self, inst: &Option<String>, file: File) -> Result<Vec<u8>, Errno> {
+        let i = self.inst(inst).ok_or(Errno::ENODEV)?;
+        let nr = self.host.nr_cpus();
+        let mut s = String::new();
+        let w = &mut s;
+        // Writing into a String cannot fail.
+        let _ = match file {
+            File::AvailableTracers => {
+                let t = i.backend.tracers();
+                writeln!(w, "{}", t.join(" "))
+            }
+            File::CurrentTracer => writeln!(w, "{}", i.backend.current_tracer()),
+            File::TracingOn => writeln!(w, "{}", u8::from(i.tracing_on)),
+            File::TraceOptions => {
+                for (bit, f) in FLAGS.iter().enumerate() {
+                    let no = if i.flags.get(bit) { "" } else { "no" };
+                    let _ = writeln!(w, "{no}{}", f.name);
+                }
+                let cur = i.backend.current_tracer();
+                for o in i.backend.tracer_options() {
+                    if o.tracer == cur {
+                        let _ = writeln!(w, "{}{}", if o.value { "" } else { "no" }, o.name);
+                    }
+                }
+                Ok(())
+            }
+            File::Flag(bit) => writeln!(w, "{}", u8::from(i.flags.get(bit))),
+            File::TracerOpt(name) => {
+                let v = i
+                    .backend
+                    .tracer_options()
+                    .into_iter()
+                    .find(|o| o.name == name);
+                writeln!(w, "{}", u8::from(v.is_some_and(|o| o.value)))
+            }
+            File::Filter(which) => i.backend.write_filter(which, w),
+            File::Pids(which) => {
+                let l = &i.pids[Instance::pid_slot(which)];
+                if l.is_empty() {
+                    w.write_str("no pid\n")
+                } else {
+                    for p in l {
+                        let _ = writeln!(w, "{p}");
+                    }
+                    Ok(())
+                }
+            }
+            File::BufferSizeKb(Some(cpu)) => writeln!(w, "{}", i.backend.buffer_bytes(cpu) >> 10),
+            File::BufferSizeKb(None) => {
+                let first = i.backend.buffer_bytes(0);
+                if (1..nr).any(|c| i.backend.buffer_bytes(c) != first) {
+                    w.write_str("X\n")
+                } else if !i.expanded {
+                    writeln!(
+                        w,
+                        "{} (expanded: {})",
+                        first >> 10,
+                        self.host.trace_buf_size() >> 10
+                    )
+                } else {
+                    writeln!(w, "{}", first >> 10)
+                }
+            }
+            File::BufferTotalSizeKb => {
+                let total: u64 = (0..nr).map(|c| i.backend.buffer_bytes(c) >> 10).sum();
+                if i.expanded {
+                    writeln!(w, "{total}")
+                } else {
+                    let exp = (self.host.trace_buf_size() >> 10) * u64::from(nr);
+                    writeln!(w, "{total} (expanded: {exp})")
+                }
+            }
+            File::BufferSubbufSizeKb => writeln!(w, "{}", i.backend.subbuf_size() / 1024),
+            File::BufferPercent => writeln!(w, "{}", i.buffer_percent),
+            File::Stats(cpu) => i.backend.write_stats(cpu, w),
+            File::TraceClock => {
+                for (n, c) in self.host.trace_clocks().iter().enumerate() {
+                    let sp = if n > 0 { " " } else { "" };
+                    let _ = if n == i.clock {
+                        write!(w, "{sp}[{c}]")
+                    } else {
+                        write!(w, "{sp}{c}")
+                    };
+                }
+                w.write_str("\n")
+            }
+            File::TimestampMode => w.write_str("[delta] absolute\n"),
+            File::TracingCpumask => {
+                let _ = write_cpumask(w, &i.cpumask, nr);
+                w.write_str("\n")
+            }
+            File::TracingMaxLatency => write_usecs(w, i.max_latency_ns),
+            File::ErrorLog => i.error_log.write_to(w),
+            File::HeaderPage => write_header_page(w, i.backend.subbuf_size() as usize),
+            File::HeaderEvent => write_header_event(w),
+            File::EventFormat(n) => FORMATS[n].write_to(w),
+            File::EventIdFile(n) => writeln!(w, "{}", FORMATS[n].id.as_u16()),
+            File::Readme => write_readme(w, self.host.functions().is_some()),
+            File::SavedCmdlines => self.top.backend.write_saved_cmdlines(w),
+            File::SavedTgids => self.top.backend.write_saved_tgids(w),
+            File::SavedCmdlinesSize => writeln!(w, "{}", self.globals.saved_cmdlines),
+            File::TracingThresh => write_usecs(w, self.globals.tracing_thresh_ns),
+            File::MaxGraphDepth => writeln!(w, "{}", self.globals.max_graph_depth as i32),
+            File::AvailableFilterFunctions
+            | File::AvailableFilterFunctionsAddrs
+            | File::EnabledFunctions
+            | File::TouchedFunctions
+            | File::DynFtraceTotalInfo
+            | File::TraceStatFunction(_) => {
+                let Some(f) = self.host.functions() else {
+                    return Ok(Vec::new());
+                };
+                match file {
+                    File::AvailableFilterFunctions => f.write_available(w, false),
+                    File::AvailableFilterFunctionsAddrs => f.write_available(w, true),
+                    File::EnabledFunctions => f.write_enabled(w, false),
+                    File::TouchedFunctions => f.write_enabled(w, true),
+                    File::TraceStatFunction(cpu) => f.write_profile(cpu, w),
+                    _ => f.write_total_info(w),
+                }
+            }
+            File::FunctionProfileEnabled => {
+                writeln!(w, "{}", u8::from(self.globals.profile_enabled))
+            }
+            File::KprobeEvents | File::DynamicEvents => Ok(()),
+            File::TraceMarker
+            | File::TraceMarkerRaw
+            | File::FreeBuffer
+            | File::Trace(_)
+            | File::TracePipe(_)
+            | File::TracePipeRaw(_) => return Err(Errno::EINVAL),
+        };
+        Ok(s.into_bytes())
+    }
+
+    /// `write(fh, offset, data)`: the kernel's parsing and errno for each file. The offset is
+    /// ignored, as every tracefs control file parses each write on its own.
+    pub fn write(&mut self, fh: Fh, _offset: u64, data: &[u8]) -> Result<usize, Errno> {
+        let mut of = self.files.remove(&fh.0).ok_or(Errno::EBADF)?;
+        let r = if of.flags.write {
+            self.write_inner(&mut of, data)
+        } else {
+            Err(Errno::EBADF)
+        };
+        self.files.insert(fh.0, of);
+        r
+    }
+
+    fn write_inner(&mut self, of: &mut OpenFile, data: &[u8]) -> Result<usize, Errno> {
+        let cnt = data.len();
+        let nr = self.host.nr_cpus();
+        let now = self.host.local_clock_ns();
+        if let OpenState::Filter(Some(edit)) = &mut of.state {
+            return edit.write(data);
+        }
+        let top_level = of.inst.is_none();
+        let trace_buf_size = self.host.trace_buf_size();
+        let clocks = self.host.trace_clocks();
+        let i = match &of.inst {
+            None => &mut self.top,
+            Some(n) => self.instances.get_mut(n).ok_or(Errno::ENODEV)?,
+        };
+        match of.file {
+            File::CurrentTracer => {
+                let cnt = cnt.min(MAX_TRACER_SIZE);
+                let name = crate::parse::strstrip(crate::parse::c_str(&data[..cnt]));
+                if !i.expanded {
+                    i.expanded = true;
+                    i.backend.resize(None, trace_buf_size)?;
+                }
+                let name = core::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
+                if !i.backend.tracers().contains(&name) {
+                    return Err(Errno::EINVAL);
+                }
+                if name == i.backend.current_tracer() {
+                    return Ok(cnt);
+                }
+                if i.pipe_readers > 0 {
+                    return Err(Errno::EBUSY);
+                }
+                i.backend.set_tracer(name)?;
+                Ok(cnt)
+            }
+            File::TracingOn => {
+                let on = kstrtoul_from_user(data, 10)? != 0;
+                if on != i.tracing_on {
+                    i.backend.set_param(Param::TracingOn(on))?;
+                    i.tracing_on = on;
+                }
+                Ok(cnt)
+            }
+            File::Trace(_) => Ok(cnt),
+            File::TraceOptions => {
+                let opt = short_name(data, 64)?;
+                let (neg, name) = match opt.strip_prefix(b"no") {
+                    Some(rest) => (true, rest),
+                    None => (false, opt),
+                };
+                if let Some(bit) = TraceFlags::bit_of(name) {
+                    set_flag(i, bit, !neg)?;
+                    return Ok(cnt);
+                }
+                let name = core::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
+                let cur = i.backend.current_tracer();
+                let opts = i.backend.tracer_options();
+                if !opts.iter().any(|o| o.tracer == cur && o.name == name) {
+                    return Err(Errno::EINVAL);
+                }
+                // Unlike `options/<name>`, `trace_options` asks the tracer even when the value
+                // does not change (Linux `set_tracer_option()`), so a refusing tracer refuses.
+                i.backend.set_tracer_option(name, !neg)?;
+                Ok(cnt)
+            }
+            File::Flag(bit) => {
+                let v = kstrtoul_from_user(data, 10)?;
+                if v > 1 {
+                    return Err(Errno::EINVAL);
+                }
+                set_flag(i, bit, v == 1)?;
+                Ok(cnt)
+            }
+            File::TracerOpt(name) => {
+                let v = kstrtoul_from_user(data, 10)?;
+                if v > 1 {
+                    return Err(Errno::EINVAL);
+                }
+                let cur = i
+                    .backend
+                    .tracer_options()
+                    .into_iter()
+                    .find(|o| o.name == name);
+                if cur.is_some_and(|o| o.value != (v == 1)) {
+                    i.backend.set_tracer_option(name, v == 1)?;
+                }
+                Ok(cnt)
+            }
+            File::Pids(which) => {
+                let slot = Instance::pid_slot(which);
+                let mut list = i.pids[slot].clone();
+                for tok in data
+                    .split(|&b| is_space(b) || b == 0)
+                    .filter(|t| !t.is_empty())
+                {
+                    // `trace_get_user()` holds a token in PID_BUF_SIZE (127) bytes.
+                    if tok.len() > PID_BUF_SIZE {
+                        return Err(Errno::EINVAL);
+                    }
+                    let val = crate::parse::kstrtoull(tok, 0).map_err(|_| Errno::EINVAL)?;
+                    // `pid = (pid_t)val`, then the pid list refuses anything at or above
+                    // its MAX_PID, and `trace_pid_write()` returns -1: EPERM.
+                    let pid = val as u32;
+                    if pid >= PID_LIST_MAX {
+                        return Err(Errno::EPERM);
+                    }
+                    list.push(pid);
+                }
+                list.sort_unstable();
+                list.dedup();
+                i.backend.set_param(Param::Pids(which, &list))?;
+                i.pids[slot] = list;
+                Ok(cnt)
+            }
+            File::BufferSizeKb(cpu) => {
+                let kb = kstrtoul_from_user(data, 10)?;
+                if kb == 0 {
+                    return Err(Errno::EINVAL);
+                }
+                if cpu.is_some_and(|c| c >= nr) {
+                    return Err(Errno::ENODEV);
+                }
+                i.expanded = true;
+                i.backend.resize(cpu, kb << 10)?;
+                Ok(cnt)
+            }
+            File::BufferSubbufSizeKb => {
+                let kb = kstrtoul_from_user(data, 10)?;
+                // Linux: `val *= 1024; pages = DIV_ROUND_UP(val, PAGE_SIZE)` into an `int`,
+                // `order = fls(pages - 1)`, 0..=7 allowed. The wrap-arounds are Linux's too.
+                let bytes = kb.wrapping_mul(1024);
+                let pages = (bytes.wrapping_add(4095) / 4096) as u32;
+                let order = 32 - pages.wrapping_sub(1).leading_zeros();
+                if order > 7 {
+                    return Err(Errno::EINVAL);
+                }
+                let bytes = 4096u32 << order;
+                if bytes != i.backend.subbuf_size() {
+                    i.backend.set_subbuf_size(bytes)?;
+                }
+                Ok(cnt)
+            }
+            File::BufferPercent => {
+                let v = kstrtoul_from_user(data, 10)?;
+                if v > 100 {
+                    return Err(Errno::EINVAL);
+                }
+                i.backend.set_param(Param::BufferPercent(v as u32))?;
+                i.buffer_percent = v as u32;
+                Ok(cnt)
+            }
+            File::FreeBuffer => Ok(cnt),
+            File::TraceClock => {
+                let name = short_name(data, 64)?;
+                let idx = clocks
+                    .iter()
+                    .position(|c| c.as_bytes() == name)
+                    .ok_or(Errno::EINVAL)?;
+                i.backend.set_param(Param::Clock(clocks[idx]))?;
+                i.clock = idx;
+                Ok(cnt)
+            }
+            File::TraceMarker => {
+                if !i.flags.get(TraceFlags::MARKERS) {
+                    return Err(Errno::EINVAL);
+                }
+                let cnt = cnt.min(TRACE_MARKER_MAX_SIZE);
+                // The event's text always ends with a newline (Linux adds one if missing).
+                let mut text = Vec::with_capacity(cnt + 1);
+                text.extend_from_slice(&data[..cnt]);
+                if text.last() != Some(&b'\n') {
+                    text.push(b'\n');
+                }
+                i.backend.write_marker(&text)?;
+                Ok(cnt)
+            }
+            File::TraceMarkerRaw => {
+                if !i.flags.get(TraceFlags::MARKERS) || !(4..=RAW_DATA_MAX_SIZE).contains(&cnt) {
+                    return Err(Errno::EINVAL);
+                }
+                let id = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]);
+                i.backend.write_marker_raw(id, &data[4..])?;
+                Ok(cnt)
+            }
+            File::TracingCpumask => {
+                let mask = parse_cpumask(data, nr)?;
+                i.backend.set_param(Param::CpuMask(&mask))?;
+                i.cpumask = mask;
+                Ok(cnt)
+            }
+            File::TracingMaxLatency => {
+                let ns = kstrtoul_from_user(data, 10)?.wrapping_mul(1000);
+                i.backend.set_param(Param::MaxLatency(ns))?;
+                i.max_latency_ns = ns;
+                Ok(cnt)
+            }
+            File::ErrorLog => Ok(cnt),
+            File::TracingThresh if top_level => {
+                let ns = kstrtoul_from_user(data, 10)?.wrapping_mul(1000);
+                i.backend.set_param(Param::TracingThresh(ns))?;
+                self.globals.tracing_thresh_ns = ns;
+                Ok(cnt)
+            }
+            File::MaxGraphDepth if top_level => {
+                let v = kstrtoul_from_user(data, 10)? as u32;
+                i.backend.set_param(Param::MaxGraphDepth(v))?;
+                self.globals.max_graph_depth = v;
+                Ok(cnt)
+            }
+            File::SavedCmdlinesSize if top_level => {
+                let v = kstrtoul_from_user(data, 10)?;
+                if v == 0 || v > PID_MAX_DEFAULT {
+                    return Err(Errno::EINVAL);
+                }
+                let cap = saved_cmdlines_capacity(v as u32);
+                i.backend.set_param(Param::SavedCmdlines(cap))?;
+                self.globals.saved_cmdlines = cap;
+                Ok(cnt)
+            }
+            File::FunctionProfileEnabled if top_level => {
+                let on = kstrtoul_from_user(data, 10)? != 0;
+                if on != self.globals.profile_enabled {
+                    i.backend.set_param(Param::ProfileEnabled(on))?;
+                    self.globals.profile_enabled = on;
+                }
+                Ok(cnt)
+            }
+            File::KprobeEvents | File::DynamicEvents => {
+                let kprobe_only = of.file == File::KprobeEvents;
+                let syms = self.host.symbols();
+                dynevent::write(data, kprobe_only, syms, &mut |loc, msg, cmd, pos| {
+                    self.top.error_log.log(now, loc, msg, cmd, pos)
+                })?;
+                Ok(cnt)
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    // ---- conveniences: what a shell does ----
+
+    /// `cat path`: open, read to the end (or until a consuming file is empty), close.
+    pub fn read_to_end(&mut self, path: &str) -> Result<Vec<u8>, Errno> {
+        let flags = OpenFlags {
+            nonblock: true,
+            ..OpenFlags::READ
+        };
+        let fh = self.open(path, flags)?;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        let r = loop {
+            match self.read(fh, out.len() as u64, &mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(Errno::EAGAIN) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        let rel = self.release(fh);
+        r.and(rel).map(|()| out)
+    }
+
+    /// `echo -n data > path` (`append`: `>>`): open, one write, close; the first error wins.
+    pub fn write_all(&mut self, path: &str, data: &[u8], append: bool) -> Result<(), Errno> {
+        let fh = self.open(
+            path,
+            if append {
+                OpenFlags::APPEND
+            } else {
+                OpenFlags::TRUNCATE
+            },
+        )?;
+        let r = self.write(fh, 0, data);
+        let rel = self.release(fh);
+        r?;
+        rel
+    }
+}
+
+fn write_usecs(w: &mut String, ns: u64) -> core::fmt::Result {
+    if ns == u64::MAX {
+        w.write_str("-1\n")
+    } else {
+        writeln!(w, "{}", ns / 1000)
+    }
+}
+
+fn set_flag(i: &mut Instance, bit: usize, on: bool) -> Result<(), Errno> {
+    if i.flags.get(bit) == on {
+        return Ok(());
+    }
+    let new = i.flags.with(bit, on);
+    i.backend.set_param(Param::Flags(new))?;
+    i.flags = new;
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! Option variants the 6.12.117 captures describe but do not store as files
+//! (shared/docs/feasibility-kernel.md §4): each expected line is the kernel's, as observed.
+
+use ftrace_core::entry::{FtraceEntry, Pod, TraceEntry};
+use ftrace_core::symbols::SortedSymbols;
+use ftrace_tracers::iter::EventLists;
+use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
+
+struct Sh;
+impl TaskNames for Sh {
+    fn comm(&self, pid: i32) -> Option<&str> {
+        (pid == 148 || pid == 144).then_some("sh")
+    }
+}
+
+fn syms() -> SortedSymbols {
+    let mut s = SortedSymbols::new();
+    s.push("do_sys_openat2", 0xffffffff81453d90, 0xe0, None);
+    s.push("__x64_sys_openat", 0xffffffff81454400, 0xa0, None);
+    s.push("mod_func", 0xffffffffc0001000, 0x40, Some("mymod"));
+    s.finish();
+    s
+}
+
+fn openat(pid: i32) -> Vec<u8> {
+    FtraceEntry {
+        ent: TraceEntry {
+            type_: 1,
+            flags: 0,
+            preempt_count: 0,
+            pid,
+        },
+        ip: 0xffffffff81453d90,
+        parent_ip: 0xffffffff8145446e,
+    }
+    .as_bytes()
+    .to_vec()
+}
+
+const TS: u64 = 33_607_019_616;
+
+fn info() -> HeaderInfo<'static> {
+    HeaderInfo {
+        tracer: "function",
+        entries: 2,
+        written: 2,
+        online_cpus: 2,
+        latency: LatencyInfo {
+            uts_release: "6.12.117+deb12-amd64",
+            ..LatencyInfo::default()
+        },
+    }
+}
+
+/// Two events 42.413 ms apart on CPU 0, printed with `opts`.
+fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> String {
+    let d = openat(148);
+    let mut l = EventLists::new(2);
+    l.push(EventRef::new(0, TS, &d));
+    l.push(EventRef::new(0, TS + 42_413_000, &d));
+    let s = syms();
+    let mut env = OutputEnv::new(&s, &Sh, 2);
+    env.options = opts;
+    env.time_in_ns = in_ns;
+    env.time_start = time_start;
+    let mut st = [GraphCpuState::INIT; 2];
+    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, false);
+    let mut it = TraceIter::new(&mut l, None);
+    let mut out = Vec::new();
+    let i = info();
+    w.write_trace(&mut out, &env, header.then_some(&i), &mut it)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap()
+}
+
+const D: TraceOptions = TraceOptions::DEFAULT;
+
+#[test]
+fn sym_addr() {
+    let s = print(D | TraceOptions::SYM_ADDR, true, false, 0);
+    assert!(
+        first_line(&s)
+            .ends_with(": do_sys_openat2 <ffffffff81453d90> <-__x64_sys_openat <ffffffff8145446e>"),
+        "{s}"
+    );
+}
+
+#[test]
+fn raw_and_hex() {
+    let s = print(D | TraceOptions::RAW, true, false, 0);
+    assert_eq!(
+        first_line(&s),
+        "148 0 33607019616 ffffffff81453d90 ffffffff8145446e"
+    );
+    let s = print(D | TraceOptions::HEX, true, false, 0);
+    assert_eq!(
+        first_line(&s),
+        "00000094 00000000 00000007d3226c60 ffffffff81453d90 ffffffff8145446e "
+    );
+}
+
+#[test]
+fn latency_format_and_verbose() {
+    let start = TS - 21_275_000;
+    let s = print(D | TraceOptions::LATENCY_FORMAT, true, false, start);
+    assert_eq!(
+        first_line(&s),
+        "      sh-148       0..... 21275us*: do_sys_openat2 <-__x64_sys_openat"
+    );
+    // The last event has no next one: its delta is 0, no mark.
+    assert_eq!(
+        s.lines().nth(1).unwrap(),
+        "      sh-148       0..... 63688us : do_sys_openat2 <-__x64_sys_openat"
+    );
+    let s = print(
+        D | TraceOptions::LATENCY_FORMAT | TraceOptions::VERBOSE,
+        true,
+        false,
+        start,
+    );
+    assert_eq!(
+        first_line(&s),
+        "              sh     148   0 0 00000000 00000000 [0200cd6c] 21.275ms (+42.413ms): \
+         do_sys_openat2 <-__x64_sys_openat"
+    );
+    // The verbose latency header has the block but no column legend.
+    let s = print(
+        D | TraceOptions::LATENCY_FORMAT | TraceOptions::VERBOSE,
+        true,
+        true,
+        start,
+    );
+    assert_eq!(
+        s.lines().nth(4).unwrap(),
+        "# latency: 0 us, #2/2, CPU#0 | (M:desktop VP:0, KP:0, SP:0 HP:0 #P:2)"
+    );
+    assert_eq!(s.lines().nth(8).unwrap(), "#");
+    assert!(s.lines().nth(9).unwrap().starts_with("              sh"));
+}
+
+#[test]
+fn counter_clock_prints_the_raw_value() {
+    let d = openat(148);
+    let mut l = EventLists::new(1);
+    l.push(EventRef::new(0, 5, &d));
+    let s = syms();
+    let mut env = OutputEnv::new(&s, &Sh, 1);
+    env.time_in_ns = false;
+    let mut st = [GraphCpuState::INIT];
+    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, false);
+    let mut out = Vec::new();
+    w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.ends_with(".....            5: do_sys_openat2 <-__x64_sys_openat\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn no_context_info_and_no_irq_info() {
+    let s = print(D - TraceOptions::CONTEXT_INFO, true, true, 0);
+    assert_eq!(
+        s,
+        "# tracer: function\n#\ndo_sys_openat2 <-__x64_sys_openat\n\
+         do_sys_openat2 <-__x64_sys_openat\n"
+    );
+    let s = print(D - TraceOptions::IRQ_INFO, true, true, 0);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        lines[4],
+        "#           TASK-PID     CPU#     TIMESTAMP  FUNCTION"
+    );
+    assert_eq!(lines[5], "#              | |         |         |         |");
+    assert_eq!(
+        lines[6],
+        "              sh-148     [000]     33.607020: do_sys_openat2 <-__x64_sys_openat"
+    );
+    let s = print(D - TraceOptions::PRINT_PARENT, true, false, 0);
+    assert!(first_line(&s).ends_with(": do_sys_openat2"));
+}
+
+#[test]
+fn record_tgid() {
+    let s = print(D | TraceOptions::RECORD_TGID, true, true, 0);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        lines[4],
+        "#                                          _-----=> irqs-off/BH-disabled"
+    );
+    assert_eq!(
+        lines[10],
+        "#           TASK-PID       TGID    CPU#  |||||  TIMESTAMP  FUNCTION"
+    );
+    assert_eq!(
+        lines[11],
+        "#              | |           |       |   |||||     |         |"
+    );
+    assert!(lines[12].starts_with("              sh-148     (-------) [000] ....."));
+}
+
+#[test]
+fn module_symbols_and_lost_events_and_annotate() {
+    let mut d = openat(144);
+    d[8..16].copy_from_slice(&0xffffffffc0001004u64.to_le_bytes());
+    let e = openat(144);
+    let mut l = EventLists::new(2);
+    l.push(EventRef::new(0, 1000, &e));
+    l.push(EventRef::new(0, 2000, &e));
+    let mut lost = EventRef::new(0, 3000, &d);
+    lost.missed = Missed::Count(7);
+    l.push(lost);
+    l.push(EventRef::new(1, 4000, &e));
+    let mut unknown = EventRef::new(1, 5000, &e);
+    unknown.missed = Missed::Unknown;
+    l.push(unknown);
+    let s = syms();
+    let mut env = OutputEnv::new(&s, &Sh, 2);
+    env.options |= TraceOptions::SYM_OFFSET;
+    let mut st = [GraphCpuState::INIT; 2];
+    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, true);
+    let mut out = Vec::new();
+    w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[2], "CPU:0 [LOST 7 EVENTS]");
+    assert!(lines[3].ends_with(": mod_func+0x4/0x40 [mymod] <-__x64_sys_openat+0x6e/0xa0"));
+    assert_eq!(lines[4], "##### CPU 1 buffer started ####");
+    assert_eq!(lines[6], "CPU:1 [LOST EVENTS]");
+}
+
+#[test]
+fn graph_proc_overrun_latency_and_irqs() {
+    use ftrace_core::entry::{FtraceGraphEntEntry, FtraceGraphRetEntry};
+    let ent = |type_, pid| TraceEntry {
+        type_,
+        flags: 0x1,
+        preempt_count: 1,
+        pid,
+    };
+    let mut s = SortedSymbols::new();
+    s.push("do_sys_openat2", 0xffffffff81453d90, 0xe0, None);
+    s.push("__sysvec_irq_work", 0xffffffff81e00100, 0x40, None);
+    s.finish();
+    let e1 = FtraceGraphEntEntry {
+        ent: ent(11, 144),
+        func: 0xffffffff81453d90,
+        depth: 0,
+    };
+    let irq = FtraceGraphEntEntry {
+        ent: ent(11, 144),
+        func: 0xffffffff81e00100,
+        depth: 1,
+    };
+    let irq_r = FtraceGraphRetEntry {
+        ent: ent(10, 144),
+        func: 0xffffffff81e00100,
+        depth: 1,
+        overrun: 0,
+        calltime: 10,
+        rettime: 20,
+        backport_calltime: 0,
+        backport_rettime: 0,
+    };
+    let r1 = FtraceGraphRetEntry {
+        ent: ent(10, 144),
+        func: 0xffffffff81453d90,
+        depth: 0,
+        overrun: 3,
+        calltime: 0,
+        rettime: 150_000,
+        backport_calltime: 0,
+        backport_rettime: 0,
+    };
+    let bytes = [
+        e1.as_bytes(),
+        irq.as_bytes(),
+        irq_r.as_bytes(),
+        r1.as_bytes(),
+    ];
+    let render = |flags: GraphFlags, opts: TraceOptions| {
+        let mut l = EventLists::new(1);
+        for (i, b) in bytes.iter().enumerate() {
+            l.push(EventRef::new(0, 1_000_000_000 + i as u64 * 1000, b));
+        }
+        let mut env = OutputEnv::new(&s, &Sh, 4);
+        env.options = opts;
+        env.irq_text = Some((0xffffffff81e00000, 0xffffffff81f00000));
+        let mut st = [GraphCpuState::INIT];
+        let mut w = TraceWriter::new(OutputStyle::Graph(flags), &mut st, false);
+        let mut out = Vec::new();
+        let mut i = info();
+        i.tracer = "function_graph";
+        w.write_trace(&mut out, &env, Some(&i), &mut TraceIter::new(&mut l, None))
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let f = GraphFlags::DEFAULT | GraphFlags::PROC | GraphFlags::OVERRUN;
+    assert_eq!(
+        render(f, D),
+        "# tracer: function_graph\n#\n\
+         # CPU  TASK/PID         DURATION                  FUNCTION CALLS\n\
+         # |     |    |           |   |                     |   |   |   |\n\
+         \x200)     sh-144     |               |  do_sys_openat2() {\n\
+         \x200)     sh-144     |   ==========> |\n\
+         \x200)     sh-144     |   0.010 us    |    __sysvec_irq_work();\n\
+         \x200)     sh-144     |   <========== |\n\
+         \x200)     sh-144     | ! 150.000 us  |  }\n\
+         \x20(Overruns: 3)\n"
+    );
+    // funcgraph-irqs off hides the interrupt; latency-format adds the flag columns.
+    let out = render(
+        GraphFlags::DEFAULT - GraphFlags::IRQS,
+        D | TraceOptions::LATENCY_FORMAT,
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[2],
+        "# function_graph latency trace v1.1.5 on 6.12.117+deb12-amd64"
+    );
+    assert_eq!(lines[9], "#      _-----=> irqs-off        ");
+    assert_eq!(
+        lines[14],
+        "# CPU||||     DURATION                  FUNCTION CALLS"
+    );
+    assert_eq!(
+        lines[15],
+        "# |  ||||      |   |                     |   |   |   |"
+    );
+    assert_eq!(
+        lines[16],
+        " 0)  d..1. |               |  do_sys_openat2() {"
+    );
+    assert_eq!(lines[17], " 0)  d..1. | ! 150.000 us  |  }");
+    assert_eq!(lines.len(), 18);
+}

@@ -1,0 +1,310 @@
+//! `ftrace report --raw-dir` on the kernel's own raw pages prints the kernel's `trace` and
+//! `per_cpu/cpuN/trace` files byte for byte (06-raw-function), and bad input fails with an
+//! error naming the file and offset.
+
+use std::path::{Path, PathBuf};
+
+use ftrace_integration_tests::{reference_dir, reference_file};
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!(
+            "ftrace-report-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn put(dir: &Path, rel: &str, bytes: &[u8]) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, bytes).unwrap();
+}
+
+/// Builds the capture directory of 06-raw-function: raw pages, kallsyms, a saved_cmdlines made
+/// from the pids the text shows, the clock, the header page and the format files.
+fn capture(tag: &str) -> Scratch {
+    let s = Scratch::new(tag);
+    let d = &s.0;
+    for cpu in 0..2 {
+        put(
+            d,
+            &format!("per_cpu/cpu{cpu}/trace_pipe_raw"),
+            &reference_file(&format!("06-raw-function/raw_cpu{cpu}.bin")),
+        );
+    }
+    put(
+        d,
+        "kallsyms",
+        &reference_file("11-kallsyms/kallsyms_subset.txt"),
+    );
+    let text = String::from_utf8(reference_file("06-raw-function/trace.txt")).unwrap();
+    let mut cmdlines = String::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let task = line[..24].trim();
+        let (comm, pid) = task.rsplit_once('-').unwrap();
+        let entry = format!("{pid} {comm}\n");
+        if !cmdlines.contains(&entry) {
+            cmdlines.push_str(&entry);
+        }
+    }
+    put(d, "saved_cmdlines", cmdlines.as_bytes());
+    put(
+        d,
+        "trace_clock",
+        &reference_file("06-raw-function/trace_clock.txt"),
+    );
+    put(
+        d,
+        "events/header_page",
+        &reference_file("06-raw-function/events__header_page.txt"),
+    );
+    for ev in ["function", "print"] {
+        put(
+            d,
+            &format!("events/ftrace/{ev}/format"),
+            &reference_file(&format!("06-raw-function/events__ftrace__{ev}__format.txt")),
+        );
+    }
+    s
+}
+
+/// Runs the `ftrace` command line; returns (status, stdout, stderr).
+fn ftrace(args: &[&str]) -> (u8, Vec<u8>, String) {
+    let mut argv = vec!["ftrace"];
+    argv.extend_from_slice(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = ftrace_user::cli::run(argv, &mut out, &mut err);
+    (code, out, String::from_utf8(err).unwrap())
+}
+
+fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let (g, w) = (String::from_utf8_lossy(got), String::from_utf8_lossy(want));
+        for (i, (a, b)) in g.lines().zip(w.lines()).enumerate() {
+            assert_eq!(a, b, "{what}: line {}", i + 1);
+        }
+        panic!(
+            "{what}: {} lines, want {}",
+            g.lines().count(),
+            w.lines().count()
+        );
+    }
+}
+
+#[test]
+fn report_prints_the_kernels_trace_file() {
+    let cap = capture("all");
+    let dir = cap.0.to_str().unwrap();
+    let (code, out, err) = ftrace(&["report", "--raw-dir", dir]);
+    assert_eq!(code, 0, "{err}");
+    assert_bytes(&out, &reference_file("06-raw-function/trace.txt"), "trace");
+}
+
+#[test]
+fn report_per_cpu_files_repeat_the_global_totals() {
+    let cap = capture("cpu");
+    let dir = cap.0.to_str().unwrap();
+    for cpu in ["0", "1"] {
+        let (code, out, err) = ftrace(&["report", "--raw-dir", dir, "--cpu", cpu]);
+        assert_eq!(code, 0, "{err}");
+        let want = reference_file(&format!("06-raw-function/per_cpu_cpu{cpu}_trace.txt"));
+        assert_bytes(&out, &want, "per-cpu trace");
+    }
+}
+
+#[test]
+fn report_with_raw_option() {
+    let cap = capture("raw");
+    let dir = cap.0.to_str().unwrap();
+    let (code, out, err) = ftrace(&["report", "--raw-dir", dir, "-O", "raw"]);
+    assert_eq!(code, 0, "{err}");
+    assert_bytes(
+        &out,
+        &reference_file("06-raw-function/trace_rawopt.txt"),
+        "raw",
+    );
+}
+
+#[test]
+fn report_options_toggle_output() {
+    let cap = capture("opts");
+    let dir = cap.0.to_str().unwrap();
+    let (code, out, _) = ftrace(&["report", "--raw-dir", dir, "-O", "nocontext-info"]);
+    assert_eq!(code, 0);
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("# tracer: function\n#\ndo_sys_openat2 <-__x64_sys_openat\n"));
+    let (code, _, err) = ftrace(&["report", "--raw-dir", dir, "-O", "nosuch-option"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("nosuch-option"), "{err}");
+}
+
+#[test]
+fn report_errors_name_file_and_offset() {
+    // Missing kallsyms.
+    let cap = capture("missing");
+    std::fs::remove_file(cap.0.join("kallsyms")).unwrap();
+    let (code, _, err) = ftrace(&["report", "--raw-dir", cap.0.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("kallsyms"), "{err}");
+
+    // A truncated page.
+    let cap = capture("trunc");
+    let raw = cap.0.join("per_cpu/cpu1/trace_pipe_raw");
+    let bytes = std::fs::read(&raw).unwrap();
+    std::fs::write(&raw, &bytes[..100]).unwrap();
+    let (code, _, err) = ftrace(&["report", "--raw-dir", cap.0.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cpu1/trace_pipe_raw") && err.contains("offset 0"),
+        "{err}"
+    );
+
+    // An unknown event id in the first event of CPU 0 (header word at 16, type at 20).
+    let cap = capture("badid");
+    let raw = cap.0.join("per_cpu/cpu0/trace_pipe_raw");
+    let mut bytes = std::fs::read(&raw).unwrap();
+    bytes[20] = 0x77;
+    std::fs::write(&raw, &bytes).unwrap();
+    let (code, _, err) = ftrace(&["report", "--raw-dir", cap.0.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("cpu0/trace_pipe_raw") && err.contains("offset 16") && err.contains("119"),
+        "{err}"
+    );
+
+    // A commit word larger than the page.
+    let cap = capture("commit");
+    let raw = cap.0.join("per_cpu/cpu0/trace_pipe_raw");
+    let mut bytes = std::fs::read(&raw).unwrap();
+    bytes[8..12].copy_from_slice(&5000u32.to_le_bytes());
+    std::fs::write(&raw, &bytes).unwrap();
+    let (code, _, err) = ftrace(&["report", "--raw-dir", cap.0.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(err.contains("offset 8"), "{err}");
+}
+
+#[test]
+fn reference_is_present() {
+    assert!(
+        reference_dir()
+            .join("06-raw-function/raw_cpu0.bin")
+            .exists()
+    );
+}
+
+/// Encodes `(delta_ns, payload)` events into one 4096-byte `buffer_data_page`.
+fn page(start_ts: u64, events: &[(u32, Vec<u8>)]) -> Vec<u8> {
+    use ftrace_ringbuf::page::header_word;
+    let mut data = Vec::new();
+    for (delta, payload) in events {
+        assert!(payload.len() % 4 == 0 && payload.len() <= 112);
+        data.extend_from_slice(&header_word((payload.len() / 4) as u32, *delta).to_le_bytes());
+        data.extend_from_slice(payload);
+    }
+    let mut p = Vec::with_capacity(4096);
+    p.extend_from_slice(&start_ts.to_le_bytes());
+    p.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    p.extend_from_slice(&data);
+    p.resize(4096, 0);
+    p
+}
+
+#[test]
+fn report_function_graph_capture_with_graph_options() {
+    use ftrace_core::entry::{FtraceGraphEntEntry, FtraceGraphRetEntry, Pod, TraceEntry};
+    let ent = |type_| TraceEntry {
+        type_,
+        flags: 0,
+        preempt_count: 0,
+        pid: 1439,
+    };
+    let (vfs_read, rw_verify) = (0xffffffff81457344u64, 0xffffffff81456f04u64);
+    let e = |func, depth| {
+        FtraceGraphEntEntry {
+            ent: ent(11),
+            func,
+            depth,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    let r = |func, depth, calltime, rettime| {
+        FtraceGraphRetEntry {
+            ent: ent(10),
+            func,
+            depth,
+            overrun: 0,
+            calltime,
+            rettime,
+            backport_calltime: 0,
+            backport_rettime: 0,
+        }
+        .as_bytes()
+        .to_vec()
+    };
+    // A 20-byte entry is padded to 20 (5 words); returns are 56 bytes (14 words).
+    let t0 = 43_418_351_000u64;
+    let pg = page(
+        t0,
+        &[
+            (0, e(vfs_read, 0)),
+            (30_000, e(rw_verify, 1)),
+            (60_053, r(rw_verify, 1, t0 + 30_000, t0 + 90_053)),
+            (594_941, r(vfs_read, 0, t0, t0 + 684_994)),
+        ],
+    );
+    let cap = Scratch::new("graph");
+    let d = &cap.0;
+    put(d, "per_cpu/cpu0/trace_pipe_raw", &pg);
+    put(d, "per_cpu/cpu1/trace_pipe_raw", b"");
+    put(
+        d,
+        "kallsyms",
+        b"ffffffff81456f00 T rw_verify_area\nffffffff81457340 T vfs_read\nffffffff81457c10 T vfs_write\n",
+    );
+    put(d, "saved_cmdlines", b"1439 dd\n");
+    put(d, "tracer", b"function_graph\n");
+    let dir = d.to_str().unwrap();
+    let (code, out, err) = ftrace(&["report", "--raw-dir", dir]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "# tracer: function_graph\n#\n\
+         # CPU  DURATION                  FUNCTION CALLS\n\
+         # |     |   |                     |   |   |   |\n\
+         \x200)               |  vfs_read() {\n\
+         \x200) + 60.053 us   |    rw_verify_area();\n\
+         \x200) ! 684.994 us  |  }\n"
+    );
+    let (code, out, err) = ftrace(&[
+        "report",
+        "--raw-dir",
+        dir,
+        "-O",
+        "funcgraph-proc",
+        "-O",
+        "funcgraph-tail",
+        "-O",
+        "nofuncgraph-cpu",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.ends_with("\n   dd-1439     | ! 684.994 us  |  } /* vfs_read */\n"),
+        "{out}"
+    );
+}
