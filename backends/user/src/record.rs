@@ -89,3 +89,56 @@ pub fn is_recording(dir: &std::path::Path) -> bool {
             .any(|e| e.path().join("meta").is_file())
     })
 }
+
+/// What `ftrace live` did: the program's status and the report text.
+#[derive(Debug)]
+pub struct Live {
+    /// The traced program's exit status.
+    pub status: ExitStatus,
+    /// The `trace` text.
+    pub report: Vec<u8>,
+}
+
+/// `ftrace live`: records `prog args...` (into `opts.output`, or a temporary directory removed
+/// afterwards when `keep` is false) and reports it with the `-O` `options`.
+pub fn live(
+    opts: &RecordOptions,
+    keep: bool,
+    options: &[String],
+    prog: &str,
+    args: &[String],
+) -> Result<Live, String> {
+    let mut opts = opts.clone();
+    if !keep {
+        opts.output = std::env::temp_dir().join(format!(
+            "ftrace-live-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+    }
+    let status = record(&opts, prog, args);
+    let report = status.as_ref().ok().map(|_| {
+        let mut ra = crate::report::ReportArgs::new(&opts.output);
+        ra.options = options.to_vec();
+        crate::report::report(&ra).map_err(|e| e.to_string())
+    });
+    if !keep {
+        let _ = std::fs::remove_dir_all(&opts.output);
+    }
+    Ok(Live {
+        status: status?,
+        report: report.expect("recorded")?,
+    })
+}
+
+/// The exit code a shell would report for `status` (128 + signal for a killed program).
+pub fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(s)) => 128u8.wrapping_add(s as u8),
+        _ => 1,
+    }
+}

@@ -483,3 +483,79 @@ fn record_writes_kernel_pages_for_report() {
     assert_eq!(Recording::read(&dir).unwrap().processes.len(), 1);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn ftrace_cli_live_record_report() {
+    let exe = build_c("calls.c", "gcc-mcount");
+    let ftrace = env!("CARGO_BIN_EXE_ftrace");
+    // live, function_graph: the kernel's call graph, and the program's own output untouched.
+    let out = Command::new(ftrace)
+        .args(["live", "-t", "function_graph", "--"])
+        .arg(&exe)
+        .args(["1", "1"])
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("result ok"));
+    assert!(text.contains("# tracer: function_graph"), "{text}");
+    assert!(text.contains("|  worker() {"), "{text}");
+    assert!(text.contains("leaf();"), "{text}");
+    let leaf_lines = text.lines().filter(|l| l.ends_with("leaf();")).count();
+    assert_eq!(
+        leaf_lines, 89,
+        "fib(10) calls leaf 89 times, each a leaf line"
+    );
+    // record + report, function tracer with a filter.
+    let dir = scratch().join("cli-record");
+    let st = Command::new(ftrace)
+        .args(["record", "-t", "function", "-F", "sum6", "-o"])
+        .arg(&dir)
+        .arg("--")
+        .arg(&exe)
+        .args(["2", "3"])
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let rep = Command::new(ftrace)
+        .args(["report", "-i"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&rep.stdout);
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    assert!(text.contains("# tracer: function"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.ends_with(": sum6 <-worker"))
+            .count(),
+        6,
+        "{text}"
+    );
+    assert!(
+        text.contains("entries-in-buffer/entries-written: 6/6"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    // The program's exit status comes back (128 + signal when killed).
+    let life = build_c("lifecycle.c", "gcc-mcount");
+    let st = Command::new(ftrace)
+        .args(["live", "-t", "function", "--"])
+        .arg(&life)
+        .arg("signal")
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert_eq!(st.status.code(), Some(128 + libc::SIGSEGV));
+    assert!(String::from_utf8_lossy(&st.stdout).contains(": work <-main"));
+}
