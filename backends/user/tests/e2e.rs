@@ -48,12 +48,16 @@ const C_BUILDS: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
-static BUILD_LOCK: Mutex<()> = Mutex::new(());
+/// Programs built by this test process (each is built once: other tests may be running it).
+static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 fn build_c(src: &str, variant: &str) -> PathBuf {
-    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let (_, cc, flags) = C_BUILDS.iter().find(|b| b.0 == variant).unwrap();
     let out = scratch().join(format!("{}-{variant}", src.trim_end_matches(".c")));
+    if built.contains(&out) {
+        return out;
+    }
     let st = Command::new(cc)
         .args(["-O2", "-g", "-pthread"])
         .args(*flags)
@@ -68,12 +72,16 @@ fn build_c(src: &str, variant: &str) -> PathBuf {
         "{cc} failed: {}",
         String::from_utf8_lossy(&st.stderr)
     );
+    built.push(out.clone());
     out
 }
 
 fn build_rust(src: &str) -> PathBuf {
-    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let out = scratch().join(format!("{}-rust", src.trim_end_matches(".rs")));
+    if built.contains(&out) {
+        return out;
+    }
     let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
         .env("RUSTC_BOOTSTRAP", "1")
         .args(["-O", "-Zpatchable-function-entry=5", "-o"])
@@ -86,6 +94,7 @@ fn build_rust(src: &str) -> PathBuf {
         "rustc failed: {}",
         String::from_utf8_lossy(&st.stderr)
     );
+    built.push(out.clone());
     out
 }
 

@@ -27,12 +27,21 @@ pub static GRAPH_FILTERED: AtomicBool = AtomicBool::new(false);
 /// tracing on); kept by [`update_fast_path`].
 pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 
-/// Recomputes [`FAST_OK`] after a change of tracer, clock or `tracing_on`.
+/// Non-zero when the function_graph assembly fast paths may run (function_graph, TSC clock,
+/// tracing on, no `set_graph_function`, no `max_graph_depth`); kept by [`update_fast_path`].
+pub static GRAPH_OK: AtomicU8 = AtomicU8::new(0);
+
+/// Recomputes [`FAST_OK`] and [`GRAPH_OK`] after a change of tracer, clock, filters or
+/// `tracing_on`.
 pub fn update_fast_path() {
-    let ok = TRACER.load(Ordering::Relaxed) == 1
-        && CLOCK_TSC.load(Ordering::Relaxed)
-        && TRACING_ON.load(Ordering::Relaxed);
-    FAST_OK.store(u8::from(ok), Ordering::Relaxed);
+    let tsc_on = CLOCK_TSC.load(Ordering::Relaxed) && TRACING_ON.load(Ordering::Relaxed);
+    let tracer = TRACER.load(Ordering::Relaxed);
+    FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
+    let graph = tsc_on
+        && tracer == 2
+        && !GRAPH_FILTERED.load(Ordering::Relaxed)
+        && MAX_DEPTH.load(Ordering::Relaxed) == 0;
+    GRAPH_OK.store(u8::from(graph), Ordering::Relaxed);
 }
 
 /// Threads whose buffer could not be created.

@@ -210,7 +210,7 @@ fn scan_new_objects(a: &mut Agent) {
                 let target = match (cfg.tracer, root) {
                     (TracerKind::Function, _) => stubs.func(),
                     (TracerKind::FunctionGraph, true) => stubs.root(),
-                    (TracerKind::FunctionGraph, false) => stubs.entry(),
+                    (TracerKind::FunctionGraph, false) => stubs.graph(),
                 };
                 let Ok(call) = init.form.call(addr, target) else {
                     warn(&format!("site {addr:#x} ({name}): stub out of reach"));

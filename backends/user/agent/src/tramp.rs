@@ -180,11 +180,187 @@ ftrace_agent_func_tramp:
     jmp ftrace_agent_entry_tramp
     .size ftrace_agent_func_tramp, .-ftrace_agent_func_tramp
 
+
+    .p2align 4
+    .globl ftrace_agent_graph_tramp
+    .hidden ftrace_agent_graph_tramp
+    .type ftrace_agent_graph_tramp,@function
+ftrace_agent_graph_tramp:
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %r8
+    pushq %r9
+    cmpb $0, {graph_ok}(%rip)
+    je 8f
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    cmpl $0, {off_guard}(%rsi)
+    jne 8f
+    cmpl $1, {off_state}(%rsi)
+    jne 8f
+    movq {off_shadow}(%rsi), %rdi
+    testq %rdi, %rdi
+    jz 8f
+    movq {off_depth}(%rsi), %r8
+    cmpq ${shadow_frames}, %r8
+    jae 8f
+    rdtsc
+    shlq $32, %rdx
+    orq %rax, %rdx
+    movq {off_header}(%rsi), %rcx
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rcx)
+    cmpl $0, {off_overwrite}(%rsi)
+    jne 1f
+    cmpq {off_mask}(%rsi), %rax
+    ja 2f
+1:
+    movq %rax, %r9
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq 56(%rsp), %rcx
+    subq $5, %rcx
+    movq %rcx, 8(%rax)
+    movq 64(%rsp), %rcx
+    movq %rcx, 16(%rax)
+    movq {off_cpu}(%rsi), %rcx
+    movl (%rcx), %ecx
+    movl %ecx, 28(%rax)
+    movl {off_shift}(%rsi), %ecx
+    shrq %cl, %r9
+    andl $1, %r9d
+    shll $7, %r9d
+    orl ${kind_ent}, %r9d
+    movl %r8d, %ecx
+    shll $8, %ecx
+    orl %ecx, %r9d
+    movl %r9d, 24(%rax)
+2:
+    leaq 1(%r8), %rcx
+    movq %rcx, {off_depth}(%rsi)
+    shlq $5, %r8
+    addq %r8, %rdi
+    movq 64(%rsp), %rcx
+    movq %rcx, 0(%rdi)
+    movq 56(%rsp), %rcx
+    subq $5, %rcx
+    movq %rcx, 8(%rdi)
+    movq %rdx, 16(%rdi)
+    leaq 64(%rsp), %rcx
+    movq %rcx, 24(%rdi)
+    leaq ftrace_agent_return_tramp(%rip), %rcx
+    movq %rcx, 64(%rsp)
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+8:
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp ftrace_agent_entry_tramp
+    .size ftrace_agent_graph_tramp, .-ftrace_agent_graph_tramp
+
     .p2align 4
     .globl ftrace_agent_return_tramp
     .hidden ftrace_agent_return_tramp
     .type ftrace_agent_return_tramp,@function
 ftrace_agent_return_tramp:
+    subq $8, %rsp
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %r8
+    pushq %r9
+    cmpb $0, {graph_ok}(%rip)
+    je 8f
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    movq {off_depth}(%rsi), %r8
+    testq %r8, %r8
+    jz 8f
+    movq %r8, %rcx
+    shlq $5, %rcx
+    movq {off_shadow}(%rsi), %rdi
+    leaq -32(%rdi,%rcx), %rdi
+    leaq 56(%rsp), %rcx
+    cmpq 24(%rdi), %rcx
+    jne 8f
+    movq 0(%rdi), %r9
+    movq 16(%rdi), %rcx
+    movq 8(%rdi), %rdi
+    subq $1, %r8
+    movq %r8, {off_depth}(%rsi)
+    movq %r9, 56(%rsp)
+    rdtsc
+    shlq $32, %rdx
+    orq %rax, %rdx
+    movq {off_header}(%rsi), %r9
+    movl $1, %eax
+    xaddq %rax, {off_head}(%r9)
+    cmpl $0, {off_overwrite}(%rsi)
+    jne 1f
+    cmpq {off_mask}(%rsi), %rax
+    ja 9f
+1:
+    movq %rax, %r9
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq %rdi, 8(%rax)
+    movq %rcx, 16(%rax)
+    movq {off_cpu}(%rsi), %rcx
+    movl (%rcx), %ecx
+    movl %ecx, 28(%rax)
+    movl {off_shift}(%rsi), %ecx
+    shrq %cl, %r9
+    andl $1, %r9d
+    shll $7, %r9d
+    orl ${kind_ret}, %r9d
+    shll $8, %r8d
+    orl %r8d, %r9d
+    movl %r9d, 24(%rax)
+9:
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+8:
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    addq $8, %rsp
+    jmp ftrace_agent_return_slow
+    .size ftrace_agent_return_tramp, .-ftrace_agent_return_tramp
+
+    .p2align 4
+    .hidden ftrace_agent_return_slow
+    .type ftrace_agent_return_slow,@function
+ftrace_agent_return_slow:
     subq $8, %rsp
     pushq %rax
     pushq %rdx
@@ -244,12 +420,18 @@ ftrace_agent_return_tramp:
     popq %rdx
     popq %rax
     ret
-    .size ftrace_agent_return_tramp, .-ftrace_agent_return_tramp
+    .size ftrace_agent_return_slow, .-ftrace_agent_return_slow
     .text
 "#,
     on_entry = sym crate::handler::on_entry,
     on_return = sym crate::handler::on_return,
     fast_ok = sym crate::handler::FAST_OK,
+    graph_ok = sym crate::handler::GRAPH_OK,
+    off_shadow = const core::mem::offset_of!(crate::handler::ThreadState, shadow),
+    off_depth = const core::mem::offset_of!(crate::handler::ThreadState, depth),
+    shadow_frames = const crate::handler::SHADOW_FRAMES,
+    kind_ent = const crate::buffer::KIND_GRAPH_ENT,
+    kind_ret = const crate::buffer::KIND_GRAPH_RET,
     off_guard = const core::mem::offset_of!(crate::handler::ThreadState, guard),
     off_state = const core::mem::offset_of!(crate::handler::ThreadState, state),
     off_header = const core::mem::offset_of!(crate::handler::ThreadState, writer),
@@ -264,6 +446,7 @@ ftrace_agent_return_tramp:
 );
 
 unsafe extern "C" {
+    fn ftrace_agent_graph_tramp();
     fn ftrace_agent_func_tramp();
     fn ftrace_agent_entry_tramp();
     fn ftrace_agent_root_tramp();
@@ -280,6 +463,14 @@ pub fn entry_trampoline() -> u64 {
 /// TSC and nothing nests; else it continues in [`entry_trampoline`].
 pub fn func_trampoline() -> u64 {
     ftrace_agent_func_tramp as *const () as u64
+}
+
+/// The function_graph entry trampoline: pushes the shadow frame and records in assembly when
+/// the thread is registered, the clock is the TSC, no `-G`/`--max-depth` applies and nothing
+/// nests; else it continues in [`entry_trampoline`]. Its return counterpart falls back to the
+/// full-save return path for frames it cannot pop (roots, frames skipped by `longjmp`).
+pub fn graph_trampoline() -> u64 {
+    ftrace_agent_graph_tramp as *const () as u64
 }
 
 /// The entry trampoline for `set_graph_function` roots.
@@ -308,8 +499,8 @@ pub fn tls_block() -> *mut u8 {
     p
 }
 
-/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root) and 32 (function fast
-/// path).
+/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root), 32 (function fast path)
+/// and 48 (function_graph fast path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stubs {
     /// Page address.
@@ -331,6 +522,11 @@ impl Stubs {
     pub fn func(&self) -> u64 {
         self.page + 32
     }
+
+    /// Where ordinary sites call under the function_graph tracer.
+    pub fn graph(&self) -> u64 {
+        self.page + 48
+    }
 }
 
 const PAGE: u64 = 4096;
@@ -351,11 +547,12 @@ pub fn stubs_near(lo: u64, hi: u64) -> Option<Stubs> {
         return Some(Stubs { page: p });
     }
     let page = map_near(lo, hi)?;
-    let mut code = [0xccu8; 48];
+    let mut code = [0xccu8; 64];
     for (off, target) in [
         (0, entry_trampoline()),
         (16, root_trampoline()),
         (32, func_trampoline()),
+        (48, graph_trampoline()),
     ] {
         code[off..off + 6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
         code[off + 6..off + 14].copy_from_slice(&target.to_le_bytes());
