@@ -5,6 +5,9 @@
 //!   no_std builds, docs, unit/property/integration tests, and the loom models, and ends with a
 //!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
 
+mod qemu;
+mod rfl;
+
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -22,7 +25,11 @@ const CORE_CRATES: &[&str] = &[
 ];
 
 /// Debian packages the tests need, as (command that proves it is installed, package).
-const APT_PACKAGES: &[(&str, &str)] = &[("clang", "clang"), ("uftrace", "uftrace")];
+const APT_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("clang", "clang"),
+    ("uftrace", "uftrace"),
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -30,11 +37,21 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("demo") => done(user::demo()),
         Some("bench-vs-uftrace") => done(user::bench_vs_uftrace(&args[1..])),
+        Some("qemu-test") => match qemu::qemu_test(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask qemu-test: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("rfl-test") => rfl::rfl_test(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
+            eprintln!("       cargo xtask qemu-test [--expect-wrong]");
+            eprintln!("       cargo xtask rfl-test [NAME=value]...  (scripts/rfl-integration.sh)");
             eprintln!("       cargo xtask demo");
             eprintln!("       cargo xtask bench-vs-uftrace [N] [ROUNDS]");
-            eprintln!("stages: apt fmt clippy no-std package doc test loom");
+            eprintln!("stages: apt fmt clippy no-std package doc test loom qemu");
             ExitCode::from(2)
         }
     }
@@ -212,6 +229,12 @@ fn test(args: &[String]) -> ExitCode {
         }
         Ok(())
     });
+
+    st.run(
+        "qemu",
+        "bare-metal kernel in QEMU (cargo xtask qemu-test)",
+        || qemu::qemu_test(&[]),
+    );
 
     let mins = started.elapsed().as_secs_f64() / 60.0;
     println!("\nxtask test finished in {mins:.1} min");

@@ -1,5 +1,47 @@
-//! ftrace-rs on x86_64 bare metal: TSC clock, CPU ids, text writes, int3 patching and a serial
-//! tracefs shell, exercised by a test kernel booted in QEMU.
+//! ftrace-rs on x86_64 bare metal: the platform a freestanding kernel gives the core crates,
+//! and the pieces only a kernel can provide.
 //!
-//! This backend is being built (see the project's bare-metal issue).
+//! - [`cpu`]: per-CPU data through the GS base; [`BareMetal`] implements ftrace-core's
+//!   [`CpuId`](ftrace_core::platform::CpuId) and [`TaskContext`](ftrace_core::platform::TaskContext);
+//! - [`clock`]: the TSC calibrated against the PIT, as [`TraceClock`](ftrace_core::platform::TraceClock);
+//! - [`idt`]: GDT/TSS/IDT, IST stacks, and a fatal-exception report on COM1 (a fault never looks
+//!   like a pass);
+//! - [`text`]: text writes through CR0.WP and the int3 side of the breakpoint patch protocol;
+//! - [`trampoline`]: the entry and return trampolines patched sites call;
+//! - [`apic`], [`smp`]: starting the other CPUs, running work on them, and the IPI that makes
+//!   every CPU serialise after a text write;
+//! - [`sites`]: `__patchable_function_entries` discovery;
+//! - [`serial`], [`shell`]: COM1 and a command shell serving a tracefs tree;
+//! - [`qemu`]: the pass/fail exit protocol (`isa-debug-exit`: 33 pass, 35 fail);
+//! - [`pages`]: the ring buffer's page provider (a static arena);
+//! - [`interim`]: TEMPORARY glue standing in for the core crates that have not landed yet;
+//! - `rt` (feature `rt`): `mem*` and a bump heap for a freestanding image.
+//!
+//! The crate is `#![no_std]` and x86_64-only. It compiles on the (x86_64) host so that its unit
+//! tests run there; everything that touches privileged state is only ever *called* inside the
+//! test kernel (`backends/baremetal/kernel`, booted by `cargo xtask qemu-test`).
 #![no_std]
+#![cfg(target_arch = "x86_64")]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod apic;
+pub mod clock;
+pub mod cpu;
+pub mod idt;
+pub mod interim;
+pub mod pages;
+pub mod port;
+pub mod qemu;
+#[cfg(feature = "rt")]
+pub mod rt;
+pub mod serial;
+pub mod shell;
+pub mod sites;
+pub mod smp;
+pub mod sync;
+pub mod text;
+pub mod trampoline;
+
+pub use cpu::BareMetal;

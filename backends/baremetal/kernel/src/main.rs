@@ -1,0 +1,499 @@
+//! The ftrace-rs bare-metal test kernel.
+//!
+//! Boots in QEMU via PVH (`boot.S`), sets up COM1, the per-CPU area, GDT/TSS/IDT and the TSC
+//! clock, discovers its own patchable call sites, loads its symbol table (kallsyms text passed
+//! as the PVH module, i.e. QEMU's `-initrd`), self-tests the breakpoint patch protocol, then
+//! serves the tracefs tree on a serial shell until `poweroff`.
+//!
+//! This crate is the only instrumented one: everything tracing-related runs in
+//! `ftrace-baremetal` and the core crates, built without `-Zpatchable-function-entry`.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+mod workload;
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::fmt::{self, Write};
+
+use ftrace_baremetal::interim::TRACING;
+use ftrace_baremetal::qemu::{self, Verdict};
+use ftrace_baremetal::rt::BumpHeap;
+use ftrace_baremetal::serial::{self, Com1};
+use ftrace_baremetal::shell::{self, Builtins, Outcome, Shell};
+use ftrace_baremetal::sites::SiteTable;
+use ftrace_baremetal::sync::{AtomicPtr, AtomicU64, Ordering};
+use ftrace_baremetal::{clock, cpu, idt, port, println, smp, text, trampoline};
+use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+
+core::arch::global_asm!(include_str!("boot.S"), options(att_syntax));
+
+#[global_allocator]
+static HEAP: BumpHeap = BumpHeap::new();
+
+unsafe extern "C" {
+    static __start_pfe: u64;
+    static __stop_pfe: u64;
+}
+
+static SYMBOLS: AtomicPtr<SortedSymbols> = AtomicPtr::new(core::ptr::null_mut());
+
+fn symbols() -> Option<&'static SortedSymbols> {
+    // SAFETY: the only non-null value stored is a leaked, never-freed table.
+    unsafe { SYMBOLS.load(Ordering::Acquire).as_ref() }
+}
+
+fn symbolize(addr: u64, w: &mut dyn Write) -> fmt::Result {
+    match symbols().and_then(|s| s.lookup(addr)) {
+        Some(s) => write!(w, "{}+{:#x}/{:#x}", s.name, addr - s.addr, s.size),
+        None => write!(w, "?"),
+    }
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    let _ = writeln!(Com1::force(), "PANIC: {info}");
+    qemu::exit(Verdict::Fail, "panic")
+}
+
+/// The precompiled libcore of the host target is built with panic=unwind and its unwind
+/// tables name this symbol; with panic=abort it is never called.
+#[unsafe(no_mangle)]
+pub extern "C" fn rust_eh_personality() {}
+
+/// `struct hvm_start_info` magic.
+const HVM_START_MAGIC: u32 = 0x336e_c578;
+
+/// The first PVH module (QEMU's `-initrd`), as text.
+fn pvh_module(info: u64) -> Option<&'static str> {
+    if info == 0 {
+        return None;
+    }
+    // SAFETY: PVH passes a pointer to struct hvm_start_info (magic u32, version u32, flags u32,
+    // nr_modules u32, modlist_paddr u64, ...) in identity-mapped low memory; the magic is
+    // checked before anything else is trusted.
+    unsafe {
+        let p = info as *const u32;
+        if p.read_volatile() != HVM_START_MAGIC || p.add(3).read_volatile() == 0 {
+            return None;
+        }
+        let modlist = (info as *const u64).add(2).read_volatile();
+        // struct hvm_modlist_entry { paddr u64, size u64, cmdline_paddr u64, reserved u64 }
+        let m = modlist as *const u64;
+        let (paddr, size) = (m.read_volatile(), m.add(1).read_volatile());
+        if paddr == 0 || size == 0 || paddr + size > 1 << 30 {
+            return None;
+        }
+        let bytes = core::slice::from_raw_parts(paddr as *const u8, size as usize);
+        core::str::from_utf8(bytes).ok()
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn kmain(boot_info: u64) -> ! {
+    serial::init();
+    // SAFETY: first thing on the boot CPU, ring 0, interrupts off.
+    unsafe {
+        cpu::init_this_cpu(0);
+        idt::init_this_cpu();
+        cpu::mark_online();
+    }
+    idt::set_symbolizer(symbolize);
+    port::mask_legacy_pic();
+    println!("ftrace-rs bare-metal test kernel");
+    let wp = port::read_cr0() & (1 << 16) != 0;
+    println!(
+        "boot: PVH start info at {boot_info:#x}, CR0.WP={}",
+        u8::from(wp)
+    );
+
+    let cal = clock::calibrate_pit();
+    println!(
+        "clock: TSC {} kHz ({}), trace_clock local",
+        cal.tsc_hz / 1000,
+        if cal.measured {
+            "calibrated against the PIT"
+        } else {
+            "PIT unusable: assumed"
+        }
+    );
+
+    // SAFETY: page 0x8000 is identity-mapped RW and unused; APs share these page tables.
+    let cpus = unsafe { smp::start_aps() };
+    println!("smp: {cpus} CPU(s) online");
+
+    let syms = match pvh_module(boot_info).map(SortedSymbols::from_kallsyms) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            println!("symbols: bad kallsyms module: {e}");
+            SortedSymbols::new()
+        }
+        None => {
+            println!("symbols: none (no -initrd kallsyms module): names print as addresses");
+            SortedSymbols::new()
+        }
+    };
+    let syms: &'static SortedSymbols = Box::leak(Box::new(syms));
+    SYMBOLS.store(syms as *const _ as *mut _, Ordering::Release);
+    println!("symbols: {} functions", syms.len());
+
+    // SAFETY: the linker script brackets the records with these symbols.
+    let raw = unsafe {
+        let start = &raw const __start_pfe;
+        let stop = &raw const __stop_pfe;
+        core::slice::from_raw_parts(start, stop.offset_from(start) as usize)
+    };
+    let records: &'static mut [u64] = Vec::from(raw).leak();
+    // SAFETY: a private copy of the records, which point into this kernel's text.
+    let sites: &'static SiteTable = Box::leak(Box::new(unsafe { SiteTable::new(records) }));
+    println!(
+        "sites: {} patchable function entries ({} rejected)",
+        sites.sites().len(),
+        sites.rejected
+    );
+
+    let mut ok = check_uninstrumented(sites, syms);
+    ok &= selftest_breakpoint_protocol(sites);
+    if cpus > 1 {
+        ok &= selftest_cross_cpu_patching(sites);
+    }
+    if !ok {
+        qemu::exit(Verdict::Fail, "boot self-test");
+    }
+
+    if let Err(e) = TRACING.install(sites, syms) {
+        println!("tracing: install failed: {e}");
+        qemu::exit(Verdict::Fail, "install");
+    }
+    println!(
+        "tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; poweroff pass [N]|fail)"
+    );
+    run_shell()
+}
+
+/// The tracer's own code must carry no call site: only this crate is instrumented.
+fn check_uninstrumented(sites: &SiteTable, syms: &SortedSymbols) -> bool {
+    let hot = [
+        "ftrace_baremetal::interim",
+        "ftrace_baremetal::trampoline",
+        "ftrace_baremetal::clock",
+        "ftrace_baremetal::cpu",
+        "ftrace_baremetal::text",
+        "ftrace_core::",
+    ];
+    let mut bad = 0;
+    for &s in sites.sites() {
+        if let Some(sym) = syms.lookup(s) {
+            // The tracer's own functions (generic code merely instantiated here, such as
+            // `drop_in_place::<ftrace_core::...>`, is this crate's and may carry a site).
+            let own = sym.name.trim_start_matches('<');
+            if hot.iter().any(|h| own.starts_with(h)) {
+                println!("selftest: tracer code is instrumented: {}", sym.name);
+                bad += 1;
+            }
+        }
+    }
+    let named = |n: &str| {
+        syms.by_name(n)
+            .is_some_and(|s| sites.index_of(s.addr).is_some())
+    };
+    let workload_ok = [
+        "bm_workload",
+        "bm_outer",
+        "bm_middle",
+        "bm_leaf",
+        "other_work",
+    ]
+    .iter()
+    .all(|n| named(n))
+        || syms.is_empty();
+    let ok = bad == 0 && workload_ok;
+    println!(
+        "selftest: tracer code uninstrumented, workload sites present: {}",
+        if ok { "ok" } else { "FAILED" }
+    );
+    ok
+}
+
+static SELFTEST_HITS: AtomicU64 = AtomicU64::new(0);
+static SELFTEST_LAST_IP: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn selftest_hook(ip: u64, _parent: u64, _slot: *mut u64) {
+    SELFTEST_HITS.fetch_add(1, Ordering::Relaxed);
+    SELFTEST_LAST_IP.store(ip, Ordering::Relaxed);
+}
+
+/// Drives `selftest_target`'s site through every state of the breakpoint protocol and checks
+/// that the function computes the same and the entry hook fires exactly when it must.
+fn selftest_breakpoint_protocol(sites: &SiteTable) -> bool {
+    let f: extern "C" fn(u64, u64) -> u64 = core::hint::black_box(workload::selftest_target);
+    let site = f as *const () as u64;
+    if sites.index_of(site).is_none() {
+        println!("selftest: selftest_target has no patchable entry");
+        return false;
+    }
+    let s = site as usize;
+    // SAFETY: a verified site.
+    let nop: [u8; 5] = unsafe { text::read_text(s) };
+    let rel = (trampoline::caller_addr() as i64 - (site as i64 + 5)) as i32;
+    let r = rel.to_le_bytes();
+    let call = [0xE8, r[0], r[1], r[2], r[3]];
+    trampoline::set_entry_hook(Some(selftest_hook));
+    let hits = || SELFTEST_HITS.load(Ordering::Relaxed);
+    let traps = text::int3_hits;
+    let mut ok = true;
+    let mut step = |name: &str, want_hits: u64, want_traps: u64| {
+        let (h0, t0) = (hits(), traps());
+        let v = f(40, 2);
+        let good = v == 122 && hits() - h0 == want_hits && traps() - t0 == want_traps;
+        let good = good && (want_hits == 0 || SELFTEST_LAST_IP.load(Ordering::Relaxed) == site);
+        if !good {
+            println!(
+                "selftest: {name}: result {v}, {} hook calls, {} traps (want 122, {want_hits}, {want_traps})",
+                hits() - h0,
+                traps() - t0
+            );
+        }
+        ok &= good;
+    };
+    step("nop", 0, 0);
+    // SAFETY: the protocol's intermediate states, one at a time, on a verified site that only
+    // this function calls; single CPU.
+    unsafe {
+        text::set_breakpoint(s, call);
+        text::write_text(s, &[text::INT3]);
+    }
+    step("int3 emulating call", 1, 1);
+    // SAFETY: as above.
+    unsafe { text::set_breakpoint(s, nop) };
+    step("int3 emulating nop", 0, 1);
+    // SAFETY: as above: back to the NOP, then the full protocol both ways.
+    unsafe {
+        text::write_text(s, &nop[..1]);
+        text::clear_breakpoint();
+    }
+    step("restored nop", 0, 0);
+    // SAFETY: as above.
+    unsafe { text::poke5_bp(s, call) };
+    step("patched call", 1, 0);
+    // SAFETY: as above.
+    unsafe { text::poke5_bp(s, nop) };
+    step("unpatched", 0, 0);
+    trampoline::set_entry_hook(None);
+    // SAFETY: a verified site.
+    ok &= unsafe { text::read_text::<5>(s) } == nop;
+    println!(
+        "selftest: int3 breakpoint protocol ({} traps emulated): {}",
+        text::int3_hits(),
+        if ok { "ok" } else { "FAILED" }
+    );
+    ok
+}
+
+static STRESS_STOP: AtomicU64 = AtomicU64::new(0);
+static STRESS_WRONG: AtomicU64 = AtomicU64::new(0);
+static STRESS_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Runs on CPU 1 during the cross-CPU test: calls the site being flipped until told to stop,
+/// with interrupts enabled (so it answers the sync IPIs), checking every result.
+fn stress_job(_: u64) -> u64 {
+    let f: extern "C" fn(u64, u64) -> u64 = core::hint::black_box(workload::selftest_target);
+    // SAFETY: the IDT is loaded and only IPIs are unmasked.
+    unsafe { port::irq_enable() };
+    let mut i = 0u64;
+    while STRESS_STOP.load(Ordering::Acquire) == 0 {
+        if f(i, 1) != i.wrapping_mul(3).wrapping_add(1) {
+            STRESS_WRONG.fetch_add(1, Ordering::Relaxed);
+        }
+        i += 1;
+        STRESS_CALLS.store(i, Ordering::Release);
+    }
+    port::irq_disable();
+    i
+}
+
+/// Flips `selftest_target`'s site between NOP and CALL with the breakpoint protocol while
+/// CPU 1 calls it in a loop: every call must compute the right result, no CPU may fault, and
+/// the site must end as the NOP it was.
+fn selftest_cross_cpu_patching(sites: &SiteTable) -> bool {
+    const FLIPS: u64 = 6;
+    let site = workload::selftest_target as *const () as u64;
+    if sites.index_of(site).is_none() {
+        return false;
+    }
+    let s = site as usize;
+    // SAFETY: a verified site.
+    let nop: [u8; 5] = unsafe { text::read_text(s) };
+    let rel = (trampoline::caller_addr() as i64 - (site as i64 + 5)) as i32;
+    let r = rel.to_le_bytes();
+    let call = [0xE8, r[0], r[1], r[2], r[3]];
+    trampoline::set_entry_hook(Some(selftest_hook));
+    let (hits0, traps0, stale0) = (
+        SELFTEST_HITS.load(Ordering::Relaxed),
+        text::int3_hits(),
+        text::stale_int3_retries(),
+    );
+    STRESS_STOP.store(0, Ordering::Release);
+    if smp::post(1, stress_job, 0).is_err() {
+        println!("selftest: cannot post to CPU 1");
+        return false;
+    }
+    while STRESS_CALLS.load(Ordering::Acquire) == 0 {
+        core::hint::spin_loop();
+    }
+    let t0 = port::rdtsc();
+    for _ in 0..FLIPS {
+        // SAFETY: a verified site, one poke at a time; CPU 1 only ever executes it.
+        unsafe {
+            text::poke5_bp(s, call);
+            text::poke5_bp(s, nop);
+        }
+    }
+    STRESS_STOP.store(1, Ordering::Release);
+    let ms = (port::rdtsc() - t0) / (clock::tsc_hz() / 1000).max(1);
+    let calls = smp::wait(1);
+    trampoline::set_entry_hook(None);
+    let hits = SELFTEST_HITS.load(Ordering::Relaxed) - hits0;
+    let traps = text::int3_hits() - traps0;
+    let stale = text::stale_int3_retries() - stale0;
+    let wrong = STRESS_WRONG.load(Ordering::Relaxed);
+    // SAFETY: a verified site.
+    let restored = unsafe { text::read_text::<5>(s) } == nop;
+    let ok = wrong == 0 && calls > 0 && hits <= calls && restored;
+    println!(
+        "selftest: cross-CPU patching ({FLIPS} NOP/CALL flips in {ms} ms while CPU 1 made {calls} calls: \
+         {hits} through the trampoline, {traps} int3 traps emulated, {stale} late traps \
+         retried, {wrong} wrong results): {}",
+        if ok { "ok" } else { "FAILED" }
+    );
+    ok
+}
+
+/// The workload as task code runs it: interrupts enabled (nothing but IPIs is unmasked).
+fn workload_irqson(n: u64) -> u64 {
+    // SAFETY: the IDT is loaded and the PICs are masked (kmain).
+    unsafe { port::irq_enable() };
+    let v = workload::bm_workload(n);
+    port::irq_disable();
+    v
+}
+
+/// The workload with interrupts disabled, which the trace's irqs-off flag shows.
+fn workload_irqsoff(n: u64) -> u64 {
+    workload::bm_workload(n)
+}
+
+/// The kernel's builtins.
+struct Kernel {
+    /// Set by `poweroff`: the verdict asked for and how many failed commands it allows.
+    poweroff: Option<(Verdict, u32)>,
+}
+
+impl Kernel {
+    fn poweroff(&mut self, v: Verdict, expected_failures: u32) -> Outcome {
+        self.poweroff = Some((v, expected_failures));
+        Outcome::Ok
+    }
+}
+
+impl Builtins for Kernel {
+    fn run(&mut self, argv: &[&str], out: &mut dyn Write) -> Option<Outcome> {
+        let fail = |out: &mut dyn Write, msg: &str| {
+            let _ = writeln!(out, "{msg}");
+            Outcome::Failed
+        };
+        Some(match argv {
+            ["workload", n, opts @ ..] => {
+                let irqsoff = opts.contains(&"irqsoff");
+                let cpu = opts.iter().find_map(|o| o.strip_prefix("cpu="));
+                let known = opts
+                    .iter()
+                    .all(|o| *o == "irqsoff" || o.starts_with("cpu="));
+                match (n.parse::<u64>(), cpu.map(str::parse::<u32>)) {
+                    (Ok(n), None | Some(Ok(_))) if n <= 1000 && known => {
+                        let job = if irqsoff {
+                            workload_irqsoff
+                        } else {
+                            workload_irqson
+                        };
+                        let v = match cpu.and_then(|c| c.parse::<u32>().ok()) {
+                            None | Some(0) => job(n),
+                            Some(c) => match smp::post(c, job, n) {
+                                Ok(()) => smp::wait(c),
+                                Err(e) => return Some(fail(out, e)),
+                            },
+                        };
+                        let want = workload::expected_checksum(n);
+                        let _ = writeln!(out, "workload: bm_workload({n}) = {v}");
+                        if v == want {
+                            Outcome::Ok
+                        } else {
+                            fail(out, "workload: wrong result under tracing")
+                        }
+                    }
+                    _ => fail(out, "usage: workload N [irqsoff] [cpu=C] (N <= 1000)"),
+                }
+            }
+            ["poweroff", "pass", rest @ ..] => match rest {
+                [] => self.poweroff(Verdict::Pass, 0),
+                [n] => match n.parse() {
+                    Ok(n) => self.poweroff(Verdict::Pass, n),
+                    Err(_) => fail(out, "usage: poweroff pass [EXPECTED_FAILURES]"),
+                },
+                _ => fail(out, "usage: poweroff pass [EXPECTED_FAILURES]"),
+            },
+            ["poweroff", "fail"] => self.poweroff(Verdict::Fail, 0),
+            ["fault"] => {
+                // A plain store into read-only text: must end in a page-fault report.
+                let target = kmain as *const () as *mut u8;
+                // SAFETY: deliberately unsound for the fault test; never returns.
+                unsafe { core::ptr::write_volatile(target, 0xCC) };
+                fail(out, "fault: the write to text did not fault")
+            }
+            ["help"] => {
+                let _ = writeln!(
+                    out,
+                    "ls [DIR] | cat FILE... | echo [-n] WORDS [>|>> FILE] | workload N | \
+                     workload N [irqsoff] [cpu=C] | poweroff pass [N]|fail | fault"
+                );
+                Outcome::Ok
+            }
+            _ => return None,
+        })
+    }
+}
+
+fn run_shell() -> ! {
+    let mut sh = Shell::new();
+    let mut k = Kernel { poweroff: None };
+    let mut line = [0u8; 512];
+    Com1::with(|c| c.write_str(shell::PROMPT)).ok();
+    loop {
+        let b = serial::read_byte();
+        if !Com1::with(|c| sh.feed(b, c)) {
+            continue;
+        }
+        let n = sh.take_line(&mut line);
+        let text = core::str::from_utf8(&line[..n]).unwrap_or("");
+        Com1::with(|c| {
+            sh.execute(text, &TRACING, &mut k, c);
+        });
+        if let Some((v, expected)) = k.poweroff {
+            let why = alloc::format!(
+                "{} commands, {} failed, {} expected to",
+                sh.commands,
+                sh.failures,
+                expected
+            );
+            let v = if sh.failures == expected {
+                v
+            } else {
+                Verdict::Fail
+            };
+            qemu::exit(v, &why);
+        }
+        Com1::with(|c| c.write_str(shell::PROMPT)).ok();
+    }
+}

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: GPL-2.0
+//! The pid -> comm table the trace file's `TASK-PID` column is printed from: the module's
+//! `saved_cmdlines`.
+//!
+//! The kernel fills its table from the sched_switch tracepoint; this module records the comm of
+//! the task that wrote an event, in the table of the CPU it ran on, from the ftrace callback.
+//! Invariant: a CPU's table is written only by that CPU with preemption disabled, and a writer
+//! that interrupts another writer on the same CPU skips its update (the `busy` flag), so a slot
+//! is never half-written; readers only read while recording is stopped and every writer has
+//! left (see `Tracing::stop`), so they never race a writer.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use crate::shim;
+
+/// Slots per CPU (a power of two; the slot is `pid % SLOTS`).
+const SLOTS: usize = 128;
+/// `TASK_COMM_LEN`.
+pub(crate) const COMM_LEN: usize = 16;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    pid: i32,
+    comm: [u8; COMM_LEN],
+}
+
+/// One CPU's table.
+pub(crate) struct CommTable {
+    busy: AtomicBool,
+    /// The pid whose comm this CPU recorded last: the common case (same task, many events)
+    /// costs one compare.
+    last_pid: AtomicI32,
+    slots: UnsafeCell<[Slot; SLOTS]>,
+}
+
+// SAFETY: `slots` is written only by the owning CPU under `busy` (preemption disabled), and read
+// only while no writer can run (module invariant above).
+unsafe impl Sync for CommTable {}
+
+impl CommTable {
+    /// An empty table.
+    pub(crate) const fn new() -> Self {
+        CommTable {
+            busy: AtomicBool::new(false),
+            last_pid: AtomicI32::new(-1),
+            slots: UnsafeCell::new(
+                [Slot {
+                    pid: -1,
+                    comm: [0; COMM_LEN],
+                }; SLOTS],
+            ),
+        }
+    }
+
+    /// Records `current`'s comm under `pid`. Called on the owning CPU with preemption off.
+    #[inline]
+    pub(crate) fn record(&self, pid: i32) {
+        if pid <= 0 || self.last_pid.load(Ordering::Relaxed) == pid {
+            return;
+        }
+        if self.busy.swap(true, Ordering::Acquire) {
+            return; // we interrupted this CPU's writer: let it finish, skip ours
+        }
+        // SAFETY: exclusive: owning CPU, preemption off, `busy` held (module invariant).
+        let slot = unsafe { &mut (*self.slots.get())[pid as usize % SLOTS] };
+        slot.pid = pid;
+        // SAFETY: writes TASK_COMM_LEN bytes into the slot's array of that size.
+        unsafe { shim::rfl_shim_current_comm(slot.comm.as_mut_ptr()) };
+        self.last_pid.store(pid, Ordering::Relaxed);
+        self.busy.store(false, Ordering::Release);
+    }
+
+    /// The comm recorded for `pid`, if any.
+    ///
+    /// # Safety
+    /// No writer may run on this table while the returned string is alive (recording stopped).
+    pub(crate) unsafe fn lookup(&self, pid: i32) -> Option<&str> {
+        if pid <= 0 {
+            return None;
+        }
+        // SAFETY: the caller guarantees no concurrent writer.
+        let slot = unsafe { &(*self.slots.get())[pid as usize % SLOTS] };
+        if slot.pid != pid {
+            return None;
+        }
+        let len = slot.comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
+        core::str::from_utf8(&slot.comm[..len]).ok()
+    }
+}

@@ -1,0 +1,146 @@
+#!/bin/bash
+# Rust-for-Linux integration test of ftrace-rs (issue #11): builds backends/rfl (the ftrace_rs
+# kernel module, with ftrace-core / ftrace-ringbuf / ftrace-tracers compiled by Kbuild) against
+# a small Linux 6.12 with Rust, boots it under QEMU (TCG, 2 CPUs), loads the module, runs a
+# workload pinned to each CPU, reads the module's trace and stats files, unloads it, and checks
+# the results. Ends with "N passed, N failed"; exits non-zero on any failure.
+#
+# On a fresh Debian 12 machine it installs what it needs first (scripts/rfl/install.sh). The
+# kernel build is cached outside the clone (scripts/rfl/kernel.sh), so later runs take seconds.
+#
+# Env:
+#   RFL_CACHE=/var/cache/ftrace-rs/rfl  kernel cache (keyed on kernel package, rustc, bindgen,
+#                                       scripts/rfl/kernel.config)
+#   RFL_WORK=<dir>                      where the module is built and the guest's output lands
+#                                       (default: a new directory under $RFL_CACHE/runs, kept)
+#   RFL_SKIP_INSTALL=1                  skip the apt/cargo install step
+#   RFL_FILTER=vfs_read                 the module's filter parameter
+#   RFL_ROUNDS=20                       workload rounds (one dd per CPU per round)
+#   RFL_FLOOD=3000                      1-byte reads per CPU in the overflow pass (2-page buffers)
+#   RFL_EXPECT_WRONG=1                  deliberately wrong expectation: the run must go red
+#   JOBS=2                              make -j
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HERE="$ROOT/scripts/rfl"
+T0=$(date +%s)
+
+PASSED=0
+FAILED=0
+FAILS=()
+ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
+fail() { FAILED=$((FAILED + 1)); FAILS+=("$1"); echo "FAIL - $1"; }
+finish() {
+  echo
+  [ ${#FAILS[@]} -eq 0 ] || printf 'failed: %s\n' "${FAILS[@]}"
+  echo "rfl-integration: work dir $RFL_WORK; total $(( $(date +%s) - T0 )) s"
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+  exit $?
+}
+# phase NAME CMD...: runs CMD with output in $RFL_WORK/NAME.log; a failure ends the run.
+phase() {
+  local name=$1 s
+  s=$(date +%s)
+  shift
+  if "$@" >"$RFL_WORK/$name.log" 2>&1; then
+    ok "$name ($(( $(date +%s) - s )) s)"
+  else
+    fail "$name (see $RFL_WORK/$name.log)"
+    tail -30 "$RFL_WORK/$name.log"
+    finish
+  fi
+}
+
+RFL_CACHE="${RFL_CACHE:-/var/cache/ftrace-rs/rfl}"
+export RFL_CACHE
+mkdir -p "$RFL_CACHE/runs"
+RFL_WORK="${RFL_WORK:-$(mktemp -d "$RFL_CACHE/runs/run.$(date +%Y%m%d-%H%M%S).XXXX")}"
+mkdir -p "$RFL_WORK"
+RFL_WORK="$(cd "$RFL_WORK" && pwd)"
+RFL_FILTER="${RFL_FILTER:-vfs_read}"
+RFL_ROUNDS="${RFL_ROUNDS:-20}"
+RFL_FLOOD="${RFL_FLOOD:-3000}"
+echo "rfl-integration: work dir $RFL_WORK"
+
+# 1. Toolchain and guest packages.
+if [ -z "${RFL_SKIP_INSTALL:-}" ]; then
+  phase install "$HERE/install.sh"
+fi
+. "$HERE/env.sh"
+
+# 2. The kernel (cached).
+phase kernel "$HERE/kernel.sh"
+KENTRY="$(sed -n 's/^KDIR=//p' "$RFL_WORK/kernel.log" | tail -1)"
+KOUT="$KENTRY/kbuild"
+grep -E "^kernel: |^TIME" "$RFL_WORK/kernel.log"
+
+# 3. The module: a copy of backends/rfl (Kbuild writes its objects next to the sources; 6.12 has
+#    no separate output dir for external modules) plus the generated crates.mk.
+build_module() {
+  rm -rf "$RFL_WORK/module"
+  mkdir -p "$RFL_WORK/module"
+  cp -r "$ROOT/backends/rfl/." "$RFL_WORK/module/"
+  python3 "$HERE/gen-crates-mk.py" "$ROOT" "$RFL_CACHE/cargo-target" "$RFL_WORK/module/crates.mk" \
+    ftrace-core ftrace-ringbuf ftrace-tracers || return 1
+  nice -n 10 make -C "$KOUT" M="$RFL_WORK/module" -j"$JOBS" "${KMAKE_VARS[@]}" modules || return 1
+  ls -la "$RFL_WORK/module/ftrace_rs.ko"
+}
+phase build-module build_module
+grep -c "^warning" "$RFL_WORK/build-module.log" | sed 's/^/module build warnings: /'
+# The kernel's compiler_builtins implements float and 128-bit intrinsics as panics
+# (rust/compiler_builtins.rs): the module must not call any (shared/docs/feasibility-rfl.md 3d).
+intr="$(nm -u "$RFL_WORK/module/ftrace_rs.ko" | awk '{print $2}' |
+        grep -E '^__(rust__)?((add|sub|mul|div|neg|eq|ne|ge|gt|le|lt|unord|cmp)[sdtx]f[23]|(u?div|u?mod|mul|mulo|udivmod|ashl|ashr|lshr)ti[34]|(extend|trunc)[sdt]f[sdt]f2|(fix|float)(uns?)?[sdt][if].*)$' || true)"
+if [ -z "$intr" ]; then ok "module calls no float/128-bit intrinsics"; else fail "module calls float/128-bit intrinsics: $(echo $intr)"; fi
+
+# 4. Boot: initramfs with busybox, /init and the module; QEMU TCG, 2 CPUs, the module's output
+#    on a second serial port.
+boot() {
+  local list="$RFL_WORK/initramfs.list"
+  printf 'FILTER=%s\nROUNDS=%s\nFLOOD=%s\n' "$RFL_FILTER" "$RFL_ROUNDS" "$RFL_FLOOD" > "$RFL_WORK/rfl.conf"
+  cat > "$list" <<L
+dir /dev 0755 0 0
+nod /dev/console 0600 0 0 c 5 1
+dir /bin 0755 0 0
+dir /proc 0755 0 0
+dir /sys 0755 0 0
+dir /tmp 0755 0 0
+dir /lib 0755 0 0
+dir /lib/modules 0755 0 0
+file /bin/busybox $(command -v busybox) 0755 0 0
+slink /bin/sh busybox 0777 0 0
+file /init $HERE/guest-init.sh 0755 0 0
+file /rfl.conf $RFL_WORK/rfl.conf 0644 0 0
+file /lib/modules/ftrace_rs.ko $RFL_WORK/module/ftrace_rs.ko 0644 0 0
+L
+  "$KOUT/usr/gen_init_cpio" "$list" | gzip -1 > "$RFL_WORK/initramfs.cpio.gz" || return 1
+  rm -f "$RFL_WORK/ttyS1.log"
+  # KVM does not work on these hosts (nested virtualisation): TCG.
+  timeout "${RFL_QEMU_TIMEOUT:-300}" qemu-system-x86_64 -accel tcg -m 512 -smp 2 -nographic \
+    -no-reboot -kernel "$KOUT/arch/x86/boot/bzImage" -initrd "$RFL_WORK/initramfs.cpio.gz" \
+    -serial mon:stdio -serial "file:$RFL_WORK/ttyS1.log" \
+    -append "console=ttyS0 panic=-1 quiet loglevel=4" </dev/null | tr -d '\r' > "$RFL_WORK/console.log"
+  # Whether the guest got as far as /init; how far it went is for the checks below.
+  grep -q "^RFL: kernel" "$RFL_WORK/console.log"
+}
+phase boot boot
+grep -E "^RFL: " "$RFL_WORK/console.log" | grep -v "RFL: workload" | head -20
+
+# 5. Checks on what the guest printed.
+tr -d '\r' < "$RFL_WORK/ttyS1.log" > "$RFL_WORK/module-files.txt"
+check_args=(--console "$RFL_WORK/console.log" --files "$RFL_WORK/module-files.txt"
+            --filter "$RFL_FILTER" --rounds "$RFL_ROUNDS" --flood "$RFL_FLOOD")
+[ -n "${RFL_EXPECT_WRONG:-}" ] && check_args+=(--expect-wrong)
+python3 "$HERE/check.py" "${check_args[@]}" > "$RFL_WORK/check.log" 2>&1
+check_rc=$?
+seen_fail=0
+while read -r line; do
+  case "$line" in
+    "ok - "*) ok "${line#ok - }" ;;
+    "FAIL - "*) fail "${line#FAIL - }"; seen_fail=1 ;;
+    *) echo "$line" ;;
+  esac
+done < "$RFL_WORK/check.log"
+if [ $check_rc -ne 0 ] && [ $seen_fail = 0 ]; then fail "check.py exited with $check_rc"; fi
+
+finish

@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""Checks the rfl guest's output: the console log (status lines, dmesg) and the module's files
+as the guest copied them to its second serial port. Prints one `ok - NAME` or
+`FAIL - NAME: why` line per check (scripts/rfl-integration.sh counts them).
+
+The trace text must be the kernel's function-tracer `trace` format, byte for byte in layout:
+header, then `%16s-%-7d [%03d] <5 flags> %5lu.%06lu: func <-parent` lines.
+"""
+import argparse
+import re
+import sys
+
+LINE = re.compile(
+    r"^(?P<comm>.{16})-(?P<pid>\d+ *) \[(?P<cpu>\d{3})\] "
+    r"(?P<flags>[.dDXb][.nNpP][.hHsSzZ][.0-9a-f][.0-9a-f]) "
+    r"(?P<secs>[ \d]{5,})\.(?P<usecs>\d{6}): (?P<func>\S+) <-(?P<parent>\S+)$")
+LOST = re.compile(r"^CPU:(\d+) \[LOST (\d+) EVENTS\]$")
+# print_trace_fmt's annotation when the buffers had overruns (TRACE_FILE_ANNOTATE).
+ANNOTATE = re.compile(r"^##### CPU (\d+) buffer started ####$")
+ENTRIES = re.compile(r"^# entries-in-buffer/entries-written: (\d+)/(\d+)   #P:(\d+)$")
+# The column legend of the function tracer with irq-info (print_func_help_header_irq).
+LEGEND = """#                                _-----=> irqs-off/BH-disabled
+#                               / _----=> need-resched
+#                              | / _---=> hardirq/softirq
+#                              || / _--=> preempt-depth
+#                              ||| / _-=> migrate-disable
+#                              |||| /     delay
+#           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION
+#              | |         |   |||||     |         |""".split("\n")
+
+
+class Checks:
+    def __init__(self):
+        self.failed = 0
+
+    def check(self, name, cond, why=""):
+        if cond:
+            print(f"ok - {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL - {name}: {why}")
+        return cond
+
+
+def sections(text):
+    out, cur, buf = {}, None, []
+    for line in text.split("\n"):
+        if cur is None and line.startswith("RFL-FILE "):
+            cur, buf = line[len("RFL-FILE "):].strip(), []
+        elif cur is not None and line == "RFL-END":
+            out[cur] = buf
+            cur = None
+        elif cur is not None:
+            buf.append(line)
+    return out
+
+
+def parse_trace(lines):
+    """(header lines, events as dicts, lost-event lines, lines that parse as nothing)"""
+    header, events, lost, bad = [], [], [], []
+    for ln in lines:
+        if ANNOTATE.match(ln):
+            continue
+        if ln.startswith("#") and not events:
+            header.append(ln)
+            continue
+        if not ln:
+            continue
+        m = LINE.match(ln)
+        if m:
+            d = m.groupdict()
+            d["comm"] = d["comm"].strip()
+            d["pidfield"] = d["pid"]
+            d["pid"] = int(d["pid"])
+            d["cpu"] = int(d["cpu"])
+            d["ts"] = int(d["secs"]) * 1000000 + int(d["usecs"])
+            d["line"] = ln
+            events.append(d)
+        elif LOST.match(ln):
+            lost.append(ln)
+        else:
+            bad.append(ln)
+    return header, events, lost, bad
+
+
+def parse_stats(lines):
+    """{cpu: {key: value}} from `cpu: N` blocks of `key: value` lines."""
+    stats, cur = {}, None
+    for ln in lines:
+        if ":" not in ln:
+            continue
+        k, v = ln.split(":", 1)
+        k, v = k.strip(), v.strip()
+        if k == "cpu":
+            cur = int(v)
+            stats[cur] = {}
+        elif cur is not None:
+            stats[cur][k] = v
+    return stats
+
+
+def check_buffers(c, tag, files, trace_name, stats_name, filt):
+    """The checks every pass shares: the trace text's format and header, and the per-CPU stats
+    against the text. Returns (events, per_cpu, stats)."""
+    header, events, lost, bad = parse_trace(files.get(trace_name, []))
+    c.check(f"{tag}trace header: tracer line", header[:1] == ["# tracer: function"],
+            repr(header[:1]))
+    ent = [ENTRIES.match(h) for h in header]
+    ent = [e for e in ent if e]
+    c.check(f"{tag}trace header: entries line", len(ent) == 1, repr(header[:4]))
+    c.check(f"{tag}trace header: column legend", header[-len(LEGEND):] == LEGEND,
+            "legend differs:\n" + "\n".join(header[-len(LEGEND):]))
+    c.check(f"{tag}trace lines parse as the kernel's function-trace format", events and not bad,
+            f"{len(events)} events; unparsed: {bad[:5]}")
+    c.check(f"{tag}no lost-events lines", not lost, repr(lost[:3]))
+    if ent:
+        e = ent[0]
+        c.check(f"{tag}entries-in-buffer equals the events printed",
+                int(e.group(1)) == len(events), f"header {e.group(1)}, printed {len(events)}")
+        c.check(f"{tag}#P is the CPU count", e.group(3) == "2", e.group(3))
+    widths = [ev for ev in events if len(ev["pidfield"]) < 7]
+    c.check(f"{tag}pid column is %-7d", not widths, widths[:1] and widths[0]["line"])
+    if re.fullmatch(r"[A-Za-z0-9_.]+", filt):
+        other = [ev["line"] for ev in events if ev["func"] != filt]
+        c.check(f"{tag}only {filt} recorded (the filter)", not other, repr(other[:3]))
+    hexparents = [ev["line"] for ev in events if ev["parent"].startswith("0x")]
+    c.check(f"{tag}parents resolve to symbols", not hexparents, repr(hexparents[:3]))
+
+    per_cpu = {}
+    for ev in events:
+        per_cpu.setdefault(ev["cpu"], []).append(ev)
+    c.check(f"{tag}hits on CPU 0 and CPU 1",
+            len(per_cpu.get(0, [])) > 0 and len(per_cpu.get(1, [])) > 0,
+            {k: len(v) for k, v in per_cpu.items()})
+    # Timestamps: each CPU's are non-decreasing and the merged text is in time order.
+    for cpu, evs in sorted(per_cpu.items()):
+        ts = [ev["ts"] for ev in evs]
+        c.check(f"{tag}CPU {cpu} timestamps monotonic", ts == sorted(ts), "out of order")
+    allts = [ev["ts"] for ev in events]
+    c.check(f"{tag}trace merged in timestamp order", allts == sorted(allts), "not sorted")
+
+    # Stats: per CPU, entries equal the lines printed for that CPU; the header's totals are
+    # their sums; every callback hit is accounted for.
+    stats = parse_stats(files.get(stats_name, []))
+    c.check(f"{tag}stats for both CPUs", sorted(stats) == [0, 1], repr(sorted(stats)))
+    tot_entries = tot_written = 0
+    for cpu in sorted(stats):
+        s = stats[cpu]
+        try:
+            entries = int(s["entries"])
+            overrun = int(s["overrun"])
+            commit_overrun = int(s["commit overrun"])
+            dropped = int(s["dropped events"])
+            read = int(s["read events"])
+            calls = int(s["calls"])
+            hits = int(s["hits"])
+            recursion = int(s["recursion"])
+            stopped = int(s["stopped"])
+            refused = int(s["refused"])
+        except (KeyError, ValueError) as e:
+            c.check(f"{tag}CPU {cpu} stats fields", False, f"{e}: {s}")
+            continue
+        s["_int"] = dict(entries=entries, overrun=overrun, hits=hits)
+        tot_entries += entries
+        tot_written += entries + overrun
+        c.check(f"{tag}CPU {cpu} stats entries == its trace lines",
+                entries == len(per_cpu.get(cpu, [])),
+                f"stats {entries}, lines {len(per_cpu.get(cpu, []))}")
+        # Every call the dispatcher delivered is accounted for: recorded (still there,
+        # overwritten or read), or not recorded because of the tracer's recursion bit, because
+        # a reader had stopped recording, or because the ring buffer refused it. Nothing here
+        # recurses, so the dispatcher delivered every kernel callback.
+        c.check(f"{tag}CPU {cpu} dispatcher delivered every call (calls == hits)",
+                calls == hits, f"calls {calls}, hits {hits}")
+        c.check(f"{tag}CPU {cpu} hits == entries + overrun + read + recursion + stopped + refused",
+                hits == entries + overrun + read + recursion + stopped + refused,
+                f"hits {hits} vs {entries}+{overrun}+{read}+{recursion}+{stopped}+{refused}")
+        c.check(f"{tag}CPU {cpu} refused == dropped + commit overrun",
+                refused == dropped + commit_overrun,
+                f"refused {refused}, dropped {dropped}, commit overrun {commit_overrun}")
+        c.check(f"{tag}CPU {cpu} bytes > 0 when entries > 0",
+                entries == 0 or int(s.get("bytes", 0)) > 0, repr(s))
+    if ent and stats:
+        c.check(f"{tag}header entries == sum of per-CPU entries",
+                int(ent[0].group(1)) == tot_entries, f"{ent[0].group(1)} vs {tot_entries}")
+        c.check(f"{tag}header written == sum of per-CPU entries + overrun",
+                int(ent[0].group(2)) == tot_written, f"{ent[0].group(2)} vs {tot_written}")
+    return header, events, per_cpu, stats
+
+
+def tasks(status, what):
+    out = []
+    for s in status:
+        w = re.match(what + r" cpu=(\d+) pid=(\d+)$", s)
+        if w:
+            out.append((int(w.group(1)), int(w.group(2))))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--console", required=True)
+    ap.add_argument("--files", required=True)
+    ap.add_argument("--filter", default="vfs_read")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--flood", type=int, default=3000)
+    ap.add_argument("--expect-wrong", action="store_true",
+                    help="expect the workload's events under a wrong comm: must fail")
+    a = ap.parse_args()
+    c = Checks()
+    console = open(a.console, errors="replace").read()
+    files = sections(open(a.files, errors="replace").read())
+    status = [ln[len("RFL: "):] for ln in console.split("\n") if ln.startswith("RFL: ")]
+
+    m = [s for s in status if s.startswith("kernel ")]
+    c.check("guest runs with 2 CPUs", m and m[0].endswith("cpus 2"), str(m))
+
+    # Pass 1: the workload in a roomy buffer.
+    c.check("insmod ftrace_rs", "insmod ok" in status, "no 'insmod ok'")
+    c.check("trace file read", "read ok" in status and "trace" in files, "no trace output")
+    workloads = tasks(status, "workload")
+    c.check("workload ran on both CPUs", len(workloads) == 2 * a.rounds,
+            f"{len(workloads)} workload lines, want {2 * a.rounds}")
+    up = {}
+    for s in status:
+        u = re.match(r"uptime-(before|after) ([\d.]+)$", s)
+        if u:
+            up[u.group(1)] = float(u.group(2))
+    header, events, per_cpu, stats = check_buffers(c, "", files, "trace", "stats", a.filter)
+    for cpu in sorted(stats):
+        st = stats[cpu].get("_int")
+        if st:
+            c.check(f"CPU {cpu} nothing overwritten in the roomy buffer", st["overrun"] == 0,
+                    repr(st))
+
+    # The workload's reads: every dd (known pid, pinned CPU) has its vfs_read lines, under its
+    # own comm, on its CPU, in plain syscall context (no irq/softirq/preempt flags).
+    want_comm = "cat" if a.expect_wrong else "dd"
+    if a.expect_wrong:
+        print("# RFL_EXPECT_WRONG: expecting the workload under comm 'cat' (wrong on purpose)")
+    missing, wrong_cpu, flags = [], [], []
+    for cpu, pid in workloads:
+        mine = [ev for ev in events if ev["pid"] == pid]
+        if not [ev for ev in mine if ev["comm"] == want_comm and ev["func"] == a.filter]:
+            missing.append((cpu, pid, [ev["line"] for ev in mine][:2]))
+        wrong_cpu += [ev["line"] for ev in mine if ev["cpu"] != cpu]
+        flags += [ev["line"] for ev in mine if ev["flags"] != "....."]
+    if a.filter == "vfs_read" or a.expect_wrong:
+        c.check(f"every workload pid has {a.filter} lines as '{want_comm}-<pid>'", not missing,
+                f"{len(missing)} of {len(workloads)}: {missing[:2]}")
+    c.check("workload events on the CPU the task was pinned to", not wrong_cpu, wrong_cpu[:2])
+    c.check("workload events in task context, preemption on ('.....')", not flags, flags[:2])
+    if a.filter == "vfs_read":
+        p = [ev["line"] for ev in events if ev["pid"] in {w[1] for w in workloads}
+             and ev["parent"] != "ksys_read"]
+        c.check("dd's vfs_read is called from ksys_read", not p, p[:2])
+    # The workload's stamps span no more than the guest's uptime around it (the trace clock
+    # is sched_clock, which also counts the firmware's time: compare spans, not values).
+    wl = [ev["ts"] for ev in events if ev["pid"] in {w[1] for w in workloads}]
+    if "before" in up and "after" in up and wl:
+        span, window = max(wl) - min(wl), (up["after"] - up["before"] + 0.02) * 1e6
+        c.check("workload timestamps span at most the guest's uptime around it",
+                0 < span <= window, f"span {span} us, uptime window {window:.0f} us")
+
+    # The trace file does not consume: a second read starts with the same events.
+    _, events2, _, _ = parse_trace(files.get("trace2", []))
+    c.check("re-reading trace shows the same events first",
+            bool(events) and [e["line"] for e in events2[:len(events)]] == [e["line"] for e in events],
+            f"{len(events2)} events on re-read vs {len(events)}")
+    c.check("rmmod ftrace_rs", "rmmod ok" in status, "no 'rmmod ok'")
+    c.check("debugfs files removed on unload", "debugfs dir removed" in status, "still present")
+
+    # Pass 2: 2 pages per CPU, overwritten many times by a flood of 1-byte reads.
+    c.check("flood: insmod with pages_per_cpu=2", "flood insmod ok" in status, "no 'flood insmod ok'")
+    c.check("flood: trace file read", "flood read ok" in status and "flood-trace" in files,
+            "no flood trace")
+    _, fevents, fper_cpu, fstats = check_buffers(c, "flood: ", files, "flood-trace", "flood-stats",
+                                              a.filter)
+    floods = tasks(status, "flood")
+    for cpu in sorted(fstats):
+        st = fstats[cpu].get("_int")
+        if not st:
+            continue
+        c.check(f"flood: CPU {cpu} buffer overwritten (overrun > 0)", st["overrun"] > 0, repr(st))
+        c.check(f"flood: CPU {cpu} hits cover the flood", st["hits"] >= a.flood, repr(st))
+        mine = [pid for fc, pid in floods if fc == cpu]
+        kept = [ev for ev in fper_cpu.get(cpu, []) if ev["pid"] in mine]
+        c.check(f"flood: CPU {cpu} keeps the newest events (its flood task's, as 'dd')",
+                len(kept) > len(fper_cpu.get(cpu, [])) // 2
+                and all(ev["comm"] == "dd" for ev in kept),
+                f"{len(kept)} of {len(fper_cpu.get(cpu, []))}")
+    c.check("flood: rmmod ftrace_rs", "flood rmmod ok" in status, "no 'flood rmmod ok'")
+
+    # Pass 3: the kernel's own function tracer (same filter) recorded alongside the module.
+    # Its trace file has the same header, and the same lines for the workload's tasks, but for
+    # the timestamps (two reads of the same clock, microseconds apart) and the preempt-depth
+    # column: with two ftrace_ops the kernel calls both through its list walk, which adds a
+    # preemption level to what each tracer sees (the kernel's own prints 2, ours 1; the traced
+    # code is at 0, as pass 1 shows).
+    c.check("compare: insmod", "compare insmod ok" in status, "no 'compare insmod ok'")
+    c.check("compare: kernel function tracer enabled alongside",
+            "kernel function tracer on" in status, "could not enable it")
+    c.check("compare: both trace files read", "compare read ok" in status, "no 'compare read ok'")
+    cheader, cevents, _, cstats = check_buffers(c, "compare: ", files, "compare-trace",
+                                                "compare-stats", a.filter)
+    kheader, kevents, _, kbad = parse_trace(files.get("kernel-trace", []))
+    c.check("compare: the kernel's trace parses with the same parser", kevents and not kbad,
+            f"{len(kevents)} events; unparsed: {kbad[:3]}")
+    strip = [h for h in cheader if not ENTRIES.match(h)]
+    kstrip = [h for h in kheader if not ENTRIES.match(h)]
+    c.check("compare: header identical to the kernel's (entry counts aside)", strip == kstrip,
+            f"ours {strip!r} kernel {kstrip!r}")
+    cpids = {w[1] for w in tasks(status, "compare")}
+    key = lambda e: (e["comm"], e["pid"], e["cpu"], e["flags"][:3] + e["flags"][4:],
+                     e["func"], e["parent"])
+    ours = [e for e in cevents if e["pid"] in cpids]
+    theirs = [e for e in kevents if e["pid"] in cpids]
+    diff = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if key(x) != key(y)), None)
+    c.check("compare: workload lines identical to the kernel's (timestamps, depth aside)",
+            len(ours) >= len(cpids) and len(ours) == len(theirs) and diff is None,
+            f"{len(ours)} vs {len(theirs)} lines; first difference: "
+            + (f"{ours[diff]['line']!r} vs {theirs[diff]['line']!r}" if diff is not None else "-"))
+    if ours and len(ours) == len(theirs):
+        # Same clock: the gaps are the microseconds between the two callbacks (more when the
+        # host deschedules a TCG vCPU between them: hence a median and a loose maximum).
+        gaps = sorted(abs(x["ts"] - y["ts"]) for x, y in zip(ours, theirs))
+        med, gap = gaps[len(gaps) // 2], gaps[-1]
+        c.check("compare: timestamps agree with the kernel's (median gap <= 200 us, max <= 50 ms)",
+                med <= 200 and gap <= 50000, f"median {med} us, max {gap} us")
+        print(f"# timestamp gaps to the kernel's function tracer: median {med} us, max {gap} us")
+        depths = sorted({(x["flags"][3], y["flags"][3]) for x, y in zip(ours, theirs)})
+        print(f"# preempt-depth column (ours, kernel's) under the kernel's list walk: {depths}")
+    c.check("compare: rmmod", "compare rmmod ok" in status, "no 'compare rmmod ok'")
+
+    c.check("unregister_ftrace_function returned 0 (all three loads)",
+            len(re.findall(r"ftrace_rs: unregister=0 ", console)) == 3,
+            repr(re.findall(r"ftrace_rs: unregister=.*", console)))
+    splat = [ln for ln in console.split("\n")
+             if re.search(r"BUG|Oops|WARNING|Call Trace|general protection|panic", ln)]
+    c.check("no Oops/WARNING/BUG in the guest", not splat, repr(splat[:5]))
+    c.check("guest finished", "DONE" in status, "no 'RFL: DONE'")
+    return 1 if c.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,714 @@
+//! `cargo xtask qemu-test`: build the bare-metal test kernel, boot it in QEMU (TCG) and drive
+//! a tracefs session over its serial port.
+//!
+//! The kernel (`backends/baremetal/kernel`) is built freestanding with the host target and
+//! `-Zpatchable-function-entry=5` (stable rustc with `RUSTC_BOOTSTRAP=1`) for its own crate
+//! only. Its symbol table goes in as QEMU's `-initrd` (kallsyms text from `nm`). The session is
+//! interactive: each command is sent after the previous prompt, and its output is checked here
+//! (format against the Linux 6.12 captures in `shared/reference`, and the exact calls the
+//! workload makes). The session ends with `poweroff pass N` (N = the commands expected to fail)
+//! or `poweroff fail`, and the kernel leaves QEMU through `isa-debug-exit`.
+//!
+//! A run passes only with QEMU's status exactly 33, a `RESULT: PASS` line, and every check
+//! met: a triple fault exits 0, a kernel-detected failure 35, a hang is killed by the timeout.
+//! The task also proves its checks can fail: the same session with one wrong expectation must
+//! fail (`--expect-wrong` runs only that one, and then this command fails), and a deliberate
+//! write to read-only text must end in the kernel's page-fault report and status 35.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use crate::{root, status};
+
+/// QEMU's status for a pass (`isa-debug-exit` value 0x10).
+const EXIT_PASS: i32 = 33;
+/// QEMU's status for a kernel-detected failure (value 0x11).
+const EXIT_FAIL: i32 = 35;
+/// The shell's prompt.
+const PROMPT: &str = "tracefs# ";
+/// CPUs the kernel is booted with (`-smp`).
+const CPUS: u32 = 2;
+/// Rounds of the workload the session runs.
+const ROUNDS: u64 = 3;
+/// Longest wait for one command (or the boot) before the run is declared hung.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn qemu_test(args: &[String]) -> Result<(), String> {
+    let mut expect_wrong_only = false;
+    for a in args {
+        match a.as_str() {
+            "--expect-wrong" => expect_wrong_only = true,
+            other => return Err(format!("qemu-test: unknown argument {other}")),
+        }
+    }
+    let qemu = find_qemu()?;
+    let kernel = build_kernel()?;
+    let kallsyms = write_kallsyms(&kernel)?;
+    let boot = Boot {
+        qemu: &qemu,
+        kernel: &kernel,
+        initrd: &kallsyms,
+    };
+
+    if expect_wrong_only {
+        return match run_session(&boot, Expectation::Wrong) {
+            Ok(()) => Err("the session with a wrong expectation passed".into()),
+            Err(e) => Err(format!("failed, as it must: {e}")),
+        };
+    }
+
+    let t = Instant::now();
+    run_session(&boot, Expectation::Right).map_err(|e| format!("tracefs session: {e}"))?;
+    println!(
+        "qemu-test: tracefs session passed ({:.2} s)",
+        t.elapsed().as_secs_f64()
+    );
+
+    let t = Instant::now();
+    match run_session(&boot, Expectation::Wrong) {
+        Ok(()) => return Err("the session with a deliberately wrong expectation passed".into()),
+        Err(e) if e.contains(WRONG_MARK) && e.contains(&format!("status {EXIT_FAIL}")) => println!(
+            "qemu-test: a wrong expectation fails the session, as it must ({:.2} s): {}",
+            t.elapsed().as_secs_f64(),
+            e.lines().next().unwrap_or("")
+        ),
+        Err(e) => {
+            return Err(format!(
+                "the wrong-expectation session failed for another reason: {e}"
+            ));
+        }
+    }
+
+    let t = Instant::now();
+    run_fault(&boot)?;
+    println!(
+        "qemu-test: a write to read-only text ends in a page-fault report and status {EXIT_FAIL} ({:.2} s)",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `qemu-system-x86_64`, or how to get it.
+fn find_qemu() -> Result<PathBuf, String> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("qemu-system-x86_64"))
+            .find(|c| c.is_file())
+    });
+    if let Some(q) = found {
+        return Ok(q);
+    }
+    crate::install_packages()?;
+    Ok(PathBuf::from("qemu-system-x86_64"))
+}
+
+fn kernel_dir() -> PathBuf {
+    root().join("backends/baremetal/kernel")
+}
+
+/// Builds the kernel; returns the ELF's path.
+fn build_kernel() -> Result<PathBuf, String> {
+    let target_dir = root().join("target/baremetal-kernel");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let t = Instant::now();
+    status(
+        Command::new(cargo)
+            // cargo reads the kernel's .cargo/config.toml from the current directory.
+            .current_dir(kernel_dir())
+            .args([
+                "rustc",
+                "--release",
+                "--bin",
+                "ftrace-bm-kernel",
+                "--target-dir",
+            ])
+            .arg(&target_dir)
+            .args(["--", "-Zpatchable-function-entry=5"])
+            // Stable rustc accepts -Z flags with this (see the feasibility study).
+            .env("RUSTC_BOOTSTRAP", "1")
+            // The kernel's flags live in its config; an outer RUSTFLAGS would replace them.
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_BUILD_RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR"),
+    )?;
+    println!(
+        "qemu-test: kernel built ({:.1} s)",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(target_dir.join("x86_64-unknown-linux-gnu/release/ftrace-bm-kernel"))
+}
+
+/// Writes the kernel's function symbols as `/proc/kallsyms` text (demangled by `nm`; the
+/// blanks of names like `<A as B>::f` become `_`, as kallsyms names have none).
+fn write_kallsyms(kernel: &Path) -> Result<PathBuf, String> {
+    let out = Command::new("nm")
+        .args(["--defined-only", "--demangle"])
+        .arg(kernel)
+        .output()
+        .map_err(|e| {
+            format!("nm: {e} (binutils comes with the C toolchain that links the kernel)")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "nm {}: {}",
+            kernel.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut text = String::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut it = line.splitn(3, ' ');
+        let (Some(addr), Some(kind), Some(name)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if matches!(kind, "t" | "T" | "w" | "W") {
+            text.push_str(&format!("{addr} {kind} {}\n", name.replace(' ', "_")));
+        }
+    }
+    let path = kernel.with_extension("kallsyms");
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+struct Boot<'a> {
+    qemu: &'a Path,
+    kernel: &'a Path,
+    initrd: &'a Path,
+}
+
+/// A running QEMU with its serial console on stdin/stdout.
+struct Vm {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    rx: Receiver<Vec<u8>>,
+    /// Everything the console printed so far.
+    log: String,
+    /// How much of `log` the session has consumed.
+    seen: usize,
+    eof: bool,
+}
+
+impl Vm {
+    fn start(boot: &Boot<'_>) -> Result<Vm, String> {
+        let mut child = Command::new(boot.qemu)
+            .args(["-accel", "tcg", "-cpu", "qemu64", "-m", "128M"])
+            .args(["-smp", &CPUS.to_string(), "-no-reboot"])
+            .args(["-display", "none", "-monitor", "none", "-serial", "stdio"])
+            .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
+            .arg("-kernel")
+            .arg(boot.kernel)
+            .arg("-initrd")
+            .arg(boot.initrd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", boot.qemu.display()))?;
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match stdout.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if tx.send(buf[..n].to_vec()).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Vm {
+            stdin: child.stdin.take(),
+            child,
+            rx,
+            log: String::new(),
+            seen: 0,
+            eof: false,
+        })
+    }
+
+    /// Waits until the unconsumed output contains `marker`; returns the text before it and
+    /// consumes through it.
+    fn expect(&mut self, marker: &str) -> Result<String, String> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            if let Some(i) = self.log[self.seen..].find(marker) {
+                let text = self.log[self.seen..self.seen + i].to_string();
+                self.seen += i + marker.len();
+                return Ok(text);
+            }
+            if self.eof {
+                return Err(format!("the kernel stopped before printing {marker:?}"));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(bytes) => self
+                    .log
+                    .push_str(&String::from_utf8_lossy(&bytes).replace('\r', "")),
+                Err(RecvTimeoutError::Disconnected) => self.eof = true,
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(format!(
+                        "timed out after {STEP_TIMEOUT:?} waiting for {marker:?}"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Sends a command line and returns its output (without the echoed line and prompt).
+    fn command(&mut self, line: &str) -> Result<String, String> {
+        let stdin = self.stdin.as_mut().ok_or("stdin closed")?;
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("sending {line:?}: {e}"))?;
+        self.expect(line)?;
+        // What follows the echoed line: "\n", the output (each line "\n"-terminated), prompt.
+        let rest = self.expect(PROMPT)?;
+        rest.strip_prefix('\n')
+            .map(str::to_string)
+            .ok_or_else(|| format!("no newline after the echo of {line:?}: {rest:?}"))
+    }
+
+    /// Closes stdin, waits for QEMU to exit and returns its status and the rest of the log.
+    fn finish(mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s.code(),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        while let Ok(bytes) = self.rx.recv_timeout(Duration::from_millis(500)) {
+            self.log
+                .push_str(&String::from_utf8_lossy(&bytes).replace('\r', ""));
+        }
+        (code, std::mem::take(&mut self.log))
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        // Never leave a QEMU behind (it is ours: spawned above).
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expectation {
+    Right,
+    /// One deliberately wrong expectation: `bm_leaf` called from `bm_outer`.
+    Wrong,
+}
+
+/// Appears in the error a wrong expectation produces.
+const WRONG_MARK: &str = "does not match the expected calls";
+
+/// Boots the kernel, runs the scripted session, and checks both the output and the exit.
+fn run_session(boot: &Boot<'_>, expectation: Expectation) -> Result<(), String> {
+    let mut vm = Vm::start(boot)?;
+    let checked = script(&mut vm, expectation);
+    // Tell the kernel the verdict: it exits 33 only if told "pass" and every command that
+    // failed was expected to.
+    let poweroff = match &checked {
+        Ok(expected_failures) => format!("poweroff pass {expected_failures}"),
+        Err(_) => "poweroff fail".into(),
+    };
+    if let Some(stdin) = vm.stdin.as_mut() {
+        let _ = stdin.write_all(format!("{poweroff}\n").as_bytes());
+        let _ = stdin.flush();
+    }
+    let (code, log) = vm.finish();
+    let result = log
+        .lines()
+        .find(|l| l.starts_with("RESULT: "))
+        .unwrap_or("(no RESULT line)");
+    let exit = match code {
+        Some(c) => format!("QEMU exit status {c}, {result}"),
+        None => format!("QEMU killed or hung, {result}"),
+    };
+    match checked {
+        Ok(_) if code == Some(EXIT_PASS) && result.starts_with("RESULT: PASS") => Ok(()),
+        Ok(_) => Err(format!(
+            "the checks passed but the kernel did not: {exit}\n{log}"
+        )),
+        Err(e) => Err(format!("{e}\n({exit})\n--- console log ---\n{log}")),
+    }
+}
+
+/// The reference captures (Linux 6.12.117), beside the repository.
+fn reference(file: &str) -> Result<String, String> {
+    let p = root()
+        .join("../shared/reference/ftrace-6.12.117")
+        .join(file);
+    std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+fn check(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if cond { Ok(()) } else { Err(what()) }
+}
+
+/// The session. Returns how many commands were meant to fail.
+fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
+    let boot_log = vm.expect(PROMPT)?;
+    for want in [
+        "selftest: tracer code uninstrumented, workload sites present: ok",
+        "selftest: int3 breakpoint protocol (2 traps emulated): ok",
+        "calibrated against the PIT",
+        &format!("smp: {CPUS} CPU(s) online"),
+    ] {
+        check(boot_log.contains(want), || {
+            format!("boot log lacks {want:?}")
+        })?;
+    }
+    // The breakpoint protocol across CPUs: CPU 1 ran through the site while it was flipped.
+    let cross = boot_log
+        .lines()
+        .find(|l| l.starts_with("selftest: cross-CPU patching"))
+        .ok_or("boot log lacks the cross-CPU patching self-test")?;
+    check(cross.ends_with(" 0 wrong results): ok"), || {
+        format!("cross-CPU patching: {cross}")
+    })?;
+    println!("qemu-test: {cross}");
+
+    let ls = vm.command("ls")?;
+    for f in [
+        "available_tracers",
+        "current_tracer",
+        "set_ftrace_filter",
+        "trace",
+        "tracing_on",
+    ] {
+        check(ls.lines().any(|l| l == f), || {
+            format!("ls lacks {f}: {ls:?}")
+        })?;
+    }
+    let tracers = vm.command("cat available_tracers")?;
+    check(tracers == "function_graph function nop\n", || {
+        format!("available_tracers: {tracers:?}")
+    })?;
+    let current = vm.command("cat current_tracer")?;
+    check(current == "nop\n", || {
+        format!("current_tracer at boot: {current:?}")
+    })?;
+    let on = vm.command("cat tracing_on")?;
+    check(on == "1\n", || format!("tracing_on: {on:?}"))?;
+
+    // A filter naming no function is refused, as Linux does, and changes nothing.
+    let bad = vm.command("echo no_such_function > set_ftrace_filter")?;
+    check(bad == "sh: write error: Invalid argument\n", || {
+        format!("bad filter: {bad:?}")
+    })?;
+    let all = vm.command("cat set_ftrace_filter")?;
+    check(all == "#### all functions enabled ####\n", || {
+        format!("empty filter: {all:?}")
+    })?;
+
+    let set = vm.command("echo 'bm_*' > set_ftrace_filter")?;
+    check(set.is_empty(), || format!("setting the filter: {set:?}"))?;
+    let filter = vm.command("cat set_ftrace_filter")?;
+    let mut names: Vec<&str> = filter.lines().collect();
+    names.sort_unstable();
+    check(
+        names == ["bm_leaf", "bm_middle", "bm_outer", "bm_workload"],
+        || format!("set_ftrace_filter: {filter:?}"),
+    )?;
+
+    // function: the workload runs with interrupts enabled, then disabled (the `d` flag)
+    let set = vm.command("echo function > current_tracer")?;
+    check(set.is_empty(), || format!("setting function: {set:?}"))?;
+    run_workload(vm, ROUNDS, "")?;
+    let trace = vm.command("cat trace")?;
+    let on_cpu0 = |flags, rounds| Segment {
+        cpu: 0,
+        flags,
+        rounds,
+    };
+    check_function_trace(&trace, &[on_cpu0(".....", ROUNDS)], expectation)?;
+    let clear = vm.command("echo > trace")?;
+    check(clear.is_empty(), || format!("clearing trace: {clear:?}"))?;
+    run_workload(vm, 1, " irqsoff")?;
+    let trace = vm.command("cat trace")?;
+    check_function_trace(&trace, &[on_cpu0("d....", 1)], Expectation::Right)?;
+    // per-CPU buffers: CPU 1 runs the workload, then CPU 0; `trace` merges them by time
+    let clear = vm.command("echo > trace")?;
+    check(clear.is_empty(), || format!("clearing trace: {clear:?}"))?;
+    run_workload(vm, 1, " cpu=1")?;
+    run_workload(vm, 1, "")?;
+    let trace = vm.command("cat trace")?;
+    let on_cpu1 = Segment {
+        cpu: 1,
+        flags: ".....",
+        rounds: 1,
+    };
+    check_function_trace(&trace, &[on_cpu1, on_cpu0(".....", 1)], Expectation::Right)?;
+    // tracing_on=0 leaves the buffer as it is
+    let off = vm.command("echo 0 > tracing_on")?;
+    check(off.is_empty(), || format!("tracing_on=0: {off:?}"))?;
+    run_workload(vm, 2, "")?;
+    let again = vm.command("cat trace")?;
+    check(again == trace, || {
+        format!("tracing_on=0 still recorded:\n{again}")
+    })?;
+    let on = vm.command("echo 1 > tracing_on")?;
+    check(on.is_empty(), || format!("tracing_on=1: {on:?}"))?;
+
+    // function_graph
+    check(
+        vm.command("echo function_graph > current_tracer")?
+            .is_empty(),
+        || "setting function_graph".into(),
+    )?;
+    run_workload(vm, ROUNDS, "")?;
+    let trace = vm.command("cat trace")?;
+    check_graph_trace(&trace)?;
+
+    // back to nop: sites restored, buffer empty, a new workload leaves nothing
+    check(vm.command("echo nop > current_tracer")?.is_empty(), || {
+        "setting nop".into()
+    })?;
+    let current = vm.command("cat current_tracer")?;
+    check(current == "nop\n", || {
+        format!("current_tracer: {current:?}")
+    })?;
+    run_workload(vm, ROUNDS, "")?;
+    let trace = vm.command("cat trace")?;
+    let (entries, events) = function_header(&trace, "nop")?;
+    check(entries == (0, 0) && events.is_empty(), || {
+        format!("nop trace not empty:\n{trace}")
+    })?;
+    Ok(1)
+}
+
+/// Runs `workload ROUNDS MODE` and checks its result.
+fn run_workload(vm: &mut Vm, rounds: u64, mode: &str) -> Result<(), String> {
+    let out = vm.command(&format!("workload {rounds}{mode}"))?;
+    let want = format!(
+        "workload: bm_workload({rounds}) = {}\n",
+        expected_checksum(rounds)
+    );
+    check(out == want, || format!("workload: {out:?}, want {want:?}"))
+}
+
+/// The workload's checksum (the kernel's `workload::expected_checksum`).
+fn expected_checksum(rounds: u64) -> u64 {
+    let middle = |x: u64| (x ^ 0x5a).wrapping_mul(3);
+    (0..rounds).fold(0u64, |acc, i| {
+        let outer = middle(i)
+            .wrapping_add(middle(i + 1))
+            .wrapping_add(i.wrapping_add(7));
+        acc.wrapping_mul(31).wrapping_add(outer)
+    })
+}
+
+/// The calls the workload makes, as (function, parent) pairs; `None` for the builtin that
+/// calls `bm_workload`.
+fn expected_calls(
+    rounds: u64,
+    expectation: Expectation,
+) -> Vec<(&'static str, Option<&'static str>)> {
+    let mut v = vec![("bm_workload", None)];
+    for _ in 0..rounds {
+        v.extend([
+            ("bm_outer", Some("bm_workload")),
+            ("bm_middle", Some("bm_outer")),
+            ("bm_leaf", Some("bm_middle")),
+            ("bm_middle", Some("bm_outer")),
+            ("bm_leaf", Some("bm_middle")),
+        ]);
+    }
+    if expectation == Expectation::Wrong {
+        v[3].1 = Some("bm_outer");
+    }
+    v
+}
+
+/// Checks the latency-format header against Linux's and returns (entries, written) and the
+/// event lines.
+fn function_header<'a>(trace: &'a str, tracer: &str) -> Result<((u64, u64), Vec<&'a str>), String> {
+    let reference = reference("02-files/trace.txt")?;
+    let want_tail: Vec<&str> = reference.lines().skip(3).collect();
+    let lines: Vec<&str> = trace.lines().collect();
+    check(lines.len() >= 12, || format!("trace too short:\n{trace}"))?;
+    check(
+        lines[0] == format!("# tracer: {tracer}") && lines[1] == "#",
+        || format!("trace header: {:?}", &lines[..2]),
+    )?;
+    let counts = lines[2]
+        .strip_prefix("# entries-in-buffer/entries-written: ")
+        .and_then(|s| s.strip_suffix(&format!("   #P:{CPUS}")))
+        .and_then(|s| s.split_once('/'))
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+        .ok_or_else(|| format!("entries line: {:?}", lines[2]))?;
+    check(lines[3..12] == want_tail[..], || {
+        format!(
+            "header differs from Linux's:\n{}\nwant:\n{}",
+            lines[3..12].join("\n"),
+            want_tail.join("\n")
+        )
+    })?;
+    Ok((counts, lines[12..].to_vec()))
+}
+
+/// Checks a function trace of `workload ROUNDS`: the header, the context columns (`flags` is
+/// the irqs-off...migrate-disable column), ordered timestamps, and exactly the expected calls.
+/// One stretch of a function trace: `workload ROUNDS` run on `cpu` with `flags` in the
+/// irqs-off...migrate-disable column.
+struct Segment {
+    cpu: u32,
+    flags: &'static str,
+    rounds: u64,
+}
+
+/// Checks a function trace: the header, the context columns of each segment's events in
+/// order, non-decreasing timestamps, and exactly the expected calls.
+fn check_function_trace(
+    trace: &str,
+    segments: &[Segment],
+    expectation: Expectation,
+) -> Result<(), String> {
+    let (counts, events) = function_header(trace, "function")?;
+    let mut want = Vec::new();
+    let mut prefixes = Vec::new();
+    for seg in segments {
+        let calls = expected_calls(seg.rounds, expectation);
+        let prefix = format!("          <idle>-0       [{:03}] {} ", seg.cpu, seg.flags);
+        prefixes.extend(std::iter::repeat_n(prefix, calls.len()));
+        want.extend(calls);
+    }
+    let n = want.len() as u64;
+    check(counts == (n, n), || {
+        format!("entries {counts:?}, want ({n}, {n})")
+    })?;
+    let mut got = Vec::new();
+    let mut last_ts = 0.0f64;
+    for (i, line) in events.iter().enumerate() {
+        // "          <idle>-0       [000] d....     0.022266: bm_outer <-bm_workload"
+        let bad = || format!("malformed function line {line:?}");
+        let prefix = prefixes
+            .get(i)
+            .ok_or_else(|| format!("extra line {line:?}"))?;
+        let rest = line
+            .strip_prefix(prefix.as_str())
+            .ok_or_else(|| format!("line {line:?} does not start with {prefix:?}"))?;
+        let (ts, call) = rest.split_once(": ").ok_or_else(bad)?;
+        let (secs, micros) = ts.trim_start().split_once('.').ok_or_else(bad)?;
+        check(ts.len() >= 12 && micros.len() == 6, bad)?;
+        let ts: f64 = format!("{secs}.{micros}").parse().map_err(|_| bad())?;
+        check(ts >= last_ts, || {
+            format!("timestamps go backwards at {line:?}")
+        })?;
+        last_ts = ts;
+        let (func, parent) = call.split_once(" <-").ok_or_else(bad)?;
+        got.push((func.to_string(), parent.to_string()));
+    }
+    let matches = got.len() == want.len()
+        && got
+            .iter()
+            .zip(&want)
+            .all(|((f, p), (wf, wp))| f == wf && wp.is_none_or(|wp| p == wp));
+    check(matches, || {
+        let got: Vec<String> = got.iter().map(|(f, p)| format!("{f} <-{p}")).collect();
+        let want: Vec<String> = want
+            .iter()
+            .map(|(f, p)| format!("{f} <-{}", p.unwrap_or("*")))
+            .collect();
+        format!(
+            "the function trace {WRONG_MARK}:\ngot:\n  {}\nwant:\n  {}",
+            got.join("\n  "),
+            want.join("\n  ")
+        )
+    })
+}
+
+fn check_graph_trace(trace: &str) -> Result<(), String> {
+    let reference = reference("05-function-graph/trace.txt")?;
+    let want_head: Vec<&str> = reference.lines().take(4).collect();
+    let lines: Vec<&str> = trace.lines().collect();
+    check(lines.len() > 4 && lines[..4] == want_head[..], || {
+        format!("function_graph header differs from Linux's:\n{trace}")
+    })?;
+    // Expected tree, rendered the way Linux prints it: leaves fold into `f();`.
+    let mut want = vec!["bm_workload() {".to_string()];
+    for _ in 0..ROUNDS {
+        want.push("  bm_outer() {".into());
+        for _ in 0..2 {
+            want.extend([
+                "    bm_middle() {".into(),
+                "      bm_leaf();".into(),
+                "    }".into(),
+            ]);
+        }
+        want.push("  }".into());
+    }
+    want.push("}".into());
+    let mut got = Vec::new();
+    for line in &lines[4..] {
+        // " 0)   0.212 us    |        bm_leaf();"  /  " 0)               |  bm_outer() {"
+        let bad = || format!("malformed function_graph line {line:?}");
+        let rest = line.strip_prefix(" 0) ").ok_or_else(bad)?;
+        let (duration, body) = rest.split_once("|  ").ok_or_else(bad)?;
+        check(duration.len() == 14, bad)?;
+        let opens = body.ends_with("() {");
+        if opens {
+            check(duration.trim().is_empty(), bad)?;
+        } else {
+            let mark = duration.as_bytes()[0];
+            check(
+                b" +!#*@$".contains(&mark) && duration.as_bytes()[1] == b' ',
+                bad,
+            )?;
+            let (num, unit) = duration[2..].split_once(' ').ok_or_else(bad)?;
+            let (us, ns) = num.split_once('.').ok_or_else(bad)?;
+            check(
+                us.bytes().all(|b| b.is_ascii_digit()) && ns.len() == 3 && unit.starts_with("us"),
+                bad,
+            )?;
+        }
+        got.push(body.to_string());
+    }
+    check(got == want, || {
+        format!(
+            "the function_graph trace {WRONG_MARK}:\ngot:\n{}\nwant:\n{}",
+            got.join("\n"),
+            want.join("\n")
+        )
+    })
+}
+
+/// Boots, sends `fault` (a plain store into read-only text), and requires the page-fault
+/// report, `RESULT: FAIL` and status 35.
+fn run_fault(boot: &Boot<'_>) -> Result<(), String> {
+    let mut vm = Vm::start(boot)?;
+    vm.expect(PROMPT)?;
+    if let Some(stdin) = vm.stdin.as_mut() {
+        let _ = stdin.write_all(b"fault\n");
+        let _ = stdin.flush();
+    }
+    let (code, log) = vm.finish();
+    let ok = code == Some(EXIT_FAIL)
+        && log.contains("EXCEPTION: #PF page fault (vector 14) on CPU 0")
+        && log.contains("data write of a present, protected page")
+        && log.contains("RESULT: FAIL (fatal exception)")
+        && !log.contains("RESULT: PASS");
+    check(ok, || {
+        format!("the fault run did not report as it must (status {code:?}):\n{log}")
+    })
+}
