@@ -4,16 +4,17 @@
 //!   the tests need (when run as root and they are missing), then runs formatting, clippy,
 //!   no_std builds, docs, unit/property/integration tests, and the loom models, and ends with a
 //!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
+//! - `cargo xtask demo`, `cargo xtask bench-vs-uftrace`: the userspace backend's main job and
+//!   its comparison with uftrace (see `user.rs`).
 
 mod qemu;
 mod rfl;
+mod user;
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
-
-mod user;
 
 /// The `#![no_std]` library crates: each must build without its default features.
 const CORE_CRATES: &[&str] = &[
