@@ -240,10 +240,14 @@ impl Capture {
             .collect()
     }
 
-    /// The capture's symbols.
+    /// The capture's symbols (see [`parse_kallsyms`]).
     pub fn symbols(&self) -> Result<SortedSymbols, ExportError> {
-        SortedSymbols::from_kallsyms(&self.kallsyms)
-            .map_err(|e| io_err(&self.dir.join("kallsyms"), e))
+        parse_kallsyms(&self.kallsyms).map_err(|line| {
+            io_err(
+                &self.dir.join("kallsyms"),
+                format!("line {line}: expected \"addr type name\""),
+            )
+        })
     }
 
     /// Decodes every CPU's pages into events (ids mapped to ftrace-core's by name), sorted by
@@ -369,6 +373,37 @@ impl Ev {
             _ => None,
         }
     }
+}
+
+/// Parses `kallsyms` text, keeping text symbols (`t`/`T`/`w`/`W`): `addr type name`, then
+/// optionally a tab and `[module]`. Unlike a whitespace split, the name runs to the tab, so
+/// demangled names with spaces (`<fn(), ()>`) stay whole. Errors give the 1-based line.
+pub fn parse_kallsyms(text: &str) -> Result<SortedSymbols, usize> {
+    let mut t = SortedSymbols::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let parse = || {
+            let (addr, rest) = line.trim_start().split_once(' ')?;
+            let (kind, rest) = rest.split_once(' ')?;
+            let addr = u64::from_str_radix(addr, 16).ok()?;
+            let (name, module) = match rest.split_once('\t') {
+                Some((n, m)) => (
+                    n,
+                    Some(m.trim().trim_start_matches('[').trim_end_matches(']')),
+                ),
+                None => (rest.trim_end(), None),
+            };
+            Some((addr, kind, name, module))
+        };
+        let (addr, kind, name, module) = parse().ok_or(i + 1)?;
+        if matches!(kind, "t" | "T" | "w" | "W") {
+            t.push(name, addr, 0, module);
+        }
+    }
+    t.finish();
+    Ok(t)
 }
 
 /// The page size `events/header_page` describes (`data` offset + size).
@@ -511,4 +546,24 @@ pub fn run_cli(args: &ExportArgs, out: &mut dyn Write, err: &mut dyn Write) -> u
 pub(crate) fn sym_name(syms: &SortedSymbols, addr: u64) -> String {
     syms.lookup(addr)
         .map_or_else(|| format!("{addr:#x}"), |s| s.name.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kallsyms_names_keep_their_spaces() {
+        let t = parse_kallsyms(
+            "0000000000001000 t a::<fn(), ()>\n0000000000002000 T b\t[libx.so]\n\
+             0000000000003000 D data\nffffffff81000000 T vfs_read\n",
+        )
+        .unwrap();
+        let a = t.lookup(0x1004).unwrap();
+        assert_eq!((a.name, a.module), ("a::<fn(), ()>", None));
+        let b = t.lookup(0x2000).unwrap();
+        assert_eq!((b.name, b.module), ("b", Some("libx.so")));
+        assert_eq!(t.len(), 3);
+        assert_eq!(parse_kallsyms("zz\n").err(), Some(1));
+    }
 }
