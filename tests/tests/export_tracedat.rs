@@ -140,18 +140,26 @@ fn parse(line: &str) -> Option<Line> {
 fn export(tag: &str) -> (Scratch, PathBuf, PathBuf) {
     let s = Scratch::new(tag);
     let cap = capture(&s.0);
-    let dat = s.0.join("trace.dat");
+    let dat = export_version(&cap, "6");
+    (s, cap, dat)
+}
+
+/// Exports `cap` as trace.dat version `v` beside it.
+fn export_version(cap: &Path, v: &str) -> PathBuf {
+    let dat = cap.with_file_name(format!("trace-v{v}.dat"));
     let (code, _, err) = ftrace(&[
         "export",
         "--format",
         "trace.dat",
+        "--file-version",
+        v,
         "-i",
         cap.to_str().unwrap(),
         "-o",
         dat.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
-    (s, cap, dat)
+    dat
 }
 
 #[test]
@@ -197,7 +205,10 @@ fn trace_cmd_reads_the_pages_nanosecond_timestamps() {
                 .parse()
                 .unwrap();
             let ts = l[l.find(']').unwrap() + 1..].split(':').next().unwrap();
-            let (s, ns) = ts.trim().split_once('.').unwrap();
+            let (s, ns) = ts
+                .trim()
+                .split_once('.')
+                .unwrap_or_else(|| panic!("{l:?}\n{text}"));
             assert_eq!(ns.len(), 9, "{l}");
             (
                 cpu,
@@ -226,6 +237,37 @@ fn trace_cmd_sees_the_formats_clock_and_cpus() {
             "{name}: {events}"
         );
     }
+}
+
+#[test]
+fn trace_cmd_reads_version_7_as_version_6() {
+    let (_s, cap, v6) = export("v7");
+    let v7 = export_version(&cap, "7");
+    let summary = trace_cmd(&["dump", "--summary", "-i", v7.to_str().unwrap()]);
+    assert!(summary.contains("7\t[Version]"), "{summary}");
+    assert!(
+        summary.contains("none\t[Compression algorithm]"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "[buffer \"\", \"local\" clock, 4096 page size, 2 cpus, 8192 bytes flyrecord data]"
+        ),
+        "{summary}"
+    );
+    for opts in [&["report"][..], &["report", "-O", "parent", "-t"][..]] {
+        let a = trace_cmd(&[opts, &["-i", v6.to_str().unwrap()]].concat());
+        let b = trace_cmd(&[opts, &["-i", v7.to_str().unwrap()]].concat());
+        assert_eq!(a.lines().count(), 57, "{a}");
+        assert_eq!(a, b, "{opts:?}");
+    }
+}
+
+#[test]
+fn export_rejects_other_trace_dat_versions() {
+    let (code, _, err) = ftrace(&["export", "-f", "trace.dat", "--file-version", "5"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--file-version"), "{err}");
 }
 
 #[test]

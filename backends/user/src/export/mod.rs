@@ -490,21 +490,38 @@ pub struct ExportArgs {
     /// output, not for uftrace).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// trace.dat: the file version (6, or 7: sections).
+    #[arg(long = "file-version", value_name = "N", default_value_t = 6,
+          value_parser = clap::value_parser!(u32).range(6..=7))]
+    pub file_version: u32,
 }
 
-/// Exports the capture in `input` as `format` into `output`.
-pub fn export(input: &Path, format: Format, output: &Path) -> Result<(), ExportError> {
+/// Exports the capture in `input` as `format` into `output` (`trace_dat_version`: 6 or 7).
+pub fn export(
+    input: &Path,
+    format: Format,
+    output: &Path,
+    trace_dat_version: u32,
+) -> Result<(), ExportError> {
     let cap = Capture::read(input)?;
     match format {
-        Format::TraceDat => {
-            let bytes = tracedat::write(&cap)?;
-            std::fs::write(output, bytes).map_err(|e| io_err(output, e))
-        }
-        Format::Chrome => {
-            let bytes = chrome::write(&cap)?;
-            std::fs::write(output, bytes).map_err(|e| io_err(output, e))
-        }
         Format::Uftrace => uftrace::write(&cap, output),
+        f => {
+            let bytes = bytes(&cap, f, trace_dat_version)?;
+            std::fs::write(output, bytes).map_err(|e| io_err(output, e))
+        }
+    }
+}
+
+/// The bytes of a single-file export (`trace.dat` or Chrome JSON).
+fn bytes(cap: &Capture, format: Format, trace_dat_version: u32) -> Result<Vec<u8>, ExportError> {
+    match format {
+        Format::TraceDat if trace_dat_version == 7 => tracedat::write_v7(cap),
+        Format::TraceDat => tracedat::write(cap),
+        Format::Chrome => chrome::write(cap),
+        Format::Uftrace => Err(ExportError(
+            "uftrace.data is a directory: give -o DIR".into(),
+        )),
     }
 }
 
@@ -515,23 +532,15 @@ pub fn run_cli(args: &ExportArgs, out: &mut dyn Write, err: &mut dyn Write) -> u
         .clone()
         .unwrap_or_else(|| PathBuf::from(args.format.default_output()));
     let result = if output.as_os_str() == "-" {
-        match args.format {
-            Format::Uftrace => Err(ExportError(
-                "uftrace.data is a directory: give -o DIR".into(),
-            )),
-            f => Capture::read(&args.input)
-                .and_then(|c| match f {
-                    Format::TraceDat => tracedat::write(&c),
-                    _ => chrome::write(&c),
-                })
-                .and_then(|b| {
-                    out.write_all(&b)
-                        .and_then(|()| out.flush())
-                        .map_err(|e| ExportError(format!("writing: {e}")))
-                }),
-        }
+        Capture::read(&args.input)
+            .and_then(|c| bytes(&c, args.format, args.file_version))
+            .and_then(|b| {
+                out.write_all(&b)
+                    .and_then(|()| out.flush())
+                    .map_err(|e| ExportError(format!("writing: {e}")))
+            })
     } else {
-        export(&args.input, args.format, &output)
+        export(&args.input, args.format, &output, args.file_version)
     };
     match result {
         Ok(()) => 0,
