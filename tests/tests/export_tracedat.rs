@@ -288,3 +288,81 @@ fn export_of_a_missing_capture_names_it() {
         "{err}"
     );
 }
+
+#[test]
+fn chrome_export_of_the_kernel_capture_has_every_event() {
+    let s = Scratch::new("chrome");
+    let cap = capture(&s.0);
+    let (code, json, err) = ftrace(&[
+        "export",
+        "-f",
+        "chrome",
+        "-i",
+        cap.to_str().unwrap(),
+        "-o",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let (code, ours, err) = ftrace(&["report", "-i", cap.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let want: Vec<(u64, String, String)> = String::from_utf8(ours)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| parse(l).unwrap())
+        .map(|l| {
+            let ts = l.ts.replace('.', "").parse().unwrap();
+            let (name, arg) = match l.body.split_once(" <-") {
+                Some((f, p)) => (f.to_string(), p.to_string()),
+                None => {
+                    let msg = l.body.strip_prefix("tracing_mark_write: ").unwrap();
+                    ("print".to_string(), msg.to_string())
+                }
+            };
+            (ts, name, arg)
+        })
+        .collect();
+    let mut got = Vec::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "M" {
+            continue;
+        }
+        assert_eq!(e["ph"], "i", "{e}");
+        assert_eq!(
+            e["pid"], e["tid"],
+            "kernel capture: each thread its own process"
+        );
+        // ts in µs with ns decimals; the text report has µs.
+        let us = (e["ts"].as_f64().unwrap()).round() as u64;
+        let arg = e["args"]["parent"]
+            .as_str()
+            .or(e["args"]["msg"].as_str())
+            .unwrap();
+        got.push((us, e["name"].as_str().unwrap().to_string(), arg.to_string()));
+    }
+    assert_eq!(got.len(), 56);
+    for (a, b) in got.iter().zip(&want) {
+        assert_eq!(a.1, b.1);
+        assert_eq!(a.2, b.2);
+        assert!(a.0.abs_diff(b.0) <= 1, "{a:?} {b:?}");
+    }
+}
+
+#[test]
+fn uftrace_export_refuses_a_kernel_capture() {
+    let s = Scratch::new("uft");
+    let cap = capture(&s.0);
+    let out = s.0.join("uftrace.data");
+    let (code, _, err) = ftrace(&[
+        "export",
+        "-f",
+        "uftrace",
+        "-i",
+        cap.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not a recording of `ftrace record`"), "{err}");
+}

@@ -11,8 +11,9 @@
 //! | `<module>.sym` | `addr type name` lines, addresses relative to the module's map start |
 //! | `<tid>.dat` | 16-byte records: `u64 time`, then `type:2 more:1 magic:3 depth:10 addr:48` |
 //!
-//! Symbols and modules come from a recording's per-process `symbols` files; a kernel capture
-//! (no recording) becomes one session whose single module spans its `kallsyms`.
+//! Symbols and modules come from a recording's per-process `symbols` files, so the input must
+//! be a recording made by `ftrace record` (a kernel capture is refused with an error: its
+//! addresses do not fit uftrace's 48-bit user address field).
 //! `funcgraph_entry`/`funcgraph_exit` become ENTRY/EXIT records; a `function` event (the
 //! function tracer records no returns) becomes an ENTRY and an EXIT at the same time.
 //!
@@ -130,11 +131,11 @@ fn sessions(cap: &Capture) -> Result<Vec<Session>, ExportError> {
         });
     }
     if out.is_empty() {
-        out.push(Session {
-            pid: -1,
-            exe: "kernel".into(),
-            syms: cap.symbols()?,
-        });
+        return Err(ExportError(format!(
+            "{}: not a recording of `ftrace record` (no <pid>.<n>/meta and symbols): uftrace.data \
+             holds userspace calls; export a kernel capture as trace.dat or chrome",
+            cap.dir.display()
+        )));
     }
     Ok(out)
 }
@@ -213,7 +214,7 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
         }
         let start = tids.iter().filter_map(|t| first.get(t)).min().copied();
         let start = start.unwrap_or(0);
-        let pid = if s.pid >= 0 { s.pid } else { tids[0] };
+        let pid = s.pid;
         let sid = format!("{:016x}", 0x0f7a_ce00_0000_0000_u64 | i as u64);
         let main = if s.exe.is_empty() {
             format!("pid-{pid}")
