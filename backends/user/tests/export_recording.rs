@@ -32,10 +32,15 @@ fn scratch() -> PathBuf {
 
 static BUILD: Mutex<()> = Mutex::new(());
 
-/// Builds an example once per test process: `c` (gcc, patchable entries) or `rust`.
+/// Builds `calls` once per test process: `c` (gcc, patchable entries) or `rust`.
 fn build(kind: &str) -> PathBuf {
+    build_example("calls", kind)
+}
+
+/// Builds example `name` (`examples/c/<name>.c` or `examples/rust/<name>.rs`) once.
+fn build_example(name: &str, kind: &str) -> PathBuf {
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let out = scratch().join(format!("calls-{kind}"));
+    let out = scratch().join(format!("{name}-{kind}"));
     if out.is_file() {
         return out;
     }
@@ -50,7 +55,7 @@ fn build(kind: &str) -> PathBuf {
                 "-o",
             ])
             .arg(&tmp)
-            .arg(examples().join("c/calls.c"))
+            .arg(examples().join(format!("c/{name}.c")))
             .arg("-ldl")
             .output()
             .expect("gcc")
@@ -59,7 +64,7 @@ fn build(kind: &str) -> PathBuf {
             .env("RUSTC_BOOTSTRAP", "1")
             .args(["-O", "-Zpatchable-function-entry=5", "-o"])
             .arg(&tmp)
-            .arg(examples().join("rust/calls.rs"))
+            .arg(examples().join(format!("rust/{name}.rs")))
             .output()
             .expect("rustc")
     };
@@ -82,21 +87,28 @@ fn ftrace(args: &[&str]) -> (u8, Vec<u8>, String) {
 
 /// Records `calls 2 20` built as `kind` into a fresh directory.
 fn record(kind: &str, tag: &str) -> PathBuf {
-    let exe = build(kind);
-    let dir = scratch().join(format!("rec-{kind}-{tag}"));
+    record_program(&build(kind), &["2", "20"], &format!("{kind}-{tag}"))
+}
+
+/// Records `exe args...` with function_graph into a fresh directory.
+fn record_program(exe: &Path, args: &[&str], tag: &str) -> PathBuf {
+    let dir = scratch().join(format!("rec-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);
-    let (code, _, err) = ftrace(&[
-        "record",
-        "-t",
-        "function_graph",
-        "--no-overwrite",
-        "-o",
-        dir.to_str().unwrap(),
-        "--",
-        exe.to_str().unwrap(),
-        "2",
-        "20",
-    ]);
+    let (code, _, err) = ftrace(
+        &[
+            "record",
+            "-t",
+            "function_graph",
+            "--no-overwrite",
+            "-o",
+            dir.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+        ]
+        .into_iter()
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>(),
+    );
     assert_eq!(code, 0, "{err}");
     dir
 }
@@ -193,6 +205,13 @@ fn uftrace_graph(data: &Path) -> BTreeMap<u32, Vec<Step>> {
             break; // the trailer listing calls still open at the end
         }
         let (left, body) = line.split_once('|').unwrap();
+        // uftrace prints an address it cannot name as `<55c03725e170>()`.
+        let unnamed = body
+            .trim()
+            .strip_prefix('<')
+            .and_then(|b| b.split_once(">("))
+            .is_some_and(|(a, _)| !a.is_empty() && a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert!(!unnamed, "unresolved symbol: {line}");
         let tid = left[left.find('[').unwrap() + 1..left.find(']').unwrap()]
             .trim()
             .parse()
@@ -212,7 +231,8 @@ fn recording_graph(rec: &Recording) -> BTreeMap<u32, Vec<Step>> {
     per_tid
         .into_iter()
         .map(|(tid, mut evs)| {
-            evs.sort_by_key(|e| e.seq);
+            // An exec'd image is a later process directory with its own sequence numbers.
+            evs.sort_by_key(|e| (e.process, e.seq));
             let steps = evs
                 .iter()
                 .map(|e| match e.id() {
@@ -435,4 +455,33 @@ fn trace_cmd_reports_every_recorded_event() {
     assert_eq!(exits + leaves, nr_exits);
     std::fs::remove_dir_all(&rec).unwrap();
     std::fs::remove_file(&dat).unwrap();
+}
+
+#[test]
+fn uftrace_export_has_a_session_per_process_image() {
+    let exe = build_example("lifecycle", "c");
+    for (mode, sessions, tasks) in [("fork", 2, 2), ("exec", 2, 2)] {
+        let rec = record_program(&exe, &[mode], &format!("lifecycle-{mode}"));
+        let data = rec.with_extension("uftrace.data");
+        let _ = std::fs::remove_dir_all(&data);
+        export(&rec, "uftrace", &data);
+        let task = std::fs::read_to_string(data.join("task.txt")).unwrap();
+        assert_eq!(task.matches("SESS ").count(), sessions, "{mode}: {task}");
+        // A TASK line per thread and image (an exec'd image restates its thread).
+        assert_eq!(task.matches("TASK ").count(), tasks, "{mode}: {task}");
+        let r = Recording::read(&rec).unwrap();
+        assert_eq!(r.processes.len(), 2, "{mode}");
+        let recorded = recording_graph(&r);
+        let theirs = uftrace_graph(&data);
+        assert_same_graph(mode, &recorded, &theirs);
+        let works = |g: &BTreeMap<u32, Vec<Step>>| {
+            g.values()
+                .flatten()
+                .filter(|s| **s == Step::Enter("work".into()))
+                .count()
+        };
+        assert!(works(&theirs) >= 2, "{mode}: work in both images");
+        std::fs::remove_dir_all(&rec).unwrap();
+        std::fs::remove_dir_all(&data).unwrap();
+    }
 }

@@ -416,6 +416,14 @@ fn page_size_from_header(text: &str) -> Option<usize> {
     Some(num("offset:")? + num("size:")?)
 }
 
+/// A recording's `meta` file as `key=value` pairs (separated by any whitespace, as the
+/// recording reader takes them).
+pub(crate) fn meta_kv(text: &str) -> BTreeMap<&str, &str> {
+    text.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .collect()
+}
+
 /// A recording's thread-to-process map and executables (`<pid>.<n>/meta` + `buf-<tid>`).
 fn recording_tasks(dir: &Path) -> (HashMap<i32, i32>, HashMap<i32, String>) {
     let (mut tgids, mut exes) = (HashMap::new(), HashMap::new());
@@ -426,7 +434,7 @@ fn recording_tasks(dir: &Path) -> (HashMap<i32, i32>, HashMap<i32, String>) {
         let Ok(meta) = std::fs::read_to_string(sub.join("meta")) else {
             continue;
         };
-        let kv: BTreeMap<&str, &str> = meta.lines().filter_map(|l| l.split_once('=')).collect();
+        let kv = meta_kv(&meta);
         let Some(pid) = kv.get("pid").and_then(|p| p.parse::<i32>().ok()) else {
             continue;
         };

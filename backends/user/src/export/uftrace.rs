@@ -6,7 +6,7 @@
 //! | file | content |
 //! |---|---|
 //! | `info` | the 40-byte header (`"Ftrace!\0"`, version 4, features `TASK_SESSION \| SYM_REL_ADDR`) and the `exename`, `cmdline`, `cpuinfo` and `taskinfo` sections |
-//! | `task.txt` | a `SESS` line per process, a `TASK` line per thread |
+//! | `task.txt` | a `SESS` line per process image (an exec starts a new one, at its agent's start time), a `TASK` line per thread and image |
 //! | `sid-<SID>.map` | per process, one line per module: the span of its symbols |
 //! | `<module>.sym` | `addr type name` lines, addresses relative to the module's map start |
 //! | `<tid>.dat` | 16-byte records: `u64 time`, then `type:2 more:1 magic:3 depth:10 addr:48` |
@@ -102,10 +102,14 @@ fn ts_text(ts: u64) -> String {
     format!("{}.{:09}", ts / 1_000_000_000, ts % 1_000_000_000)
 }
 
+/// One process image of the recording (`<pid>.<n>/`): a uftrace session.
 struct Session {
     pid: i32,
     exe: String,
     syms: SortedSymbols,
+    /// When its agent started, in the capture's time (an exec'd image starts a new session of
+    /// the same pid: uftrace picks, for each record, the latest session started before it).
+    start: Option<u64>,
 }
 
 fn sessions(cap: &Capture) -> Result<Vec<Session>, ExportError> {
@@ -119,15 +123,18 @@ fn sessions(cap: &Capture) -> Result<Vec<Session>, ExportError> {
     dirs.sort();
     for d in dirs {
         let meta = std::fs::read_to_string(d.join("meta")).map_err(|e| io_err(&d, e))?;
-        let kv: BTreeMap<&str, &str> = meta.lines().filter_map(|l| l.split_once('=')).collect();
+        let kv = super::meta_kv(&meta);
         let Some(pid) = kv.get("pid").and_then(|p| p.parse().ok()) else {
             continue;
         };
+        let start_key = if cap.time_in_ns() { "mono_ns" } else { "tsc" };
+        let start = kv.get(start_key).and_then(|v| v.parse().ok());
         let text = std::fs::read_to_string(d.join("symbols")).map_err(|e| io_err(&d, e))?;
         out.push(Session {
             pid,
             exe: kv.get("exe").map_or_else(String::new, |s| s.to_string()),
             syms: crate::recording::parse_symbols(&text),
+            start,
         });
     }
     if out.is_empty() {
@@ -155,19 +162,33 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
         first.entry(e.pid).or_insert(e.ts);
     }
     let sess = sessions(cap)?;
-    let session_of = |tid: i32| -> usize {
-        let pid = cap.tgid(tid);
-        sess.iter().rposition(|s| s.pid == pid).unwrap_or(0)
-    };
 
-    // Per-thread records.
+    // The session (process image) an event of `tid` at `ts` belongs to: the latest of its
+    // process started at or before `ts`.
+    let image = |tid: i32, ts: u64| -> Option<usize> {
+        let pid = cap.tgid(tid);
+        sess.iter()
+            .enumerate()
+            .filter(|(_, s)| s.pid == pid && s.start.is_none_or(|st| st <= ts))
+            .max_by_key(|(_, s)| s.start)
+            .map(|(i, _)| i)
+    };
+    // Per-thread records; per thread and image, the first timestamp (for TASK lines).
     let mut recs: BTreeMap<i32, (Vec<u8>, Vec<u64>)> = BTreeMap::new();
+    let mut images: BTreeMap<i32, Option<usize>> = BTreeMap::new();
+    let mut task_starts: BTreeMap<(i32, Option<usize>), u64> = BTreeMap::new();
     let push = |buf: &mut Vec<u8>, ts: u64, word: u64| {
         buf.extend_from_slice(&ts.to_ne_bytes());
         buf.extend_from_slice(&word.to_ne_bytes());
     };
     for e in &events {
         let (buf, stack) = recs.entry(e.pid).or_default();
+        // A new image (exec): the old image's calls never return; the new one starts at depth 0.
+        let img = image(e.pid, e.ts);
+        if images.insert(e.pid, img) != Some(img) {
+            stack.clear();
+            task_starts.entry((e.pid, img)).or_insert(e.ts);
+        }
         match e.call() {
             Some(Call::Entry { func, .. }) => {
                 push(buf, e.ts, record_word(REC_ENTRY, stack.len() as u32, func));
@@ -200,24 +221,22 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
         put(&format!("{tid}.dat"), buf)?;
     }
 
-    // Sessions: maps and symbol files; task.txt.
-    let mut task = String::new();
+    // Sessions: maps and symbol files; task.txt (SESS and TASK lines in time order).
+    let mut task: Vec<(u64, u8, String)> = Vec::new();
     let mut written_syms = BTreeSet::new();
     for (i, s) in sess.iter().enumerate() {
         let tids: Vec<i32> = recs
             .keys()
             .copied()
-            .filter(|&t| session_of(t) == i)
+            .filter(|&t| cap.tgid(t) == s.pid)
             .collect();
-        if tids.is_empty() {
+        let Some(first_ts) = tids.iter().filter_map(|t| first.get(t)).min().copied() else {
             continue;
-        }
-        let start = tids.iter().filter_map(|t| first.get(t)).min().copied();
-        let start = start.unwrap_or(0);
-        let pid = s.pid;
+        };
+        let start = s.start.unwrap_or(first_ts);
         let sid = format!("{:016x}", 0x0f7a_ce00_0000_0000_u64 | i as u64);
         let main = if s.exe.is_empty() {
-            format!("pid-{pid}")
+            format!("pid-{}", s.pid)
         } else {
             basename(&s.exe).to_string()
         };
@@ -252,19 +271,32 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
         );
         put(&format!("sid-{sid}.map"), map.as_bytes())?;
         let exe = if s.exe.is_empty() { &main } else { &s.exe };
-        let _ = writeln!(
-            task,
-            "SESS timestamp={} pid={pid} sid={sid} exename=\"{exe}\"",
-            ts_text(start)
-        );
-        for t in &tids {
-            let _ = writeln!(
-                task,
-                "TASK timestamp={} tid={t} pid={pid}",
-                ts_text(first.get(t).copied().unwrap_or(start))
-            );
+        task.push((
+            start,
+            0,
+            format!(
+                "SESS timestamp={} pid={} sid={sid} exename=\"{exe}\"",
+                ts_text(start),
+                s.pid
+            ),
+        ));
+    }
+    // A TASK line per thread and image (uftrace writes one after each exec's SESS).
+    for (&(tid, _), ts) in &task_starts {
+        if recs.contains_key(&tid) {
+            task.push((
+                *ts,
+                1,
+                format!(
+                    "TASK timestamp={} tid={tid} pid={}",
+                    ts_text(*ts),
+                    cap.tgid(tid)
+                ),
+            ));
         }
     }
+    task.sort();
+    let task: String = task.into_iter().map(|(_, _, l)| l + "\n").collect();
     put("task.txt", task.as_bytes())?;
 
     // info: header + sections in bit order.
