@@ -485,3 +485,73 @@ fn uftrace_export_has_a_session_per_process_image() {
         std::fs::remove_dir_all(&data).unwrap();
     }
 }
+
+#[test]
+fn x86_tsc_recordings_export_nanoseconds() {
+    let exe = build("c");
+    let rec = scratch().join("rec-tsc");
+    let _ = std::fs::remove_dir_all(&rec);
+    let (code, _, err) = ftrace(&[
+        "record",
+        "--clock",
+        "x86-tsc",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "2",
+        "20",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // The agent's start and exit CLOCK_MONOTONIC readings bound every converted time.
+    let sub = std::fs::read_dir(&rec)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("meta").is_file())
+        .unwrap();
+    let mono = |f: &str| -> u64 {
+        let t = std::fs::read_to_string(sub.join(f)).unwrap();
+        t.split_whitespace()
+            .find_map(|kv| kv.strip_prefix("mono_ns="))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let (start, end) = (mono("meta"), mono("meta.exit"));
+    let json = rec.with_extension("json");
+    export(&rec, "chrome", &json);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mut n = 0;
+    for e in v["traceEvents"].as_array().unwrap() {
+        if let Some(us) = e["ts"].as_f64() {
+            let ns = (us * 1000.0) as u64;
+            // 1 µs of slack: the JSON's f64 microseconds round.
+            assert!(
+                ns + 1000 >= start && ns <= end + 1000,
+                "{ns} not in {start}..{end}"
+            );
+            n += 1;
+        }
+    }
+    assert!(n > 1000, "{n} events");
+    let data = rec.with_extension("uftrace.data");
+    let _ = std::fs::remove_dir_all(&data);
+    export(&rec, "uftrace", &data);
+    let task = std::fs::read_to_string(data.join("task.txt")).unwrap();
+    let sess = format!(
+        "SESS timestamp={}.{:09} ",
+        start / 1_000_000_000,
+        start % 1_000_000_000
+    );
+    assert!(task.starts_with(&sess), "{task}");
+    // uftrace reads the converted data.
+    let report = tool(
+        "uftrace",
+        &["report", "-d", data.to_str().unwrap(), "-s", "call"],
+    );
+    assert!(report.contains(" fib"), "{report}");
+    std::fs::remove_dir_all(&rec).unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::remove_file(&json).unwrap();
+}

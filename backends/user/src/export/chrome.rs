@@ -4,8 +4,8 @@
 //! Mapping: `funcgraph_entry` → `"ph":"B"`, `funcgraph_exit` → `"ph":"E"`, `function` → an
 //! instant event (`"ph":"i"`, thread scope), `print` → an instant named `print` with the text in
 //! `args.msg`; `"M"` metadata names every process and thread. `ts` is in microseconds with three
-//! decimals (nanosecond precision; a raw counter clock is written as if it counted
-//! nanoseconds). `pid` is the thread's process when the capture knows it (a recording), else the
+//! decimals (nanosecond precision; an `x86-tsc` recording's cycles are converted with its
+//! calibration, another raw counter is written as if it counted nanoseconds). `pid` is the thread's process when the capture knows it (a recording), else the
 //! thread itself.
 //!
 //! Invariant: the B/E events of every thread nest perfectly, as Perfetto requires: an exit whose
@@ -111,7 +111,7 @@ pub fn write(cap: &Capture) -> Result<Vec<u8>, ExportError> {
         match e.call() {
             Some(Call::Entry { func, .. }) => {
                 st.0.push(func);
-                w.event('B', &sym_name(&syms, func), e.ts, pid, tid, "");
+                w.event('B', &sym_name(&syms, func), cap.ns(e.ts), pid, tid, "");
             }
             Some(Call::Exit { func, .. }) => {
                 let Some(pos) = st.0.iter().rposition(|&f| f == func) else {
@@ -119,14 +119,14 @@ pub fn write(cap: &Capture) -> Result<Vec<u8>, ExportError> {
                 };
                 while st.0.len() > pos {
                     let f = st.0.pop().expect("non-empty");
-                    w.event('E', &sym_name(&syms, f), e.ts, pid, tid, "");
+                    w.event('E', &sym_name(&syms, f), cap.ns(e.ts), pid, tid, "");
                 }
             }
             Some(Call::Function { func, parent }) => {
                 let mut args = String::from(",\"s\":\"t\",\"args\":{\"parent\":");
                 json_str(&mut args, &sym_name(&syms, parent));
                 args.push('}');
-                w.event('i', &sym_name(&syms, func), e.ts, pid, tid, &args);
+                w.event('i', &sym_name(&syms, func), cap.ns(e.ts), pid, tid, &args);
             }
             None if e.id == EventId::Print => {
                 let text = e.payload.get(16..).unwrap_or_default();
@@ -135,7 +135,7 @@ pub fn write(cap: &Capture) -> Result<Vec<u8>, ExportError> {
                 let mut args = String::from(",\"s\":\"t\",\"args\":{\"msg\":");
                 json_str(&mut args, msg.trim_end_matches('\n'));
                 args.push('}');
-                w.event('i', "print", e.ts, pid, tid, &args);
+                w.event('i', "print", cap.ns(e.ts), pid, tid, &args);
             }
             None => {}
         }
@@ -143,7 +143,7 @@ pub fn write(cap: &Capture) -> Result<Vec<u8>, ExportError> {
     for (tid, (mut stack, last)) in open {
         let pid = cap.tgid(tid);
         while let Some(f) = stack.pop() {
-            w.event('E', &sym_name(&syms, f), last, pid, tid, "");
+            w.event('E', &sym_name(&syms, f), cap.ns(last), pid, tid, "");
         }
     }
     w.out

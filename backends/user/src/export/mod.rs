@@ -91,6 +91,9 @@ pub struct Capture {
     pub tgids: HashMap<i32, i32>,
     /// Process id to executable path, from a recording's `meta` files.
     pub exes: HashMap<i32, String>,
+    /// For a recording with the `x86-tsc` clock: the TSC to CLOCK_MONOTONIC conversion its
+    /// agents' start and exit readings calibrate (what [`Capture::ns`] applies).
+    pub tsc: Option<ftrace_agent::clock::TscConversion>,
 }
 
 /// The events `ftrace-core` supplies formats for when a capture has none.
@@ -194,6 +197,11 @@ impl Capture {
             cpus[n] = b;
         }
         let (tgids, exes) = recording_tasks(dir);
+        let tsc = if trace_clock.contains("[x86-tsc]") {
+            recording_tsc(dir)
+        } else {
+            None
+        };
         Ok(Capture {
             dir: dir.to_path_buf(),
             page_size,
@@ -207,6 +215,7 @@ impl Capture {
             cpus,
             tgids,
             exes,
+            tsc,
         })
     }
 
@@ -222,6 +231,15 @@ impl Capture {
     /// Whether timestamps are nanoseconds (the clock is not a raw counter).
     pub fn time_in_ns(&self) -> bool {
         !matches!(self.clock_name(), "counter" | "x86-tsc")
+    }
+
+    /// A timestamp in nanoseconds: itself for a nanosecond clock, converted for an `x86-tsc`
+    /// recording, itself (cycles) when no calibration is known.
+    pub fn ns(&self, ts: u64) -> u64 {
+        match self.tsc {
+            Some(c) => c.to_ns(ts),
+            None => ts,
+        }
     }
 
     /// The process a thread belongs to (itself when the capture does not say).
@@ -422,6 +440,33 @@ pub(crate) fn meta_kv(text: &str) -> BTreeMap<&str, &str> {
     text.split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .collect()
+}
+
+/// The widest-spaced TSC calibration a recording's `meta` (start) and `meta.exit` (exit)
+/// readings give.
+fn recording_tsc(dir: &Path) -> Option<ftrace_agent::clock::TscConversion> {
+    use ftrace_agent::clock::{TscConversion, TscPair};
+    let pair = |text: &str| {
+        let kv = meta_kv(text);
+        Some(TscPair {
+            tsc: kv.get("tsc")?.parse().ok()?,
+            mono_ns: kv.get("mono_ns")?.parse().ok()?,
+        })
+    };
+    let mut pairs = Vec::new();
+    for sub in std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()) {
+        for f in ["meta", "meta.exit"] {
+            if let Some(p) = std::fs::read_to_string(sub.join(f))
+                .ok()
+                .and_then(|t| pair(&t))
+            {
+                pairs.push(p);
+            }
+        }
+    }
+    let first = *pairs.iter().min_by_key(|p| p.tsc)?;
+    let last = *pairs.iter().max_by_key(|p| p.tsc)?;
+    TscConversion::calibrate(first, last)
 }
 
 /// A recording's thread-to-process map and executables (`<pid>.<n>/meta` + `buf-<tid>`).

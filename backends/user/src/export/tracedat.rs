@@ -293,6 +293,7 @@ mod tests {
             cpus,
             tgids: Default::default(),
             exes: Default::default(),
+            tsc: None,
         }
     }
 

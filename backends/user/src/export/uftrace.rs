@@ -127,7 +127,11 @@ fn sessions(cap: &Capture) -> Result<Vec<Session>, ExportError> {
         let Some(pid) = kv.get("pid").and_then(|p| p.parse().ok()) else {
             continue;
         };
-        let start_key = if cap.time_in_ns() { "mono_ns" } else { "tsc" };
+        let start_key = if cap.time_in_ns() || cap.tsc.is_some() {
+            "mono_ns"
+        } else {
+            "tsc"
+        };
         let start = kv.get(start_key).and_then(|v| v.parse().ok());
         let text = std::fs::read_to_string(d.join("symbols")).map_err(|e| io_err(&d, e))?;
         out.push(Session {
@@ -154,7 +158,11 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
         let p = out.join(name);
         std::fs::write(&p, bytes).map_err(|e| io_err(&p, e))
     };
-    let events = cap.events()?;
+    // uftrace times are nanoseconds: an x86-tsc recording's cycles are converted.
+    let mut events = cap.events()?;
+    for e in &mut events {
+        e.ts = cap.ns(e.ts);
+    }
 
     // Threads and their first timestamps; the process of each.
     let mut first: BTreeMap<i32, u64> = BTreeMap::new();
