@@ -4,9 +4,12 @@
 //!   the tests need (when run as root and they are missing), then runs formatting, clippy,
 //!   no_std builds, docs, unit/property/integration tests, and the loom models, and ends with a
 //!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
+//! - `cargo xtask demo`, `cargo xtask bench-vs-uftrace`: the userspace backend's main job and
+//!   its comparison with uftrace (see `user.rs`).
 
 mod qemu;
 mod rfl;
+mod user;
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -23,12 +26,18 @@ const CORE_CRATES: &[&str] = &[
 ];
 
 /// Debian packages the tests need, as (command that proves it is installed, package).
-const APT_PACKAGES: &[(&str, &str)] = &[("qemu-system-x86_64", "qemu-system-x86")];
+const APT_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("clang", "clang"),
+    ("uftrace", "uftrace"),
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("demo") => done(user::demo()),
+        Some("bench-vs-uftrace") => done(user::bench_vs_uftrace(&args[1..])),
         Some("qemu-test") => match qemu::qemu_test(&args[1..]) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -41,8 +50,20 @@ fn main() -> ExitCode {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
             eprintln!("       cargo xtask qemu-test [--expect-wrong]");
             eprintln!("       cargo xtask rfl-test [NAME=value]...  (scripts/rfl-integration.sh)");
+            eprintln!("       cargo xtask demo");
+            eprintln!("       cargo xtask bench-vs-uftrace [N] [ROUNDS]");
             eprintln!("stages: apt fmt clippy no-std package doc test loom qemu");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn done(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
         }
     }
 }

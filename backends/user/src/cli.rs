@@ -1,8 +1,10 @@
 //! The `ftrace` command line: subcommands and their arguments.
 //!
-//! `ftrace report --raw-dir DIR [-O OPTION]... [--cpu N]` prints what the kernel's `trace` file
+//! `ftrace report [-i DIR] [-O OPTION]... [--cpu N]` prints what the kernel's `trace` file
 //! (or `per_cpu/cpuN/trace`) would have printed for the raw pages in `DIR` (see
-//! [`crate::report`]). Invariant: the binary is a thin shell over [`run`], which tests drive
+//! [`crate::report`]). `ftrace record [OPTIONS] -- PROG [ARGS]...` runs a program under the
+//! agent and records into a directory (default `ftrace.data`, see [`crate::record`]); `ftrace
+//! live` records and prints the report when the program exits. Invariant: the binary is a thin shell over [`run`], which tests drive
 //! with the same argument lists a user types.
 
 use std::ffi::OsString;
@@ -31,7 +33,12 @@ pub enum Command {
     Report {
         /// The capture: per_cpu/cpuN/trace_pipe_raw, kallsyms, saved_cmdlines and optionally
         /// trace_clock, tracer, events/header_page, events/ftrace/*/format.
-        #[arg(long = "raw-dir", value_name = "DIR")]
+        #[arg(
+            short = 'i',
+            long = "raw-dir",
+            value_name = "DIR",
+            default_value = "ftrace.data"
+        )]
         raw_dir: PathBuf,
         /// A trace option as `trace_options` takes it (`latency-format`, `nocontext-info`,
         /// `funcgraph-proc`...); may be repeated.
@@ -48,6 +55,110 @@ pub enum Command {
         )]
         uts_release: String,
     },
+    /// Run a program with the agent preloaded and record its function calls into a directory.
+    Record {
+        /// What to record.
+        #[command(flatten)]
+        rec: RecordArgs,
+    },
+    /// Record a program, then print the trace when it exits.
+    Live {
+        /// What to record.
+        #[command(flatten)]
+        rec: RecordArgs,
+        /// A trace option for the report (as `report -O`); may be repeated.
+        #[arg(short = 'O', value_name = "OPTION")]
+        options: Vec<String>,
+    },
+}
+
+/// The options of `record` and `live`.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    /// The tracer.
+    #[arg(short = 't', value_name = "TRACER", default_value = "function_graph",
+          value_parser = ["function", "function_graph"])]
+    pub tracer: String,
+    /// Trace only functions matching this glob (`set_ftrace_filter`); may be repeated.
+    #[arg(short = 'F', value_name = "GLOB")]
+    pub filter: Vec<String>,
+    /// Never trace functions matching this glob (`set_ftrace_notrace`); may be repeated.
+    #[arg(short = 'N', value_name = "GLOB")]
+    pub notrace: Vec<String>,
+    /// function_graph: trace only these functions and what they call (`set_graph_function`).
+    #[arg(short = 'G', value_name = "GLOB")]
+    pub graph: Vec<String>,
+    /// function_graph: the deepest nesting recorded (`max_graph_depth`; 0: unlimited).
+    #[arg(long = "max-depth", value_name = "N", default_value_t = 0)]
+    pub max_depth: u32,
+    /// Per-thread buffer size in KiB (`buffer_size_kb`).
+    #[arg(long = "buffer-size", value_name = "KB",
+          default_value_t = ftrace_agent::config::DEFAULT_BUFFER_KB)]
+    pub buffer_kb: u64,
+    /// Drop new events when a buffer is full instead of overwriting the oldest.
+    #[arg(long = "no-overwrite")]
+    pub no_overwrite: bool,
+    /// The trace clock.
+    #[arg(long, value_name = "CLOCK", default_value = "local",
+          value_parser = ["local", "mono", "x86-tsc"])]
+    pub clock: String,
+    /// The recording directory (`live`: kept only when given).
+    #[arg(short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// The program and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "PROG")]
+    pub command: Vec<String>,
+}
+
+impl RecordArgs {
+    /// The recording options these arguments ask for.
+    pub fn options(&self) -> crate::record::RecordOptions {
+        use ftrace_agent::config::{ClockKind, TracerKind};
+        crate::record::RecordOptions {
+            tracer: TracerKind::parse(&self.tracer).unwrap_or_default(),
+            filter: self.filter.clone(),
+            notrace: self.notrace.clone(),
+            graph_functions: self.graph.clone(),
+            max_depth: self.max_depth,
+            buffer_kb: self.buffer_kb,
+            overwrite: !self.no_overwrite,
+            clock: ClockKind::parse(&self.clock).unwrap_or_default(),
+            output: self
+                .output
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("ftrace.data")),
+        }
+    }
+}
+
+fn run_record(
+    rec: &RecordArgs,
+    live: Option<&[String]>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
+    let opts = rec.options();
+    let (prog, args) = rec.command.split_first().expect("clap requires PROG");
+    let result = match live {
+        None => crate::record::record(&opts, prog, args).map(|s| (s, None)),
+        Some(o) => crate::record::live(&opts, rec.output.is_some(), o, prog, args)
+            .map(|l| (l.status, Some(l.report))),
+    };
+    match result {
+        Ok((status, report)) => {
+            if let Some(r) = report {
+                if let Err(e) = out.write_all(&r).and_then(|()| out.flush()) {
+                    let _ = writeln!(err, "ftrace: writing the report: {e}");
+                    return 1;
+                }
+            }
+            crate::record::exit_code(status)
+        }
+        Err(e) => {
+            let _ = writeln!(err, "ftrace: {e}");
+            1
+        }
+    }
 }
 
 /// Parses `args` (program name first) and runs the command, writing the result to `out` and
@@ -70,6 +181,8 @@ pub fn run(
         }
     };
     match cli.command {
+        Command::Record { rec } => run_record(&rec, None, out, err),
+        Command::Live { rec, options } => run_record(&rec, Some(&options), out, err),
         Command::Report {
             raw_dir,
             options,

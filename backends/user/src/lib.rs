@@ -1,8 +1,17 @@
-//! ftrace for userspace programs: the in-process agent, the `ftrace` command-line tool, a FUSE
-//! tracefs and exporters (trace.dat, uftrace, Chrome JSON).
+//! ftrace for userspace programs: the `ftrace` command-line tool's library, on top of the
+//! in-process agent (crate `ftrace-agent`).
 //!
 //! - [`cli`]: the `ftrace` tool's command line;
-//! - [`report`]: `ftrace report`, the offline reader of raw kernel captures.
+//! - [`report`]: `ftrace report`, the offline reader of raw captures (a recording's capture
+//!   files, or pages taken from a kernel);
+//! - [`launch`]: starting a program with the agent preloaded;
+//! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
+//! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU;
+//! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads.
 
+pub mod capture;
 pub mod cli;
+pub mod launch;
+pub mod record;
+pub mod recording;
 pub mod report;

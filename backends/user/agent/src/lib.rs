@@ -1,4 +1,471 @@
-//! The in-process ftrace-rs agent: preloaded into a traced program, it discovers the program's
-//! call sites, patches them, and records into per-thread ring buffers.
+//! The in-process ftrace-rs agent: preloaded into a traced program (`LD_PRELOAD`), it discovers
+//! the call sites of every loaded object, patches them to call its trampolines, and records into
+//! per-thread buffers that the `ftrace` tool reads.
 //!
-//! This crate is being built (see the project's userspace-tracing issue).
+//! - [`config`]: what the tool asks for, carried by environment variables.
+//! - [`elf`]: loaded objects, `__mcount_loc` / `__patchable_function_entries`, symbols.
+//! - [`tramp`]: the assembly trampolines and the stub pages near each object.
+//! - [`handler`]: the function / function_graph handlers and per-thread state.
+//! - [`patch`], [`text`]: the site forms, the breakpoint and stop-the-world protocols, and the
+//!   platform primitives under them (W^X text writes, membarrier, thread stop).
+//! - [`buffer`]: the per-thread buffer files; [`clock`]: TSC and CLOCK_MONOTONIC.
+//!
+//! The agent itself is never instrumented (it is built without instrumentation flags; the
+//! per-thread recursion guard is the second line of defence). It arms itself only when loaded
+//! as a shared object into a process whose environment carries [`config::ENV_OUTPUT`]; linked
+//! into an executable (the `ftrace` tool, tests) it stays inert.
+//!
+//! Recording directory layout (`DIR`): one sub-directory per traced process image,
+//! `DIR/<pid>.<n>/`, holding `meta` (key=value lines), `symbols` (`addr\tsize\tmodule\tname`
+//! lines, runtime addresses) and one `buf-<tid>` file per thread ([`buffer`]).
+
+pub mod buffer;
+pub mod clock;
+pub mod config;
+pub mod elf;
+pub mod glob;
+pub mod handler;
+pub mod patch;
+pub mod text;
+pub mod tramp;
+
+use core::sync::atomic::Ordering;
+use std::ffi::{CString, c_void};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use config::{Config, TracerKind};
+use elf::LoadedObject;
+use patch::Patcher;
+
+/// Per-site information the agent keeps beside the patcher.
+#[derive(Clone, Debug)]
+pub struct SiteInfo {
+    /// Site address.
+    pub addr: u64,
+    /// The function's (demangled) name.
+    pub name: String,
+    /// Whether the filters select it.
+    pub selected: bool,
+}
+
+/// The agent's state (control paths only; the hot path reads the statics in [`handler`]).
+pub struct Agent {
+    /// The configuration.
+    pub config: Config,
+    /// The instance directory.
+    pub dir: PathBuf,
+    /// Objects scanned so far (by load bias and name).
+    pub objects: Vec<LoadedObject>,
+    /// The patcher.
+    pub patcher: Patcher,
+    /// Site names and selection, sorted by address.
+    pub sites: Vec<SiteInfo>,
+    /// Whether tracing is on (selected sites enabled).
+    pub on: bool,
+}
+
+static AGENT: Mutex<Option<Agent>> = Mutex::new(None);
+
+fn agent() -> std::sync::MutexGuard<'static, Option<Agent>> {
+    AGENT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn warn(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "ftrace-agent: {msg}");
+}
+
+/// Whether this code runs from a shared object (preloaded), not linked into the executable.
+fn loaded_as_shared_object() -> bool {
+    let me = agent_init as *const () as u64;
+    elf::loaded_objects()
+        .iter()
+        .find(|o| o.is_exec(me))
+        .is_some_and(|o| !o.name.is_empty())
+}
+
+fn own_object_range() -> Option<(u64, u64)> {
+    let me = agent_init as *const () as u64;
+    elf::loaded_objects()
+        .into_iter()
+        .find(|o| o.is_exec(me))
+        .map(|o| o.text_span())
+}
+
+fn create_instance_dir(out: &Path) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(out)?;
+    let pid = std::process::id();
+    for n in 0.. {
+        let d = out.join(format!("{pid}.{n}"));
+        match std::fs::create_dir(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!()
+}
+
+fn rseq_offset() -> Option<isize> {
+    // SAFETY: looking up glibc's exported rseq variables; they are plain data.
+    unsafe {
+        let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr());
+        let off = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr());
+        if size.is_null() || off.is_null() || *size.cast::<u32>() == 0 {
+            return None;
+        }
+        Some(*off.cast::<isize>())
+    }
+}
+
+fn install_instance(cfg: &Config, dir: &Path) {
+    let slots_bytes = (cfg.buffer_kb * 1024).max(4096) as usize;
+    let inst = handler::Instance {
+        dir: CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default(),
+        buffer_bytes: buffer::HEADER_SIZE + slots_bytes,
+        overwrite: cfg.overwrite,
+        rseq_offset: rseq_offset(),
+    };
+    handler::INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+}
+
+fn write_meta(dir: &Path, cfg: &Config) -> std::io::Result<()> {
+    let pair = clock::TscPair::now();
+    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    let mut m = String::new();
+    let _ = writeln!(m, "pid={}", std::process::id());
+    let _ = writeln!(m, "exe={}", exe.display());
+    let _ = writeln!(m, "tracer={}", cfg.tracer.name());
+    let _ = writeln!(m, "clock={}", cfg.clock.name());
+    let _ = writeln!(m, "tsc={} mono_ns={}", pair.tsc, pair.mono_ns);
+    // SAFETY: no preconditions.
+    let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+    let _ = writeln!(m, "nr_cpus={ncpu}");
+    std::fs::write(dir.join("meta"), m)
+}
+
+/// Scans objects not seen yet, records their symbols, and adds their sites (disabled).
+fn scan_new_objects(a: &mut Agent) {
+    let own = own_object_range();
+    let mut sym_text = String::new();
+    let mut new_sites = Vec::new();
+    for obj in elf::loaded_objects() {
+        if a.objects
+            .iter()
+            .any(|o| o.bias == obj.bias && o.name == obj.name)
+        {
+            continue;
+        }
+        let is_self = own.is_some_and(|(lo, _)| obj.is_exec(lo));
+        let readable = obj.name.is_empty() || obj.name.starts_with('/');
+        if is_self || !readable || obj.exec.is_empty() {
+            a.objects.push(obj);
+            continue;
+        }
+        let Ok(file) = std::fs::read(&obj.path) else {
+            a.objects.push(obj);
+            continue;
+        };
+        let scanned = elf::scan(&obj, &file, elf::read_own_memory);
+        let module = obj.module();
+        for f in &scanned.funcs {
+            let _ = writeln!(
+                sym_text,
+                "{:x}\t{:x}\t{}\t{}",
+                f.addr, f.size, module, f.name
+            );
+        }
+        if !scanned.sites.is_empty() {
+            let (lo, hi) = obj.text_span();
+            let Some(stubs) = tramp::stubs_near(lo, hi) else {
+                warn(&format!(
+                    "{}: no stub page within reach",
+                    obj.path.display()
+                ));
+                a.objects.push(obj);
+                continue;
+            };
+            for &(addr, _) in &scanned.sites {
+                let name = scanned
+                    .func_at(addr)
+                    .map(|f| f.name.clone())
+                    .unwrap_or_else(|| format!("0x{addr:x}"));
+                let init = match patch::classify(addr) {
+                    Ok(init) => init,
+                    Err(bytes) => {
+                        warn(&format!(
+                            "site {addr:#x} ({name}): unexpected bytes {bytes}"
+                        ));
+                        continue;
+                    }
+                };
+                let addr = init.ip;
+                let cfg = &a.config;
+                let selected = (cfg.filter.is_empty() || glob::any_matches(&cfg.filter, &name))
+                    && !glob::any_matches(&cfg.notrace, &name);
+                let root = cfg.tracer == TracerKind::FunctionGraph
+                    && glob::any_matches(&cfg.graph_functions, &name);
+                let target = match (cfg.tracer, root) {
+                    (TracerKind::Function, _) => stubs.func(),
+                    (TracerKind::FunctionGraph, true) => stubs.root(),
+                    (TracerKind::FunctionGraph, false) => stubs.graph(),
+                };
+                let Ok(call) = init.form.call(addr, target) else {
+                    warn(&format!("site {addr:#x} ({name}): stub out of reach"));
+                    continue;
+                };
+                new_sites.push((init, call));
+                let i = a.sites.partition_point(|s| s.addr < addr);
+                a.sites.insert(
+                    i,
+                    SiteInfo {
+                        addr,
+                        name,
+                        selected,
+                    },
+                );
+            }
+        }
+        a.objects.push(obj);
+    }
+    if let Err(e) = a.patcher.add(new_sites) {
+        warn(&format!("cannot prepare sites: {e}"));
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(a.dir.join("symbols"))
+    {
+        let _ = f.write_all(sym_text.as_bytes());
+    }
+}
+
+fn apply(a: &mut Agent) -> std::io::Result<usize> {
+    let on = a.on;
+    let sites = &a.sites;
+    let n = a.patcher.set(on, |s| {
+        sites
+            .binary_search_by_key(&s.addr, |i| i.addr)
+            .is_ok_and(|i| sites[i].selected)
+    })?;
+    for (addr, bytes) in &a.patcher.bugs {
+        warn(&format!(
+            "site {addr:#x}: bytes {bytes:02x?} not what was expected; left alone"
+        ));
+    }
+    a.patcher.bugs.clear();
+    Ok(n)
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = agent_init;
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static FINI: extern "C" fn() = agent_fini;
+
+extern "C" fn agent_init() {
+    let cfg = match Config::from_env() {
+        Ok(Some(c)) => c,
+        Ok(None) => return,
+        Err(e) => {
+            warn(&e.to_string());
+            return;
+        }
+    };
+    if !loaded_as_shared_object() {
+        return;
+    }
+    if let Err(e) = start(cfg) {
+        warn(&format!("not tracing: {e}"));
+    }
+}
+
+fn start(cfg: Config) -> std::io::Result<()> {
+    let dir = create_instance_dir(&cfg.output)?;
+    write_meta(&dir, &cfg)?;
+    install_instance(&cfg, &dir);
+    text::install_stop_handler()?;
+    patch::install_trap_handler()?;
+    text::register_sync_core();
+    handler::CLOCK_TSC.store(cfg.clock.is_tsc(), Ordering::Relaxed);
+    handler::MAX_DEPTH.store(cfg.max_depth, Ordering::Relaxed);
+    handler::GRAPH_FILTERED.store(
+        cfg.tracer == TracerKind::FunctionGraph && !cfg.graph_functions.is_empty(),
+        Ordering::Relaxed,
+    );
+    handler::TRACER.store(
+        match cfg.tracer {
+            TracerKind::Function => 1,
+            TracerKind::FunctionGraph => 2,
+        },
+        Ordering::Relaxed,
+    );
+    // SAFETY: registering plain functions with no preconditions.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    let mut a = Agent {
+        on: cfg.tracing_on,
+        config: cfg,
+        dir,
+        objects: Vec::new(),
+        patcher: Patcher::default(),
+        sites: Vec::new(),
+    };
+    scan_new_objects(&mut a);
+    handler::TRACING_ON.store(a.on, Ordering::Relaxed);
+    handler::update_fast_path();
+    apply(&mut a)?;
+    let mut list = String::new();
+    for s in &a.sites {
+        let _ = writeln!(list, "{:x} {} {}", s.addr, u8::from(s.selected), s.name);
+    }
+    let _ = std::fs::write(a.dir.join("sites"), list);
+    *agent() = Some(a);
+    Ok(())
+}
+
+extern "C" fn agent_fini() {
+    if let Some(a) = agent().as_ref() {
+        let pair = clock::TscPair::now();
+        let _ = std::fs::write(
+            a.dir.join("meta.exit"),
+            format!(
+                "tsc={} mono_ns={}\nfailed_threads={}\nshadow_overruns={}\n",
+                pair.tsc,
+                pair.mono_ns,
+                handler::FAILED_THREADS.load(Ordering::Relaxed),
+                handler::SHADOW_OVERRUNS.load(Ordering::Relaxed)
+            ),
+        );
+    }
+}
+
+extern "C" fn after_fork_child() {
+    handler::reset_current_thread();
+    text::register_sync_core();
+    let mut g = agent();
+    let Some(a) = g.as_mut() else { return };
+    match create_instance_dir(&a.config.output) {
+        Ok(dir) => {
+            let _ = write_meta(&dir, &a.config);
+            let _ = std::fs::copy(a.dir.join("symbols"), dir.join("symbols"));
+            install_instance(&a.config, &dir);
+            a.dir = dir;
+        }
+        Err(_) => handler::INSTANCE.store(core::ptr::null_mut(), Ordering::Release),
+    }
+}
+
+/// Turns tracing on or off: enables or disables every selected site with the live protocols.
+/// Returns the number of sites changed, or -1 if the agent is not active.
+#[unsafe(no_mangle)]
+pub extern "C" fn ftrace_agent_set_tracing(on: libc::c_int) -> libc::c_long {
+    let mut g = agent();
+    let Some(a) = g.as_mut() else { return -1 };
+    a.on = on != 0;
+    if a.on {
+        handler::TRACING_ON.store(true, Ordering::Relaxed);
+        handler::update_fast_path();
+    }
+    let r = apply(a);
+    if !a.on {
+        handler::TRACING_ON.store(false, Ordering::Relaxed);
+        handler::update_fast_path();
+    }
+    match r {
+        Ok(n) => n as libc::c_long,
+        Err(e) => {
+            warn(&format!("patching failed: {e}"));
+            -1
+        }
+    }
+}
+
+/// `ftrace_agent_set_tracing(1)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ftrace_agent_tracing_on() -> libc::c_long {
+    ftrace_agent_set_tracing(1)
+}
+
+/// `ftrace_agent_set_tracing(0)`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ftrace_agent_tracing_off() -> libc::c_long {
+    ftrace_agent_set_tracing(0)
+}
+
+/// The number of call sites found, or -1 if the agent is not active.
+#[unsafe(no_mangle)]
+pub extern "C" fn ftrace_agent_site_count() -> libc::c_long {
+    agent()
+        .as_ref()
+        .map_or(-1, |a| a.sites.len() as libc::c_long)
+}
+
+type DlopenFn = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> *mut c_void;
+type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> libc::c_int;
+
+/// `dlopen`, interposed: after the real one, new objects' sites are found and patched.
+///
+/// # Safety
+/// As `dlopen(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlopen(file: *const libc::c_char, mode: libc::c_int) -> *mut c_void {
+    // SAFETY: looking up the next definition of dlopen (libc's).
+    let real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr()) };
+    if real.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: `real` is libc's dlopen.
+    let real: DlopenFn = unsafe { core::mem::transmute(real) };
+    let mut g = agent();
+    // SAFETY: forwarding the caller's arguments.
+    let h = unsafe { real(file, mode) };
+    if let Some(a) = g.as_mut() {
+        if !h.is_null() {
+            scan_new_objects(a);
+            if let Err(e) = apply(a) {
+                warn(&format!("patching failed: {e}"));
+            }
+        }
+    }
+    h
+}
+
+/// `dlclose`, interposed: sites of objects that went away are forgotten before anything else
+/// can be patched.
+///
+/// # Safety
+/// As `dlclose(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> libc::c_int {
+    // SAFETY: looking up the next definition of dlclose (libc's).
+    let real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlclose".as_ptr()) };
+    if real.is_null() {
+        return -1;
+    }
+    // SAFETY: `real` is libc's dlclose.
+    let real: DlcloseFn = unsafe { core::mem::transmute(real) };
+    let mut g = agent();
+    // SAFETY: forwarding the caller's argument.
+    let r = unsafe { real(handle) };
+    if let Some(a) = g.as_mut() {
+        let live = elf::loaded_objects();
+        let gone: Vec<LoadedObject> = a
+            .objects
+            .iter()
+            .filter(|o| !live.iter().any(|l| l.bias == o.bias && l.name == o.name))
+            .cloned()
+            .collect();
+        for o in &gone {
+            for &(lo, hi) in &o.exec {
+                a.patcher.remove_range(lo, hi);
+                a.sites.retain(|s| s.addr < lo || s.addr >= hi);
+            }
+        }
+        a.objects.retain(|o| !gone.contains(o));
+    }
+    r
+}

@@ -1,0 +1,263 @@
+//! The agent's configuration, passed from the `ftrace` tool to the preloaded agent through the
+//! environment.
+//!
+//! Invariant: [`Config::to_env`] and [`Config::from_env_vars`] are inverse: whatever the tool
+//! asks for is exactly what the agent runs with. An agent that finds no [`ENV_OUTPUT`] variable
+//! stays inert (the program runs untraced).
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where the agent records (a directory; created if missing). Its presence arms the agent.
+pub const ENV_OUTPUT: &str = "FTRACE_AGENT_OUTPUT";
+/// `function` or `function_graph`.
+pub const ENV_TRACER: &str = "FTRACE_AGENT_TRACER";
+/// `set_ftrace_filter` globs, one per line.
+pub const ENV_FILTER: &str = "FTRACE_AGENT_FILTER";
+/// `set_ftrace_notrace` globs, one per line.
+pub const ENV_NOTRACE: &str = "FTRACE_AGENT_NOTRACE";
+/// `set_graph_function` globs, one per line.
+pub const ENV_GRAPH: &str = "FTRACE_AGENT_GRAPH";
+/// `max_graph_depth` (0: unlimited).
+pub const ENV_MAX_DEPTH: &str = "FTRACE_AGENT_MAX_DEPTH";
+/// `buffer_size_kb`: per-thread buffer size.
+pub const ENV_BUFFER_KB: &str = "FTRACE_AGENT_BUFFER_KB";
+/// `1`: overwrite the oldest events when full (flight recorder, the kernel's default);
+/// `0`: drop new events when full.
+pub const ENV_OVERWRITE: &str = "FTRACE_AGENT_OVERWRITE";
+/// `local`, `mono` or `x86-tsc`.
+pub const ENV_CLOCK: &str = "FTRACE_AGENT_CLOCK";
+/// `1` (default): sites are enabled at start; `0`: the program turns tracing on itself
+/// (`ftrace_agent_tracing_on`).
+pub const ENV_TRACING_ON: &str = "FTRACE_AGENT_TRACING_ON";
+
+/// Which tracer records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TracerKind {
+    /// `function`: one event per traced call.
+    #[default]
+    Function,
+    /// `function_graph`: an entry and an exit event per traced call, with durations.
+    FunctionGraph,
+}
+
+impl TracerKind {
+    /// The name `current_tracer` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            TracerKind::Function => "function",
+            TracerKind::FunctionGraph => "function_graph",
+        }
+    }
+
+    /// Parses a tracer name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "function" => Some(TracerKind::Function),
+            "function_graph" => Some(TracerKind::FunctionGraph),
+            _ => None,
+        }
+    }
+}
+
+/// Which clock stamps events (`trace_clock`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClockKind {
+    /// `local`: the TSC, converted to nanoseconds with a calibrated rate.
+    #[default]
+    Local,
+    /// `mono`: CLOCK_MONOTONIC in nanoseconds.
+    Mono,
+    /// `x86-tsc`: the raw TSC count.
+    X86Tsc,
+}
+
+impl ClockKind {
+    /// The name `trace_clock` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClockKind::Local => "local",
+            ClockKind::Mono => "mono",
+            ClockKind::X86Tsc => "x86-tsc",
+        }
+    }
+
+    /// Parses a clock name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "local" => Some(ClockKind::Local),
+            "mono" => Some(ClockKind::Mono),
+            "x86-tsc" => Some(ClockKind::X86Tsc),
+            _ => None,
+        }
+    }
+
+    /// Whether events store raw TSC counts (converted by the reader).
+    pub fn is_tsc(self) -> bool {
+        !matches!(self, ClockKind::Mono)
+    }
+}
+
+/// Everything the agent needs to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The recording directory.
+    pub output: PathBuf,
+    /// The tracer.
+    pub tracer: TracerKind,
+    /// Only functions matching one of these globs are traced (empty: all).
+    pub filter: Vec<String>,
+    /// Functions matching one of these globs are never traced.
+    pub notrace: Vec<String>,
+    /// function_graph only: trace only these functions and what they call (empty: all).
+    pub graph_functions: Vec<String>,
+    /// function_graph only: the deepest nesting recorded (0: unlimited).
+    pub max_depth: u32,
+    /// Per-thread buffer size in KiB.
+    pub buffer_kb: u64,
+    /// Overwrite the oldest events when a buffer is full (else drop new ones).
+    pub overwrite: bool,
+    /// The trace clock.
+    pub clock: ClockKind,
+    /// Enable the sites at start.
+    pub tracing_on: bool,
+}
+
+/// The default per-thread buffer size (the kernel's default per-CPU `buffer_size_kb`).
+pub const DEFAULT_BUFFER_KB: u64 = 1408;
+
+impl Config {
+    /// A configuration recording `tracer` into `output` with every other knob at its default.
+    pub fn new(output: impl Into<PathBuf>, tracer: TracerKind) -> Self {
+        Config {
+            output: output.into(),
+            tracer,
+            filter: Vec::new(),
+            notrace: Vec::new(),
+            graph_functions: Vec::new(),
+            max_depth: 0,
+            buffer_kb: DEFAULT_BUFFER_KB,
+            overwrite: true,
+            clock: ClockKind::Local,
+            tracing_on: true,
+        }
+    }
+
+    /// The environment variables that carry this configuration to the agent.
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            (ENV_OUTPUT, self.output.to_string_lossy().into_owned()),
+            (ENV_TRACER, self.tracer.name().to_string()),
+            (ENV_FILTER, self.filter.join("\n")),
+            (ENV_NOTRACE, self.notrace.join("\n")),
+            (ENV_GRAPH, self.graph_functions.join("\n")),
+            (ENV_MAX_DEPTH, self.max_depth.to_string()),
+            (ENV_BUFFER_KB, self.buffer_kb.to_string()),
+            (ENV_OVERWRITE, u8::from(self.overwrite).to_string()),
+            (ENV_CLOCK, self.clock.name().to_string()),
+            (ENV_TRACING_ON, u8::from(self.tracing_on).to_string()),
+        ]
+    }
+
+    /// Reads the configuration from the process environment; `Ok(None)` when the agent is not
+    /// armed ([`ENV_OUTPUT`] unset).
+    pub fn from_env() -> Result<Option<Self>, ConfigError> {
+        Self::from_env_vars(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration through `get` (a variable lookup).
+    pub fn from_env_vars(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Self>, ConfigError> {
+        let Some(output) = get(ENV_OUTPUT).filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        let mut c = Config::new(output, TracerKind::Function);
+        if let Some(t) = get(ENV_TRACER) {
+            c.tracer = TracerKind::parse(&t).ok_or(ConfigError(ENV_TRACER, t))?;
+        }
+        let globs = |k: &str| -> Vec<String> {
+            get(k)
+                .map(|s| {
+                    s.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        c.filter = globs(ENV_FILTER);
+        c.notrace = globs(ENV_NOTRACE);
+        c.graph_functions = globs(ENV_GRAPH);
+        let num = |k: &'static str, dflt: u64| -> Result<u64, ConfigError> {
+            match get(k) {
+                None => Ok(dflt),
+                Some(s) => s.trim().parse().map_err(|_| ConfigError(k, s)),
+            }
+        };
+        c.max_depth = u32::try_from(num(ENV_MAX_DEPTH, 0)?)
+            .map_err(|_| ConfigError(ENV_MAX_DEPTH, "too large".into()))?;
+        c.buffer_kb = num(ENV_BUFFER_KB, DEFAULT_BUFFER_KB)?.max(4);
+        c.overwrite = num(ENV_OVERWRITE, 1)? != 0;
+        c.tracing_on = num(ENV_TRACING_ON, 1)? != 0;
+        if let Some(s) = get(ENV_CLOCK) {
+            c.clock = ClockKind::parse(&s).ok_or(ConfigError(ENV_CLOCK, s))?;
+        }
+        Ok(Some(c))
+    }
+}
+
+/// An environment variable with a value the agent does not understand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str, pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid {}={:?}", self.0, self.1)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn env_round_trip() {
+        let mut c = Config::new("/tmp/x", TracerKind::FunctionGraph);
+        c.filter = vec!["fib*".into(), "ns::f<a, b>".into()];
+        c.notrace = vec!["main".into()];
+        c.graph_functions = vec!["work".into()];
+        c.max_depth = 3;
+        c.buffer_kb = 64;
+        c.overwrite = false;
+        c.clock = ClockKind::Mono;
+        c.tracing_on = false;
+        let env: HashMap<&str, String> = c.to_env().into_iter().collect();
+        let back = Config::from_env_vars(|k| env.get(k).cloned())
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn unarmed_without_output() {
+        assert_eq!(Config::from_env_vars(|_| None).unwrap(), None);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let get = |k: &str| match k {
+            ENV_OUTPUT => Some("/tmp/x".to_string()),
+            ENV_CLOCK => Some("perf".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            Config::from_env_vars(get).unwrap_err(),
+            ConfigError(ENV_CLOCK, "perf".into())
+        );
+    }
+}

@@ -1,0 +1,266 @@
+//! Loaded objects, their call sites and their function symbols.
+//!
+//! Every object in the process (the executable, shared libraries, objects `dlopen`ed later) is
+//! listed with `dl_iterate_phdr`; its file is parsed with the `object` crate for the
+//! `__mcount_loc` (gcc `-pg -mfentry -mrecord-mcount [-mnop-mcount]`) and
+//! `__patchable_function_entries` (gcc/clang `-fpatchable-function-entry=5`, rustc
+//! `-Zpatchable-function-entry=5`) sections and for its symbol tables.
+//!
+//! Invariant: site addresses are read from the object's *loaded* image (`load bias + sh_addr`),
+//! where the dynamic linker has already applied `R_X86_64_RELATIVE` relocations, so they are
+//! runtime addresses for PIE, PIC and non-PIE objects alike; an entry that does not fall in one
+//! of the object's executable segments (a discarded function's zero, garbage) is dropped.
+
+use std::ffi::CStr;
+use std::path::PathBuf;
+
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
+
+/// A function symbol with its runtime address and demangled name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Func {
+    /// Runtime start address.
+    pub addr: u64,
+    /// Size in bytes (0 if unknown).
+    pub size: u64,
+    /// Demangled name (Rust names without the hash suffix).
+    pub name: String,
+}
+
+/// One object as the dynamic linker reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedObject {
+    /// The file it was loaded from (`/proc/self/exe` resolved for the executable).
+    pub path: PathBuf,
+    /// The name the dynamic linker gives (empty for the executable).
+    pub name: String,
+    /// The load bias (`dlpi_addr`).
+    pub bias: u64,
+    /// Executable segments, `[start, end)` runtime addresses.
+    pub exec: Vec<(u64, u64)>,
+}
+
+impl LoadedObject {
+    /// The lowest and highest executable address.
+    pub fn text_span(&self) -> (u64, u64) {
+        let lo = self.exec.iter().map(|r| r.0).min().unwrap_or(0);
+        let hi = self.exec.iter().map(|r| r.1).max().unwrap_or(0);
+        (lo, hi)
+    }
+
+    /// Whether `addr` is in an executable segment.
+    pub fn is_exec(&self, addr: u64) -> bool {
+        self.exec.iter().any(|&(lo, hi)| addr >= lo && addr < hi)
+    }
+
+    /// The short name used as a module name (`libc.so.6`).
+    pub fn module(&self) -> String {
+        self.path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Which section a site came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteSection {
+    /// `__mcount_loc`.
+    McountLoc,
+    /// `__patchable_function_entries`.
+    PatchableFunctionEntries,
+}
+
+/// What one object holds.
+#[derive(Clone, Debug, Default)]
+pub struct Scanned {
+    /// Call-site addresses (runtime), sorted, deduplicated, each with its section.
+    pub sites: Vec<(u64, SiteSection)>,
+    /// Function symbols sorted by address.
+    pub funcs: Vec<Func>,
+}
+
+impl Scanned {
+    /// The function containing `addr`.
+    pub fn func_at(&self, addr: u64) -> Option<&Func> {
+        let i = self.funcs.partition_point(|f| f.addr <= addr);
+        let f = self.funcs.get(i.checked_sub(1)?)?;
+        (addr - f.addr < f.size.max(1)).then_some(f)
+    }
+}
+
+/// Lists the objects loaded now.
+pub fn loaded_objects() -> Vec<LoadedObject> {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the Vec passed below; `info` is valid during the callback.
+        let (out, info) = unsafe { (&mut *data.cast::<Vec<LoadedObject>>(), &*info) };
+        let name = if info.dlpi_name.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the dynamic linker gives a NUL-terminated name.
+            unsafe { CStr::from_ptr(info.dlpi_name) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let mut exec = Vec::new();
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: `dlpi_phdr` has `dlpi_phnum` entries.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
+                let lo = info.dlpi_addr.wrapping_add(ph.p_vaddr);
+                exec.push((lo, lo + ph.p_memsz));
+            }
+        }
+        let path = if name.is_empty() {
+            std::fs::read_link("/proc/self/exe").unwrap_or_default()
+        } else {
+            PathBuf::from(&name)
+        };
+        out.push(LoadedObject {
+            path,
+            name,
+            bias: info.dlpi_addr,
+            exec,
+        });
+        0
+    }
+    let mut out: Vec<LoadedObject> = Vec::new();
+    // SAFETY: the callback only touches `out` and the info it is given.
+    unsafe { libc::dl_iterate_phdr(Some(cb), (&raw mut out).cast()) };
+    out
+}
+
+/// Demangles a Rust (legacy or v0) or C++ symbol name; other names come back unchanged.
+pub fn demangle(name: &str) -> String {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return format!("{d:#}");
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Reads an object's sites and symbols. `read_mem` reads the loaded image (the caller's own
+/// memory for the live process).
+pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Vec<u8>) -> Scanned {
+    let mut out = Scanned::default();
+    let Ok(elf) = object::File::parse(file) else {
+        return out;
+    };
+    for (name, kind) in [
+        ("__mcount_loc", SiteSection::McountLoc),
+        (
+            "__patchable_function_entries",
+            SiteSection::PatchableFunctionEntries,
+        ),
+    ] {
+        for sec in elf.sections().filter(|s| s.name() == Ok(name)) {
+            if sec.address() == 0 || sec.size() == 0 {
+                continue;
+            }
+            let bytes = read_mem(obj.bias.wrapping_add(sec.address()), sec.size() as usize);
+            for chunk in bytes.chunks_exact(8) {
+                let a = u64::from_ne_bytes(chunk.try_into().unwrap());
+                if obj.is_exec(a) {
+                    out.sites.push((a, kind));
+                }
+            }
+        }
+    }
+    out.sites.sort_unstable_by_key(|s| s.0);
+    out.sites.dedup_by_key(|s| s.0);
+    for sym in elf.symbols().chain(elf.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Text || sym.address() == 0 || sym.is_undefined() {
+            continue;
+        }
+        let Ok(raw) = sym.name() else { continue };
+        if raw.is_empty() {
+            continue;
+        }
+        out.funcs.push(Func {
+            addr: obj.bias.wrapping_add(sym.address()),
+            size: sym.size(),
+            name: demangle(raw),
+        });
+    }
+    // Prefer the symbol with a size, then the shorter (non-versioned) name, at each address.
+    out.funcs.sort_by(|a, b| {
+        a.addr
+            .cmp(&b.addr)
+            .then(b.size.cmp(&a.size))
+            .then(a.name.len().cmp(&b.name.len()))
+    });
+    out.funcs.dedup_by_key(|f| f.addr);
+    // A symbol without a size ends where the next one starts, or at the end of its segment:
+    // never beyond the object.
+    for i in 0..out.funcs.len() {
+        if out.funcs[i].size == 0 {
+            let a = out.funcs[i].addr;
+            let seg_end = obj
+                .exec
+                .iter()
+                .find(|r| a >= r.0 && a < r.1)
+                .map_or(a + 1, |r| r.1);
+            let next = out
+                .funcs
+                .get(i + 1)
+                .map_or(seg_end, |n| n.addr.min(seg_end));
+            out.funcs[i].size = next.saturating_sub(a).max(1);
+        }
+    }
+    out
+}
+
+/// Reads `len` bytes of this process's memory at `addr`.
+pub fn read_own_memory(addr: u64, len: usize) -> Vec<u8> {
+    // SAFETY: callers pass ranges of loaded, readable sections of loaded objects.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demangles_rust_and_cpp() {
+        assert_eq!(
+            demangle("_ZN7example3fib17h0123456789abcdefE"),
+            "example::fib"
+        );
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(demangle("fib"), "fib");
+        assert_eq!(demangle("_RNvCs1234_7example3fib"), "example::fib");
+    }
+
+    #[test]
+    fn lists_this_process() {
+        let objs = loaded_objects();
+        assert!(objs[0].name.is_empty(), "the executable comes first");
+        assert!(objs.iter().any(|o| o.module().starts_with("libc.so")));
+        let me = demangles_rust_and_cpp as *const () as u64;
+        assert!(objs.iter().any(|o| o.is_exec(me)));
+    }
+
+    #[test]
+    fn scans_own_symbols() {
+        let objs = loaded_objects();
+        let libc = objs
+            .iter()
+            .find(|o| o.module().starts_with("libc.so"))
+            .unwrap();
+        let file = std::fs::read(&libc.path).unwrap();
+        let s = scan(libc, &file, read_own_memory);
+        let getpid = libc::getpid as *const () as u64;
+        assert_eq!(s.func_at(getpid).map(|f| f.name.as_str()), Some("getpid"));
+        assert!(s.sites.is_empty(), "libc is not instrumented");
+    }
+}

@@ -1,0 +1,392 @@
+//! What the trampolines call: the function and function_graph handlers, and each thread's state.
+//!
+//! Invariants: a handler never calls instrumented code and never re-enters itself (the
+//! per-thread `guard`; a signal handler interrupting a handler records nothing until it
+//! returns); the shadow stack is pushed by reserving the slot first (so a signal handler nesting
+//! in the middle pushes above it) and popped by matching the stack slot the return address was
+//! taken from (frames skipped by `longjmp` are discarded, never returned to).
+
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::ffi::CString;
+
+use crate::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, Writer};
+use crate::clock;
+use crate::tramp;
+
+/// 0: inert, 1: function, 2: function_graph.
+pub static TRACER: AtomicU8 = AtomicU8::new(0);
+/// Events are recorded (`tracing_on`).
+pub static TRACING_ON: AtomicBool = AtomicBool::new(false);
+/// Timestamps are TSC reads (else CLOCK_MONOTONIC).
+pub static CLOCK_TSC: AtomicBool = AtomicBool::new(true);
+/// `max_graph_depth` (0: unlimited).
+pub static MAX_DEPTH: AtomicU32 = AtomicU32::new(0);
+/// `set_graph_function` is set: only calls below a root are recorded.
+pub static GRAPH_FILTERED: AtomicBool = AtomicBool::new(false);
+/// Non-zero when the function tracer's assembly fast path may run (function tracer, TSC clock,
+/// tracing on); kept by [`update_fast_path`].
+pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
+
+/// Non-zero when the function_graph assembly fast paths may run (function_graph, TSC clock,
+/// tracing on, no `set_graph_function`, no `max_graph_depth`); kept by [`update_fast_path`].
+pub static GRAPH_OK: AtomicU8 = AtomicU8::new(0);
+
+/// Recomputes [`FAST_OK`] and [`GRAPH_OK`] after a change of tracer, clock, filters or
+/// `tracing_on`.
+pub fn update_fast_path() {
+    let tsc_on = CLOCK_TSC.load(Ordering::Relaxed) && TRACING_ON.load(Ordering::Relaxed);
+    let tracer = TRACER.load(Ordering::Relaxed);
+    FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
+    let graph = tsc_on
+        && tracer == 2
+        && !GRAPH_FILTERED.load(Ordering::Relaxed)
+        && MAX_DEPTH.load(Ordering::Relaxed) == 0;
+    GRAPH_OK.store(u8::from(graph), Ordering::Relaxed);
+}
+
+/// Threads whose buffer could not be created.
+pub static FAILED_THREADS: AtomicU64 = AtomicU64::new(0);
+/// Calls not recorded because the shadow stack was full.
+pub static SHADOW_OVERRUNS: AtomicU64 = AtomicU64::new(0);
+
+/// Where threads create their buffers.
+pub struct Instance {
+    /// The instance directory (NUL-terminated path).
+    pub dir: CString,
+    /// Bytes per buffer file.
+    pub buffer_bytes: usize,
+    /// Overwrite mode.
+    pub overwrite: bool,
+    /// `__rseq_offset` from the thread pointer, if glibc registered rseq.
+    pub rseq_offset: Option<isize>,
+}
+
+/// The instance in force (replaced in a forked child; old ones are leaked).
+pub static INSTANCE: AtomicPtr<Instance> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Shadow-stack frames per thread.
+pub const SHADOW_FRAMES: u64 = 4096;
+
+/// One shadow-stack frame.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct Frame {
+    /// The original return address.
+    pub ret: u64,
+    /// The traced function.
+    pub ip: u64,
+    /// Entry timestamp.
+    pub calltime: u64,
+    /// Address of the stack slot holding the return address; bit 0 set for a `-G` root.
+    pub slot: u64,
+}
+
+/// A thread's tracing state, in its static TLS block.
+#[derive(Debug)]
+#[repr(C)]
+pub struct ThreadState {
+    /// The thread's buffer (valid when `state == 1`).
+    pub writer: Writer,
+    /// Non-zero while a handler runs on this thread.
+    pub guard: u32,
+    /// 0: no buffer yet, 1: registered, 2: registration failed.
+    pub state: u32,
+    /// Where the current CPU number is read (rseq `cpu_id_start`, or `fallback_cpu`).
+    pub cpu: *const u32,
+    /// The CPU at registration, when rseq is not available.
+    pub fallback_cpu: u32,
+    /// Reserved.
+    pub pad: u32,
+    /// The shadow stack (function_graph).
+    pub shadow: *mut Frame,
+    /// Frames on the shadow stack.
+    pub depth: u64,
+    /// `-G` roots active on the shadow stack.
+    pub graph_active: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<ThreadState>() <= tramp::TLS_BYTES);
+
+/// The calling thread's state.
+pub fn current() -> *mut ThreadState {
+    tramp::tls_block().cast()
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    if CLOCK_TSC.load(Ordering::Relaxed) {
+        clock::rdtsc()
+    } else {
+        clock::mono_ns()
+    }
+}
+
+/// Entry handler. `ret` is the address after the site, `slot` the stack slot holding the
+/// traced function's return address (`parent`), `root` whether the site is a `-G` root.
+///
+/// # Safety
+/// Called only by the entry trampoline with the current thread's state block.
+pub unsafe extern "C" fn on_entry(
+    ret: u64,
+    parent: u64,
+    slot: *mut u64,
+    st: *mut ThreadState,
+    root: u32,
+) {
+    // SAFETY: the trampoline passes this thread's block.
+    let st = unsafe { &mut *st };
+    if st.guard != 0 || !TRACING_ON.load(Ordering::Relaxed) {
+        return;
+    }
+    let tracer = TRACER.load(Ordering::Relaxed);
+    if tracer == 0 {
+        return;
+    }
+    st.guard = 1;
+    if st.state != 1 && !register(st) {
+        st.guard = 0;
+        return;
+    }
+    let ip = ret - 5;
+    if tracer == 1 {
+        // SAFETY: registered; `cpu` points to a live u32.
+        unsafe { st.writer.write(now(), ip, parent, KIND_FUNC, 0, *st.cpu) };
+    } else {
+        // SAFETY: `slot` is the live return-address slot of the traced frame.
+        unsafe { graph_entry(st, ip, parent, slot, root != 0) };
+    }
+    st.guard = 0;
+}
+
+#[inline(always)]
+unsafe fn graph_entry(st: &mut ThreadState, ip: u64, parent: u64, slot: *mut u64, root: bool) {
+    if GRAPH_FILTERED.load(Ordering::Relaxed) && !root && st.graph_active == 0 {
+        return;
+    }
+    let depth = st.depth;
+    let max = MAX_DEPTH.load(Ordering::Relaxed);
+    if max != 0 && depth >= u64::from(max) {
+        return;
+    }
+    if st.shadow.is_null() && !alloc_shadow(st) {
+        return;
+    }
+    if depth >= SHADOW_FRAMES {
+        SHADOW_OVERRUNS.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let ts = now();
+    // SAFETY: registered buffer, live cpu pointer.
+    unsafe {
+        st.writer
+            .write(ts, ip, parent, KIND_GRAPH_ENT, depth as u32, *st.cpu)
+    };
+    st.depth = depth + 1;
+    // SAFETY: `depth < SHADOW_FRAMES`, the stack holds that many frames; `slot` is live.
+    unsafe {
+        *st.shadow.add(depth as usize) = Frame {
+            // SAFETY: `slot` is the traced frame's return-address slot.
+            ret: *slot,
+            ip,
+            calltime: ts,
+            slot: slot as u64 | u64::from(root),
+        };
+        *slot = tramp::return_trampoline();
+    }
+    if root {
+        st.graph_active += 1;
+    }
+}
+
+/// Return handler: records the exit of the frame whose return address sat at `sp - 8` and
+/// returns where that function must really return.
+///
+/// # Safety
+/// Called only by the return trampoline with the current thread's state block.
+pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64) -> u64 {
+    // SAFETY: the trampoline passes this thread's block.
+    let st = unsafe { &mut *st };
+    let slot = sp - 8;
+    loop {
+        let depth = st.depth;
+        if depth == 0 || st.shadow.is_null() {
+            lost_return();
+        }
+        // SAFETY: `depth - 1 < SHADOW_FRAMES`.
+        let f = unsafe { *st.shadow.add(depth as usize - 1) };
+        st.depth = depth - 1;
+        let root = f.slot & 1 != 0;
+        if root {
+            st.graph_active = st.graph_active.saturating_sub(1);
+        }
+        let fslot = f.slot & !1;
+        if fslot == slot {
+            let ts = now();
+            // SAFETY: a frame was pushed, so the buffer is registered.
+            unsafe {
+                st.writer.write(
+                    ts,
+                    f.ip,
+                    f.calltime,
+                    KIND_GRAPH_RET,
+                    depth as u32 - 1,
+                    *st.cpu,
+                )
+            };
+            return f.ret;
+        }
+        if fslot > slot {
+            lost_return();
+        }
+        // Below `slot`: a frame skipped by longjmp; discard it.
+    }
+}
+
+#[cold]
+fn lost_return() -> ! {
+    let msg = b"ftrace-agent: function_graph shadow stack does not match the stack; aborting\n";
+    // SAFETY: writing a static buffer to stderr.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_shadow(st: &mut ThreadState) -> bool {
+    let len = SHADOW_FRAMES as usize * core::mem::size_of::<Frame>();
+    // SAFETY: anonymous private mapping.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return false;
+    }
+    st.shadow = p.cast();
+    true
+}
+
+fn thread_pointer() -> u64 {
+    let p: u64;
+    // SAFETY: reads the TCB self-pointer at %fs:0 (x86_64 glibc).
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) p, options(nostack, readonly, preserves_flags))
+    };
+    p
+}
+
+/// Creates the calling thread's buffer file and maps it.
+#[cold]
+#[inline(never)]
+fn register(st: &mut ThreadState) -> bool {
+    if st.state == 2 {
+        return false;
+    }
+    let inst = INSTANCE.load(Ordering::Acquire);
+    if inst.is_null() {
+        return false;
+    }
+    // SAFETY: instances are leaked, never freed.
+    let inst = unsafe { &*inst };
+    match create_buffer(inst) {
+        Some(w) => {
+            st.writer = w;
+            match inst.rseq_offset {
+                Some(off) => st.cpu = (thread_pointer() as i64 + off as i64) as *const u32,
+                None => {
+                    // SAFETY: no preconditions.
+                    st.fallback_cpu = unsafe { libc::sched_getcpu() }.max(0) as u32;
+                    st.cpu = &st.fallback_cpu;
+                }
+            }
+            st.state = 1;
+            true
+        }
+        None => {
+            st.state = 2;
+            FAILED_THREADS.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+fn create_buffer(inst: &Instance) -> Option<Writer> {
+    // SAFETY: no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    let mut comm = [0u8; 16];
+    if let Ok(c) = std::fs::read("/proc/thread-self/comm") {
+        let c = c.strip_suffix(b"\n").unwrap_or(&c);
+        let n = c.len().min(15);
+        comm[..n].copy_from_slice(&c[..n]);
+    }
+    let dir = inst.dir.to_str().ok()?;
+    let mut fd = -1;
+    for n in 0..1000 {
+        let path = if n == 0 {
+            format!("{dir}/buf-{tid}")
+        } else {
+            format!("{dir}/buf-{tid}.{n}")
+        };
+        let c = CString::new(path).ok()?;
+        // SAFETY: `c` is a valid path.
+        fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        // SAFETY: errno is thread-local.
+        if fd >= 0 || unsafe { *libc::__errno_location() } != libc::EEXIST {
+            break;
+        }
+    }
+    if fd < 0 {
+        return None;
+    }
+    let len = inst.buffer_bytes;
+    // SAFETY: `fd` is ours; the mapping is checked before use and the fd closed after.
+    unsafe {
+        if libc::ftruncate(fd, len as libc::off_t) != 0 {
+            libc::close(fd);
+            return None;
+        }
+        let p = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd,
+            0,
+        );
+        libc::close(fd);
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let pid = libc::getpid() as u32;
+        Some(buffer::init(
+            p.cast(),
+            len,
+            inst.overwrite,
+            pid,
+            tid,
+            &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
+        ))
+    }
+}
+
+/// Forgets the calling thread's buffer (in a forked child: the buffer is the parent's).
+pub fn reset_current_thread() {
+    // SAFETY: this thread's own block.
+    let st = unsafe { &mut *current() };
+    st.state = 0;
+    st.guard = 0;
+}

@@ -1,0 +1,398 @@
+//! Call sites and live patching, through `ftrace-patch`: its site recognition
+//! ([`classify_x86`]), encodings ([`SiteForm`]) and protocols ([`protocol::apply`]: breakpoint
+//! for single-instruction windows, stop-machine otherwise), over this process's platform
+//! primitives ([`Platform`], a [`TextPoke`]: W^X text writes, `membarrier(SYNC_CORE)`, threads
+//! parked by a signal, and the SIGTRAP handler that resolves breakpoints).
+//!
+//! Invariants: a site is written only if it holds the bytes its state says it holds (else it
+//! is reported and left alone, like `ftrace_bug()`); every thread sees the old instruction, an
+//! `int3` (emulated by the handler as the *new* instruction, or re-run when the trap arrives
+//! after the batch), or the new instruction; multi-instruction windows (gcc's five `90`) are
+//! written only while every other thread is parked outside them; text is R-X after every batch.
+
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ftrace_patch::protocol::{
+    self, BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction,
+};
+use ftrace_patch::site::{Arch, SiteBytes, SiteForm, SiteInit, X86_PROBE_LEN, classify_x86};
+use ftrace_patch::text::{TextFault, TextPoke};
+
+use crate::text;
+
+/// One call site.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// Address of the patch window (after an `endbr64`, if any).
+    pub addr: u64,
+    /// Its form.
+    pub form: SiteForm,
+    /// The disabled bytes.
+    pub nop: SiteBytes,
+    /// The enabled bytes (`call` to the site's stub).
+    pub call: SiteBytes,
+    /// Whether it is enabled now.
+    pub enabled: bool,
+}
+
+/// Recognises the site recorded at `addr` (reads the bytes there).
+pub fn classify(addr: u64) -> Result<SiteInit, SiteBytes> {
+    let mut probe = [0u8; X86_PROBE_LEN];
+    // SAFETY: a recorded site lies in mapped text, with a function body after it.
+    unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, probe.as_mut_ptr(), probe.len()) };
+    classify_x86(addr, &probe)
+}
+
+/// How long a stop-the-world waits for every thread to park before giving the batch up.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The breakpoint table of the batch in flight (a leaked copy; null when disarmed).
+static ARMED: AtomicPtr<BreakpointTable<'static>> = AtomicPtr::new(core::ptr::null_mut());
+/// SIGTRAP handlers currently reading [`ARMED`].
+static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// Every known site address, sorted (for late traps); old tables are leaked.
+static KNOWN: AtomicPtr<Vec<u64>> = AtomicPtr::new(core::ptr::null_mut());
+/// `(start, end)` of the multi-byte windows the last stop-the-world rewrote (leaked per batch).
+static STOPPED_WINDOWS: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Moves a parked thread's rip out of the inside of a rewritten multi-byte window (to its end,
+/// as [`StopFixup::resume_pc`] says).
+fn fixup_rip(rip: u64) -> u64 {
+    let p = STOPPED_WINDOWS.load(Ordering::Acquire);
+    if p.is_null() {
+        return rip;
+    }
+    // SAFETY: window tables are leaked, never freed.
+    let w = unsafe { &*p };
+    let i = w.partition_point(|&(a, _)| a <= rip);
+    match i.checked_sub(1).map(|j| w[j]) {
+        Some((a, end)) if rip > a && rip < end => end,
+        _ => rip,
+    }
+}
+
+/// This process as a patch platform.
+#[derive(Default)]
+pub struct Platform {
+    /// Stop-the-world rounds abandoned because a thread never parked.
+    pub unstopped: usize,
+}
+
+impl TextPoke for Platform {
+    fn read_text(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), TextFault> {
+        // SAFETY: callers pass windows of recorded sites, inside mapped text.
+        unsafe { core::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    fn write_text(&mut self, addr: u64, bytes: &[u8]) -> Result<(), TextFault> {
+        // SAFETY: `Patcher` opens a `TextWindow` over every window of the batch first; the
+        // protocol decides when each byte may be written.
+        unsafe { text::write_text(addr, bytes) };
+        Ok(())
+    }
+
+    fn sync_cores(&mut self) {
+        text::sync_cores();
+    }
+
+    fn stop_others(&mut self, fixup: &StopFixup<'_>, patch: &mut dyn FnMut(&mut Self)) {
+        let r = text::stop_the_world(fixup_rip, STOP_TIMEOUT, || {
+            patch(self);
+            // Publish where parked threads must not resume, now that the windows are written.
+            let windows: Vec<(u64, u64)> = fixup
+                .sites()
+                .iter()
+                .filter(|s| fixup.resume_pc(s.addr() + 1).is_some())
+                .map(|s| (s.addr(), s.addr() + s.len() as u64))
+                .collect();
+            STOPPED_WINDOWS.store(Box::into_raw(Box::new(windows)), Ordering::Release);
+        });
+        if r.is_err() {
+            self.unstopped += 1;
+        }
+    }
+
+    fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
+        // SAFETY: the table (and the sites it borrows) outlives the armed period: `apply` calls
+        // `breakpoints_disarmed` before its sites go away, and disarming waits for handlers.
+        let t: BreakpointTable<'static> = unsafe { core::mem::transmute(*table) };
+        ARMED.store(Box::into_raw(Box::new(t)), Ordering::SeqCst);
+    }
+
+    fn breakpoints_disarmed(&mut self) {
+        let p = ARMED.swap(core::ptr::null_mut(), Ordering::SeqCst);
+        while IN_HANDLER.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        if !p.is_null() {
+            // SAFETY: from `Box::into_raw` above; no handler uses it any more.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+/// The sites of the process and their states.
+#[derive(Default)]
+pub struct Patcher {
+    sites: Vec<Site>,
+    platform: Platform,
+    /// Sites whose bytes were not what their state said: `(addr, bytes found)`.
+    pub bugs: Vec<(u64, SiteBytes)>,
+}
+
+fn batch_protocol() -> Protocol {
+    if text::can_sync_cores() {
+        Protocol::Auto
+    } else {
+        Protocol::StopMachine
+    }
+}
+
+impl Patcher {
+    /// The sites, sorted by address.
+    pub fn sites(&self) -> &[Site] {
+        &self.sites
+    }
+
+    /// Adds sites (disabled), making the initialisation writes their recognition asked for
+    /// (gcc's PIE calls become `NOP5` + `90`). Sites already known are ignored.
+    pub fn add(&mut self, new: Vec<(SiteInit, SiteBytes)>) -> std::io::Result<()> {
+        let mut writes: Vec<PokeSite> = Vec::new();
+        for (init, _) in &new {
+            for w in init.writes.iter().flatten() {
+                writes.push(PokeSite::insn(Arch::X86_64, w.addr, &w.old, &w.new, 0));
+            }
+        }
+        writes.sort_by_key(|w| w.addr());
+        if !writes.is_empty() {
+            let _w = text::TextWindow::open(writes.iter().map(|w| (w.addr(), w.len())))?;
+            protocol::apply(
+                &mut self.platform,
+                Arch::X86_64,
+                &mut writes,
+                batch_protocol(),
+            );
+        }
+        for (init, call) in new {
+            let failed = writes
+                .iter()
+                .any(|w| w.addr() == init.ip && w.status() != protocol::SiteStatus::Done);
+            if failed {
+                self.bugs.push((init.ip, SiteBytes::new(&[])));
+                continue;
+            }
+            if let Err(i) = self.sites.binary_search_by_key(&init.ip, |x| x.addr) {
+                self.sites.insert(
+                    i,
+                    Site {
+                        addr: init.ip,
+                        form: init.form,
+                        nop: init.form.nop(),
+                        call,
+                        enabled: false,
+                    },
+                );
+            }
+        }
+        let known: Vec<u64> = self.sites.iter().map(|s| s.addr).collect();
+        KNOWN.store(Box::into_raw(Box::new(known)), Ordering::Release);
+        Ok(())
+    }
+
+    /// Forgets the sites in `[lo, hi)` (an object that was unloaded).
+    pub fn remove_range(&mut self, lo: u64, hi: u64) {
+        self.sites.retain(|s| s.addr < lo || s.addr >= hi);
+    }
+
+    /// Enables or disables the sites `pick` selects; returns how many changed.
+    pub fn set(&mut self, enable: bool, pick: impl Fn(&Site) -> bool) -> std::io::Result<usize> {
+        let mut batch: Vec<PokeSite> = self
+            .sites
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.enabled != enable && pick(s))
+            .map(|(i, s)| {
+                let (old, new) = if enable {
+                    (&s.nop, &s.call)
+                } else {
+                    (&s.call, &s.nop)
+                };
+                PokeSite::insn(Arch::X86_64, s.addr, old, new, i as u32)
+            })
+            .collect();
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let unstopped = self.platform.unstopped;
+        {
+            let _w = text::TextWindow::open(batch.iter().map(|p| (p.addr(), p.len())))?;
+            protocol::apply(
+                &mut self.platform,
+                Arch::X86_64,
+                &mut batch,
+                batch_protocol(),
+            );
+        }
+        let mut done = 0;
+        let mut failed = 0;
+        for p in &batch {
+            match p.status() {
+                protocol::SiteStatus::Done => {
+                    self.sites[p.tag() as usize].enabled = enable;
+                    done += 1;
+                }
+                protocol::SiteStatus::Mismatch => self.bugs.push((p.addr(), *p.actual())),
+                _ => failed += 1,
+            }
+        }
+        if self.platform.unstopped != unstopped {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "a thread did not stop; multi-byte sites left unchanged",
+            ));
+        }
+        if failed > 0 {
+            return Err(std::io::Error::other(format!(
+                "{failed} site(s) could not be written"
+            )));
+        }
+        Ok(done)
+    }
+}
+
+/// The SIGTRAP handler we replaced (`sa_sigaction`) and its flags.
+static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(0);
+static OLD_TRAP_FLAGS: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+
+fn resolve(bp: u64, head: u8) -> TrapAction {
+    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    let t = ARMED.load(Ordering::SeqCst);
+    let action = if t.is_null() {
+        TrapAction::NotOurs
+    } else {
+        // SAFETY: the table stays alive while IN_HANDLER is non-zero (see breakpoints_disarmed).
+        unsafe { (*t).trap(bp, &[head]) }
+    };
+    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+    if action != TrapAction::NotOurs {
+        return action;
+    }
+    // A late trap: the batch is over and the breakpoint is gone: run the site as it is now.
+    let k = KNOWN.load(Ordering::Acquire);
+    // SAFETY: site tables are leaked, never freed.
+    if !k.is_null() && head != 0xcc && unsafe { &*k }.binary_search(&bp).is_ok() {
+        return TrapAction::Restart { pc: bp };
+    }
+    TrapAction::NotOurs
+}
+
+extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid ucontext to an SA_SIGINFO handler.
+    let gregs = unsafe { &mut (*ucv.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+    let rip = gregs[libc::REG_RIP as usize] as u64;
+    let bp = rip.wrapping_sub(1);
+    let known = KNOWN.load(Ordering::Acquire);
+    // Read the head only at a known site (it is mapped text there).
+    // SAFETY: site tables are leaked, never freed.
+    let ours = !known.is_null() && unsafe { &*known }.binary_search(&bp).is_ok();
+    let action = if ours {
+        // SAFETY: `bp` is a known site in mapped text.
+        resolve(bp, unsafe { core::ptr::read_volatile(bp as *const u8) })
+    } else {
+        TrapAction::NotOurs
+    };
+    match action {
+        TrapAction::Restart { pc } => gregs[libc::REG_RIP as usize] = pc as i64,
+        TrapAction::Emulate(Emulation::Call { target, ret }) => {
+            let sp = gregs[libc::REG_RSP as usize] as u64 - 8;
+            // SAFETY: at a function's first instruction the slot below rsp is free (the kernel
+            // put the signal frame below the red zone).
+            unsafe { *(sp as *mut u64) = ret };
+            gregs[libc::REG_RSP as usize] = sp as i64;
+            gregs[libc::REG_RIP as usize] = target as i64;
+        }
+        TrapAction::Emulate(Emulation::Jump { target }) => {
+            gregs[libc::REG_RIP as usize] = target as i64
+        }
+        TrapAction::Emulate(Emulation::Skip { next } | Emulation::MovX9Lr { next }) => {
+            gregs[libc::REG_RIP as usize] = next as i64
+        }
+        TrapAction::Emulate(Emulation::None) | TrapAction::NotOurs => chain(sig, si, ucv),
+    }
+}
+
+fn chain(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
+    let h = OLD_TRAP_HANDLER.load(Ordering::Acquire);
+    if h == libc::SIG_IGN {
+        return;
+    }
+    if h == libc::SIG_DFL {
+        // SAFETY: restoring the default action and re-raising: the default action (core dump)
+        // happens when this handler returns and the signal is unblocked.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return;
+    }
+    if OLD_TRAP_FLAGS.load(Ordering::Acquire) & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed as an SA_SIGINFO handler.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { core::mem::transmute(h) };
+        f(sig, si, ucv);
+    } else {
+        // SAFETY: the previous handler was installed as a plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+/// Installs the SIGTRAP handler (chaining to the one in place).
+pub fn install_trap_handler() -> std::io::Result<()> {
+    // SAFETY: zeroed sigactions are valid; `old` receives the previous action.
+    unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        if libc::sigaction(libc::SIGTRAP, core::ptr::null(), &mut old) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if old.sa_sigaction == on_trap as *const () as usize {
+            return Ok(()); // already ours (a forked child re-installing)
+        }
+        OLD_TRAP_HANDLER.store(old.sa_sigaction, Ordering::Release);
+        OLD_TRAP_FLAGS.store(old.sa_flags, Ordering::Release);
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_trap as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        if libc::sigaction(libc::SIGTRAP, &sa, core::ptr::null_mut()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixup_moves_only_pcs_inside_a_window() {
+        let w = Box::into_raw(Box::new(vec![(0x1000u64, 0x1005u64), (0x2000, 0x2005)]));
+        STOPPED_WINDOWS.store(w, Ordering::Release);
+        assert_eq!(fixup_rip(0x1000), 0x1000);
+        assert_eq!(fixup_rip(0x1003), 0x1005);
+        assert_eq!(fixup_rip(0x1005), 0x1005);
+        assert_eq!(fixup_rip(0x2004), 0x2005);
+        assert_eq!(fixup_rip(0x1fff), 0x1fff);
+        STOPPED_WINDOWS.store(core::ptr::null_mut(), Ordering::Release);
+    }
+
+    #[test]
+    fn late_trap_restarts_only_at_known_sites() {
+        KNOWN.store(Box::into_raw(Box::new(vec![0x4000u64])), Ordering::Release);
+        assert_eq!(resolve(0x4000, 0x0f), TrapAction::Restart { pc: 0x4000 });
+        assert_eq!(resolve(0x4000, 0xcc), TrapAction::NotOurs);
+        assert_eq!(resolve(0x4001, 0x0f), TrapAction::NotOurs);
+    }
+}

@@ -1,0 +1,216 @@
+//! Writing a recording as a tracefs-like capture: what `ftrace report` (and any reader of the
+//! kernel's raw pages) reads.
+//!
+//! Layout written into the recording directory:
+//!
+//! | path | content |
+//! |---|---|
+//! | `per_cpu/cpu<N>/trace_pipe_raw` | the CPU's events in the kernel's sub-buffer pages, written by `ftrace-ringbuf` |
+//! | `kallsyms` | `addr t name\t[module]` lines (runtime addresses; the name may contain spaces) |
+//! | `saved_cmdlines` | `tid comm` lines |
+//! | `trace_clock` | the clock listing with the recording's clock in brackets |
+//! | `tracer` | `function` or `function_graph` |
+//!
+//! Invariant: every event of the recording is in exactly one page, in timestamp order per CPU,
+//! and a page that starts after a hole in some thread's buffer carries the kernel's
+//! missed-events flags with the exact count (`RB_MISSED_EVENTS | RB_MISSED_STORED`).
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use ftrace_agent::config::ClockKind;
+use ftrace_core::symbols::SymbolTable;
+use ftrace_ringbuf::page::{MISSED_EVENTS, MISSED_STORED, PAGE_HEADER_SIZE};
+use ftrace_ringbuf::{At, CpuBuffer, HeapPages, Mode};
+
+use crate::recording::{Event, Recording};
+
+/// The clocks `trace_clock` lists, with `clock` selected.
+pub fn trace_clock_listing(clock: ClockKind) -> String {
+    let all = [
+        "local", "global", "counter", "uptime", "perf", "mono", "mono_raw", "boot", "tai",
+        "x86-tsc",
+    ];
+    let mut s = String::new();
+    for (i, c) in all.iter().enumerate() {
+        if i > 0 {
+            s.push(' ');
+        }
+        if *c == clock.name() {
+            let _ = write!(s, "[{c}]");
+        } else {
+            s.push_str(c);
+        }
+    }
+    s.push('\n');
+    s
+}
+
+fn mark_missed(page: &mut [u8], missed: u64) {
+    let commit = u64::from_le_bytes(page[8..16].try_into().unwrap());
+    let size = (commit & !(MISSED_EVENTS | MISSED_STORED)) as usize;
+    let mut flags = MISSED_EVENTS;
+    let at = PAGE_HEADER_SIZE + size;
+    if at + 8 <= page.len() {
+        page[at..at + 8].copy_from_slice(&missed.to_le_bytes());
+        flags |= MISSED_STORED;
+    }
+    page[8..16].copy_from_slice(&(commit | flags).to_le_bytes());
+}
+
+/// Encodes one CPU's events (sorted by timestamp) as raw pages.
+pub fn cpu_pages(events: &[Event]) -> Result<Vec<u8>, String> {
+    let buf = CpuBuffer::new(HeapPages, 16, 4096).map_err(|e| format!("ring buffer: {e:?}"))?;
+    buf.set_mode(Mode::ProducerConsumer);
+    let mut out = Vec::new();
+    let mut pending_missed = 0u64;
+    let drain = |out: &mut Vec<u8>, pending: &mut u64| -> Result<(), String> {
+        let mut page = buf
+            .alloc_read_page()
+            .map_err(|e| format!("read page: {e:?}"))?;
+        let mut c = buf.consumer();
+        while c.read_page(&mut page).is_some() {
+            let mut bytes = page.as_bytes().to_vec();
+            if *pending > 0 {
+                mark_missed(&mut bytes, *pending);
+                *pending = 0;
+            }
+            out.extend_from_slice(&bytes);
+        }
+        Ok(())
+    };
+    for e in events {
+        if e.missed > 0 {
+            drain(&mut out, &mut pending_missed)?;
+            pending_missed += e.missed;
+        }
+        if !buf.write(&e.data, &At(e.ts)) {
+            drain(&mut out, &mut pending_missed)?;
+            if !buf.write(&e.data, &At(e.ts)) {
+                return Err(format!(
+                    "event of {} bytes does not fit a page",
+                    e.data.len()
+                ));
+            }
+        }
+    }
+    drain(&mut out, &mut pending_missed)?;
+    Ok(out)
+}
+
+/// Writes the capture files of `rec` into `dir`.
+pub fn write_capture(rec: &Recording, dir: &Path) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let nr = rec
+        .nr_cpus
+        .max(rec.per_cpu.keys().max().map_or(0, |m| m + 1));
+    for cpu in 0..nr {
+        let d = dir.join("per_cpu").join(format!("cpu{cpu}"));
+        std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+        let pages = match rec.per_cpu.get(&cpu) {
+            Some(evs) => cpu_pages(evs)?,
+            None => Vec::new(),
+        };
+        let f = d.join("trace_pipe_raw");
+        std::fs::write(&f, pages).map_err(|e| io(&f, e))?;
+    }
+    let mut lines = BTreeSet::new();
+    for p in &rec.processes {
+        let exe = Path::new(&p.exe)
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        p.symbols.for_each(&mut |s| {
+            let module = s.module.filter(|m| *m != exe);
+            let line = match module {
+                Some(m) => format!("{:016x} t {}\t[{m}]", s.addr, s.name),
+                None => format!("{:016x} t {}", s.addr, s.name),
+            };
+            lines.insert((s.addr, line));
+        });
+    }
+    let mut ks = String::new();
+    for (_, l) in lines {
+        ks.push_str(&l);
+        ks.push('\n');
+    }
+    let f = dir.join("kallsyms");
+    std::fs::write(&f, ks).map_err(|e| io(&f, e))?;
+    let mut cmd = String::new();
+    for t in rec.processes.iter().flat_map(|p| &p.threads) {
+        let _ = writeln!(cmd, "{} {}", t.tid, t.comm);
+    }
+    let f = dir.join("saved_cmdlines");
+    std::fs::write(&f, cmd).map_err(|e| io(&f, e))?;
+    let f = dir.join("trace_clock");
+    std::fs::write(&f, trace_clock_listing(rec.clock)).map_err(|e| io(&f, e))?;
+    let tracer = rec
+        .processes
+        .first()
+        .map_or("function", |p| p.tracer.as_str());
+    let f = dir.join("tracer");
+    std::fs::write(&f, format!("{tracer}\n")).map_err(|e| io(&f, e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftrace_core::EventId;
+    use ftrace_core::entry::{FtraceEntry, Pod, TraceEntry};
+    use ftrace_ringbuf::Page;
+
+    fn ev(ts: u64, ip: u64, missed: u64) -> Event {
+        let e = FtraceEntry {
+            ent: TraceEntry {
+                type_: EventId::Function.as_u16(),
+                flags: 0,
+                preempt_count: 0,
+                pid: 9,
+            },
+            ip,
+            parent_ip: 1,
+        };
+        Event {
+            cpu: 0,
+            ts,
+            pid: 9,
+            tid: 9,
+            data: e.as_bytes().to_vec(),
+            missed,
+            seq: 0,
+            process: 0,
+        }
+    }
+
+    #[test]
+    fn pages_round_trip_with_holes() {
+        let mut evs: Vec<Event> = (0..1000).map(|i| ev(1_000 + i * 7, i, 0)).collect();
+        evs[600].missed = 42;
+        let raw = cpu_pages(&evs).unwrap();
+        assert_eq!(raw.len() % 4096, 0);
+        let mut got = Vec::new();
+        let mut missed_seen = Vec::new();
+        for chunk in raw.chunks(4096) {
+            let p = Page::new(chunk).unwrap();
+            if p.missed_events() {
+                missed_seen.push((got.len(), p.missed_count()));
+            }
+            for e in p.events() {
+                let e = e.unwrap();
+                let f = FtraceEntry::read_from(e.payload).unwrap();
+                got.push((e.ts, f.ip));
+            }
+        }
+        let want: Vec<(u64, u64)> = evs.iter().map(|e| (e.ts, e.func())).collect();
+        assert_eq!(got, want);
+        assert_eq!(missed_seen, vec![(600, Some(42))]);
+    }
+
+    #[test]
+    fn clock_listing_selects_one() {
+        assert!(trace_clock_listing(ClockKind::Local).starts_with("[local] global"));
+        assert!(trace_clock_listing(ClockKind::X86Tsc).ends_with(" [x86-tsc]\n"));
+    }
+}

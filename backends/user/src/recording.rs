@@ -1,0 +1,395 @@
+//! Reading a recording directory: every traced process image, its symbols, and its threads'
+//! events as the kernel's trace entries (`ftrace_core::entry` layouts), grouped per CPU and
+//! sorted by time, ready for a `trace` formatter.
+//!
+//! Invariant: timestamps come out in the recording's trace-clock unit: nanoseconds for `local`
+//! (TSC converted with a rate calibrated between the agent's start and the latest pair
+//! available: the agent's exit or the reader's own clock) and `mono`, raw counts for `x86-tsc`.
+//! Events lost in a thread's buffer are reported on the first event that follows the hole.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use ftrace_agent::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, Slot};
+use ftrace_agent::clock::{TscConversion, TscPair};
+use ftrace_agent::config::ClockKind;
+use ftrace_core::EventId;
+use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, Pod, TraceEntry};
+use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+
+/// One recorded event, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// The CPU the thread ran on.
+    pub cpu: u32,
+    /// Timestamp in trace-clock units.
+    pub ts: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The entry bytes: `struct trace_entry` followed by the event's fields.
+    pub data: Vec<u8>,
+    /// Events this thread lost just before this one.
+    pub missed: u64,
+    /// Position in the thread's buffer (recording order within the thread).
+    pub seq: u64,
+    /// Index of its process image in [`Recording::processes`] (an `exec` keeps the pid).
+    pub process: usize,
+}
+
+impl Event {
+    /// The event id (`common_type`).
+    pub fn id(&self) -> Option<EventId> {
+        TraceEntry::read_from(&self.data).and_then(|e| EventId::from_u16(e.type_))
+    }
+
+    /// The traced function's address (function, funcgraph_entry, funcgraph_exit).
+    pub fn func(&self) -> u64 {
+        u64::from_ne_bytes(self.data[8..16].try_into().unwrap())
+    }
+}
+
+/// One thread's buffer, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thread {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name.
+    pub comm: String,
+    /// Events lost to overwriting.
+    pub overrun: u64,
+    /// Events dropped (buffer full in no-overwrite mode, or unfinished).
+    pub dropped: u64,
+    /// Events in the buffer.
+    pub entries: u64,
+}
+
+/// One traced process image (`DIR/<pid>.<n>`).
+#[derive(Debug)]
+pub struct Process {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Process id.
+    pub pid: u32,
+    /// The executable.
+    pub exe: String,
+    /// The tracer that recorded.
+    pub tracer: String,
+    /// Its function symbols (runtime addresses).
+    pub symbols: SortedSymbols,
+    /// Its threads.
+    pub threads: Vec<Thread>,
+}
+
+/// A whole recording.
+#[derive(Debug)]
+pub struct Recording {
+    /// The trace clock.
+    pub clock: ClockKind,
+    /// The processes, in directory order.
+    pub processes: Vec<Process>,
+    /// All events, per CPU, each sorted by timestamp.
+    pub per_cpu: BTreeMap<u32, Vec<Event>>,
+    /// CPUs of the machine (the `#P:` of the header).
+    pub nr_cpus: u32,
+    /// The TSC rate used (kHz), for TSC clocks.
+    pub tsc_khz: Option<u64>,
+}
+
+/// A recording that cannot be read.
+#[derive(Debug)]
+pub struct ReadError(pub String);
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+fn parse_meta(text: &str) -> BTreeMap<String, String> {
+    text.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn pair(m: &BTreeMap<String, String>) -> Option<TscPair> {
+    Some(TscPair {
+        tsc: m.get("tsc")?.parse().ok()?,
+        mono_ns: m.get("mono_ns")?.parse().ok()?,
+    })
+}
+
+/// Parses a `symbols` file (`addr\tsize\tmodule\tname` lines).
+pub fn parse_symbols(text: &str) -> SortedSymbols {
+    let mut t = SortedSymbols::new();
+    for line in text.lines() {
+        let mut it = line.splitn(4, '\t');
+        let (Some(a), Some(s), Some(m), Some(n)) = (it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let (Ok(a), Ok(s)) = (u64::from_str_radix(a, 16), u64::from_str_radix(s, 16)) else {
+            continue;
+        };
+        t.push(n, a, s, (!m.is_empty()).then_some(m));
+    }
+    t.finish();
+    t
+}
+
+fn entry_bytes(s: &Slot, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
+    let ent = |id: EventId| TraceEntry {
+        type_: id.as_u16(),
+        flags: 0,
+        preempt_count: 0,
+        pid: tid as i32,
+    };
+    match s.kind() {
+        KIND_FUNC => FtraceEntry {
+            ent: ent(EventId::Function),
+            ip: s.ip,
+            parent_ip: s.arg,
+        }
+        .as_bytes()
+        .to_vec(),
+        KIND_GRAPH_ENT => FtraceGraphEntEntry {
+            ent: ent(EventId::FuncgraphEntry),
+            func: s.ip,
+            depth: s.depth() as i32,
+        }
+        .as_bytes()
+        .to_vec(),
+        _ => FtraceGraphRetEntry {
+            ent: ent(EventId::FuncgraphExit),
+            func: s.ip,
+            depth: s.depth() as i32,
+            overrun: 0,
+            calltime: conv(s.arg),
+            rettime: conv(s.ts),
+            ..Default::default()
+        }
+        .as_bytes()
+        .to_vec(),
+    }
+}
+
+impl Recording {
+    /// Reads `dir`.
+    pub fn read(dir: &Path) -> Result<Self, ReadError> {
+        let err = |what: &str, e: &dyn std::fmt::Display| ReadError(format!("{what}: {e}"));
+        let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| err(&dir.display().to_string(), &e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("meta").is_file())
+            .collect();
+        subdirs.sort_by_key(|p| {
+            let name = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let (a, b) = name.split_once('.').unwrap_or((&name, "0"));
+            (a.parse::<u64>().unwrap_or(0), b.parse::<u64>().unwrap_or(0))
+        });
+        if subdirs.is_empty() {
+            return Err(ReadError(format!("{}: no recorded process", dir.display())));
+        }
+        let now = TscPair::now();
+        let mut rec = Recording {
+            clock: ClockKind::Local,
+            processes: Vec::new(),
+            per_cpu: BTreeMap::new(),
+            nr_cpus: 1,
+            tsc_khz: None,
+        };
+        for sub in subdirs {
+            let meta_text = std::fs::read_to_string(sub.join("meta"))
+                .map_err(|e| err(&sub.display().to_string(), &e))?;
+            let meta = parse_meta(&meta_text);
+            let exit = std::fs::read_to_string(sub.join("meta.exit"))
+                .map(|t| parse_meta(&t))
+                .unwrap_or_default();
+            let clock = meta
+                .get("clock")
+                .and_then(|c| ClockKind::parse(c))
+                .unwrap_or_default();
+            rec.clock = clock;
+            if let Some(n) = meta.get("nr_cpus").and_then(|n| n.parse().ok()) {
+                rec.nr_cpus = rec.nr_cpus.max(n);
+            }
+            let start = pair(&meta);
+            let end = pair(&exit).filter(|e| {
+                start.is_some_and(|s| e.mono_ns.saturating_sub(s.mono_ns) > 200_000_000)
+            });
+            let tsc = start.and_then(|s| TscConversion::calibrate(s, end.unwrap_or(now)));
+            if clock == ClockKind::Local && tsc.is_none() {
+                return Err(ReadError(format!(
+                    "{}: cannot calibrate the TSC",
+                    sub.display()
+                )));
+            }
+            rec.tsc_khz = tsc.map(|t| t.khz());
+            let conv = move |t: u64| match (clock, tsc) {
+                (ClockKind::Local, Some(c)) => c.to_ns(t),
+                _ => t,
+            };
+            let symbols =
+                parse_symbols(&std::fs::read_to_string(sub.join("symbols")).unwrap_or_default());
+            let mut proc_ = Process {
+                pid: meta.get("pid").and_then(|p| p.parse().ok()).unwrap_or(0),
+                exe: meta.get("exe").cloned().unwrap_or_default(),
+                tracer: meta.get("tracer").cloned().unwrap_or_default(),
+                dir: sub.clone(),
+                symbols,
+                threads: Vec::new(),
+            };
+            let mut bufs: Vec<PathBuf> = std::fs::read_dir(&sub)
+                .map_err(|e| err(&sub.display().to_string(), &e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("buf-"))
+                })
+                .collect();
+            bufs.sort();
+            for b in bufs {
+                let bytes = std::fs::read(&b).map_err(|e| err(&b.display().to_string(), &e))?;
+                let c = buffer::read(&bytes).map_err(|e| err(&b.display().to_string(), &e))?;
+                let mut missed = c.overrun + c.dropped;
+                for (seq, s) in c.events.iter().enumerate() {
+                    rec.per_cpu.entry(s.cpu).or_default().push(Event {
+                        cpu: s.cpu,
+                        ts: conv(s.ts),
+                        pid: c.pid,
+                        tid: c.tid,
+                        data: entry_bytes(s, c.tid, &conv),
+                        missed,
+                        seq: seq as u64,
+                        process: rec.processes.len(),
+                    });
+                    missed = 0;
+                }
+                proc_.threads.push(Thread {
+                    pid: c.pid,
+                    tid: c.tid,
+                    comm: c.comm,
+                    overrun: c.overrun,
+                    dropped: c.dropped,
+                    entries: c.events.len() as u64,
+                });
+            }
+            rec.processes.push(proc_);
+        }
+        for evs in rec.per_cpu.values_mut() {
+            evs.sort_by_key(|e| e.ts);
+        }
+        Ok(rec)
+    }
+
+    /// All events of all CPUs, merged by timestamp (lowest CPU first on ties).
+    pub fn merged(&self) -> Vec<&Event> {
+        let mut all: Vec<&Event> = self.per_cpu.values().flatten().collect();
+        all.sort_by_key(|e| (e.ts, e.cpu));
+        all
+    }
+
+    /// The name of the function `e` is about (in its own process image's address space).
+    pub fn event_symbol(&self, e: &Event) -> Option<&str> {
+        let p = self.processes.get(e.process)?;
+        p.symbols.lookup(e.func()).map(|s| s.name)
+    }
+
+    /// The name of the function at `addr` in process `pid`'s address space.
+    pub fn symbol(&self, pid: u32, addr: u64) -> Option<&str> {
+        let p = self
+            .processes
+            .iter()
+            .rev()
+            .find(|p| p.pid == pid && p.symbols.lookup(addr).is_some())
+            .or_else(|| {
+                self.processes
+                    .iter()
+                    .find(|p| p.symbols.lookup(addr).is_some())
+            })?;
+        p.symbols.lookup(addr).map(|s| s.name)
+    }
+
+    /// The name of thread `tid` (`<...>` if unknown, as the kernel prints it).
+    pub fn comm(&self, tid: u32) -> &str {
+        self.processes
+            .iter()
+            .flat_map(|p| &p.threads)
+            .rev()
+            .find(|t| t.tid == tid)
+            .map_or("<...>", |t| t.comm.as_str())
+    }
+
+    /// Events lost in total (overwritten, dropped, unfinished).
+    pub fn lost(&self) -> u64 {
+        self.processes
+            .iter()
+            .flat_map(|p| &p.threads)
+            .map(|t| t.overrun + t.dropped)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftrace_agent::buffer::KIND_GRAPH_RET;
+
+    #[test]
+    fn symbols_file_round_trip() {
+        let t = parse_symbols(
+            "1000\t20\tprog\tmain\n1020\t0\tprog\tns::f(int, char)\n2000\t10\tlibc.so.6\tgetpid\n",
+        );
+        assert_eq!(t.lookup(0x1004).unwrap().name, "main");
+        assert_eq!(t.lookup(0x1030).unwrap().name, "ns::f(int, char)");
+        assert_eq!(t.lookup(0x2000).unwrap().module, Some("libc.so.6"));
+        assert!(t.lookup(0x3000).is_none());
+    }
+
+    #[test]
+    fn reads_a_hand_made_recording() {
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-test-{}", std::process::id()));
+        let sub = dir.join("42.0");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            sub.join("meta"),
+            "pid=42\nexe=/bin/x\ntracer=function_graph\nclock=mono\nnr_cpus=4\n",
+        )
+        .unwrap();
+        std::fs::write(sub.join("symbols"), "1000\t10\tx\tf\n").unwrap();
+        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
+        let mut mem = vec![0u64; len / 8];
+        // SAFETY: zeroed, aligned, `len` bytes.
+        let w = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, true, 42, 43, b"x") };
+        // SAFETY: `w` describes `mem`.
+        unsafe {
+            w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
+            w.write(250, 0x1000, 100, KIND_GRAPH_RET, 0, 3);
+        }
+        let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        std::fs::write(sub.join("buf-43"), bytes).unwrap();
+        let rec = Recording::read(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(rec.clock, ClockKind::Mono);
+        assert_eq!(rec.nr_cpus, 4);
+        let evs = rec.merged();
+        assert_eq!(evs.len(), 2);
+        assert_eq!(evs[0].id(), Some(EventId::FuncgraphEntry));
+        assert_eq!(evs[1].id(), Some(EventId::FuncgraphExit));
+        let ret = FtraceGraphRetEntry::read_from(&evs[1].data).unwrap();
+        assert_eq!((ret.calltime, ret.rettime), (100, 250));
+        assert_eq!(evs[1].cpu, 3);
+        assert_eq!(rec.symbol(42, evs[0].func()), Some("f"));
+        assert_eq!(rec.comm(43), "x");
+    }
+}

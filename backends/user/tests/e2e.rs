@@ -1,0 +1,570 @@
+//! End-to-end: real C and Rust programs, built with every supported instrumentation, traced by
+//! the preloaded agent; the trace is checked against the programs' own call counters.
+//!
+//! Needs gcc, clang and rustc (with `RUSTC_BOOTSTRAP=1` for `-Zpatchable-function-entry`).
+//! `cargo xtask test` installs clang; nothing here is skipped when a tool is missing: it fails.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+use ftrace_agent::config::{ClockKind, Config, TracerKind};
+use ftrace_core::EventId;
+use ftrace_core::entry::{FtraceGraphEntEntry, FtraceGraphRetEntry, Pod};
+use ftrace_user::launch;
+use ftrace_user::recording::{Event, Recording};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn scratch() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ftrace-e2e");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The instrumentation variants (name, compiler, flags).
+const C_BUILDS: &[(&str, &str, &[&str])] = &[
+    (
+        "gcc-mcount",
+        "gcc",
+        &[
+            "-pg",
+            "-mfentry",
+            "-mrecord-mcount",
+            "-mnop-mcount",
+            "-fno-pie",
+            "-no-pie",
+        ],
+    ),
+    ("gcc-pfe", "gcc", &["-fpatchable-function-entry=5"]),
+    ("clang-pfe", "clang", &["-fpatchable-function-entry=5"]),
+    (
+        "gcc-pie-mcount",
+        "gcc",
+        &["-pg", "-mfentry", "-mrecord-mcount"],
+    ),
+];
+
+/// Programs built by this test process (each is built once: other tests may be running it).
+static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+fn build_c(src: &str, variant: &str) -> PathBuf {
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let (_, cc, flags) = C_BUILDS.iter().find(|b| b.0 == variant).unwrap();
+    let out = scratch().join(format!("{}-{variant}", src.trim_end_matches(".c")));
+    if built.contains(&out) {
+        return out;
+    }
+    let st = Command::new(cc)
+        .args(["-O2", "-g", "-pthread"])
+        .args(*flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(examples().join("c").join(src))
+        .arg("-ldl")
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}"));
+    assert!(
+        st.status.success(),
+        "{cc} failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    built.push(out.clone());
+    out
+}
+
+fn build_rust(src: &str) -> PathBuf {
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let out = scratch().join(format!("{}-rust", src.trim_end_matches(".rs")));
+    if built.contains(&out) {
+        return out;
+    }
+    let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args(["-O", "-Zpatchable-function-entry=5", "-o"])
+        .arg(&out)
+        .arg(examples().join("rust").join(src))
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "rustc failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    built.push(out.clone());
+    out
+}
+
+struct Run {
+    out: Output,
+    rec: Recording,
+}
+
+fn run_traced(exe: &Path, args: &[&str], cfg: impl FnOnce(&mut Config)) -> Run {
+    let dir = scratch().join(format!(
+        "rec-{}-{}",
+        exe.file_name().unwrap().to_string_lossy(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let mut c = Config::new(&dir, TracerKind::Function);
+    c.buffer_kb = 32 * 1024;
+    c.overwrite = false;
+    cfg(&mut c);
+    let agent = launch::find_agent().expect("agent shared object");
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    // (-pg programs write gmon.out into their working directory.)
+    let out = launch::traced_command(&agent, &c, exe.to_str().unwrap(), &args)
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    let rec = Recording::read(&dir).unwrap_or_else(|e| {
+        panic!(
+            "{e}\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    std::fs::remove_dir_all(&dir).ok();
+    Run { out, rec }
+}
+
+/// The program's own `calls <name> <n>` lines.
+fn own_counts(out: &Output) -> BTreeMap<String, u64> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next()? == "calls").then_some(())?;
+            Some((it.next()?.to_string(), it.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn assert_result_ok(out: &Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("result ok"),
+        "status {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Events of `kind` per function name (the short name: last path component for Rust).
+fn traced_counts(rec: &Recording, kind: EventId, prefix: &str) -> HashMap<String, u64> {
+    let mut m = HashMap::new();
+    for e in rec.merged() {
+        if e.id() != Some(kind) {
+            continue;
+        }
+        if let Some(name) = rec.event_symbol(e) {
+            if let Some(short) = name.strip_prefix(prefix) {
+                *m.entry(short.to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    m
+}
+
+fn check_counts(run: &Run, kind: EventId, prefix: &str) {
+    assert_result_ok(&run.out);
+    assert_eq!(run.rec.lost(), 0, "events were lost");
+    let own = own_counts(&run.out);
+    assert!(own.len() >= 4, "{own:?}");
+    let traced = traced_counts(&run.rec, kind, prefix);
+    for (name, n) in &own {
+        assert_eq!(
+            traced.get(name).copied().unwrap_or(0),
+            *n,
+            "calls of {name}: traced vs counted by the program"
+        );
+    }
+}
+
+/// Every exit matches the innermost open entry of its thread, at the right depth.
+fn check_graph_pairs(rec: &Recording) {
+    let mut per_tid: BTreeMap<u32, Vec<&Event>> = BTreeMap::new();
+    for evs in rec.per_cpu.values() {
+        for e in evs {
+            per_tid.entry(e.tid).or_default().push(e);
+        }
+    }
+    let mut pairs = 0u64;
+    for (tid, mut evs) in per_tid {
+        evs.sort_by_key(|e| e.seq);
+        let mut stack: Vec<(u64, u64)> = Vec::new();
+        for e in evs {
+            match e.id() {
+                Some(EventId::FuncgraphEntry) => {
+                    let g = FtraceGraphEntEntry::read_from(&e.data).unwrap();
+                    let depth = g.depth;
+                    assert_eq!(depth as usize, stack.len(), "tid {tid}: entry depth");
+                    stack.push((g.func, e.ts));
+                }
+                Some(EventId::FuncgraphExit) => {
+                    let r = FtraceGraphRetEntry::read_from(&e.data).unwrap();
+                    let (func, ts) = stack
+                        .pop()
+                        .unwrap_or_else(|| panic!("tid {tid}: exit without entry"));
+                    assert_eq!(r.func, func, "tid {tid}: exit of another function");
+                    assert_eq!(r.depth as usize, stack.len(), "tid {tid}: exit depth");
+                    assert_eq!(r.calltime, ts, "tid {tid}: calltime is the entry's time");
+                    assert!(r.rettime >= r.calltime);
+                    pairs += 1;
+                }
+                other => panic!("unexpected event {other:?} in a function_graph trace"),
+            }
+        }
+    }
+    assert!(pairs > 0);
+}
+
+fn graph(c: &mut Config) {
+    c.tracer = TracerKind::FunctionGraph;
+}
+
+#[test]
+fn c_function_every_site_form() {
+    for (variant, _, _) in C_BUILDS {
+        let exe = build_c("calls.c", variant);
+        let run = run_traced(&exe, &["3", "200"], |_| {});
+        check_counts(&run, EventId::Function, "");
+        let threads = run.rec.processes[0].threads.len();
+        assert_eq!(threads, 4, "{variant}: main + 3 workers have buffers");
+    }
+}
+
+#[test]
+fn c_function_graph_every_site_form() {
+    for (variant, _, _) in C_BUILDS {
+        let exe = build_c("calls.c", variant);
+        let run = run_traced(&exe, &["3", "200"], graph);
+        check_counts(&run, EventId::FuncgraphEntry, "");
+        check_counts(&run, EventId::FuncgraphExit, "");
+        check_graph_pairs(&run.rec);
+    }
+}
+
+#[test]
+fn rust_function_and_function_graph() {
+    let exe = build_rust("calls.rs");
+    let run = run_traced(&exe, &["3", "200"], |_| {});
+    check_counts(&run, EventId::Function, "calls::");
+    let run = run_traced(&exe, &["3", "200"], graph);
+    check_counts(&run, EventId::FuncgraphEntry, "calls::");
+    check_counts(&run, EventId::FuncgraphExit, "calls::");
+    check_graph_pairs(&run.rec);
+}
+
+#[test]
+fn clocks_and_cpus() {
+    let exe = build_c("calls.c", "clang-pfe");
+    for clock in [ClockKind::Local, ClockKind::Mono, ClockKind::X86Tsc] {
+        let run = run_traced(&exe, &["2", "50"], |c| c.clock = clock);
+        check_counts(&run, EventId::Function, "");
+        let nr = run.rec.nr_cpus;
+        let evs = run.rec.merged();
+        assert!(evs.iter().all(|e| e.cpu < nr), "cpu ids below {nr}");
+        if clock != ClockKind::X86Tsc {
+            // Nanoseconds of CLOCK_MONOTONIC: close to now, within the run.
+            let now = ftrace_agent::clock::mono_ns();
+            let first = evs.first().unwrap().ts;
+            assert!(now - first < 60_000_000_000, "{clock:?}: {first} vs {now}");
+        }
+    }
+}
+
+#[test]
+fn filters_select_sites() {
+    let exe = build_c("calls.c", "gcc-mcount");
+    let run = run_traced(&exe, &["2", "20"], |c| {
+        c.filter = vec!["f*".into(), "sum?".into()];
+        c.notrace = vec!["fadd".into()];
+    });
+    assert_result_ok(&run.out);
+    let t = traced_counts(&run.rec, EventId::Function, "");
+    let own = own_counts(&run.out);
+    assert_eq!(t.get("fib"), own.get("fib"));
+    assert_eq!(t.get("sum6"), own.get("sum6"));
+    assert_eq!(t.get("fadd"), None);
+    assert_eq!(t.get("leaf"), None);
+    // -G: only fib and what it calls; --max-depth 2: fib at depth 0 and 1 only.
+    let run = run_traced(&exe, &["2", "20"], |c| {
+        graph(c);
+        c.graph_functions = vec!["fib".into()];
+        c.max_depth = 2;
+    });
+    assert_result_ok(&run.out);
+    let t = traced_counts(&run.rec, EventId::FuncgraphEntry, "");
+    let iters = 2 * 20;
+    assert_eq!(
+        t.get("fib"),
+        Some(&(3 * iters)),
+        "fib(10) and its two children"
+    );
+    assert_eq!(t.get("sum6"), None);
+    assert_eq!(t.get("worker"), None);
+    check_graph_pairs(&run.rec);
+}
+
+#[test]
+fn overwrite_mode_keeps_newest_and_counts_the_rest() {
+    let exe = build_c("calls.c", "clang-pfe");
+    let run = run_traced(&exe, &["1", "2000"], |c| {
+        c.buffer_kb = 64;
+        c.overwrite = true;
+    });
+    assert_result_ok(&run.out);
+    let own: u64 = own_counts(&run.out).values().sum();
+    let worker = run.rec.processes[0]
+        .threads
+        .iter()
+        .max_by_key(|t| t.overrun)
+        .unwrap()
+        .clone();
+    assert_eq!(worker.entries, 64 * 1024 / 32);
+    let recorded: u64 = run.rec.processes[0]
+        .threads
+        .iter()
+        .map(|t| t.entries + t.overrun)
+        .sum();
+    // Every call is either in a buffer or counted as overwritten (main's own calls included).
+    assert_eq!(recorded, own + 1, "main itself is traced too");
+}
+
+#[test]
+fn toggle_all_sites_1000_times_under_load() {
+    // clang: single-instruction sites (breakpoint protocol); gcc pfe: five NOPs (stop-the-world).
+    for variant in ["clang-pfe", "gcc-pfe", "gcc-mcount"] {
+        let exe = build_c("calls.c", variant);
+        let run = run_traced(&exe, &["2", "0", "toggle", "1000"], |c| {
+            c.overwrite = true;
+            c.buffer_kb = 256;
+        });
+        assert_result_ok(&run.out);
+        let stdout = String::from_utf8_lossy(&run.out.stdout);
+        let line = stdout.lines().find(|l| l.starts_with("toggled")).unwrap();
+        let changed: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(changed >= 2000 * 5, "{variant}: {line}");
+        assert!(
+            run.rec.merged().len() > 100,
+            "{variant}: events were recorded while on"
+        );
+    }
+}
+
+#[test]
+fn fork_exec_exit_and_signals() {
+    let exe = build_c("lifecycle.c", "clang-pfe");
+    for mode in ["fork", "exec", "_exit", "signal", "kill", "handler"] {
+        let run = run_traced(&exe, &[mode], graph);
+        let stdout = String::from_utf8_lossy(&run.out.stdout).into_owned();
+        let expect_status = match mode {
+            "signal" => None, // killed by SIGSEGV's default action
+            "kill" => None,   // killed by SIGKILL
+            _ => Some(0),
+        };
+        assert_eq!(run.out.status.code(), expect_status, "{mode}: {stdout}");
+        // Every `work` call the program reported before dying is in the trace.
+        let reported: u64 = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("work calls "))
+            .map(|n| n.trim().parse::<u64>().unwrap())
+            .sum();
+        let t = traced_counts(&run.rec, EventId::FuncgraphEntry, "");
+        assert_eq!(
+            t.get("work").copied().unwrap_or(0),
+            reported,
+            "{mode}: {stdout}"
+        );
+        assert!(reported > 0, "{mode}");
+        let pids: std::collections::BTreeSet<u32> =
+            run.rec.processes.iter().map(|p| p.pid).collect();
+        match mode {
+            "fork" => assert_eq!(pids.len(), 2, "parent and child recorded apart"),
+            "exec" => assert_eq!(run.rec.processes.len(), 2, "before and after exec"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn sigtrap_chaining_longjmp_and_dlopen() {
+    let exe = build_c("lifecycle.c", "gcc-mcount");
+    // The program's own SIGTRAP handler still sees its own int3s.
+    let run = run_traced(&exe, &["sigtrap"], graph);
+    let stdout = String::from_utf8_lossy(&run.out.stdout).into_owned();
+    assert!(run.out.status.success(), "{stdout}");
+    assert!(stdout.contains("traps 3"), "{stdout}");
+    let t = traced_counts(&run.rec, EventId::FuncgraphEntry, "");
+    assert_eq!(
+        t.get("work"),
+        Some(&103),
+        "100 calls before, 3 between the traps"
+    );
+    // longjmp out of hooked frames: the skipped frames are dropped, tracing goes on.
+    let run = run_traced(&exe, &["longjmp"], graph);
+    assert!(run.out.status.success());
+    let t = traced_counts(&run.rec, EventId::FuncgraphEntry, "");
+    assert_eq!(t.get("work"), Some(&(100 + 60 + 10)));
+    assert_eq!(t.get("jump_out"), Some(&60));
+    // A library loaded later: its sites are found and patched at dlopen.
+    let plugin = scratch().join("libplugin.so");
+    let st = Command::new("clang")
+        .args([
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-fpatchable-function-entry=5",
+            "-o",
+        ])
+        .arg(&plugin)
+        .arg(examples().join("c/plugin.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for tracer in [TracerKind::Function, TracerKind::FunctionGraph] {
+        let run = run_traced(&exe, &["dlopen", plugin.to_str().unwrap()], |c| {
+            c.tracer = tracer
+        });
+        let stdout = String::from_utf8_lossy(&run.out.stdout).into_owned();
+        assert!(run.out.status.success(), "{stdout}");
+        assert!(stdout.contains("plugin_work calls 25"), "{stdout}");
+        let kind = match tracer {
+            TracerKind::Function => EventId::Function,
+            TracerKind::FunctionGraph => EventId::FuncgraphEntry,
+        };
+        let t = traced_counts(&run.rec, kind, "");
+        assert_eq!(t.get("plugin_work"), Some(&25), "{tracer:?}");
+    }
+}
+
+#[test]
+fn record_writes_kernel_pages_for_report() {
+    let exe = build_c("calls.c", "clang-pfe");
+    let dir = scratch().join("record-capture");
+    let opts = ftrace_user::record::RecordOptions {
+        tracer: TracerKind::FunctionGraph,
+        output: dir.clone(),
+        buffer_kb: 8192,
+        overwrite: false,
+        ..Default::default()
+    };
+    let status =
+        ftrace_user::record::record(&opts, exe.to_str().unwrap(), &["2".into(), "20".into()])
+            .unwrap();
+    assert!(status.success());
+    let rec = Recording::read(&dir).unwrap();
+    let mut pages_events = 0usize;
+    for cpu in 0..rec.nr_cpus {
+        let raw = std::fs::read(dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"))).unwrap();
+        let mut last = 0;
+        for chunk in raw.chunks(4096) {
+            let p = ftrace_ringbuf::Page::new(chunk).unwrap();
+            for e in p.events() {
+                let e = e.unwrap();
+                assert!(e.ts >= last, "cpu {cpu}: time goes forward");
+                last = e.ts;
+                pages_events += 1;
+            }
+        }
+    }
+    assert_eq!(pages_events, rec.merged().len());
+    let ks = std::fs::read_to_string(dir.join("kallsyms")).unwrap();
+    assert!(ks.lines().any(|l| l.ends_with(" t fib")), "fib in kallsyms");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("tracer")).unwrap(),
+        "function_graph\n"
+    );
+    let cmdlines = std::fs::read_to_string(dir.join("saved_cmdlines")).unwrap();
+    assert!(cmdlines.lines().count() >= 3);
+    // Recording again over a recording replaces it.
+    let status =
+        ftrace_user::record::record(&opts, exe.to_str().unwrap(), &["1".into(), "1".into()])
+            .unwrap();
+    assert!(status.success());
+    assert_eq!(Recording::read(&dir).unwrap().processes.len(), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn ftrace_cli_live_record_report() {
+    let exe = build_c("calls.c", "gcc-mcount");
+    let ftrace = env!("CARGO_BIN_EXE_ftrace");
+    // live, function_graph: the kernel's call graph, and the program's own output untouched.
+    let out = Command::new(ftrace)
+        .args(["live", "-t", "function_graph", "--"])
+        .arg(&exe)
+        .args(["1", "1"])
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("result ok"));
+    assert!(text.contains("# tracer: function_graph"), "{text}");
+    assert!(text.contains("|  worker() {"), "{text}");
+    assert!(text.contains("leaf();"), "{text}");
+    let leaf_lines = text.lines().filter(|l| l.ends_with("leaf();")).count();
+    assert_eq!(
+        leaf_lines, 89,
+        "fib(10) calls leaf 89 times, each a leaf line"
+    );
+    // record + report, function tracer with a filter.
+    let dir = scratch().join("cli-record");
+    let st = Command::new(ftrace)
+        .args(["record", "-t", "function", "-F", "sum6", "-o"])
+        .arg(&dir)
+        .arg("--")
+        .arg(&exe)
+        .args(["2", "3"])
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let rep = Command::new(ftrace)
+        .args(["report", "-i"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&rep.stdout);
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    assert!(text.contains("# tracer: function"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.ends_with(": sum6 <-worker"))
+            .count(),
+        6,
+        "{text}"
+    );
+    assert!(
+        text.contains("entries-in-buffer/entries-written: 6/6"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    // The program's exit status comes back (128 + signal when killed).
+    let life = build_c("lifecycle.c", "gcc-mcount");
+    let st = Command::new(ftrace)
+        .args(["live", "-t", "function", "--"])
+        .arg(&life)
+        .arg("signal")
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    assert_eq!(st.status.code(), Some(128 + libc::SIGSEGV));
+    assert!(String::from_utf8_lossy(&st.stdout).contains(": work <-main"));
+}
