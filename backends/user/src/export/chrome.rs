@@ -16,8 +16,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use ftrace_core::EventId;
-
 use super::{Call, Capture, ExportError, sym_name};
 
 /// Appends `s` as a JSON string literal.
@@ -128,16 +126,14 @@ pub fn write(cap: &Capture) -> Result<Vec<u8>, ExportError> {
                 args.push('}');
                 w.event('i', &sym_name(&syms, func), cap.ns(e.ts), pid, tid, &args);
             }
-            None if e.id == EventId::Print => {
-                let text = e.payload.get(16..).unwrap_or_default();
-                let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
-                let msg = String::from_utf8_lossy(&text[..end]);
-                let mut args = String::from(",\"s\":\"t\",\"args\":{\"msg\":");
-                json_str(&mut args, msg.trim_end_matches('\n'));
-                args.push('}');
-                w.event('i', "print", cap.ns(e.ts), pid, tid, &args);
+            None => {
+                if let super::What::Print(msg) = &e.what {
+                    let mut args = String::from(",\"s\":\"t\",\"args\":{\"msg\":");
+                    json_str(&mut args, msg);
+                    args.push('}');
+                    w.event('i', "print", cap.ns(e.ts), pid, tid, &args);
+                }
             }
-            None => {}
         }
     }
     for (tid, (mut stack, last)) in open {

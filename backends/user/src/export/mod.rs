@@ -304,7 +304,7 @@ impl Capture {
                         ts: ev.ts,
                         pid: ent.pid,
                         id,
-                        payload: ev.payload.to_vec(),
+                        what: What::decode(id, ev.payload),
                         missed_before: std::mem::take(&mut missed),
                     });
                 }
@@ -326,8 +326,8 @@ pub struct Ev {
     pub pid: i32,
     /// What it is.
     pub id: EventId,
-    /// The entry's bytes (common header first).
-    pub payload: Vec<u8>,
+    /// What the event says (decoded once: a capture may hold millions).
+    pub what: What,
     /// Events were lost on this CPU right before it.
     pub missed_before: bool,
 }
@@ -362,16 +362,27 @@ pub enum Call {
     },
 }
 
-impl Ev {
-    /// The function event this is, if it is one.
-    pub fn call(&self) -> Option<Call> {
-        match self.id {
-            EventId::Function => FtraceEntry::read_from(&self.payload).map(|e| Call::Function {
+/// The content of an event the exporters use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum What {
+    /// A function event.
+    Call(Call),
+    /// A `print` event (`trace_marker`): its text, without the trailing newline.
+    Print(String),
+    /// Any other event (or a truncated one).
+    Other,
+}
+
+impl What {
+    /// Decodes the payload (common header first) of an event of kind `id`.
+    pub fn decode(id: EventId, payload: &[u8]) -> What {
+        let call = match id {
+            EventId::Function => FtraceEntry::read_from(payload).map(|e| Call::Function {
                 func: e.ip,
                 parent: e.parent_ip,
             }),
             EventId::FuncgraphEntry => {
-                FtraceGraphEntEntry::read_from(&self.payload).map(|e| Call::Entry {
+                FtraceGraphEntEntry::read_from(payload).map(|e| Call::Entry {
                     func: e.func,
                     depth: e.depth,
                 })
@@ -379,7 +390,7 @@ impl Ev {
             EventId::FuncgraphExit => {
                 // The in-buffer exit entry may be shorter than ours (the format's 40 bytes):
                 // pad before decoding.
-                let mut b = self.payload.clone();
+                let mut b = payload.to_vec();
                 b.resize(b.len().max(core::mem::size_of::<FtraceGraphRetEntry>()), 0);
                 FtraceGraphRetEntry::read_from(&b).map(|e| Call::Exit {
                     func: e.func,
@@ -388,6 +399,24 @@ impl Ev {
                     rettime: e.rettime,
                 })
             }
+            EventId::Print => {
+                // `ip` (8 bytes) after the common header, then the NUL-terminated text.
+                let text = payload.get(16..).unwrap_or_default();
+                let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+                let msg = String::from_utf8_lossy(&text[..end]);
+                return What::Print(msg.trim_end_matches('\n').to_string());
+            }
+            _ => None,
+        };
+        call.map_or(What::Other, What::Call)
+    }
+}
+
+impl Ev {
+    /// The function event this is, if it is one.
+    pub fn call(&self) -> Option<Call> {
+        match self.what {
+            What::Call(c) => Some(c),
             _ => None,
         }
     }
