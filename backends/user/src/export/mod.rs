@@ -532,7 +532,7 @@ fn recording_tasks(dir: &Path) -> (HashMap<i32, i32>, HashMap<i32, String>) {
 /// The export formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// trace-cmd's `trace.dat` (version 6).
+    /// trace-cmd's `trace.dat` (version 6; 7 with `--file-version 7`).
     #[value(name = "trace.dat", alias = "tracedat", alias = "trace-cmd")]
     TraceDat,
     /// A `uftrace.data` directory.
