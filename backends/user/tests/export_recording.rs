@@ -320,6 +320,14 @@ fn uftrace_replay_shows_the_report_call_graph(kind: &str) {
         checked += 1;
     }
     assert_eq!(checked, want.len(), "{text}");
+    // info reads the header and its sections.
+    let info = tool("uftrace", &["info", "-d", data.to_str().unwrap()]);
+    let tasks = format!("# number of tasks     : {}\n", recorded.len());
+    assert!(info.contains(&tasks), "{info}");
+    assert!(
+        info.contains(&format!("# exe image           : {}\n", r.processes[0].exe)),
+        "{info}"
+    );
     // dump --chrome reads the same data.
     let chrome = tool(
         "uftrace",
