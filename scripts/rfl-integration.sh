@@ -5,18 +5,30 @@
 # workload pinned to each CPU, reads the module's trace and stats files, unloads it, and checks
 # the results. Ends with "N passed, N failed"; exits non-zero on any failure.
 #
+# The guest (scripts/rfl/guest-init.sh) loads the module three times:
+#   1. roomy buffers, a dd workload pinned to each CPU: format, comm/pid/CPU/flags, timestamps,
+#      stats identities, non-consuming re-read;
+#   2. pages_per_cpu=2 and a flood of 1-byte reads: overwrite accounting, newest events kept;
+#   3. alongside the kernel's own function tracer (same filter plus the tick's hard-irq and
+#      softirq functions): same header, every kernel line found in ours.
+# scripts/rfl/check.py checks what it printed (one `ok -`/`FAIL -` line per check).
+#
 # On a fresh Debian 12 machine it installs what it needs first (scripts/rfl/install.sh). The
-# kernel build is cached outside the clone (scripts/rfl/kernel.sh), so later runs take seconds.
+# kernel build is cached outside the clone (scripts/rfl/kernel.sh), so later runs take about a
+# minute (crate metadata, module build, boot).
 #
 # Env:
 #   RFL_CACHE=/var/cache/ftrace-rs/rfl  kernel cache (keyed on kernel package, rustc, bindgen,
 #                                       scripts/rfl/kernel.config)
 #   RFL_WORK=<dir>                      where the module is built and the guest's output lands
-#                                       (default: a new directory under $RFL_CACHE/runs, kept)
+#                                       (default: a new directory under $RFL_CACHE/runs; the
+#                                       last 10 are kept)
 #   RFL_SKIP_INSTALL=1                  skip the apt/cargo install step
 #   RFL_FILTER=vfs_read                 the module's filter parameter
 #   RFL_ROUNDS=20                       workload rounds (one dd per CPU per round)
 #   RFL_FLOOD=3000                      1-byte reads per CPU in the overflow pass (2-page buffers)
+#   RFL_CFILTER=$RFL_FILTER,update_process_times,run_timer_softirq
+#                                       filter of the pass compared with the kernel's tracer
 #   RFL_EXPECT_WRONG=1                  deliberately wrong expectation: the run must go red
 #   JOBS=2                              make -j
 set -uo pipefail
@@ -54,12 +66,15 @@ phase() {
 RFL_CACHE="${RFL_CACHE:-/var/cache/ftrace-rs/rfl}"
 export RFL_CACHE
 mkdir -p "$RFL_CACHE/runs"
+# Keep the last 10 default work dirs.
+ls -1dt "$RFL_CACHE"/runs/run.* 2>/dev/null | tail -n +10 | xargs -r rm -rf
 RFL_WORK="${RFL_WORK:-$(mktemp -d "$RFL_CACHE/runs/run.$(date +%Y%m%d-%H%M%S).XXXX")}"
 mkdir -p "$RFL_WORK"
 RFL_WORK="$(cd "$RFL_WORK" && pwd)"
 RFL_FILTER="${RFL_FILTER:-vfs_read}"
 RFL_ROUNDS="${RFL_ROUNDS:-20}"
 RFL_FLOOD="${RFL_FLOOD:-3000}"
+RFL_CFILTER="${RFL_CFILTER:-$RFL_FILTER,update_process_times,run_timer_softirq}"
 echo "rfl-integration: work dir $RFL_WORK"
 
 # 1. Toolchain and guest packages.
@@ -86,7 +101,10 @@ build_module() {
   ls -la "$RFL_WORK/module/ftrace_rs.ko"
 }
 phase build-module build_module
-grep -c "^warning" "$RFL_WORK/build-module.log" | sed 's/^/module build warnings: /'
+# Informational: rustc warnings, and objtool's "falls through" notes (6.12's objtool does not
+# know every noreturn function of a newer rustc's core, e.g. core::str::slice_error_fail).
+echo "module build: $(grep -c '^warning' "$RFL_WORK/build-module.log") rustc warnings," \
+  "$(grep -c 'warning: objtool' "$RFL_WORK/build-module.log") objtool warnings"
 # The kernel's compiler_builtins implements float and 128-bit intrinsics as panics
 # (rust/compiler_builtins.rs): the module must not call any (shared/docs/feasibility-rfl.md 3d).
 intr="$(nm -u "$RFL_WORK/module/ftrace_rs.ko" | awk '{print $2}' |
@@ -97,7 +115,8 @@ if [ -z "$intr" ]; then ok "module calls no float/128-bit intrinsics"; else fail
 #    on a second serial port.
 boot() {
   local list="$RFL_WORK/initramfs.list"
-  printf 'FILTER=%s\nROUNDS=%s\nFLOOD=%s\n' "$RFL_FILTER" "$RFL_ROUNDS" "$RFL_FLOOD" > "$RFL_WORK/rfl.conf"
+  printf 'FILTER=%s\nCFILTER=%s\nROUNDS=%s\nFLOOD=%s\n' "$RFL_FILTER" "$RFL_CFILTER" \
+    "$RFL_ROUNDS" "$RFL_FLOOD" > "$RFL_WORK/rfl.conf"
   cat > "$list" <<L
 dir /dev 0755 0 0
 nod /dev/console 0600 0 0 c 5 1
@@ -129,7 +148,8 @@ grep -E "^RFL: " "$RFL_WORK/console.log" | grep -v "RFL: workload" | head -20
 # 5. Checks on what the guest printed.
 tr -d '\r' < "$RFL_WORK/ttyS1.log" > "$RFL_WORK/module-files.txt"
 check_args=(--console "$RFL_WORK/console.log" --files "$RFL_WORK/module-files.txt"
-            --filter "$RFL_FILTER" --rounds "$RFL_ROUNDS" --flood "$RFL_FLOOD")
+            --filter "$RFL_FILTER" --cfilter "$RFL_CFILTER" --rounds "$RFL_ROUNDS"
+            --flood "$RFL_FLOOD")
 [ -n "${RFL_EXPECT_WRONG:-}" ] && check_args+=(--expect-wrong)
 python3 "$HERE/check.py" "${check_args[@]}" > "$RFL_WORK/check.log" 2>&1
 check_rc=$?

@@ -206,7 +206,8 @@ fn function_trace_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&
     };
     // The kernel's ftrace_set_filter() already filtered the call sites: admit every ip.
     if t.tracer.trace_call(ip, parent_ip, &AdmitAll, &task, &sink) {
-        pc.comms.record(task.current_pid());
+        pc.comms
+            .record(task.current_pid(), platform::LocalClock.now_ns());
     } else {
         pc.refused.fetch_add(1, Ordering::Relaxed);
     }
@@ -217,11 +218,14 @@ struct Comms;
 
 impl TaskNames for Comms {
     fn comm(&self, pid: i32) -> Option<&str> {
-        // SAFETY: only called while printing `trace`, with recording stopped and no callback in
-        // flight (rfl_rs_trace_open).
+        // The newest of the CPUs' records: a task that migrated has one per CPU.
         CPUS.iter()
             .take(nr_cpus())
-            .find_map(|c| unsafe { c.comms.lookup(pid) })
+            // SAFETY: only called while printing `trace`, with recording stopped and no
+            // callback in flight (rfl_rs_trace_open).
+            .filter_map(|c| unsafe { c.comms.lookup(pid) })
+            .max_by_key(|&(stamp, _)| stamp)
+            .map(|(_, comm)| comm)
     }
 }
 

@@ -26,7 +26,7 @@
 
 static char *filter = "vfs_read";
 module_param(filter, charp, 0444);
-MODULE_PARM_DESC(filter, "set_ftrace_filter expression the module traces (default vfs_read)");
+MODULE_PARM_DESC(filter, "comma-separated set_ftrace_filter patterns the module traces (default vfs_read)");
 
 static unsigned int pages_per_cpu = 64;
 module_param(pages_per_cpu, uint, 0444);
@@ -44,14 +44,23 @@ static struct ftrace_ops rfl_ops = {
 
 notrace int rfl_shim_register(void)
 {
-	char *buf;
-	int ret;
+	char *buf, *cur, *word;
+	int ret = 0, reset = 1;
 
 	/* ftrace's parser writes into the buffer: hand it a private copy. */
 	buf = kstrdup(filter, GFP_KERNEL);
 	if (!buf)
 		return -ENOMEM;
-	ret = ftrace_set_filter(&rfl_ops, buf, strlen(buf), 1);
+	/* One ftrace_set_filter() per comma-separated pattern (a module parameter has no spaces). */
+	cur = buf;
+	while ((word = strsep(&cur, ",")) != NULL) {
+		if (!*word)
+			continue;
+		ret = ftrace_set_filter(&rfl_ops, word, strlen(word), reset);
+		if (ret)
+			break;
+		reset = 0;
+	}
 	kfree(buf);
 	if (ret)
 		return ret;

@@ -12,7 +12,16 @@
 //! - [`platform`]: the traits a backend implements (trace clock, current CPU, task context,
 //!   deferred reclamation);
 //! - [`symbols`]: the symbol-table trait (address to name, names to addresses);
-//! - [`errno`]: the Linux error numbers tracefs answers with.
+//! - [`errno`]: the Linux error numbers tracefs answers with;
+//! - [`ops`]: `struct ftrace_ops` (callback, flags, filter and notrace hashes);
+//! - [`dispatch`]: the ops list and the entry point trampolines call (direct single-ops path,
+//!   `ftrace_ops_list_func` otherwise);
+//! - [`recursion`]: the per-context `trace_recursion` bits;
+//! - [`filter`]: the ip hash and the `set_ftrace_filter` / `set_ftrace_notrace` /
+//!   `set_graph_function` language, commands and read-back;
+//! - [`pid`]: the `set_ftrace_pid` / `set_ftrace_notrace_pid` filter;
+//! - [`reclaim`]: publication cells and grace periods (a reader-count one, and crossbeam-epoch
+//!   with `std`).
 //!
 //! The crate is `#![no_std]` and never allocates unless the `alloc` feature is on. It uses no
 //! floating point and no 128-bit arithmetic, so it builds inside the Linux kernel.
@@ -22,12 +31,27 @@
 #[cfg(feature = "alloc")]
 extern crate alloc;
 
+pub mod dispatch;
 pub mod entry;
 pub mod errno;
 pub mod event;
+pub mod filter;
 pub mod format;
+pub mod ops;
+pub mod pid;
 pub mod platform;
+pub mod reclaim;
+pub mod recursion;
 pub mod symbols;
+mod sync;
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+pub use dispatch::Dispatcher;
 pub use errno::Errno;
 pub use event::{EventId, TraceFlags};
+pub use filter::FtraceHash;
+pub use ops::{FtraceFunc, FtraceOps, FtraceRegs, OpsFlags};

@@ -96,3 +96,25 @@ pub unsafe trait Reclaim {
     /// (`synchronize_rcu`). Must not be called from a read-side critical section.
     fn synchronize(&self);
 }
+
+/// What the ops dispatcher asks the platform on every traced call: the current task's
+/// [`TraceRecursion`](crate::recursion::TraceRecursion) word (plus, through [`TaskContext`],
+/// its execution context and pid).
+///
+/// # Contract
+/// - [`RecursionState::trace_recursion`] returns the word of the current task: a thread-local
+///   in userspace, `current->trace_recursion` in Linux, a per-CPU word on bare metal (then
+///   preemption must be off while a bit is held, as it is in the kernel's trampolines).
+/// - Like every method here it must not call instrumented code.
+pub trait RecursionState: TaskContext {
+    /// The current task's recursion word.
+    fn trace_recursion(&self) -> &crate::recursion::TraceRecursion;
+
+    /// `rcu_is_watching()`: whether ops flagged
+    /// [`OpsFlags::RCU`](crate::ops::OpsFlags::RCU) may be called now. Platforms without the
+    /// notion keep the default (`true`).
+    #[inline]
+    fn rcu_is_watching(&self) -> bool {
+        true
+    }
+}

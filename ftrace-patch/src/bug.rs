@@ -97,6 +97,20 @@ pub struct FtraceBug {
     pub tramp: Option<(u64, u64)>,
 }
 
+/// `%ps`: `name [module]`, or the raw address when unknown.
+pub fn fmt_sym_name(f: &mut dyn fmt::Write, syms: &dyn SymbolTable, addr: u64) -> fmt::Result {
+    match syms.lookup(addr) {
+        Some(s) => {
+            f.write_str(s.name)?;
+            if let Some(m) = s.module {
+                write!(f, " [{m}]")?;
+            }
+            Ok(())
+        }
+        None => write!(f, "{addr:#x}"),
+    }
+}
+
 /// `%pS`: `name+0xoff/0xsize [module]`, or the raw address when unknown.
 pub fn fmt_sym(f: &mut dyn fmt::Write, syms: &dyn SymbolTable, addr: u64) -> fmt::Result {
     match syms.lookup(addr) {

@@ -37,6 +37,11 @@ pub mod table;
 pub mod text;
 pub mod x86;
 
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use bug::{BugReason, BugType, FtraceBug};
 pub use ops::{CallTargets, FixedTargets, OpsRecFlags, RecordOps};
 pub use protocol::{BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction};

@@ -16,7 +16,7 @@
 
 use crate::aarch64;
 use crate::site::{Arch, SiteBytes};
-use crate::sync::{AtomicU8, Ordering};
+use crate::sync::{AtomicU8, Ordering, fence};
 use crate::text::TextPoke;
 use crate::x86;
 
@@ -435,9 +435,12 @@ pub fn apply<P: TextPoke>(
         let n = s.len();
         if text.read_text(s.addr, &mut cur[..n]).is_err() {
             s.set_status(SiteStatus::ReadFault);
-        } else if cur[..n] != *s.old {
-            s.actual = SiteBytes::new(&cur[..n]);
-            s.set_status(SiteStatus::Mismatch);
+        } else {
+            let found = SiteBytes::new(&cur[..n]);
+            if found != s.old {
+                s.actual = found;
+                s.set_status(SiteStatus::Mismatch);
+            }
         }
     }
     // 2. Per record group: if any site failed, skip the rest; else write its data (literals
@@ -493,19 +496,22 @@ pub fn apply<P: TextPoke>(
         let head = bp.len();
         let table = BreakpointTable { arch, sites };
         text.breakpoints_armed(&table);
-        // Step 1: breakpoint over every head.
-        // (the status is published before the breakpoint can be hit)
-        for s in pending(Method::Breakpoint) {
-            s.set_status(SiteStatus::Armed);
-            if text.write_text(s.addr, &bp).is_err() {
-                s.set_status(SiteStatus::WriteFault);
-            }
-        }
         let armed = || {
             sites
                 .iter()
                 .filter(|s| s.method == Method::Breakpoint && s.status() == SiteStatus::Armed)
         };
+        // Step 1: breakpoint over every head. Every status is published, and fenced (the
+        // kernel's smp_wmb), before any breakpoint can be hit.
+        for s in pending(Method::Breakpoint) {
+            s.set_status(SiteStatus::Armed);
+        }
+        fence(Ordering::SeqCst);
+        for s in armed() {
+            if text.write_text(s.addr, &bp).is_err() {
+                s.set_status(SiteStatus::WriteFault);
+            }
+        }
         text.sync_cores();
         st.syncs += 1;
         // Step 2: every tail that changes.
@@ -567,4 +573,38 @@ pub fn apply<P: TextPoke>(
         }
     }
     st
+}
+
+/// Resolves a breakpoint trap that arrives after its batch was disarmed (a userspace `SIGTRAP`
+/// delivered late), from a sorted array of every site address (which a signal handler can
+/// read without locks): at a site whose `head` (read now) is no longer the breakpoint, restart;
+/// otherwise not ours.
+pub fn late_trap(arch: Arch, sites: &[u64], bp_addr: u64, head: &[u8]) -> TrapAction {
+    let bp = arch.breakpoint();
+    let is_bp = head.len() >= bp.len() && head[..bp.len()] == *bp;
+    if !is_bp && sites.binary_search(&bp_addr).is_ok() {
+        TrapAction::Restart { pc: bp_addr }
+    } else {
+        TrapAction::NotOurs
+    }
+}
+
+/// Rewrites one instruction with `protocol` (the kernel's `smp_text_poke_single()`, formerly
+/// `text_poke_bp()`): e.g. the `call ftrace_stub` at a trampoline's `ftrace_call` label
+/// (`ftrace_update_ftrace_func()`). `old` is verified first; on failure the status says why and
+/// nothing was written (or, for a failed write, the old bytes are back).
+pub fn poke_single<P: TextPoke>(
+    text: &mut P,
+    arch: Arch,
+    addr: u64,
+    old: &[u8],
+    new: &[u8],
+    protocol: Protocol,
+) -> Result<(), SiteStatus> {
+    let mut site = [PokeSite::insn(arch, addr, old, new, 0)];
+    apply(text, arch, &mut site, protocol);
+    match site[0].status() {
+        SiteStatus::Done => Ok(()),
+        s => Err(s),
+    }
 }

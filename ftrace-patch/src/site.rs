@@ -71,10 +71,16 @@ impl SiteBytes {
         bytes: [0; 8],
     };
 
-    /// Copies `b` (at most 8 bytes; longer input is a caller bug and panics).
+    /// Copies `b` (at most 8 bytes; longer input is a caller bug and panics). The unused tail
+    /// is zero, so two values compare equal exactly when their bytes do.
+    #[inline]
     pub fn new(b: &[u8]) -> Self {
+        assert!(b.len() <= 8, "a patch window is at most 8 bytes");
         let mut bytes = [0; 8];
-        bytes[..b.len()].copy_from_slice(b);
+        // a short fixed loop: no memcpy call for a handful of bytes
+        for (d, s) in bytes.iter_mut().zip(b) {
+            *d = *s;
+        }
         SiteBytes {
             len: b.len() as u8,
             bytes,
@@ -90,6 +96,7 @@ impl SiteBytes {
 
 impl Deref for SiteBytes {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
@@ -426,5 +433,48 @@ mod tests {
             SiteForm::from_u8(SiteForm::A64CallOps as u8),
             Some(SiteForm::A64CallOps)
         );
+    }
+
+    #[test]
+    fn a64_entries() {
+        use crate::aarch64::{BTI_C, MOV_X9_X30, NOP, to_bytes};
+        let mem = |words: &[(u64, u32)]| {
+            let words = words.to_vec();
+            move |a: u64, b: &mut [u8]| {
+                for (i, chunk) in b.chunks_mut(4).enumerate() {
+                    let at = a + 4 * i as u64;
+                    let w = words
+                        .iter()
+                        .find(|(x, _)| *x == at)
+                        .map_or(NOP, |(_, w)| *w);
+                    chunk.copy_from_slice(&to_bytes(w)[..chunk.len()]);
+                }
+                true
+            }
+        };
+        // -fpatchable-function-entry=2 with BTI: bti c; nop; nop
+        let s = classify_a64(0x1000, false, 0, mem(&[(0x1000, BTI_C)])).unwrap();
+        assert_eq!((s.ip, s.form), (0x1008, SiteForm::A64Entry));
+        let w = s.writes[0].unwrap();
+        assert_eq!((w.addr, w.data), (0x1004, false));
+        assert_eq!(w.new.as_slice(), &to_bytes(MOV_X9_X30));
+        // already initialised: nothing to write
+        let s = classify_a64(0x1000, false, 0, mem(&[(0x1000, MOV_X9_X30)])).unwrap();
+        assert_eq!(s.writes, [None, None]);
+        // a `bl` already in the slot, or junk in the mov slot: refused with the bytes found
+        let bl = crate::aarch64::encode_bl(0x1004, 0x2000).unwrap();
+        let e = classify_a64(0x1000, false, 0, mem(&[(0x1004, bl)])).unwrap_err();
+        assert_eq!(e.as_slice(), &to_bytes(bl));
+        let e = classify_a64(0x1000, false, 0, mem(&[(0x1000, 0xdead_beef)])).unwrap_err();
+        assert_eq!(e.as_slice(), &to_bytes(0xdead_beef));
+        // CALL_OPS: literal (two NOPs) becomes nop_ops, then the mov
+        let s = classify_a64(0x2000, true, 0x1234_5678_9abc_def0, mem(&[])).unwrap();
+        assert_eq!((s.ip, s.form), (0x200c, SiteForm::A64CallOps));
+        let lit = s.writes[0].unwrap();
+        assert_eq!((lit.addr, lit.data), (0x2000, true));
+        assert_eq!(lit.new.as_slice(), &0x1234_5678_9abc_def0u64.to_le_bytes());
+        assert_eq!(s.writes[1].unwrap().addr, 0x2008);
+        // misaligned entry
+        assert!(classify_a64(0x2002, true, 0, mem(&[])).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! should a model checker ever need to see them).
 //!
 //! Invariant: the only atomic is each patch site's status byte, written by the patching thread
-//! and read by breakpoint handlers on other CPUs while a batch is armed.
+//! and read by breakpoint handlers on other CPUs while a batch is armed; a full fence separates
+//! publishing the statuses from writing the first breakpoint.
 
-pub(crate) use core::sync::atomic::{AtomicU8, Ordering};
+pub(crate) use core::sync::atomic::{AtomicU8, Ordering, fence};

@@ -10,7 +10,9 @@
 use ftrace_core::Errno;
 
 use crate::aarch64;
-use crate::bug::{BugReason, BugType, FtraceBug};
+use ftrace_core::symbols::SymbolTable;
+
+use crate::bug::{BugReason, BugType, FtraceBug, fmt_sym, fmt_sym_name};
 use crate::ops::{CallTargets, OpsRecFlags, RecordOps};
 use crate::protocol::{self, Method, PokeSite, Protocol, SiteStatus, TrapAction};
 use crate::record::{DynFtrace, RecFlags, Update};
@@ -136,7 +138,9 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
         }
     }
 
-    /// Whether any record needs rewriting for `enable` (`ftrace_test_record() != IGNORE`).
+    /// Whether any record's flags ask for a rewrite for `enable` (`ftrace_test_record() !=
+    /// IGNORE`). [`RecordTable::replace_code`] also retargets enabled sites whose trampoline
+    /// changed without a flag change, which this does not see.
     pub fn needs_update(&self, enable: bool) -> bool {
         self.records()
             .iter()
@@ -145,7 +149,7 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
 
     /// An ops was registered and enabled (`ftrace_hash_rec_enable`): every record it admits
     /// gains a reference. `ops` is the list of enabled ops *including* `op`. Returns whether some
-    /// site now needs rewriting. `EBUSY` (and no change) if `op` is `IPMODIFY` (`DIRECT`) and a
+    /// site may now need rewriting (its flags changed, or it is enabled and its users changed). `EBUSY` (and no change) if `op` is `IPMODIFY` (`DIRECT`) and a
     /// function it admits already has an `IPMODIFY` (`DIRECT`) ops.
     pub fn ops_enable(
         &mut self,
@@ -232,11 +236,19 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                     continue;
                 }
                 r.flags.0 -= 1;
+                // IPMODIFY / DIRECT stay while a remaining ops has them (two can meet on a
+                // module record counted in by `set_disabled`)
+                let (ip, left) = (r.ip, r.count());
+                let remaining = |flag: OpsRecFlags| {
+                    left > 0 && find_op(ops, ip, |o| o.flags().contains(flag)).is_some()
+                };
                 if oflags.contains(OpsRecFlags::IPMODIFY) {
-                    r.flags.set(RecFlags::IPMODIFY, false);
+                    r.flags
+                        .set(RecFlags::IPMODIFY, remaining(OpsRecFlags::IPMODIFY));
                 }
                 if fl.contains(OpsRecFlags::DIRECT) {
-                    r.flags.set(RecFlags::DIRECT, false);
+                    r.flags
+                        .set(RecFlags::DIRECT, remaining(OpsRecFlags::DIRECT));
                 }
                 // REGS only while some remaining ops wants it (`test_rec_ops_needs_regs`).
                 if r.flags.contains(RecFlags::REGS) && fl.contains(OpsRecFlags::SAVE_REGS) {
@@ -278,9 +290,93 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
                     false,
                 );
             }
-            update |= r.check(true) != Update::Ignore;
+            // an enabled site whose users changed may need another trampoline even when its
+            // flags do not say so
+            update |= r.check(true) != Update::Ignore || r.flags.contains(RecFlags::ENABLED);
         }
         Ok(update)
+    }
+
+    /// `available_filter_functions` (or, with `addrs`, `available_filter_functions_addrs`): one
+    /// line per record in address order, `%ps` of the site (`name` or `name [module]`), preceded
+    /// by `"%lx "` of the site address with `addrs`. A site without a symbol prints its address.
+    pub fn write_available(
+        &self,
+        out: &mut dyn core::fmt::Write,
+        syms: &dyn SymbolTable,
+        addrs: bool,
+    ) -> core::fmt::Result {
+        for r in self.records() {
+            if addrs {
+                write!(out, "{:x} ", r.ip)?;
+            }
+            fmt_sym_name(out, syms, r.ip)?;
+            out.write_str("\n")?;
+        }
+        Ok(())
+    }
+
+    /// `enabled_functions` (or, with `touched`, `touched_functions`) as Linux 6.12 prints it:
+    /// for each record that is `ENABLED` (`TOUCHED`), `%ps`, the flag columns
+    /// ([`DynFtrace::write_enabled_columns`]), then with `TRAMP_EN` one
+    /// `"\ttramp: %pS (%pS) ->%pS"` per trampoline ops admitting it (trampoline, callback, and
+    /// the callback the trampoline calls), with `CALL_OPS_EN` `"\tops: %pS (%pS)"`, with
+    /// `DIRECT` `"\n\tdirect-->%pS"`, and a newline. `ops` is the enabled list.
+    pub fn write_enabled(
+        &self,
+        out: &mut dyn core::fmt::Write,
+        syms: &dyn SymbolTable,
+        ops: &[&dyn RecordOps],
+        touched: bool,
+    ) -> core::fmt::Result {
+        let shown = if touched {
+            RecFlags::TOUCHED
+        } else {
+            RecFlags::ENABLED
+        };
+        for r in self.records().iter().filter(|r| r.flags.contains(shown)) {
+            fmt_sym_name(out, syms, r.ip)?;
+            r.write_enabled_columns(out)?;
+            if r.flags.contains(RecFlags::TRAMP_EN) {
+                let mut any = false;
+                for o in ops.iter().filter(|o| o.admits(r.ip)) {
+                    if let Some(t) = o.trampoline() {
+                        out.write_str("\ttramp: ")?;
+                        fmt_sym(out, syms, t)?;
+                        out.write_str(" (")?;
+                        fmt_sym(out, syms, o.func())?;
+                        out.write_str(") ->")?;
+                        fmt_sym(out, syms, o.func())?;
+                        any = true;
+                    }
+                }
+                if !any {
+                    out.write_str("\ttramp: ERROR!")?;
+                }
+            }
+            if r.flags.contains(RecFlags::CALL_OPS_EN) {
+                match find_op(ops, r.ip, |_| true).filter(|_| r.count() == 1) {
+                    Some(o) => {
+                        out.write_str("\tops: ")?;
+                        fmt_sym(out, syms, o.ops_addr())?;
+                        out.write_str(" (")?;
+                        fmt_sym(out, syms, o.func())?;
+                        out.write_str(")")?;
+                    }
+                    None => out.write_str("\tops: ERROR!")?,
+                }
+            }
+            if r.flags.contains(RecFlags::DIRECT) {
+                let d = find_op(ops, r.ip, |o| o.flags().contains(OpsRecFlags::DIRECT))
+                    .and_then(|o| o.direct_call(r.ip));
+                if let Some(d) = d {
+                    out.write_str("\n\tdirect-->")?;
+                    fmt_sym(out, syms, d)?;
+                }
+            }
+            out.write_str("\n")?;
+        }
+        Ok(())
     }
 
     /// Marks record `i` disabled (module init text going away) or enables it again

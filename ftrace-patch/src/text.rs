@@ -3,6 +3,21 @@
 //! A backend implements it once: userspace with `mprotect` + `membarrier(SYNC_CORE)` + signals,
 //! bare metal with `CR0.WP` + IPIs, a Linux module with `text_poke` + `text_poke_sync`.
 //!
+//! A userspace implementation, step by step (what the C prototype proved):
+//!
+//! - `write_text`: `mprotect` the page(s) RWX (or keep them so for the batch), `memcpy`.
+//! - `sync_cores`: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)` (registered once).
+//! - `breakpoints_armed`: store the table's slice pointer where the `SIGTRAP` handler finds it.
+//!   The handler calls `BreakpointTable::trap(rip - 1, &[*(rip - 1)])` and acts on the answer:
+//!   `Emulate(Call { target, ret })` → push `ret` below the interrupted stack pointer, `rip =
+//!   target`; `Emulate(Skip { next })` → `rip = next`; `Restart { pc }` → `rip = pc`;
+//!   `NotOurs` → the previous handler. With no table published (a late signal), it asks
+//!   [`crate::protocol::late_trap`] with a sorted array of every site address.
+//! - `breakpoints_disarmed`: clear the pointer, then wait until no handler is inside (a counter).
+//! - `stop_others`: `tgkill(SIGUSR2)` every other thread; each parks in its handler; run `patch`;
+//!   before releasing, each parked thread replaces its saved `rip` with
+//!   `fixup.resume_pc(rip)` when that is `Some`; the `sigreturn` serialises.
+//!
 //! Invariant (the contract every implementation keeps): `write_text` is all-or-nothing for one
 //! call and never reorders against earlier calls on the patching CPU; a write of one byte, or of
 //! one aligned 4- or 8-byte word, is a single store other CPUs observe atomically.
@@ -58,6 +73,6 @@ pub trait TextPoke {
     /// The batch is finished: after this returns no handler may use the table any more (wait
     /// for handlers in flight, like the kernel's descriptor refcount). Traps that arrive later
     /// (a userspace signal can be delivered after the batch) are resolved with
-    /// [`crate::RecordTable::late_trap`].
+    /// [`crate::protocol::late_trap`].
     fn breakpoints_disarmed(&mut self) {}
 }

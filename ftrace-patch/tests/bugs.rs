@@ -363,6 +363,14 @@ fn handler_lookups() {
     );
     assert_eq!(table.late_trap(ip, &[x86::INT3]), TrapAction::NotOurs);
     assert_eq!(table.late_trap(ip + 1, &[0x1f]), TrapAction::NotOurs);
+    // the lock-free variant over a plain address array agrees
+    let addrs: Vec<u64> = table.records().iter().map(|r| r.ip).collect();
+    for (a, h) in [(ip, x86::NOP5[0]), (ip, x86::INT3), (ip + 1, 0x1f)] {
+        assert_eq!(
+            ftrace_patch::protocol::late_trap(Arch::X86_64, &addrs, a, &[h]),
+            table.late_trap(a, &[h])
+        );
+    }
     // a table whose sites were never armed resolves nothing
     let sites = [PokeSite::insn(
         Arch::X86_64,
@@ -523,4 +531,224 @@ fn corrupted_bl_slot_leaves_the_literal_alone_too() {
         text.bytes(ftrace_patch::aarch64::call_ops_literal(ok), 8),
         &0xaaaa_0000u64.to_le_bytes()
     );
+}
+
+#[test]
+fn module_records_start_disabled_and_are_recounted_when_enabled() {
+    let (mut text, mut recs) = segment(SiteForm::X86Nop5, 3);
+    for r in &mut recs {
+        r.flags = RecFlags::DISABLED; // module init text not ready yet
+    }
+    let mut table = RecordTable::new(recs).unwrap();
+    let op = TestOps {
+        flags: OpsRecFlags::SAVE_REGS,
+        ..Default::default()
+    };
+    let ops: [&dyn RecordOps; 1] = [&op];
+    table.ops_enable(&op, &ops).unwrap();
+    assert!(table.records().iter().all(|r| r.count() == 0));
+    let st = table.replace_code_all(&mut text, &pass(&ops, true), &mut |b| panic!("{b}"));
+    assert_eq!(st.updated, 0);
+    // ftrace_module_enable: the ops already registered are counted in
+    table.set_disabled(1, false, &ops);
+    let r = table.records()[1];
+    assert_eq!((r.count(), r.flags.contains(RecFlags::REGS)), (1, true));
+    let st = table.replace_code_all(&mut text, &pass(&ops, true), &mut |b| panic!("{b}"));
+    assert_eq!(st.updated, 1);
+    assert_eq!(
+        text.bytes(r.ip, 5),
+        &x86::encode_call(r.ip, TARGETS.regs_caller).unwrap()
+    );
+    assert_eq!(text.bytes(table.records()[0].ip, 5), &x86::NOP5);
+}
+
+/// Writes to `site` succeed `allow` times, then fail.
+struct Flaky {
+    text: SimText,
+    site: u64,
+    allow: usize,
+}
+
+impl ftrace_patch::TextPoke for Flaky {
+    fn read_text(&mut self, a: u64, b: &mut [u8]) -> Result<(), ftrace_patch::TextFault> {
+        self.text.read_text(a, b)
+    }
+    fn write_text(&mut self, a: u64, b: &[u8]) -> Result<(), ftrace_patch::TextFault> {
+        if a < self.site + 5 && a + b.len() as u64 > self.site {
+            if self.allow == 0 {
+                return Err(ftrace_patch::TextFault { addr: a });
+            }
+            self.allow -= 1;
+        }
+        self.text.write_text(a, b)
+    }
+    fn sync_cores(&mut self) {}
+    fn stop_others(&mut self, _: &ftrace_patch::StopFixup<'_>, f: &mut dyn FnMut(&mut Self)) {
+        f(self)
+    }
+}
+
+#[test]
+fn a_breakpoint_that_cannot_be_removed_is_reported() {
+    use ftrace_patch::protocol::{self, SiteStatus};
+    for (allow, status, head) in [
+        // int3 lands, the tail write fails, and so does putting the old head back
+        (1, SiteStatus::StuckOld, x86::INT3),
+        // int3 and tail land, the new head does not
+        (2, SiteStatus::Stuck, x86::INT3),
+        // the int3 itself fails: nothing was written
+        (0, SiteStatus::WriteFault, x86::NOP5[0]),
+    ] {
+        let (text, recs) = segment(SiteForm::X86Nop5, 1);
+        let ip = recs[0].ip;
+        let mut t = Flaky {
+            text,
+            site: ip,
+            allow,
+        };
+        let new = x86::encode_call(ip, TARGETS.caller).unwrap();
+        let mut sites = [PokeSite::insn(Arch::X86_64, ip, &x86::NOP5, &new, 0)];
+        let st = protocol::apply(&mut t, Arch::X86_64, &mut sites, Protocol::Auto);
+        assert_eq!((st.done, st.failed), (0, 1));
+        assert_eq!(sites[0].status(), status, "allow {allow}");
+        assert_eq!(t.text.bytes(ip, 1), &[head]);
+        // what a late trap there would be told: emulate what the rest of the window holds
+        let bt = ftrace_patch::BreakpointTable::new(Arch::X86_64, &sites);
+        let want = match status {
+            SiteStatus::StuckOld => TrapAction::Emulate(Emulation::Skip { next: ip + 5 }),
+            SiteStatus::Stuck => TrapAction::Emulate(Emulation::Call {
+                target: TARGETS.caller,
+                ret: ip + 5,
+            }),
+            _ => TrapAction::NotOurs,
+        };
+        assert_eq!(bt.trap(ip, &[x86::INT3]), want, "allow {allow}");
+    }
+}
+
+#[test]
+fn enabled_and_touched_functions_match_linux_6_12_byte_for_byte() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/ftrace-6.12.117/04-function/"
+    );
+    let enabled = std::fs::read_to_string(format!("{dir}enabled_functions.txt")).unwrap();
+    let touched = std::fs::read_to_string(format!("{dir}touched_functions.txt")).unwrap();
+    // the functions of the capture, at their kallsyms addresses (11-kallsyms), sizes made up
+    // except function_trace_call's, which the capture prints (0x110)
+    let funcs = [
+        ("do_sys_openat2", 0xffff_ffff_8145_3d90u64),
+        ("vfs_read", 0xffff_ffff_8145_7340),
+        ("vfs_write", 0xffff_ffff_8145_7c10),
+        ("ksys_read", 0xffff_ffff_8145_8070),
+    ];
+    let tracer_func = 0xffff_ffff_8124_5db0u64;
+    let mut syms = SortedSymbols::new();
+    for (n, a) in funcs {
+        syms.push(n, a, 0x100, None);
+    }
+    syms.push("function_trace_call", tracer_func, 0x110, None);
+    syms.finish();
+    // the function tracer's ops: filtered to the four, with its own allocated trampoline
+    struct FunctionOps(Vec<u64>);
+    impl RecordOps for FunctionOps {
+        fn flags(&self) -> OpsRecFlags {
+            OpsRecFlags::empty()
+        }
+        fn admits(&self, ip: u64) -> bool {
+            self.0.contains(&ip)
+        }
+        fn trampoline(&self) -> Option<u64> {
+            Some(0xffff_ffff_c020_1000)
+        }
+        fn ops_addr(&self) -> u64 {
+            0xffff_ffff_8300_0000
+        }
+        fn func(&self) -> u64 {
+            0xffff_ffff_8124_5db0
+        }
+    }
+    let base = 0xffff_ffff_8145_3000u64;
+    let mut text = SimText::new(base, 0x6000);
+    let mut recs = Vec::new();
+    for (_, a) in funcs {
+        text.poke(a, &x86::NOP5);
+        recs.push(DynFtrace::new(a, SiteForm::X86Nop5));
+    }
+    // a few untraced functions in between
+    for k in 0..3u64 {
+        let a = base + 0x100 + 0x40 * k;
+        text.poke(a, &x86::NOP5);
+        recs.push(DynFtrace::new(a, SiteForm::X86Nop5));
+    }
+    let mut table = RecordTable::new(recs).unwrap();
+    let op = FunctionOps(funcs.iter().map(|f| f.1).collect());
+    let ops: [&dyn RecordOps; 1] = [&op];
+    table.ops_enable(&op, &ops).unwrap();
+    let targets = FixedTargets {
+        caller: base + 0x5000,
+        regs_caller: base + 0x5100,
+        ..TARGETS
+    };
+    let p = UpdatePass {
+        targets: &targets,
+        ops: &ops,
+        enable: true,
+        protocol: Protocol::Auto,
+    };
+    table.replace_code_all(&mut text, &p, &mut |b| panic!("{b}"));
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &ops, false).unwrap();
+    assert_eq!(ours, enabled);
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &ops, true).unwrap();
+    assert_eq!(ours, touched);
+    // after `echo nop > current_tracer`: the sites are NOPs again, touched_functions remembers
+    table.ops_disable(&op, &[]);
+    let p = UpdatePass { ops: &[], ..p };
+    table.replace_code_all(&mut text, &p, &mut |b| panic!("{b}"));
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &[], false).unwrap();
+    let after_nop =
+        std::fs::read_to_string(format!("{dir}enabled_functions_after_nop.txt")).unwrap();
+    assert_eq!(ours, after_nop);
+    assert_eq!(ours, "");
+    let mut ours = String::new();
+    table.write_enabled(&mut ours, &syms, &[], true).unwrap();
+    assert_eq!(ours.lines().count(), 4);
+    assert!(
+        ours.starts_with("do_sys_openat2 (0)           \n"),
+        "{ours}"
+    );
+}
+
+#[test]
+fn available_filter_functions_format_matches_linux_6_12() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/ftrace-6.12.117/03-filter-functions/"
+    );
+    let with_addrs =
+        std::fs::read_to_string(format!("{dir}available_filter_functions_addrs_head50.txt"))
+            .unwrap();
+    let names =
+        std::fs::read_to_string(format!("{dir}available_filter_functions_head50.txt")).unwrap();
+    // the sites and names the capture lists (each site is 4 bytes into its function: endbr64)
+    let mut syms = SortedSymbols::new();
+    let mut recs = Vec::new();
+    for line in with_addrs.lines() {
+        let (a, n) = line.split_once(' ').unwrap();
+        let ip = u64::from_str_radix(a, 16).unwrap();
+        syms.push(n, ip - 4, 0x20, None);
+        recs.push(DynFtrace::new(ip, SiteForm::X86Nop5));
+    }
+    syms.finish();
+    recs.reverse(); // the table sorts
+    let table = RecordTable::new(recs).unwrap();
+    let mut ours = String::new();
+    table.write_available(&mut ours, &syms, true).unwrap();
+    assert_eq!(ours, with_addrs);
+    let mut ours = String::new();
+    table.write_available(&mut ours, &syms, false).unwrap();
+    assert_eq!(ours, names);
 }

@@ -410,7 +410,7 @@ fn random_run(form: SiteForm, n: usize, steps: Vec<(Want, u8)>) -> Result<(), Te
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4096, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn random_batches_never_tear(
@@ -422,5 +422,88 @@ proptest! {
         ),
     ) {
         random_run(form, n, steps)?;
+    }
+}
+
+#[test]
+fn poke_single_retargets_a_trampoline_call() {
+    let mut text = ftrace_patch::sim::SimText::new(0x10_0000, 0x1000);
+    let label = 0x10_0040u64; // `ftrace_call:` inside a trampoline
+    let stub = x86::encode_call(label, 0x10_0800).unwrap();
+    let func = x86::encode_call(label, 0x10_0900).unwrap();
+    text.poke(label, &stub);
+    let mut model = ExecutorModel::new(text, Arch::X86_64);
+    model.expect(label, &stub, &func);
+    ftrace_patch::protocol::poke_single(
+        &mut model,
+        Arch::X86_64,
+        label,
+        &stub,
+        &func,
+        Protocol::Auto,
+    )
+    .unwrap();
+    model.check_final(&[]);
+    assert!(model.violations.is_empty(), "{:?}", model.violations);
+    assert!(model.observed.breakpoints > 0);
+    // the old bytes are checked: a second identical request no longer matches
+    let r = ftrace_patch::protocol::poke_single(
+        &mut model,
+        Arch::X86_64,
+        label,
+        &stub,
+        &func,
+        Protocol::Auto,
+    );
+    assert_eq!(r, Err(ftrace_patch::protocol::SiteStatus::Mismatch));
+    assert_eq!(model.text.bytes(label, 5), &func);
+}
+
+#[test]
+fn init_of_aarch64_entries_never_tears() {
+    use ftrace_patch::aarch64::{MOV_X9_X30, NOP, to_bytes};
+    for (call_ops, protocol) in [
+        (false, Protocol::Auto),
+        (true, Protocol::Auto),
+        (false, Protocol::Breakpoint),
+        (true, Protocol::StopMachine),
+    ] {
+        let mut text = ftrace_patch::sim::SimText::new(0x20_0000, 0x1000);
+        let mut entries = Vec::new();
+        for k in 0..4u64 {
+            let e = 0x20_0100 + 0x40 * k;
+            for w in 0..4 {
+                text.poke(e + 4 * w, &to_bytes(NOP));
+            }
+            entries.push(e);
+        }
+        let mut model = ExecutorModel::new(text, Arch::Aarch64);
+        for &e in &entries {
+            let mov = if call_ops { e + 8 } else { e };
+            model.expect(mov, &to_bytes(NOP), &to_bytes(MOV_X9_X30));
+        }
+        let mut out = vec![DynFtrace::default(); entries.len()];
+        let mut scratch: Vec<PokeSite> = (0..4).map(|_| PokeSite::empty()).collect();
+        let kind = InitKind::A64 {
+            call_ops,
+            nop_ops: TARGETS.nop_ops,
+        };
+        let (_, st) = init_records(
+            &mut model,
+            kind,
+            &mut entries,
+            &mut out,
+            protocol,
+            &mut scratch,
+            &mut |b| panic!("{b}"),
+        );
+        assert_eq!(st.failed, 0);
+        model.check_final(&[]);
+        assert!(
+            model.violations.is_empty(),
+            "{call_ops} {protocol:?}: {:?}",
+            model.violations
+        );
+        assert!(model.observed.new > 0);
     }
 }

@@ -38,6 +38,8 @@ enum Action {
         protocol: Protocol,
     },
     Corrupt(usize),
+    /// module text going away (`true`: DISABLED) or coming back (`ftrace_module_enable`)
+    Module(usize, bool),
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -62,6 +64,7 @@ fn action() -> impl Strategy<Value = Action> {
                 [p as usize],
         }),
         1 => (0..NREC).prop_map(Action::Corrupt),
+        1 => (0..NREC, any::<bool>()).prop_map(|(r, off)| Action::Module(r, off)),
     ]
 }
 
@@ -90,13 +93,29 @@ struct Model {
     order: Vec<usize>,
     ops: [Option<TestOps>; SLOTS],
     failed: [bool; NREC],
+    /// module records switched off
+    off: [bool; NREC],
     corrupted: [Option<Vec<u8>>; NREC],
     touched: [bool; NREC],
     /// what each site calls (None = NOP)
     installed: [Option<u64>; NREC],
+    /// the code-state flags (REGS_EN, TRAMP_EN, DIRECT_EN, CALL_OPS_EN) as of the last pass
+    en: [[bool; 4]; NREC],
 }
 
 impl Model {
+    /// The `_EN` flags a site enabled now would get.
+    fn en_for(&self, r: usize) -> [bool; 4] {
+        let u = self.users(r);
+        let single = (u.len() == 1).then(|| u[0]);
+        [
+            u.iter().any(|o| o.flags.contains(OpsRecFlags::SAVE_REGS)),
+            single.is_some_and(|o| o.tramp.is_some()),
+            single.is_some_and(|o| o.flags.contains(OpsRecFlags::DIRECT)),
+            self.forms[r].has_call_ops()
+                && single.is_some_and(|o| o.flags.contains(OpsRecFlags::CALL_OPS_OK)),
+        ]
+    }
     fn list(&self) -> Vec<&TestOps> {
         self.order
             .iter()
@@ -167,6 +186,7 @@ impl Model {
         (0..NREC).any(|r| {
             let ip = self.ips[r];
             !self.failed[r]
+                && !self.off[r]
                 && new.admits(ip)
                 && !old.is_some_and(|o| o.admits(ip))
                 && self.order.iter().any(|&s| {
@@ -183,8 +203,13 @@ fn check_flags(m: &Model, table: &RecordTable<Vec<DynFtrace>>) -> Result<(), Tes
     for r in 0..NREC {
         let rec = table.records()[r];
         let f = rec.flags;
-        prop_assert_eq!(f.contains(RecFlags::DISABLED), m.failed[r], "record {}", r);
-        if m.failed[r] {
+        prop_assert_eq!(
+            f.contains(RecFlags::DISABLED),
+            m.failed[r] || m.off[r],
+            "record {}",
+            r
+        );
+        if m.failed[r] || m.off[r] {
             continue;
         }
         let u = m.users(r);
@@ -228,6 +253,13 @@ fn check_flags(m: &Model, table: &RecordTable<Vec<DynFtrace>>) -> Result<(), Tes
         );
         prop_assert_eq!(f.contains(RecFlags::ENABLED), m.installed[r].is_some());
         prop_assert_eq!(f.contains(RecFlags::TOUCHED), m.touched[r]);
+        let en = [
+            f.contains(RecFlags::REGS_EN),
+            f.contains(RecFlags::TRAMP_EN),
+            f.contains(RecFlags::DIRECT_EN),
+            f.contains(RecFlags::CALL_OPS_EN),
+        ];
+        prop_assert_eq!(en, m.en[r], "_EN flags of {}: {:?}", r, f);
         prop_assert_eq!(rec.current_target(), m.installed[r]);
     }
     Ok(())
@@ -264,6 +296,39 @@ fn check_bytes(m: &Model, text: &SimText) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The bytes of each site (window and literal) in `text`.
+fn site_bytes(table: &RecordTable<Vec<DynFtrace>>, text: &SimText) -> Vec<Vec<u8>> {
+    table
+        .records()
+        .iter()
+        .map(|r| {
+            let mut out = text.bytes(r.ip, r.form().window_len()).to_vec();
+            if r.form().has_call_ops() {
+                out.extend_from_slice(text.bytes(aarch64::call_ops_literal(r.ip), 8));
+            }
+            out
+        })
+        .collect()
+}
+
+/// The site bytes an enabling pass would produce now (on copies).
+fn dry_run(
+    table: &RecordTable<Vec<DynFtrace>>,
+    text: &SimText,
+    ops: &[&dyn RecordOps],
+) -> Vec<Vec<u8>> {
+    let mut t = RecordTable::new(table.records().to_vec()).unwrap();
+    let mut text = text.clone();
+    let pass = UpdatePass {
+        targets: &TARGETS,
+        ops,
+        enable: true,
+        protocol: Protocol::StopMachine,
+    };
+    t.replace_code_all(&mut text, &pass, &mut |_| {});
+    site_bytes(&t, &text)
+}
+
 fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> {
     // one segment per form: build the text by hand so each record has its own form
     let arch = forms[0].arch();
@@ -291,12 +356,21 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
         order: Vec::new(),
         ops: Default::default(),
         failed: [false; NREC],
+        off: [false; NREC],
         corrupted: Default::default(),
         touched: [false; NREC],
         installed: [None; NREC],
+        en: [[false; 4]; NREC],
     };
     let set = |v: &[usize]| -> BTreeSet<u64> { v.iter().map(|&i| ips[i]).collect() };
     for a in actions {
+        // what an enabling pass would do before this action
+        let before = {
+            let list = m.list();
+            let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
+            dry_run(&table, &text, &dl)
+        };
+        let mut said_no_change = false;
         match a {
             Action::Register {
                 slot,
@@ -329,6 +403,7 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                 let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
                 let op = m.ops[slot].as_ref().unwrap();
                 let r = table.ops_enable(op, &dl);
+                said_no_change = r == Ok(false);
                 if conflict {
                     prop_assert_eq!(r, Err(Errno::EBUSY));
                     m.ops[slot] = None;
@@ -344,7 +419,7 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                 m.order.retain(|&s| s != slot);
                 let list = m.list();
                 let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
-                table.ops_disable(&op, &dl);
+                said_no_change = !table.ops_disable(&op, &dl);
             }
             Action::SetFilter(slot, ref v) | Action::SetNotrace(slot, ref v) => {
                 let Some(old) = m.ops[slot].clone() else {
@@ -361,11 +436,23 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                 let list = m.list();
                 let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
                 let r = table.ops_modify(&old, m.ops[slot].as_ref().unwrap(), &dl);
+                said_no_change = r == Ok(false);
                 if conflict {
                     prop_assert_eq!(r, Err(Errno::EBUSY));
                     m.ops[slot] = Some(old);
                 } else {
                     prop_assert!(r.is_ok());
+                }
+            }
+            Action::Module(r, off) => {
+                let list = m.list();
+                let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
+                if off && !m.off[r] && !m.failed[r] && m.installed[r].is_none() {
+                    table.set_disabled(r, true, &dl);
+                    m.off[r] = true;
+                } else if !off && m.off[r] {
+                    table.set_disabled(r, false, &dl);
+                    m.off[r] = false;
                 }
             }
             Action::Corrupt(r) => {
@@ -397,7 +484,7 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                 // expected outcome per record
                 let mut expect_bugs = BTreeSet::new();
                 for r in 0..NREC {
-                    if m.failed[r] {
+                    if m.failed[r] || m.off[r] {
                         continue;
                     }
                     let want = if enable { m.target(r) } else { None };
@@ -407,6 +494,11 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                         if want.is_some() {
                             m.touched[r] = true;
                         }
+                        m.en[r] = if want.is_some() {
+                            m.en_for(r)
+                        } else {
+                            [false; 4]
+                        };
                         continue;
                     }
                     let refused = (protocol == Protocol::Breakpoint
@@ -423,6 +515,11 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
                     if want.is_some() {
                         m.touched[r] = true;
                     }
+                    m.en[r] = if want.is_some() {
+                        m.en_for(r)
+                    } else {
+                        [false; 4]
+                    };
                 }
                 let got: BTreeSet<u64> = bugs.iter().map(|b| b.ip).collect();
                 prop_assert_eq!(got, expect_bugs, "bugs: {:?}", bugs);
@@ -430,6 +527,24 @@ fn run(forms: Vec<SiteForm>, actions: Vec<Action>) -> Result<(), TestCaseError> 
             }
         }
         check_flags(&m, &table)?;
+        if said_no_change {
+            // "no rewrite needed" means the change created no new work: a site a pass would
+            // have left alone before is still left alone
+            let list = m.list();
+            let dl: Vec<&dyn RecordOps> = list.iter().map(|o| *o as &dyn RecordOps).collect();
+            let after = dry_run(&table, &text, &dl);
+            let now = site_bytes(&table, &text);
+            for i in 0..NREC {
+                if before[i] == now[i] {
+                    prop_assert_eq!(
+                        &after[i],
+                        &now[i],
+                        "record {} needs a rewrite nobody announced",
+                        i
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }

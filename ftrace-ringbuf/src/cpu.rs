@@ -313,6 +313,7 @@ pub struct CpuBuffer<P: PageProvider> {
     pub(crate) read: AtomicUsize,
     pub(crate) read_bytes: AtomicUsize,
     pages_read: AtomicUsize,
+    oldest_ts: AtomicU64,
     provider: P,
 }
 
@@ -379,6 +380,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             read: AtomicUsize::new(0),
             read_bytes: AtomicUsize::new(0),
             pages_read: AtomicUsize::new(0),
+            oldest_ts: AtomicU64::new(0),
             provider,
         };
         b.link_pages();
@@ -458,6 +460,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.read.store(0, Ordering::Relaxed);
         self.read_bytes.store(0, Ordering::Relaxed);
         self.pages_read.store(0, Ordering::Relaxed);
+        self.oldest_ts.store(0, Ordering::Relaxed);
         for c in [
             &self.committing,
             &self.commits,
@@ -945,7 +948,26 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     /// `rb_set_commit_to_write`: publish everything written so far (outermost writer only).
+    /// Fast path: the commit page is the tail page and nothing moves while we publish.
+    #[inline(always)]
     fn set_commit_to_write(&self) {
+        let commit_page = self.commit_page.load(Ordering::Relaxed);
+        if commit_page == self.tail_page.load(Ordering::Acquire) {
+            let cd = self.desc(commit_page);
+            let w = cd.write_index();
+            cd.commit.store(w, Ordering::Release);
+            inject::point("commit_index");
+            if cd.write_index() == w && self.tail_page.load(Ordering::Acquire) == commit_page {
+                return;
+            }
+        }
+        self.set_commit_to_write_slow();
+    }
+
+    /// The general `rb_set_commit_to_write`: walk the commit page up to the tail page.
+    #[cold]
+    #[inline(never)]
+    fn set_commit_to_write_slow(&self) {
         loop {
             let mut max = self.nr_descs * 100;
             let mut commit_page = self.commit_page.load(Ordering::Relaxed);
@@ -993,6 +1015,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
     }
 
+    #[inline(always)]
     fn commit_reservation(&self) {
         self.entries.inc();
         inject::point("entries");
@@ -1094,12 +1117,16 @@ impl<P: PageProvider> CpuBuffer<P> {
             let reader = self.reader_page.load(Ordering::Relaxed);
             let rd = self.desc(reader);
             let read = self.reader_read.load(Ordering::Relaxed);
+            // The commit page first: if it has moved past our page, the page's commit index
+            // (stored before the move) is final. Read the other way round, a stale index and
+            // a fresh commit page would make us drop a page with unread events.
+            let commit_page = self.commit_page.load(Ordering::Acquire);
             let size = rd.commit.load(Ordering::Acquire);
             if read < size {
                 result = Some(reader);
                 break;
             }
-            if self.commit_page.load(Ordering::Acquire) == reader {
+            if commit_page == reader {
                 break;
             }
             if self.num_entries() == 0 {
@@ -1198,8 +1225,22 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     /// The counters, with `now` as the current time (`per_cpu/cpuN/stats`).
+    ///
+    /// The oldest event's time needs the reader lock; if another reader holds it (or this
+    /// thread does, through a [`Consumer`](crate::Consumer)), the value last computed is used
+    /// ([`Consumer::stats`](crate::Consumer::stats) computes it under the lock it holds).
     pub fn stats(&self, now: u64) -> Stats {
-        self.lock_reader();
+        if self.try_lock_reader() {
+            let s = self.stats_locked(now);
+            self.unlock_reader();
+            s
+        } else {
+            self.stats_with_oldest(now, self.oldest_ts.load(Ordering::Relaxed))
+        }
+    }
+
+    /// [`CpuBuffer::stats`] with the reader lock held.
+    pub(crate) fn stats_locked(&self, now: u64) -> Stats {
         let reader = self.reader_page.load(Ordering::Relaxed);
         let oldest_page = if self.tail_page.load(Ordering::Acquire) == reader {
             reader
@@ -1207,7 +1248,11 @@ impl<P: PageProvider> CpuBuffer<P> {
             self.find_head()
         };
         let oldest = self.desc(oldest_page).time_stamp();
-        self.unlock_reader();
+        self.oldest_ts.store(oldest, Ordering::Relaxed);
+        self.stats_with_oldest(now, oldest)
+    }
+
+    fn stats_with_oldest(&self, now: u64, oldest: u64) -> Stats {
         let entries = self.entries.get();
         let overrun = self.overrun.get();
         let read = self.read.load(Ordering::Relaxed);

@@ -46,7 +46,8 @@ pub struct Consumer<'a, P: PageProvider> {
 
 impl<P: PageProvider> CpuBuffer<P> {
     /// Takes the reader lock (spinning while another reader holds it) and returns the
-    /// consuming reader.
+    /// consuming reader. A thread must not ask for a second reader of a buffer while it holds
+    /// one (it would wait for itself); see [`CpuBuffer::try_consumer`].
     pub fn consumer(&self) -> Consumer<'_, P> {
         self.lock_reader();
         Consumer { buf: self }
@@ -153,11 +154,13 @@ impl<P: PageProvider> Consumer<'_, P> {
         let missed = buf.lost_events.load(Ordering::Relaxed);
         let rd = buf.desc(reader);
         let read = buf.reader_read.load(Ordering::Relaxed);
+        // Commit page before commit index (see `get_reader_page`).
+        let on_commit_page = reader == buf.commit_page.load(Ordering::Acquire);
         let commit = rd.commit.load(Ordering::Acquire);
         let subbuf = buf.subbuf_size();
         let dst = out.ptr.as_ptr();
         let (mut size, events);
-        if read != 0 || reader == buf.commit_page.load(Ordering::Acquire) {
+        if read != 0 || on_commit_page {
             // Copy the events one at a time (a time extend travels with its event).
             let save_ts = buf.read_stamp.load(Ordering::Relaxed);
             let mut pos = 0;
@@ -217,6 +220,11 @@ impl<P: PageProvider> Consumer<'_, P> {
             core::ptr::write_bytes(dst.add(PAGE_HEADER_SIZE + size), 0, subbuf - size);
         }
         Some(events)
+    }
+
+    /// The buffer's counters (`per_cpu/cpuN/stats`), computed under this reader's lock.
+    pub fn stats(&self, now: u64) -> crate::Stats {
+        self.buf.stats_locked(now)
     }
 
     /// Events lost (overwritten) since the last event or page this reader returned.
@@ -316,10 +324,12 @@ impl<P: PageProvider> Iter<'_, P> {
                 return None;
             }
             let d = self.buf.desc(self.page);
+            // Commit page before commit index (see `CpuBuffer::get_reader_page`).
+            let on_commit_page = self.page == self.buf.commit_page.load(Ordering::Acquire);
             let commit = d.commit.load(Ordering::Acquire);
             if self.pos >= commit {
                 // End of this page: stop at the commit page, else go on.
-                if self.page == self.buf.commit_page.load(Ordering::Acquire) {
+                if on_commit_page {
                     return None;
                 }
                 let next = if self.on_reader_page {

@@ -82,3 +82,46 @@ fn swapped_out_page_is_identical_too() {
         show_diff(out.as_bytes(), &kernel)
     );
 }
+
+/// Both CPUs' captured events, written to two buffers and merged by timestamp, come out in
+/// the order (and with the CPU numbers) of the kernel's global `trace` file.
+#[test]
+fn merged_cpus_follow_the_kernels_trace_order() {
+    let text = std::fs::read_to_string(format!("{REF}/06-raw-function/trace.txt")).unwrap();
+    let want: Vec<(usize, String)> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let cpu = l[l.find('[').unwrap() + 1..l.find(']').unwrap()]
+                .parse()
+                .unwrap();
+            let ts = l[l.find(']').unwrap() + 1..]
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .trim_end_matches(':')
+                .to_string();
+            (cpu, ts)
+        })
+        .collect();
+    let bufs: Vec<_> = (0..2)
+        .map(|cpu| {
+            let kernel = kernel_page(cpu);
+            let buf = CpuBuffer::new(HeapPages, 8, 4096).unwrap();
+            for ev in Page::new(&kernel).unwrap().events() {
+                let ev = ev.unwrap();
+                assert!(buf.write(ev.payload, &At(ev.ts)));
+            }
+            buf
+        })
+        .collect();
+    let mut readers: Vec<_> = bufs.iter().map(|b| b.consumer()).collect();
+    let mut got = Vec::new();
+    while let Some((cpu, ts)) = ftrace_ringbuf::merge_next(&mut readers) {
+        assert_eq!(readers[cpu].next().unwrap().ts, ts);
+        let (s, us) = ftrace_ringbuf::ns_to_secs_usecs(ts);
+        got.push((cpu, format!("{s}.{us:06}")));
+    }
+    assert_eq!(got.len(), 56);
+    assert_eq!(got, want);
+}

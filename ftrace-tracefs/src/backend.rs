@@ -91,8 +91,10 @@ pub trait Reader: Send {
 
 /// An open function-filter file being written (the dispatcher's `ftrace_regex` session).
 pub trait FilterEdit: Send {
-    /// Parses and applies `data` to the pending filter; a bad token is rejected with its errno
-    /// and leaves the pending filter as it was.
+    /// Parses and applies the start of `data` to the pending filter and returns how many bytes
+    /// it took (like `ftrace_regex_write`, it may take one token per call: the writer writes
+    /// the rest again). A bad token is rejected with its errno and leaves the pending filter
+    /// as it was.
     fn write(&mut self, data: &[u8]) -> Result<usize, Errno>;
     /// Publishes the pending filter (called once, at `close`).
     fn release(self: Box<Self>) -> Result<(), Errno>;

@@ -259,7 +259,9 @@ impl<H: Host> Tracefs<H> {
         let backend = host.create_backend(None, 0)?;
         let nr = host.nr_cpus();
         let clock = host.default_trace_clock();
-        let top = Instance::new(backend, TraceFlags::top_level_default(), clock, nr, false);
+        let mut top = Instance::new(backend, TraceFlags::top_level_default(), clock, nr, false);
+        // The backend learns the boot flags as it learns every later change.
+        top.backend.set_param(Param::Flags(top.flags))?;
         Ok(Tracefs {
             host,
             top,
@@ -312,8 +314,17 @@ impl<H: Host> Tracefs<H> {
 
     fn list_ctx_entries(&self, inst: &Option<String>, d: Dir) -> Result<Vec<DirEntry>, Errno> {
         let i = self.inst(inst).ok_or(Errno::ENOENT)?;
-        let opts = i.backend.tracer_options();
-        let names: Vec<&str> = self.instances.keys().map(|s| s.as_str()).collect();
+        // Only the directories that show them pay for tracer options and instance names.
+        let opts = if d == Dir::Options {
+            i.backend.tracer_options()
+        } else {
+            Vec::new()
+        };
+        let names: Vec<&str> = if d == Dir::Instances {
+            self.instances.keys().map(|s| s.as_str()).collect()
+        } else {
+            Vec::new()
+        };
         let functions = self.host.functions();
         let profiler = functions.is_some_and(|f| f.has_profiler());
         let cx = ListCtx {
@@ -625,7 +636,7 @@ impl<H: Host> Tracefs<H> {
                     *base = 0;
                     *done = false;
                 }
-                let want_end = offset + buf.len() as u64;
+                let want_end = offset.saturating_add(buf.len() as u64);
                 while !*done && *base + (text.len() as u64) < want_end {
                     *done = !reader.next_chunk(text);
                 }
@@ -1009,6 +1020,9 @@ impl<H: Host> Tracefs<H> {
                     return Err(Errno::EINVAL);
                 }
                 let cnt = cnt.min(TRACE_MARKER_MAX_SIZE);
+                if cnt == 0 {
+                    return Ok(0);
+                }
                 // The event's text always ends with a newline (Linux adds one if missing).
                 let mut text = Vec::with_capacity(cnt + 1);
                 text.extend_from_slice(&data[..cnt]);
@@ -1104,7 +1118,9 @@ impl<H: Host> Tracefs<H> {
         r.and(rel).map(|()| out)
     }
 
-    /// `echo -n data > path` (`append`: `>>`): open, one write, close; the first error wins.
+    /// `echo -n data > path` (`append`: `>>`): open, write until every byte is taken (as
+    /// `full_write` does: a filter file takes one token per `write`), close; the first error
+    /// wins.
     pub fn write_all(&mut self, path: &str, data: &[u8], append: bool) -> Result<(), Errno> {
         let fh = self.open(
             path,
@@ -1114,7 +1130,14 @@ impl<H: Host> Tracefs<H> {
                 OpenFlags::TRUNCATE
             },
         )?;
-        let r = self.write(fh, 0, data);
+        let mut done = 0;
+        let r = loop {
+            match self.write(fh, done as u64, &data[done..]) {
+                Ok(n) if n > 0 && done + n < data.len() => done += n,
+                Ok(_) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
         let rel = self.release(fh);
         r?;
         rel

@@ -4,7 +4,7 @@
 //! `ls` shows and what `open` finds can never disagree. The top level and every instance share
 //! the per-instance part; the top level adds the top-level-only files.
 
-use alloc::borrow::ToOwned;
+use alloc::borrow::Cow;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -141,7 +141,7 @@ pub enum Node {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     /// The entry's name.
-    pub name: String,
+    pub name: Cow<'static, str>,
     /// What it is.
     pub node: Node,
     /// Permission bits as tracefs shows them (`0o640`, `0o440`, `0o220`...).
@@ -177,17 +177,17 @@ pub struct ListCtx<'a> {
     pub profiler: bool,
 }
 
-fn file(name: &str, f: File, mode: u16) -> DirEntry {
+fn file(name: &'static str, f: File, mode: u16) -> DirEntry {
     DirEntry {
-        name: name.to_owned(),
+        name: Cow::Borrowed(name),
         node: Node::File(f),
         mode,
     }
 }
 
-fn dir(name: &str, d: Dir, mode: u16) -> DirEntry {
+fn dir(name: impl Into<Cow<'static, str>>, d: Dir, mode: u16) -> DirEntry {
     DirEntry {
-        name: name.to_owned(),
+        name: name.into(),
         node: Node::Dir(d),
         mode,
     }
@@ -300,7 +300,7 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
         }
         Dir::PerCpu => {
             for cpu in 0..cx.nr_cpus {
-                v.push(dir(&format!("cpu{cpu}"), Dir::Cpu(cpu), MODE_DIR));
+                v.push(dir(format!("cpu{cpu}"), Dir::Cpu(cpu), MODE_DIR));
             }
         }
         Dir::Cpu(cpu) => v.extend([
@@ -326,16 +326,16 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
         ]),
         Dir::Instances => {
             for name in cx.instances {
-                v.push(dir(name, Dir::Root, MODE_DIR));
+                v.push(dir(String::from(*name), Dir::Root, MODE_DIR));
             }
         }
         Dir::TraceStat => {
             for cpu in 0..cx.nr_cpus {
-                v.push(file(
-                    &format!("function{cpu}"),
-                    File::TraceStatFunction(cpu),
-                    MODE_RO,
-                ));
+                v.push(DirEntry {
+                    name: Cow::Owned(format!("function{cpu}")),
+                    node: Node::File(File::TraceStatFunction(cpu)),
+                    mode: MODE_RO,
+                });
             }
         }
     }

@@ -78,7 +78,7 @@ fn every_ftrace_event_format_and_id_matches() {
         .read_dir("events/ftrace")
         .unwrap()
         .into_iter()
-        .map(|e| e.name)
+        .map(|e| e.name.into_owned())
         .collect();
     assert_eq!(ours, listing.lines().collect::<Vec<_>>());
     for name in listing.lines() {
@@ -118,7 +118,7 @@ fn names(fs: &ftrace_tracefs::Tracefs<common::ModelHost>, dir: &str) -> Vec<Stri
     fs.read_dir(dir)
         .unwrap()
         .into_iter()
-        .map(|e| e.name)
+        .map(|e| e.name.into_owned())
         .collect()
 }
 
@@ -312,4 +312,24 @@ fn per_cpu_stats_with_real_ring_buffers() {
         let path = format!("per_cpu/cpu{cpu}/stats");
         assert_eq!(cat(&mut fs, &path).unwrap(), golden_file(&path), "{path}");
     }
+}
+
+/// `trace` and `per_cpu/cpu0/trace` at boot, through the tree, the real ring buffers and the
+/// real ftrace-tracers formatter; `available_tracers` from the real tracer registry.
+#[test]
+fn trace_files_and_tracers_at_boot() {
+    let mut fs = tracefs();
+    for path in ["trace", "per_cpu/cpu0/trace"] {
+        assert_eq!(cat(&mut fs, path).unwrap(), golden_file(path), "{path}");
+    }
+    // Linux 6.12 also has blk and mmiotrace, which ftrace-rs does not build.
+    let linux = golden_file("available_tracers");
+    let expected: Vec<&str> = linux
+        .split_whitespace()
+        .filter(|t| !["blk", "mmiotrace"].contains(t))
+        .collect();
+    assert_eq!(
+        cat(&mut fs, "available_tracers").unwrap(),
+        format!("{}\n", expected.join(" "))
+    );
 }

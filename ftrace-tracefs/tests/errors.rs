@@ -20,7 +20,7 @@ fn snapshot(fs: &mut Fs) -> BTreeMap<String, Vec<u8>> {
     while let Some(d) = dirs.pop() {
         for e in fs.read_dir(&d).unwrap() {
             let path = if d.is_empty() {
-                e.name.clone()
+                e.name.to_string()
             } else {
                 format!("{d}/{}", e.name)
             };
@@ -35,7 +35,7 @@ fn snapshot(fs: &mut Fs) -> BTreeMap<String, Vec<u8>> {
                         "free_buffer",
                         "error_log",
                     ];
-                    if skip.contains(&e.name.as_str()) {
+                    if skip.contains(&e.name.as_ref()) {
                         continue;
                     }
                     out.insert(
@@ -87,7 +87,15 @@ impl Shell {
                     return 1;
                 }
             };
-            let r = fs.write(fh, 0, data.as_bytes());
+            // busybox writes with full_write(): again until every byte is taken.
+            let mut done = 0;
+            let r = loop {
+                match fs.write(fh, done as u64, &data.as_bytes()[done..]) {
+                    Ok(n) if n > 0 && done + n < data.len() => done += n,
+                    Ok(_) => break Ok(()),
+                    Err(e) => break Err(e),
+                }
+            };
             let rel = fs.release(fh);
             return match r.and(rel) {
                 Ok(()) => 0,

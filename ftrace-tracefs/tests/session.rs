@@ -4,13 +4,18 @@
 
 mod common;
 
-use common::{ModelHost, cat, echo, echo_append, golden, line, tracefs};
+use common::{ModelHost, cat, echo, echo_append, golden, tracefs};
 use ftrace_tracefs::{Errno, OpenFlags, Tracefs};
 
 const FUNCS: &str = "vfs_read vfs_write do_sys_openat2 ksys_read";
 
 fn record(fs: &mut Tracefs<ModelHost>, inst: Option<&str>, cpu: u32, text: &str) {
     fs.host().state(inst).borrow_mut().record(cpu, text);
+}
+
+/// The event lines of a `trace` text (everything but the `#` header).
+fn body(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.starts_with('#')).collect()
 }
 
 fn sorted_lines(s: &str) -> Vec<&str> {
@@ -59,20 +64,22 @@ fn function_tracer_session() {
     assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "1\n");
     record(&mut fs, None, 0, "vfs_read <-ksys_read");
     record(&mut fs, None, 1, "vfs_write <-ksys_write");
+    fs.host().state(None).borrow_mut().writer.cpu = 0;
     echo(&mut fs, "hello", "trace_marker").unwrap();
     echo(&mut fs, "0", "tracing_on").unwrap();
-    let events = fs.host().state(None).borrow().events.clone();
-    assert_eq!(events.len(), 3);
-    assert_eq!(events[2].text, "tracing_mark_write: hello");
-    let body: String = events.iter().map(line).collect();
-    assert_eq!(
-        cat(&mut fs, "trace").unwrap(),
-        format!("# tracer: function\n{body}")
+    let trace = cat(&mut fs, "trace").unwrap();
+    assert!(trace.starts_with("# tracer: function\n"), "{trace}");
+    let lines = body(&trace);
+    assert_eq!(lines.len(), 3, "{trace}");
+    assert!(lines[0].ends_with("tracing_mark_write: vfs_read <-ksys_read"));
+    assert!(
+        lines[1].contains("[001]")
+            && lines[1].ends_with("tracing_mark_write: vfs_write <-ksys_write")
     );
-    assert_eq!(
-        cat(&mut fs, "per_cpu/cpu1/trace").unwrap(),
-        format!("# tracer: function\n{}", line(&events[1]))
-    );
+    assert!(lines[2].ends_with("tracing_mark_write: hello"));
+    let cpu1 = cat(&mut fs, "per_cpu/cpu1/trace").unwrap();
+    assert_eq!(body(&cpu1), vec![lines[1]]);
+    let body_text: String = lines.iter().map(|l| format!("{l}\n")).collect();
 
     // `trace` read in small pieces at increasing offsets gives the same text; offset 0 restarts.
     let fh = fs.open("trace", OpenFlags::READ).unwrap();
@@ -85,10 +92,7 @@ fn function_tracer_session() {
         }
         got.extend_from_slice(&buf[..n]);
     }
-    assert_eq!(
-        String::from_utf8(got).unwrap(),
-        format!("# tracer: function\n{body}")
-    );
+    assert_eq!(String::from_utf8(got).unwrap(), trace);
     let n = fs.read(fh, 0, &mut buf).unwrap();
     assert_eq!(&buf[..n], b"# trace");
     fs.release(fh).unwrap();
@@ -100,10 +104,10 @@ fn function_tracer_session() {
     echo(&mut fs, "function", "current_tracer").unwrap();
     let mut big = [0u8; 4096];
     let n = fs.read(fh, 0, &mut big).unwrap();
-    assert_eq!(std::str::from_utf8(&big[..n]).unwrap(), body);
+    assert_eq!(std::str::from_utf8(&big[..n]).unwrap(), body_text);
     assert_eq!(fs.read(fh, 0, &mut big), Ok(0));
     fs.release(fh).unwrap();
-    assert_eq!(cat(&mut fs, "trace").unwrap(), "# tracer: function\n");
+    assert!(body(&cat(&mut fs, "trace").unwrap()).is_empty());
 
     // Back to nop: its options again, and the filter survives the switch (as in Linux).
     echo(&mut fs, "nop", "current_tracer").unwrap();
@@ -124,9 +128,9 @@ fn function_tracer_session() {
     record(&mut fs, None, 0, "a");
     record(&mut fs, None, 1, "b");
     echo(&mut fs, "", "per_cpu/cpu1/trace").unwrap();
-    assert_eq!(fs.host().state(None).borrow().events.len(), 1);
+    assert_eq!(body(&cat(&mut fs, "trace").unwrap()).len(), 1);
     echo(&mut fs, "", "trace").unwrap();
-    assert!(fs.host().state(None).borrow().events.is_empty());
+    assert!(body(&cat(&mut fs, "trace").unwrap()).is_empty());
 }
 
 #[test]
@@ -281,15 +285,12 @@ fn instance_session() {
     assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "1\n");
     echo(&mut fs, "1", "instances/foo/tracing_on").unwrap();
     echo(&mut fs, "in-foo", "instances/foo/trace_marker").unwrap();
-    assert!(fs.host().state(None).borrow().events.is_empty());
-    assert_eq!(fs.host().state(Some("foo")).borrow().events.len(), 1);
-    assert_eq!(
-        cat(&mut fs, "instances/foo/trace").unwrap(),
-        format!(
-            "# tracer: function\n{}",
-            line(&fs.host().state(Some("foo")).borrow().events[0])
-        )
-    );
+    assert!(body(&cat(&mut fs, "trace").unwrap()).is_empty());
+    let foo = cat(&mut fs, "instances/foo/trace").unwrap();
+    assert!(foo.starts_with("# tracer: function\n"));
+    let lines = body(&foo);
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].ends_with("tracing_mark_write: in-foo"));
     // An instance's error_log is its own.
     assert_eq!(cat(&mut fs, "instances/foo/error_log").unwrap(), "");
     // Busy while a file is open.
@@ -424,10 +425,84 @@ fn trace_pipe_raw_passes_real_pages() {
     let p = ftrace_ringbuf::Page::new(&page).unwrap();
     let payloads: Vec<Vec<u8>> = p.events().map(|e| e.unwrap().payload.to_vec()).collect();
     assert_eq!(payloads.len(), 2);
-    // The tree adds the newline a marker write lacks; payloads are padded to 4 bytes.
-    assert!(payloads[0].starts_with(b"hello\n"));
-    assert!(payloads[1].starts_with(b"no-newline\n"));
+    // `print` entries: trace_entry (8 bytes), ip (8), then the text, which always ends with a
+    // newline (added when the write lacks one); payloads are padded to 4 bytes.
+    let ip = common::MARK_WRITE_IP.to_ne_bytes();
+    assert_eq!(&payloads[0][8..16], &ip);
+    assert!(payloads[0][16..].starts_with(b"hello\n"));
+    assert!(payloads[1][16..].starts_with(b"no-newline\n"));
     let stats = cat(&mut fs, "per_cpu/cpu0/stats").unwrap();
     assert!(stats.starts_with("entries: 0\n"), "{stats}");
     assert!(stats.contains("\nread events: 2\n"), "{stats}");
+}
+
+/// `09-marker`: the capture's marker writes, replayed from the same task, CPU and times, read
+/// back through `trace`, `trace` with `raw`, `trace_pipe` and `trace` again, byte for byte.
+#[test]
+fn marker_session_matches_linux() {
+    let mut fs = tracefs();
+    let set_writer = |fs: &mut Tracefs<ModelHost>, cpu: u32, ts: u64| {
+        let st = fs.host().state(None);
+        let mut st = st.borrow_mut();
+        st.writer.cpu = cpu;
+        st.writer.ts = ts;
+    };
+    // busybox: `echo hello`, `printf 'no-newline'`, `printf 'two\nlines\n'` (two writes).
+    let writes: [(&[u8], u64); 4] = [
+        (b"hello\n", 127_974_176_880),
+        (b"no-newline", 127_974_667_851),
+        (b"two\n", 127_974_953_236),
+        (b"lines\n", 127_974_967_282),
+    ];
+    for (data, ts) in writes {
+        set_writer(&mut fs, 1, ts);
+        fs.write_all("trace_marker", data, false).unwrap();
+    }
+    assert_eq!(
+        cat(&mut fs, "trace").unwrap(),
+        golden("09-marker/trace.txt")
+    );
+    echo(&mut fs, "1", "options/raw").unwrap();
+    assert_eq!(
+        cat(&mut fs, "trace").unwrap(),
+        golden("09-marker/trace_raw.txt")
+    );
+    echo(&mut fs, "0", "options/raw").unwrap();
+    // markers off: the write is refused (EINVAL, as tracing_mark_write) and nothing recorded.
+    echo(&mut fs, "0", "options/markers").unwrap();
+    assert_eq!(
+        echo(&mut fs, "suppressed-marker", "trace_marker"),
+        Err(Errno::EINVAL)
+    );
+    echo(&mut fs, "1", "options/markers").unwrap();
+    assert_eq!(
+        cat(&mut fs, "trace").unwrap(),
+        golden("09-marker/trace_after_markers0.txt")
+    );
+    // `printf '\001\000\000\000ABCDEFGH' > trace_marker_raw` on CPU 0.
+    set_writer(&mut fs, 0, 128_631_039_000);
+    fs.write_all("trace_marker_raw", b"\x01\x00\x00\x00ABCDEFGH", false)
+        .unwrap();
+    // `timeout 3 cat trace_pipe` with tracing off: every line, then end of file.
+    echo(&mut fs, "0", "tracing_on").unwrap();
+    let fh = fs.open("trace_pipe", OpenFlags::READ).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = fs.read(fh, 0, &mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    fs.release(fh).unwrap();
+    let linux = golden("09-marker/trace_pipe.txt");
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        linux.strip_suffix("rc=0\n").unwrap()
+    );
+    assert_eq!(
+        cat(&mut fs, "trace").unwrap(),
+        golden("09-marker/trace_after_pipe.txt")
+    );
 }

@@ -7,7 +7,7 @@
 
 use ftrace_core::EventId;
 use ftrace_core::entry::{
-    BprintEntry, BputsEntry, FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry,
+    BprintEntry, BputsEntry, CtxSwitchEntry, FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry,
     FuncRepeatsEntry, Pod, PrintEntry, RawDataEntry, TraceEntry,
 };
 
@@ -100,6 +100,17 @@ impl<'a> EventRef<'a> {
                 },
                 None => Entry::Truncated,
             },
+            Some(id @ (EventId::ContextSwitch | EventId::Wakeup)) => {
+                match CtxSwitchEntry::read_from(d) {
+                    Some(c) => Entry::ContextSwitch {
+                        entry: c,
+                        wakeup: id == EventId::Wakeup,
+                    },
+                    None => Entry::Truncated,
+                }
+            }
+            Some(EventId::KernelStack) if d.len() >= 16 => Entry::KernelStack(&d[16..]),
+            Some(EventId::UserStack) if d.len() >= 16 => Entry::UserStack(&d[16..]),
             Some(EventId::FuncRepeats) => {
                 FuncRepeatsEntry::read_from(d).map_or(Entry::Truncated, Entry::FuncRepeats)
             }
@@ -162,6 +173,17 @@ pub enum Entry<'a> {
     },
     /// `func_repeats`.
     FuncRepeats(FuncRepeatsEntry),
+    /// `context_switch` or `wakeup` (the latency tracers' scheduler records).
+    ContextSwitch {
+        /// The record.
+        entry: CtxSwitchEntry,
+        /// `wakeup` rather than `context_switch`.
+        wakeup: bool,
+    },
+    /// `kernel_stack`: the `caller[]` words (ended by `ULONG_MAX` or the event's end).
+    KernelStack(&'a [u8]),
+    /// `user_stack`: the `caller[]` words (ended by 0).
+    UserStack(&'a [u8]),
     /// Any other id (printed as `Unknown type`).
     Other(u16),
     /// Shorter than its type's fixed fields.

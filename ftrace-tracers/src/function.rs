@@ -6,7 +6,9 @@
 //! exactly one entry per admitted call while enabled, none otherwise; nothing here allocates or
 //! blocks (it runs at every traced function's entry).
 
-use ftrace_core::entry::{FtraceEntry, Pod, PrintEntry, RawDataEntry, TraceEntry};
+use ftrace_core::entry::{
+    FtraceEntry, FuncRepeatsEntry, Pod, PrintEntry, RawDataEntry, TraceEntry,
+};
 use ftrace_core::platform::TaskContext;
 use ftrace_core::{Errno, EventId};
 
@@ -82,6 +84,62 @@ impl FunctionTracer {
             self.recorded.fetch_add(1, Ordering::Relaxed);
         }
         ok
+    }
+}
+
+/// One CPU's `func-no-repeats` state (`struct trace_func_repeats`): the last call recorded
+/// and how many identical calls followed it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepeatState {
+    ip: u64,
+    parent_ip: u64,
+    count: u16,
+    ts_last_call: u64,
+}
+
+impl FunctionTracer {
+    /// `function_no_repeats_trace_call`: like [`FunctionTracer::trace_call`], but a call
+    /// identical to the previous one on this CPU (same `ip` and `parent_ip`) only bumps a
+    /// counter; the next different call first writes a `func_repeats` record (count and the
+    /// time since the last repeat, from `now`, the trace clock). `last` is the current CPU's
+    /// state. Returns whether anything was written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn trace_call_no_repeats(
+        &self,
+        ip: u64,
+        parent_ip: u64,
+        now: u64,
+        last: &mut RepeatState,
+        filter: &(impl FunctionFilter + ?Sized),
+        task: &(impl TaskContext + ?Sized),
+        sink: &(impl EntrySink + ?Sized),
+    ) -> bool {
+        if !self.enabled.load(Ordering::Relaxed) || !filter.admits(ip) {
+            return false;
+        }
+        if last.ip == ip && last.parent_ip == parent_ip && last.count < u16::MAX {
+            last.ts_last_call = now;
+            last.count += 1;
+            return false;
+        }
+        if last.count != 0 {
+            let delta = now.wrapping_sub(last.ts_last_call);
+            let r = FuncRepeatsEntry {
+                ent: TraceEntry::new(EventId::FuncRepeats, task.trace_ctx(), task.current_pid()),
+                ip: last.ip,
+                parent_ip: last.parent_ip,
+                count: last.count,
+                top_delta_ts: (delta >> 32) as u16,
+                bottom_delta_ts: delta as u32,
+            };
+            sink.write_entry(size_of::<FuncRepeatsEntry>(), &mut |b| {
+                b[..size_of::<FuncRepeatsEntry>()].copy_from_slice(r.as_bytes())
+            });
+            last.count = 0;
+        }
+        last.ip = ip;
+        last.parent_ip = parent_ip;
+        self.record(ip, parent_ip, task, sink)
     }
 }
 

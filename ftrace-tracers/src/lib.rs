@@ -7,6 +7,8 @@
 //! - [`output`]: Linux-identical text output (context prefix, every option variant,
 //!   function_graph's call graph, headers) through `core::fmt::Write`.
 //! - [`iter`]: per-CPU event streams merged by timestamp; [`event`]: one event and its decoding.
+//! - [`ringbuf`]: the tracers' [`EntrySink`](tracer::EntrySink) over `ftrace-ringbuf`, and
+//!   reading a ring buffer back for the formatter.
 //! - [`options`]: `trace_options`; [`clock`]: `trace_clock`.
 //!
 //! The crate is `#![no_std]`; the registry, the profiler's tables and the in-memory event lists
@@ -28,6 +30,7 @@ pub mod options;
 pub mod output;
 #[cfg(feature = "alloc")]
 pub mod profiler;
+pub mod ringbuf;
 mod sync;
 pub mod tracer;
 

@@ -106,6 +106,17 @@ impl ProfileTable {
         }
     }
 
+    /// A function_graph return (`profile_graph_return`): adds its duration, with hooked
+    /// children's time included (`graph-time` on, the default) or excluded (off).
+    pub fn graph_return(&mut self, exit: &crate::function_graph::GraphExit, graph_time: bool) {
+        let ns = if graph_time {
+            exit.duration
+        } else {
+            exit.self_time
+        };
+        self.add_time(exit.func, ns);
+    }
+
     /// The record of `ip`, if it was hit.
     pub fn get(&self, ip: u64) -> Option<ProfileRecord> {
         self.slots.iter().find(|r| r.ip == ip && ip != 0).copied()

@@ -93,6 +93,25 @@ pub trait Tracer: Sync {
         OutputStyle::Default
     }
 
+    /// Prints the `trace` file's header for this tracer (`# tracer:` line, then its own
+    /// header or the default one), given its option flags; `empty` says whether no event is
+    /// left to read.
+    fn print_header(
+        &self,
+        out: &mut dyn fmt::Write,
+        env: &crate::output::OutputEnv<'_>,
+        info: &crate::output::header::HeaderInfo<'_>,
+        flags: u32,
+        empty: bool,
+    ) -> fmt::Result {
+        use crate::output::header::{write_default_header, write_graph_header, write_tracer_line};
+        write_tracer_line(out, info.tracer)?;
+        match self.output_style(flags) {
+            OutputStyle::Default => write_default_header(out, env, info, empty),
+            OutputStyle::Graph(g) => write_graph_header(out, env, info, g, empty),
+        }
+    }
+
     /// Whether instances (`instances/<name>`) may use it.
     fn allow_instances(&self) -> bool {
         false

@@ -344,3 +344,148 @@ fn graph_proc_overrun_latency_and_irqs() {
     assert_eq!(lines[17], " 0)  d..1. | ! 150.000 us  |  }");
     assert_eq!(lines.len(), 18);
 }
+
+#[test]
+fn scheduler_records_and_stacks() {
+    use ftrace_core::entry::CtxSwitchEntry;
+    let ctx = CtxSwitchEntry {
+        ent: TraceEntry {
+            type_: 2,
+            flags: 0,
+            preempt_count: 0,
+            pid: 148,
+        },
+        prev_pid: 148,
+        next_pid: 144,
+        next_cpu: 1,
+        prev_prio: 120,
+        prev_state: 1,
+        next_prio: 120,
+        next_state: 0,
+    };
+    let mut wake = ctx;
+    wake.ent.type_ = 3;
+    let mut stack = TraceEntry {
+        type_: 4,
+        flags: 0,
+        preempt_count: 0,
+        pid: 148,
+    }
+    .as_bytes()
+    .to_vec();
+    stack.extend_from_slice(&2i32.to_le_bytes());
+    stack.extend_from_slice(&[0; 4]);
+    stack.extend_from_slice(&0xffffffff81453d94u64.to_le_bytes());
+    stack.extend_from_slice(&0xffffffff8145446eu64.to_le_bytes());
+    stack.extend_from_slice(&u64::MAX.to_le_bytes());
+    let s = syms();
+    let render = |opts: TraceOptions| {
+        let mut l = EventLists::new(1);
+        l.push(EventRef::new(0, 1000, ctx.as_bytes()));
+        l.push(EventRef::new(0, 2000, wake.as_bytes()));
+        l.push(EventRef::new(0, 3000, &stack));
+        let mut env = OutputEnv::new(&s, &Sh, 1);
+        env.options = opts;
+        let mut st = [GraphCpuState::INIT];
+        let mut w = TraceWriter::new(OutputStyle::Default, &mut st, false);
+        let mut out = Vec::new();
+        w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let out = render(D - TraceOptions::CONTEXT_INFO);
+    assert_eq!(
+        out,
+        "     148:120:S ==> [001]     144:120:R sh\n\
+         \x20    148:120:S   + [001]     144:120:R sh\n\
+         <stack trace>\n\
+         \x20=> do_sys_openat2\n\
+         \x20=> __x64_sys_openat\n"
+    );
+    let out = render((D | TraceOptions::RAW) - TraceOptions::CONTEXT_INFO);
+    assert_eq!(
+        out,
+        "148 120 S 1 144 120 R\n148 120 + 1 144 120 R\ntype: 4\n"
+    );
+}
+
+#[test]
+fn graph_without_duration_or_overhead_or_context() {
+    use ftrace_core::entry::{FtraceGraphEntEntry, FtraceGraphRetEntry};
+    let ent = |type_| TraceEntry {
+        type_,
+        flags: 0,
+        preempt_count: 0,
+        pid: 144,
+    };
+    let mut s = SortedSymbols::new();
+    s.push("vfs_read", 0x1000, 0x100, None);
+    s.push("aa_file_perm", 0x2000, 0x100, None);
+    s.finish();
+    let e = FtraceGraphEntEntry {
+        ent: ent(11),
+        func: 0x1000,
+        depth: 0,
+    };
+    let l1 = FtraceGraphEntEntry {
+        ent: ent(11),
+        func: 0x2000,
+        depth: 1,
+    };
+    let r1 = FtraceGraphRetEntry {
+        ent: ent(10),
+        func: 0x2000,
+        depth: 1,
+        overrun: 0,
+        calltime: 0,
+        rettime: 11_361,
+        backport_calltime: 0,
+        backport_rettime: 0,
+    };
+    let r = FtraceGraphRetEntry {
+        func: 0x1000,
+        depth: 0,
+        rettime: 684_994,
+        ..r1
+    };
+    let bytes = [e.as_bytes(), l1.as_bytes(), r1.as_bytes(), r.as_bytes()];
+    let render = |flags: GraphFlags, opts: TraceOptions| {
+        let mut l = EventLists::new(1);
+        for (i, b) in bytes.iter().enumerate() {
+            l.push(EventRef::new(0, 43_418_351_000 + i as u64 * 1000, b));
+        }
+        let mut env = OutputEnv::new(&s, &Sh, 2);
+        env.options = opts;
+        let mut st = [GraphCpuState::INIT];
+        let mut w = TraceWriter::new(OutputStyle::Graph(flags), &mut st, false);
+        let mut out = Vec::new();
+        let mut i = info();
+        i.tracer = "function_graph";
+        w.write_trace(&mut out, &env, Some(&i), &mut TraceIter::new(&mut l, None))
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let d = GraphFlags::DEFAULT;
+    assert_eq!(
+        render(d - GraphFlags::DURATION, D),
+        "# tracer: function_graph\n#\n\
+         # CPU               FUNCTION CALLS\n\
+         # |                 |   |   |   |\n\
+         \x200) vfs_read() {\n\
+         \x200)   aa_file_perm();\n\
+         \x200) }\n"
+    );
+    assert_eq!(
+        render(d - GraphFlags::OVERHEAD, D).lines().nth(5).unwrap(),
+        " 0)   11.361 us   |    aa_file_perm();"
+    );
+    assert_eq!(
+        render(d | GraphFlags::ABS_TIME, D).lines().nth(6).unwrap(),
+        "   43.418354 |   0) ! 684.994 us  |  }"
+    );
+    // No context: only the call graph, no header.
+    assert_eq!(
+        render(d, D - TraceOptions::CONTEXT_INFO),
+        "# tracer: function_graph\n#\nvfs_read() {\n  aa_file_perm();\n}\n"
+    );
+}

@@ -117,6 +117,37 @@ fn function_tracer_records_exactly_what_the_filter_admits() {
     assert_eq!(t.recorded(), 4);
 }
 
+#[test]
+fn func_no_repeats_folds_identical_calls() {
+    use ftrace_tracers::function::RepeatState;
+    let t = FunctionTracer::new();
+    t.init().unwrap();
+    let sink = VecSink::default();
+    let mut last = RepeatState::default();
+    // a a a a b: a is recorded once, then a func_repeats (3 more, last at 4000), then b.
+    for (ip, now) in [
+        (0xa, 1000),
+        (0xa, 2000),
+        (0xa, 3000),
+        (0xa, 4000),
+        (0xb, 9000),
+    ] {
+        t.trace_call_no_repeats(ip, 0xe, now, &mut last, &AdmitAll, &Task(3), &sink);
+    }
+    assert_eq!(ids(&sink), [1, 19, 1]);
+    // Printed as the kernel does, with the last repeat's time: the record is stamped 3 ticks
+    // (3000 ns) into this sink's clock, 5000 ns after the last repeat.
+    let mut entries = sink.entries.borrow_mut();
+    entries[1].0 = 9; // the func_repeats record was written at 9000 ns
+    drop(entries);
+    let got = format(&sink, &syms(), OutputStyle::Default, TraceOptions::DEFAULT);
+    let line = got.lines().nth(1).unwrap();
+    assert!(
+        line.ends_with("0.000009: a <-e (repeats: 3, last_ts:     0.000004)"),
+        "{line}"
+    );
+}
+
 /// A call tree: (function, children).
 struct Call(u64, Vec<Call>);
 
@@ -466,6 +497,37 @@ fn profiler_tables_print_trace_stat() {
 }
 
 #[test]
+fn profiler_fed_by_function_graph_with_and_without_graph_time() {
+    let t = FunctionGraphTracer::new(true);
+    t.init().unwrap();
+    let sink = VecSink::default();
+    let mut stack = ShadowStack::<50>::new();
+    let f = GraphFunctions::default();
+    let (mut with, mut without) = (ProfileTable::default(), ProfileTable::default());
+    // a { b(); } : a 0..5000, b 1000..3000
+    for (ip, now) in [(0xa, 0), (0xb, 1000)] {
+        t.entry(&mut stack, ip, 0, now, &f, &Task(1), &sink);
+        with.hit(ip);
+        without.hit(ip);
+    }
+    for now in [3000, 5000] {
+        let exit = t.exit(&mut stack, now, &Task(1), &sink).unwrap();
+        with.graph_return(&exit, true);
+        without.graph_return(&exit, false);
+    }
+    assert_eq!(with.get(0xa).unwrap().time, 5000);
+    assert_eq!(without.get(0xa).unwrap().time, 3000);
+    assert_eq!(without.get(0xb).unwrap().time, 2000);
+    let o = Options {
+        trace: TraceOptions::DEFAULT,
+        tracer: t.default_flags(),
+    };
+    let mut s = String::new();
+    o.write_listing(&mut s, t.options()).unwrap();
+    assert!(s.ends_with("sleep-time\ngraph-time\n"));
+}
+
+#[test]
 fn registry_switches_tracers_and_lists_them() {
     static NOP: NopTracer = NopTracer;
     static FUNC: FunctionTracer = FunctionTracer::new();
@@ -528,4 +590,36 @@ fn trace_options_listing_matches_the_kernel() {
 fn no_task_names_prints_idle_and_unknown() {
     assert_eq!(ftrace_tracers::output::comm_of(&NoTaskNames, 0), "<idle>");
     assert_eq!(ftrace_tracers::output::comm_of(&NoTaskNames, 5), "<...>");
+}
+
+#[test]
+fn tracers_print_their_headers() {
+    use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/reference/ftrace-6.12.117"
+    );
+    let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
+    let s = syms();
+    let env = OutputEnv::new(&s, &NoTaskNames, 2);
+    let nop = NopTracer;
+    let func = FunctionTracer::new();
+    let graph = FunctionGraphTracer::new(false);
+    for (t, file) in [
+        (&nop as &dyn Tracer, "02-files/trace.txt"),
+        (&func, "04-function/trace_empty.txt"),
+        (&graph, "05-function-graph/trace_empty.txt"),
+    ] {
+        let info = HeaderInfo {
+            tracer: t.name(),
+            entries: 0,
+            written: 0,
+            online_cpus: 2,
+            latency: LatencyInfo::default(),
+        };
+        let mut out = String::new();
+        t.print_header(&mut out, &env, &info, t.default_flags(), true)
+            .unwrap();
+        assert_eq!(out, read(file), "{file}");
+    }
 }

@@ -2,7 +2,7 @@
 # /init of the rfl integration guest (busybox-static). Loads ftrace_rs.ko, runs a workload pinned
 # to each CPU, dumps the module's debugfs files to the second serial port (/dev/ttyS1, a file on
 # the host) and unloads the module. Status lines on the console start with "RFL: ".
-# /rfl.conf (written by the host) sets FILTER, ROUNDS and FLOOD.
+# /rfl.conf (written by the host) sets FILTER, CFILTER, ROUNDS and FLOOD.
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -20,6 +20,7 @@ if insmod /lib/modules/ftrace_rs.ko filter="$FILTER"; then
 else
   echo "RFL: insmod FAILED"
 fi
+echo "RFL: enabled_functions loaded: $(cat /sys/kernel/tracing/enabled_functions | tr '\n' ';')"
 echo "RFL: uptime-before $(cut -d' ' -f1 /proc/uptime)"
 # Each round: one dd per CPU, pinned there; `exec` keeps the pid the shell printed, and dd's
 # read(2) calls go through vfs_read (busybox cat would use sendfile).
@@ -48,6 +49,7 @@ fi
 
 if rmmod ftrace_rs; then echo "RFL: rmmod ok"; else echo "RFL: rmmod FAILED"; fi
 [ -e $D ] && echo "RFL: debugfs dir still present" || echo "RFL: debugfs dir removed"
+echo "RFL: enabled_functions unloaded: $(cat /sys/kernel/tracing/enabled_functions | wc -l) lines"
 
 # Pass 2: a buffer of 2 pages per CPU that a flood of 1-byte reads overwrites many times.
 if insmod /lib/modules/ftrace_rs.ko filter="$FILTER" pages_per_cpu=2; then
@@ -68,14 +70,15 @@ else
 fi
 if rmmod ftrace_rs; then echo "RFL: flood rmmod ok"; else echo "RFL: flood rmmod FAILED"; fi
 
-# Pass 3: the kernel's own function tracer (same filter) records alongside the module.
+# Pass 3: the kernel's own function tracer records alongside the module, with the same
+# filter plus two functions that run in hard-irq and softirq context (the periodic tick).
 T=/sys/kernel/tracing
-if insmod /lib/modules/ftrace_rs.ko filter="$FILTER"; then
+if insmod /lib/modules/ftrace_rs.ko filter="$CFILTER"; then
   echo "RFL: compare insmod ok"
 else
   echo "RFL: compare insmod FAILED"
 fi
-if echo "$FILTER" > $T/set_ftrace_filter && echo function > $T/current_tracer; then
+if echo "$CFILTER" | tr ',' ' ' > $T/set_ftrace_filter && echo function > $T/current_tracer; then
   echo "RFL: kernel function tracer on"
 fi
 i=0

@@ -8,7 +8,9 @@
 # steps change). A finished entry has a `.complete` stamp; anything else is rebuilt from scratch.
 # A lock (flock) serialises concurrent runs on the same cache.
 #
-# Env: RFL_CACHE (default /var/cache/ftrace-rs/rfl), JOBS (default 2), RFL_REBUILD_KERNEL=1.
+# Env: RFL_CACHE (default /var/cache/ftrace-rs/rfl), JOBS (default 2), RFL_REBUILD_KERNEL=1,
+# RFL_KEEP_KERNELS (default 2: after a build, older entries beyond this many are deleted; each
+# takes about 2 GB).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/env.sh"
@@ -71,4 +73,12 @@ kmake modules_prepare >&2
 kmake modules >&2
 t3=$(date +%s); echo "TIME kernel build: $((t3 - t2)) s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 touch "$ENTRY/.complete"
+# Prune the oldest other entries (under the lock: no build is running; a run using an old
+# entry would be one with different inputs, which this host has just moved away from).
+ls -1dt "$RFL_CACHE"/kernel-*/ 2>/dev/null | tail -n +"$(( ${RFL_KEEP_KERNELS:-2} + 1 ))" |
+  while read -r old; do
+    [ "${old%/}" = "$ENTRY" ] && continue
+    echo "kernel: pruning old cache entry $old" >&2
+    rm -rf "$old"
+  done
 echo "KDIR=$ENTRY"

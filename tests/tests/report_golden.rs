@@ -153,6 +153,50 @@ fn report_options_toggle_output() {
 }
 
 #[test]
+fn report_clock_and_latency_format() {
+    let cap = capture("clock");
+    let dir = cap.0.to_str().unwrap();
+    put(
+        &cap.0,
+        "trace_clock",
+        b"local global [counter] uptime perf mono mono_raw boot tai x86-tsc\n",
+    );
+    let (code, out, err) = ftrace(&["report", "--raw-dir", dir]);
+    assert_eq!(code, 0, "{err}");
+    let text = String::from_utf8(out).unwrap();
+    assert_eq!(
+        text.lines().nth(12).unwrap(),
+        "              sh-144     [001] .....  80496351514: do_sys_openat2 <-__x64_sys_openat"
+    );
+    put(&cap.0, "trace_clock", b"local\n");
+    let (code, out, err) = ftrace(&[
+        "report",
+        "--raw-dir",
+        dir,
+        "-O",
+        "latency-format",
+        "--uts-release",
+        "6.12.117+deb12-amd64",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[2],
+        "# function latency trace v1.1.5 on 6.12.117+deb12-amd64"
+    );
+    assert_eq!(
+        lines[4],
+        "# latency: 0 us, #56/56, CPU#0 | (M:desktop VP:0, KP:0, SP:0 HP:0 #P:2)"
+    );
+    // Relative to the earliest event; the next event is 29.2 ms later.
+    assert_eq!(
+        lines[18],
+        "      sh-144       1.....    0us*: do_sys_openat2 <-__x64_sys_openat"
+    );
+}
+
+#[test]
 fn report_errors_name_file_and_offset() {
     // Missing kallsyms.
     let cap = capture("missing");

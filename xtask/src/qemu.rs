@@ -370,7 +370,7 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     let boot_log = vm.expect(PROMPT)?;
     for want in [
         "selftest: tracer code uninstrumented, workload sites present: ok",
-        "selftest: int3 breakpoint protocol (2 traps emulated): ok",
+        "selftest: int3 breakpoint protocol (4 traps emulated): ok",
         "calibrated against the PIT",
         &format!("smp: {CPUS} CPU(s) online"),
     ] {
@@ -434,6 +434,19 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     // function: the workload runs with interrupts enabled, then disabled (the `d` flag)
     let set = vm.command("echo function > current_tracer")?;
     check(set.is_empty(), || format!("setting function: {set:?}"))?;
+    // exactly the filtered functions are patched
+    let enabled = vm.command("cat enabled_functions")?;
+    let mut patched: Vec<&str> = enabled
+        .lines()
+        .map(|l| l.split(' ').next().unwrap_or(""))
+        .collect();
+    patched.sort_unstable();
+    check(
+        patched == ["bm_leaf", "bm_middle", "bm_outer", "bm_workload"],
+        || format!("enabled_functions: {enabled:?}"),
+    )?;
+    let clock = vm.command("cat trace_clock")?;
+    check(clock == "[local]\n", || format!("trace_clock: {clock:?}"))?;
     run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
     let on_cpu0 = |flags, rounds| Segment {
@@ -487,6 +500,10 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     let current = vm.command("cat current_tracer")?;
     check(current == "nop\n", || {
         format!("current_tracer: {current:?}")
+    })?;
+    let enabled = vm.command("cat enabled_functions")?;
+    check(enabled.is_empty(), || {
+        format!("sites still patched under nop: {enabled:?}")
     })?;
     run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;

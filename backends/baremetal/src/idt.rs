@@ -357,7 +357,7 @@ extern "C" fn isr_dispatch(frame: &mut InterruptFrame) {
         cpu.leave_exception();
         return;
     }
-    if frame.vector >= 32 && crate::smp::handle_ipi(frame.vector) {
+    if frame.vector >= 32 && crate::smp::handle_ipi(frame) {
         cpu.leave_exception();
         return;
     }
@@ -385,13 +385,17 @@ pub fn report(frame: &InterruptFrame, w: &mut dyn Write) -> fmt::Result {
     symbolize(f.rip, w)?;
     writeln!(w, ">  error code {:#x}", f.error_code)?;
     if f.vector == VECTOR_BREAKPOINT {
-        let (addr, insn) = crate::text::published_poke();
         // SAFETY: the CPU just executed the int3 at rip - 1, so it is mapped.
         let now = unsafe { core::ptr::read_volatile((f.rip - 1) as *const u8) };
         writeln!(
             w,
-            "  int3 at {:#x} (byte there now {now:#04x}); poke in progress: {addr:#x} {insn:#012x}",
-            f.rip - 1
+            "  int3 at {:#x} (byte there now {now:#04x}) claimed by no patch batch ({})",
+            f.rip - 1,
+            if crate::text::batch_in_progress() {
+                "a batch is in progress"
+            } else {
+                "none in progress"
+            }
         )?;
     }
     if f.vector == 14 {

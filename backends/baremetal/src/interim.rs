@@ -1,12 +1,15 @@
-//! TEMPORARY glue, to be replaced piece by piece as the core crates land: the ftrace_ops
-//! dispatch (ftrace-core's dispatcher), the function and function_graph tracers and their
-//! Linux-identical text output (ftrace-tracers), the site state machine (ftrace-patch) and the
-//! file tree (ftrace-tracefs).
+//! TEMPORARY glue, to be replaced as the last core pieces land: the ftrace_ops dispatch
+//! (ftrace-core's dispatcher, not on main yet: the entry hook calls the current tracer
+//! directly, and the patched sites are the filter) and the record table's reference counting
+//! (ftrace-patch's `RecordTable`: here a bitmap of patched sites).
 //!
-//! What is real already: events are ftrace-core's entry layouts ([`FtraceEntry`],
-//! [`FtraceGraphEntEntry`], [`FtraceGraphRetEntry`]) written into ftrace-ringbuf's per-CPU
+//! What is real already: events are written by ftrace-tracers' `FunctionTracer` and
+//! `FunctionGraphTracer` (with its `ShadowStack`, one per CPU) into ftrace-ringbuf's per-CPU
 //! [`RingBuffer`] (pages from [`StaticPages`]), stamped by the backend's clock, and read back
-//! with its non-consuming iterators, merged across CPUs by timestamp.
+//! with its non-consuming iterators and formatted by ftrace-tracers' `TraceWriter` (the
+//! `trace` text is Linux's); the file tree is ftrace-tracefs's (`crate::tracefs`). Sites
+//! change in one batch per update through ftrace-patch's protocols ([`patch_batch`]: verify every window,
+//! then the breakpoint protocol on [`crate::text::KernelText`]).
 //!
 //! Invariant: a CPU's shadow stack is touched only by that CPU with interrupts off (the hooks
 //! disable them around their work), and each CPU writes only its own ring buffer, so writers
@@ -16,24 +19,35 @@ use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
 
 use ftrace_core::Errno;
-use ftrace_core::entry::Pod;
-use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, TraceEntry};
-use ftrace_core::event::EventId;
+use ftrace_core::event::TraceCtx;
+use ftrace_core::platform::ExecContext;
 use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::symbols::SymbolTable;
-use ftrace_ringbuf::{Iter, RingBuffer};
+use ftrace_ringbuf::RingBuffer;
+use ftrace_tracers::event::EventRef;
+use ftrace_tracers::function::FunctionTracer;
+use ftrace_tracers::function_graph::{
+    FunctionGraphTracer, GraphEntry, GraphFunctions, ShadowStack,
+};
+use ftrace_tracers::iter::{EventSource, TraceIter};
+use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
+use ftrace_tracers::tracer::{AdmitAll, EntrySink, Tracer as TracerImpl};
 
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
 use crate::pages::StaticPages;
 use crate::port::{irq_restore, irq_save};
-use crate::shell::FileTree;
 use crate::sites::{SiteTable, is_nop5};
 use crate::sync::{AtomicBool, AtomicU8, Ordering, SpinLock};
-use crate::text::{poke5_bp, read_text};
+use crate::text::{patch_batch, read_text};
 use crate::trampoline;
+use ftrace_patch::protocol::SiteStatus;
+use ftrace_patch::{Arch, PokeSite, Protocol};
 
 /// The most call sites the glue tracks.
-pub const MAX_SITES: usize = 4096;
+pub const MAX_SITES: usize = 1024;
 /// Ring-buffer pages per CPU (4 KiB each; overwrite mode, as Linux's default).
 pub const PAGES_PER_CPU: usize = 32;
 /// The ring buffer's page size.
@@ -74,42 +88,15 @@ impl Tracer {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Record {
-    Function(FtraceEntry),
-    GraphEnt(FtraceGraphEntEntry),
-    GraphRet(FtraceGraphRetEntry),
-}
-
-#[derive(Clone, Copy)]
-struct Stamped {
-    ts: u64,
-    cpu: u32,
-    rec: Record,
-}
-
-#[derive(Clone, Copy)]
-struct ShadowFrame {
-    ret: u64,
-    func: u64,
-    calltime: u64,
-}
-
 struct CpuTrace {
-    shadow: [ShadowFrame; GRAPH_DEPTH],
-    depth: usize,
+    /// function_graph's shadow return stack for what runs on this CPU (no tasks here).
+    shadow: ShadowStack<GRAPH_DEPTH>,
 }
 
 struct PerCpuTraces(UnsafeCell<[CpuTrace; MAX_CPUS]>);
 // SAFETY: the module invariant: each CPU's slot is used by that CPU with interrupts off, or by
 // the reader while no traced code runs.
 unsafe impl Sync for PerCpuTraces {}
-
-const EMPTY_FRAME: ShadowFrame = ShadowFrame {
-    ret: 0,
-    func: 0,
-    calltime: 0,
-};
 
 struct Control {
     sites: Option<&'static SiteTable>,
@@ -120,6 +107,8 @@ struct Control {
     patched: [u64; MAX_SITES / 64],
     /// Each site's NOP, to restore it.
     nops: [[u8; 5]; MAX_SITES],
+    /// The patch batch being built (ftrace-patch's sites).
+    batch: [PokeSite; MAX_SITES],
 }
 
 fn bit(set: &[u64], i: usize) -> bool {
@@ -163,12 +152,12 @@ pub static TRACING: Interim = Interim {
         filter: [0; MAX_SITES / 64],
         patched: [0; MAX_SITES / 64],
         nops: [[0; 5]; MAX_SITES],
+        batch: [const { PokeSite::empty() }; MAX_SITES],
     }),
     cpus: PerCpuTraces(UnsafeCell::new(
         [const {
             CpuTrace {
-                shadow: [EMPTY_FRAME; GRAPH_DEPTH],
-                depth: 0,
+                shadow: ShadowStack::new(),
             }
         }; MAX_CPUS],
     )),
@@ -186,14 +175,6 @@ fn ring() -> Option<&'static RingBuffer<&'static StaticPages>> {
     unsafe { (*TRACING.buffer.get()).as_ref() }
 }
 
-/// Writes one entry into this CPU's buffer (dropped, and counted by the buffer, if it cannot).
-#[inline]
-fn write_entry<E: Pod>(cpu: u32, e: &E) {
-    if let Some(b) = ring().and_then(|r| r.cpu(cpu as usize)) {
-        b.write(e.as_bytes(), &BareMetal);
-    }
-}
-
 /// Recursion bit of the entry hook.
 const RECURSION_ENTRY: u32 = 0;
 
@@ -202,50 +183,84 @@ fn cpu_trace(cpu: u32) -> *mut CpuTrace {
     unsafe { (*TRACING.cpus.0.get()).as_mut_ptr().add(cpu as usize) }
 }
 
+/// The function tracer (ftrace-tracers).
+static FUNCTION: FunctionTracer = FunctionTracer::new();
+/// The function_graph tracer (ftrace-tracers).
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+
+/// The current CPU's ring buffer as the tracers' entry sink.
+struct CpuSink(u32);
+
+impl EntrySink for CpuSink {
+    #[inline]
+    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        let Some(buf) = ring().and_then(|r| r.cpu(self.0 as usize)) else {
+            return false;
+        };
+        let Some(mut r) = buf.reserve(len, &BareMetal) else {
+            return false;
+        };
+        let data = r.data();
+        data.fill(0);
+        fill(data);
+        r.commit();
+        true
+    }
+}
+
+/// The task context as sampled at the hook's entry (before it disabled interrupts for its
+/// own work), so the irqs-off flag describes the traced code.
+struct Sampled(TraceCtx);
+
+impl TaskContext for Sampled {
+    fn current_pid(&self) -> i32 {
+        BareMetal.current_pid()
+    }
+    fn trace_ctx(&self) -> TraceCtx {
+        self.0
+    }
+    fn exec_context(&self) -> ExecContext {
+        BareMetal.exec_context()
+    }
+}
+
+/// Every function is a graph root (no `set_graph_function` here): the patched sites are the
+/// filter.
+const ALL_GRAPH: GraphFunctions<'static> = GraphFunctions {
+    functions: &[],
+    notrace: &[],
+};
+
 extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
     let me = this_cpu();
     if !me.try_enter(RECURSION_ENTRY) {
         return;
     }
     // The context is sampled before interrupts are disabled for the write.
-    let ctx = BareMetal.trace_ctx();
+    let task = Sampled(BareMetal.trace_ctx());
     let irq = irq_save();
-    let tracer = Tracer::from_u8(TRACING.tracer.load(Ordering::Relaxed));
-    if TRACING.tracing_on.load(Ordering::Relaxed) && tracer != Tracer::Nop {
-        let p = BareMetal;
+    if TRACING.tracing_on.load(Ordering::Relaxed) {
         let cpu = me.index();
-        let ent = |id| TraceEntry::new(id, ctx, p.current_pid());
-        // SAFETY: this CPU's slot, interrupts off (module invariant).
-        let t = unsafe { &mut *cpu_trace(cpu) };
-        match tracer {
-            Tracer::Function => write_entry(
-                cpu,
-                &FtraceEntry {
-                    ent: ent(EventId::Function),
-                    ip,
-                    parent_ip,
-                },
-            ),
-            Tracer::FunctionGraph if t.depth < GRAPH_DEPTH => {
-                t.shadow[t.depth] = ShadowFrame {
-                    ret: parent_ip,
-                    func: ip,
-                    calltime: p.now_ns(),
-                };
-                write_entry(
-                    cpu,
-                    &FtraceGraphEntEntry {
-                        ent: ent(EventId::FuncgraphEntry),
-                        func: ip,
-                        depth: t.depth as i32,
-                    },
-                );
-                t.depth += 1;
-                // SAFETY: the trampoline passes the slot of the traced function's return
-                // address; the return hook gives `parent_ip` back when it returns.
-                unsafe { *parent_slot = trampoline::return_to_handler_addr() };
+        let sink = CpuSink(cpu);
+        // The patched sites are the filter (only admitted functions are patched), so the
+        // tracers admit every call that reaches them.
+        match Tracer::from_u8(TRACING.tracer.load(Ordering::Relaxed)) {
+            Tracer::Function => {
+                FUNCTION.trace_call(ip, parent_ip, &AdmitAll, &task, &sink);
             }
-            _ => {}
+            Tracer::FunctionGraph => {
+                // SAFETY: this CPU's slot, interrupts off (module invariant).
+                let t = unsafe { &mut *cpu_trace(cpu) };
+                let now = BareMetal.now_ns();
+                let hooked =
+                    GRAPH.entry(&mut t.shadow, ip, parent_ip, now, &ALL_GRAPH, &task, &sink);
+                if hooked == GraphEntry::Hooked {
+                    // SAFETY: the trampoline passes the slot of the traced function's return
+                    // address; the return hook gives `parent_ip` back when it returns.
+                    unsafe { *parent_slot = trampoline::return_to_handler_addr() };
+                }
+            }
+            Tracer::Nop => {}
         }
     }
     irq_restore(irq);
@@ -253,14 +268,13 @@ extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
 }
 
 extern "C" fn return_hook() -> u64 {
-    let p = BareMetal;
-    let ctx = p.trace_ctx();
+    let task = Sampled(BareMetal.trace_ctx());
     let irq = irq_save();
-    let me = this_cpu();
-    let cpu = me.index();
+    let cpu = this_cpu().index();
     // SAFETY: this CPU's slot, interrupts off (module invariant).
     let t = unsafe { &mut *cpu_trace(cpu) };
-    let Some(depth) = t.depth.checked_sub(1) else {
+    let now = BareMetal.now_ns();
+    let Some(exit) = GRAPH.exit(&mut t.shadow, now, &task, &CpuSink(cpu)) else {
         // A redirected return with no frame cannot be resumed: report it loudly.
         // (Unlocked: the shell may hold the console lock around the traced call.)
         let _ = writeln!(
@@ -269,25 +283,8 @@ extern "C" fn return_hook() -> u64 {
         );
         crate::qemu::exit(crate::qemu::Verdict::Fail, "graph shadow stack underflow");
     };
-    t.depth = depth;
-    let f = t.shadow[depth];
-    if TRACING.tracing_on.load(Ordering::Relaxed) {
-        write_entry(
-            cpu,
-            &FtraceGraphRetEntry {
-                ent: TraceEntry::new(EventId::FuncgraphExit, ctx, p.current_pid()),
-                func: f.func,
-                depth: depth as i32,
-                overrun: 0,
-                calltime: f.calltime,
-                rettime: p.now_ns(),
-                backport_calltime: 0,
-                backport_rettime: 0,
-            },
-        );
-    }
     irq_restore(irq);
-    f.ret
+    exit.ret
 }
 
 /// Whether `name` matches a `set_ftrace_filter` glob (`*` anywhere, any number of times).
@@ -354,6 +351,19 @@ impl Interim {
         if t == self.tracer() {
             return Ok(());
         }
+        let tracer_of = |t: Tracer| -> Option<&'static dyn TracerImpl> {
+            match t {
+                Tracer::Function => Some(&FUNCTION),
+                Tracer::FunctionGraph => Some(&GRAPH),
+                Tracer::Nop => None,
+            }
+        };
+        if let Some(old) = tracer_of(self.tracer()) {
+            old.reset();
+        }
+        if let Some(new) = tracer_of(t) {
+            new.init()?;
+        }
         self.tracer.store(t as u8, Ordering::Relaxed);
         self.reset_buffers();
         Self::sync_sites(&mut c, t != Tracer::Nop)
@@ -366,39 +376,53 @@ impl Interim {
         };
         let all = c.filter.iter().all(|w| *w == 0);
         let target = trampoline::caller_addr();
+        // One batch of every site that changes, in address order (the table is sorted), for
+        // ftrace-patch's protocol: every window is verified before anything is written.
+        let mut n = 0;
         for (i, &s) in sites.sites().iter().enumerate() {
             let want = active && (all || bit(&c.filter, i));
             if want == bit(&c.patched, i) {
                 continue;
             }
-            let rel = target as i64 - (s as i64 + 5);
-            let rel = i32::try_from(rel).map_err(|_| Errno::ERANGE)?.to_le_bytes();
-            let call = [0xE8, rel[0], rel[1], rel[2], rel[3]];
-            let (expect, new) = if want {
+            let call = ftrace_patch::x86::encode_call(s, target).map_err(|_| Errno::ERANGE)?;
+            let (old, new) = if want {
                 (c.nops[i], call)
             } else {
                 (call, c.nops[i])
             };
-            // SAFETY: the site is listed by SiteTable (mapped text).
-            let found = unsafe { read_text::<5>(s as usize) };
-            if found != expect {
-                // ftrace_bug(): never write over bytes we did not put there.
+            debug_assert!(is_nop5(c.nops[i]));
+            c.batch[n] = PokeSite::insn(Arch::X86_64, s, &old, &new, i as u32);
+            n += 1;
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let stats = patch_batch(&mut c.batch[..n], Protocol::Auto);
+        let mut failed = false;
+        for k in 0..n {
+            let site = &c.batch[k];
+            let i = site.tag() as usize;
+            if site.status() == SiteStatus::Done {
+                let on = !bit(&c.patched, i);
+                set_bit(&mut c.patched, i, on);
+            } else {
+                failed = true;
+                // ftrace_bug(): the site was left alone (or as the protocol says).
                 // (Unlocked: the shell holds the console lock while it runs a write.)
                 let _ = writeln!(
                     crate::serial::Com1::force(),
-                    "ftrace failed to modify [<{s:#x}>] actual: {:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                    found[0],
-                    found[1],
-                    found[2],
-                    found[3],
-                    found[4]
+                    "ftrace failed to modify [<{:#x}>]: {:?}, actual: {:02x?}",
+                    site.addr(),
+                    site.status(),
+                    &site.actual()[..]
                 );
-                return Err(Errno::EIO);
             }
-            debug_assert!(is_nop5(c.nops[i]));
-            // SAFETY: a verified site with a decodable instruction; control is locked.
-            unsafe { poke5_bp(s as usize, new) };
-            set_bit(&mut c.patched, i, want);
+        }
+        for slot in &mut c.batch[..n] {
+            *slot = PokeSite::empty();
+        }
+        if failed || stats.failed > 0 {
+            return Err(Errno::EIO);
         }
         Ok(())
     }
@@ -406,7 +430,7 @@ impl Interim {
     /// Empties the ring buffer (`tracing_reset_online_cpus`): recording off, every CPU synced
     /// (an IPI cannot land inside a writer, which runs with interrupts off), reset, recording
     /// back as `tracing_on` says.
-    fn reset_buffers(&self) {
+    pub fn reset_buffers(&self) {
         let Some(rb) = ring() else {
             return;
         };
@@ -429,7 +453,9 @@ impl Interim {
             .map(|s| s.name)
     }
 
-    fn write_filter(&self, data: &str, append: bool) -> Result<(), Errno> {
+    /// Sets (`append`: adds to) `set_ftrace_filter` from whitespace-separated globs; a glob
+    /// matching no function is refused with `EINVAL` and nothing changes.
+    pub fn write_filter(&self, data: &str, append: bool) -> Result<(), Errno> {
         let mut c = self.control.lock();
         let Some(sites) = c.sites else {
             return Err(Errno::ENODEV);
@@ -456,7 +482,8 @@ impl Interim {
         Self::sync_sites(&mut c, active)
     }
 
-    fn read_filter(&self, out: &mut dyn Write) -> fmt::Result {
+    /// `set_ftrace_filter`'s read-back text.
+    pub fn read_filter(&self, out: &mut dyn Write) -> fmt::Result {
         let c = self.control.lock();
         if c.filter.iter().all(|w| *w == 0) {
             return out.write_str("#### all functions enabled ####\n");
@@ -472,131 +499,189 @@ impl Interim {
         Ok(())
     }
 
-    fn read_available(&self, out: &mut dyn Write) -> fmt::Result {
+    /// `available_filter_functions` (`addrs`: with addresses, as
+    /// `available_filter_functions_addrs`).
+    pub fn read_available(&self, out: &mut dyn Write, addrs: bool) -> fmt::Result {
         let c = self.control.lock();
         if let Some(sites) = c.sites {
             for &s in sites.sites() {
                 if let Some(n) = Self::site_name(&c, s) {
-                    writeln!(out, "{n}")?;
+                    if addrs {
+                        writeln!(out, "{s:x} {n}")?;
+                    } else {
+                        writeln!(out, "{n}")?;
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    /// Visits every held record of every CPU in timestamp order.
-    fn for_each_record(
-        &self,
-        mut f: impl FnMut(&Stamped, Option<&Stamped>) -> fmt::Result,
-    ) -> fmt::Result {
+    /// Copies every held event of every CPU into the snapshot (`trace` opens a snapshot
+    /// iterator in the kernel too) and returns (entries, written) as the header prints them.
+    fn take_snapshot(&self, snap: &mut Snapshot) -> (u64, u64) {
+        snap.clear();
         let Some(rb) = ring() else {
-            return Ok(());
+            return (0, 0);
         };
-        let mut scratch = [[0u8; PAGE_SIZE]; MAX_CPUS];
-        let mut scratch = scratch.iter_mut();
-        // One cursor per CPU, with one record of lookahead (function_graph folds a leaf's
-        // entry and return into one line).
-        let mut cursors: [Option<Cursor<'_>>; MAX_CPUS] = core::array::from_fn(|cpu| {
-            let buf = rb.cpu(cpu)?;
-            let mut iter = buf.iter(scratch.next()?);
-            let head = next_record(&mut iter, cpu as u32);
-            let ahead = next_record(&mut iter, cpu as u32);
-            Some(Cursor { iter, head, ahead })
-        });
-        loop {
-            let mut best: Option<(usize, u64)> = None;
-            for (i, c) in cursors.iter().enumerate() {
-                if let Some(r) = c.as_ref().and_then(|c| c.head.as_ref()) {
-                    if best.is_none_or(|(_, ts)| r.ts < ts) {
-                        best = Some((i, r.ts));
-                    }
+        let mut scratch = [0u8; PAGE_SIZE];
+        for cpu in 0..MAX_CPUS {
+            let Some(buf) = rb.cpu(cpu) else {
+                continue;
+            };
+            let mut it = buf.iter(&mut scratch);
+            while let Some(ev) = it.next() {
+                if !snap.push(cpu, ev.ts, ev.payload) {
+                    break;
                 }
             }
-            let Some((i, _)) = best else {
-                return Ok(());
-            };
-            let Some(c) = cursors[i].as_mut() else {
-                return Ok(());
-            };
-            if let Some(head) = c.head {
-                f(&head, c.ahead.as_ref())?;
-            }
-            c.head = c.ahead.take();
-            c.ahead = next_record(&mut c.iter, i as u32);
         }
+        rb.entries_and_written()
     }
 
-    fn read_trace(&self, out: &mut dyn Write) -> fmt::Result {
+    /// The `trace` text of every CPU (`None`) or one (`per_cpu/cpuN/trace`), formatted by
+    /// ftrace-tracers' `TraceWriter` (Linux's `s_show`).
+    pub fn format_trace(&self, cpu_file: Option<u32>, out: &mut dyn Write) -> fmt::Result {
         let c = self.control.lock();
-        let tracer = self.tracer();
-        writeln!(out, "# tracer: {}\n#", tracer.name())?;
-        if tracer == Tracer::FunctionGraph {
-            out.write_str(
-                "# CPU  DURATION                  FUNCTION CALLS\n\
-                 # |     |   |                     |   |   |   |\n",
-            )?;
-            let mut skip_ret = false;
-            return self.for_each_record(|r, next| {
-                if core::mem::take(&mut skip_ret) {
-                    return Ok(());
-                }
-                skip_ret = print_graph(&c, out, r, next)?;
-                Ok(())
-            });
-        }
-        let (held, written) = ring().map_or((0, 0), RingBuffer::entries_and_written);
-        writeln!(
-            out,
-            "# entries-in-buffer/entries-written: {held}/{written}   #P:{}\n#",
-            BareMetal.possible_cpus()
-        )?;
-        out.write_str(
-            "#                                _-----=> irqs-off/BH-disabled\n\
-             #                               / _----=> need-resched\n\
-             #                              | / _---=> hardirq/softirq\n\
-             #                              || / _--=> preempt-depth\n\
-             #                              ||| / _-=> migrate-disable\n\
-             #                              |||| /     delay\n\
-             #           TASK-PID     CPU#  |||||  TIMESTAMP  FUNCTION\n\
-             #              | |         |   |||||     |         |\n",
-        )?;
-        self.for_each_record(|r, _| {
-            let Record::Function(e) = r.rec else {
-                return Ok(());
-            };
-            print_context(out, &e.ent, r.cpu, r.ts)?;
-            write_sym(&c, out, e.ip)?;
-            out.write_str(" <-")?;
-            write_sym(&c, out, e.parent_ip)?;
-            out.write_str("\n")
-        })
-    }
-}
-
-struct Cursor<'a> {
-    iter: Iter<'a, &'static StaticPages>,
-    head: Option<Stamped>,
-    ahead: Option<Stamped>,
-}
-
-/// The next event of a CPU's iterator that the glue's tracers wrote, decoded.
-fn next_record(iter: &mut Iter<'_, &'static StaticPages>, cpu: u32) -> Option<Stamped> {
-    loop {
-        let ev = iter.next()?;
-        let ts = ev.ts;
-        let p = ev.payload;
-        let rec = match TraceEntry::read_from(p).and_then(|e| EventId::from_u16(e.type_)) {
-            Some(EventId::Function) => FtraceEntry::read_from(p).map(Record::Function),
-            Some(EventId::FuncgraphEntry) => {
-                FtraceGraphEntEntry::read_from(p).map(Record::GraphEnt)
-            }
-            Some(EventId::FuncgraphExit) => FtraceGraphRetEntry::read_from(p).map(Record::GraphRet),
-            _ => None,
+        // SAFETY: the snapshot is only used here, under the control lock.
+        let snap = unsafe { &mut *SNAPSHOT.0.get() };
+        let (entries, written) = self.take_snapshot(snap);
+        let symbols: &dyn SymbolTable = match c.symbols {
+            Some(s) => s,
+            None => &NoSymbols,
         };
-        if let Some(rec) = rec {
-            return Some(Stamped { ts, cpu, rec });
+        let cpus = BareMetal.possible_cpus();
+        let env = OutputEnv::new(symbols, &NoTaskNames, cpus);
+        let tracer = self.tracer();
+        let style = match tracer {
+            Tracer::FunctionGraph => OutputStyle::Graph(GraphFlags::DEFAULT),
+            _ => OutputStyle::Default,
+        };
+        let mut graph = [GraphCpuState::INIT; MAX_CPUS];
+        let mut writer = TraceWriter::new(style, &mut graph, written > entries);
+        let info = HeaderInfo {
+            tracer: tracer.name(),
+            entries,
+            written,
+            online_cpus: cpus,
+            latency: LatencyInfo::default(),
+        };
+        let mut src = SnapshotSource {
+            snap,
+            next: [0; MAX_CPUS],
+        };
+        let mut iter = TraceIter::new(&mut src, cpu_file);
+        writer.write_trace(&mut TextSink(out), &env, Some(&info), &mut iter)
+    }
+}
+
+/// The most events one `trace` read shows (every event of full buffers fits).
+const SNAPSHOT_EVENTS: usize = MAX_CPUS * PAGES_PER_CPU * PAGE_SIZE / 16;
+const SNAPSHOT_BYTES: usize = MAX_CPUS * PAGES_PER_CPU * PAGE_SIZE;
+
+/// Copies of the buffers' events for one `trace` read, per CPU in buffer order.
+struct Snapshot {
+    bytes: [u8; SNAPSHOT_BYTES],
+    used: usize,
+    /// (ts, offset, len) of each event, grouped by CPU.
+    events: [(u64, u32, u32); SNAPSHOT_EVENTS],
+    count: usize,
+    /// Each CPU's range in `events`.
+    ranges: [(usize, usize); MAX_CPUS],
+}
+
+impl Snapshot {
+    fn clear(&mut self) {
+        self.used = 0;
+        self.count = 0;
+        self.ranges = [(0, 0); MAX_CPUS];
+    }
+
+    fn push(&mut self, cpu: usize, ts: u64, payload: &[u8]) -> bool {
+        let end = self.used + payload.len();
+        if end > SNAPSHOT_BYTES || self.count == SNAPSHOT_EVENTS {
+            return false;
+        }
+        self.bytes[self.used..end].copy_from_slice(payload);
+        if self.ranges[cpu].1 == 0 {
+            self.ranges[cpu] = (self.count, self.count);
+        }
+        self.events[self.count] = (ts, self.used as u32, payload.len() as u32);
+        self.count += 1;
+        self.ranges[cpu].1 = self.count;
+        self.used = end;
+        true
+    }
+}
+
+struct SnapshotCell(UnsafeCell<Snapshot>);
+// SAFETY: used only under the control lock (read_trace).
+unsafe impl Sync for SnapshotCell {}
+
+static SNAPSHOT: SnapshotCell = SnapshotCell(UnsafeCell::new(Snapshot {
+    bytes: [0; SNAPSHOT_BYTES],
+    used: 0,
+    events: [(0, 0, 0); SNAPSHOT_EVENTS],
+    count: 0,
+    ranges: [(0, 0); MAX_CPUS],
+}));
+
+/// ftrace-tracers' per-CPU event streams over a snapshot.
+struct SnapshotSource<'a> {
+    snap: &'a Snapshot,
+    next: [usize; MAX_CPUS],
+}
+
+impl<'a> EventSource<'a> for SnapshotSource<'a> {
+    fn nr_cpus(&self) -> u32 {
+        MAX_CPUS as u32
+    }
+
+    fn peek(&mut self, cpu: u32) -> Option<EventRef<'a>> {
+        let (start, end) = *self.snap.ranges.get(cpu as usize)?;
+        let i = start + self.next[cpu as usize];
+        if i >= end {
+            return None;
+        }
+        let (ts, off, len) = self.snap.events[i];
+        let snap: &'a Snapshot = self.snap;
+        Some(EventRef::new(
+            cpu,
+            ts,
+            &snap.bytes[off as usize..(off + len) as usize],
+        ))
+    }
+
+    fn advance(&mut self, cpu: u32) {
+        if let Some(n) = self.next.get_mut(cpu as usize) {
+            *n += 1;
         }
     }
+}
+
+/// The formatter's byte sink over the shell's text output (the trace text is ASCII).
+struct TextSink<'a>(&'a mut dyn Write);
+
+impl ByteSink for TextSink<'_> {
+    fn put(&mut self, bytes: &[u8]) -> fmt::Result {
+        match core::str::from_utf8(bytes) {
+            Ok(s) => self.0.write_str(s),
+            Err(_) => bytes.iter().try_for_each(|&b| {
+                self.0
+                    .write_char(if b.is_ascii() { b as char } else { '?' })
+            }),
+        }
+    }
+}
+
+/// No symbols (before `install`): addresses print in hex.
+struct NoSymbols;
+
+impl SymbolTable for NoSymbols {
+    fn lookup(&self, _addr: u64) -> Option<ftrace_core::symbols::Symbol<'_>> {
+        None
+    }
+    fn for_each(&self, _f: &mut dyn FnMut(ftrace_core::symbols::Symbol<'_>)) {}
 }
 
 /// `%ps`: the symbol's name, or the address in hex.
@@ -607,121 +692,75 @@ fn write_sym(c: &Control, out: &mut dyn Write, addr: u64) -> fmt::Result {
     }
 }
 
-/// The default context columns: `comm-pid [cpu] flags timestamp: `.
-fn print_context(out: &mut dyn Write, ent: &TraceEntry, cpu: u32, ts: u64) -> fmt::Result {
-    let pid = ent.pid;
-    let comm = if pid == 0 { "<idle>" } else { "<...>" };
-    let flags = ftrace_core::TraceFlags::from_bits_retain(ent.flags);
-    let irq = if flags.contains(ftrace_core::TraceFlags::IRQS_OFF) {
-        'd'
-    } else {
-        '.'
-    };
-    let hard = flags.contains(ftrace_core::TraceFlags::HARDIRQ);
-    let soft = flags.contains(ftrace_core::TraceFlags::SOFTIRQ);
-    let hs = match (hard, soft) {
-        (true, true) => 'H',
-        (true, false) => 'h',
-        (false, true) => 's',
-        _ => '.',
-    };
-    let pc = ent.preempt_count & 0xf;
-    let md = ent.preempt_count >> 4;
-    let digit = |n: u8| {
-        if n == 0 {
-            '.'
-        } else {
-            char::from_digit(n.min(15) as u32, 16).unwrap_or('.')
+impl Interim {
+    /// `tracing_on`.
+    pub fn tracing_on(&self) -> bool {
+        self.tracing_on.load(Ordering::Relaxed)
+    }
+
+    /// Sets `tracing_on` (the ring buffer's recording switch).
+    pub fn set_tracing_on(&self, on: bool) {
+        self.tracing_on.store(on, Ordering::Relaxed);
+        if let Some(rb) = ring() {
+            rb.set_record_on(on);
         }
-    };
-    write!(
-        out,
-        "{comm:>16}-{pid:<7} [{cpu:03}] {irq}.{hs}{}{} {:>5}.{:06}: ",
-        digit(pc),
-        digit(md),
-        ts / 1_000_000_000,
-        ts % 1_000_000_000 / 1000
-    )
-}
-
-/// The overhead mark of a duration (`+` over 10 us ... `$` over 1 s).
-fn duration_mark(ns: u64) -> char {
-    match ns {
-        d if d > 1_000_000_000 => '$',
-        d if d > 100_000_000 => '@',
-        d if d > 10_000_000 => '*',
-        d if d > 1_000_000 => '#',
-        d if d > 100_000 => '!',
-        d if d > 10_000 => '+',
-        _ => ' ',
     }
-}
 
-/// The duration column: `usecs.nsecs us ` padded to the column's width (at most 7 digits).
-fn write_duration(out: &mut dyn Write, ns: u64) -> fmt::Result {
-    let mut digits = Buf::<24>::new();
-    write!(digits, "{}", ns / 1000)?;
-    let mut len = digits.len;
-    out.write_str(digits.as_str())?;
-    if len < 7 {
-        let mut frac = Buf::<8>::new();
-        write!(frac, "{:03}", ns % 1000)?;
-        let keep = frac.len.min(7 - len);
-        write!(out, ".{}", &frac.as_str()[..keep])?;
-        len += keep + 1;
+    /// Switches to the tracer called `name` (`EINVAL` if there is none).
+    pub fn set_tracer_by_name(&self, name: &str) -> Result<(), Errno> {
+        let t = Tracer::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or(Errno::EINVAL)?;
+        self.set_tracer(t)
     }
-    out.write_str(" us ")?;
-    for _ in len..8 {
-        out.write_str(" ")?;
-    }
-    Ok(())
-}
 
-/// One function_graph line; returns true when `next` (the matching return of a leaf) was
-/// folded into it.
-fn print_graph(
-    c: &Control,
-    out: &mut dyn Write,
-    r: &Stamped,
-    next: Option<&Stamped>,
-) -> Result<bool, fmt::Error> {
-    let cpu = r.cpu;
-    match r.rec {
-        Record::GraphEnt(e) => {
-            let (func, depth) = (e.func, e.depth);
-            let leaf = match next.map(|n| n.rec) {
-                Some(Record::GraphRet(ret)) if ret.func == func && ret.depth == depth => Some(ret),
-                _ => None,
-            };
-            write!(out, " {cpu}) ")?;
-            match leaf {
-                Some(ret) => {
-                    let d = ret.rettime.saturating_sub(ret.calltime);
-                    write!(out, "{} ", duration_mark(d))?;
-                    write_duration(out, d)?;
+    /// The tracers, in `available_tracers` order.
+    pub fn tracer_names(&self) -> [&'static str; 3] {
+        Tracer::ALL.map(Tracer::name)
+    }
+
+    /// `per_cpu/cpuN/stats`.
+    pub fn write_stats(&self, cpu: u32, w: &mut dyn Write) -> fmt::Result {
+        match ring().and_then(|r| r.cpu(cpu as usize)) {
+            Some(b) => {
+                let mut s = Buf::<512>::new();
+                b.stats(BareMetal.now_ns()).write_to(&mut s, true)?;
+                w.write_str(s.as_str())
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Bytes of data one CPU's buffer holds.
+    pub fn buffer_bytes(&self) -> u64 {
+        (PAGES_PER_CPU * (PAGE_SIZE - ftrace_core::format::BUF_PAGE_HDR_SIZE)) as u64
+    }
+
+    /// `enabled_functions`: the patched sites.
+    pub fn write_enabled(&self, out: &mut dyn Write) -> fmt::Result {
+        let c = self.control.lock();
+        if let Some(sites) = c.sites {
+            for (i, &s) in sites.sites().iter().enumerate() {
+                if bit(&c.patched, i) {
+                    write_sym(&c, out, s)?;
+                    out.write_str(" (1)           \n")?;
                 }
-                None => out.write_str("              ")?,
             }
-            out.write_str("|  ")?;
-            for _ in 0..depth {
-                out.write_str("  ")?;
-            }
-            write_sym(c, out, func)?;
-            out.write_str(if leaf.is_some() { "();\n" } else { "() {\n" })?;
-            Ok(leaf.is_some())
         }
-        Record::GraphRet(ret) => {
-            let d = ret.rettime.saturating_sub(ret.calltime);
-            write!(out, " {cpu}) {} ", duration_mark(d))?;
-            write_duration(out, d)?;
-            out.write_str("|  ")?;
-            for _ in 0..ret.depth {
-                out.write_str("  ")?;
-            }
-            out.write_str("}\n")?;
-            Ok(false)
-        }
-        Record::Function(_) => Ok(false),
+        Ok(())
+    }
+
+    /// `dyn_ftrace_total_info`: the number of call-site records.
+    pub fn write_total_info(&self, out: &mut dyn Write) -> fmt::Result {
+        let c = self.control.lock();
+        let n = c.sites.map_or(0, |s| s.sites().len());
+        writeln!(out, "{n} pages:0 groups: 0")
+    }
+
+    /// The symbol table handed to `install`.
+    pub fn symbols(&self) -> Option<&'static (dyn SymbolTable + Sync)> {
+        self.control.lock().symbols
     }
 }
 
@@ -752,97 +791,9 @@ impl<const N: usize> Write for Buf<N> {
     }
 }
 
-/// The files the glue serves, `ls` order.
-const FILES: &[&str] = &[
-    "available_filter_functions",
-    "available_tracers",
-    "current_tracer",
-    "set_ftrace_filter",
-    "trace",
-    "trace_clock",
-    "tracing_on",
-];
-
-impl FileTree for Interim {
-    fn list(&self, dir: &str, out: &mut dyn Write) -> Result<(), Errno> {
-        if !dir.is_empty() {
-            return Err(if FILES.contains(&dir) {
-                Errno::ENOTDIR
-            } else {
-                Errno::ENOENT
-            });
-        }
-        for f in FILES {
-            writeln!(out, "{f}").map_err(|_| Errno::EIO)?;
-        }
-        Ok(())
-    }
-
-    fn read(&self, path: &str, out: &mut dyn Write) -> Result<(), Errno> {
-        let r = match path {
-            "available_tracers" => {
-                let mut first = true;
-                for t in Tracer::ALL {
-                    if !first {
-                        out.write_str(" ").map_err(|_| Errno::EIO)?;
-                    }
-                    first = false;
-                    out.write_str(t.name()).map_err(|_| Errno::EIO)?;
-                }
-                out.write_str("\n")
-            }
-            "current_tracer" => writeln!(out, "{}", self.tracer().name()),
-            "tracing_on" => writeln!(out, "{}", u8::from(self.tracing_on.load(Ordering::Relaxed))),
-            "trace_clock" => writeln!(out, "[{}]", <BareMetal as TraceClock>::NAME),
-            "set_ftrace_filter" => self.read_filter(out),
-            "available_filter_functions" => self.read_available(out),
-            "trace" => self.read_trace(out),
-            "" => return Err(Errno::EISDIR),
-            _ => return Err(Errno::ENOENT),
-        };
-        r.map_err(|_| Errno::EIO)
-    }
-
-    fn write(&self, path: &str, data: &str, append: bool) -> Result<(), Errno> {
-        match path {
-            "current_tracer" => {
-                let name = data.trim();
-                let t = Tracer::ALL
-                    .into_iter()
-                    .find(|t| t.name() == name)
-                    .ok_or(Errno::EINVAL)?;
-                self.set_tracer(t)
-            }
-            "tracing_on" => {
-                let v: u64 = data.trim().parse().map_err(|_| Errno::EINVAL)?;
-                self.tracing_on.store(v != 0, Ordering::Relaxed);
-                if let Some(rb) = ring() {
-                    rb.set_record_on(v != 0);
-                }
-                Ok(())
-            }
-            "trace_clock" => match data.trim() {
-                n if n == <BareMetal as TraceClock>::NAME => Ok(()),
-                _ => Err(Errno::EINVAL),
-            },
-            "set_ftrace_filter" => self.write_filter(data, append),
-            "trace" => {
-                if !append {
-                    let _c = self.control.lock();
-                    self.reset_buffers();
-                }
-                Ok(())
-            }
-            "available_tracers" | "available_filter_functions" => Err(Errno::EACCES),
-            _ => Err(Errno::ENOENT),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::string::String;
 
     #[test]
     fn globs() {
@@ -853,34 +804,5 @@ mod tests {
         assert!(!glob_match("bm_leaf", "bm_leaf2"));
         assert!(!glob_match("bm_*", "other_work"));
         assert!(glob_match("*", ""));
-    }
-
-    #[test]
-    fn durations_like_linux() {
-        let mut s = String::new();
-        write_duration(&mut s, 3_787).unwrap();
-        assert_eq!(s, "3.787 us    ");
-        s.clear();
-        write_duration(&mut s, 176_171).unwrap();
-        assert_eq!(s, "176.171 us  ");
-        s.clear();
-        write_duration(&mut s, 12_345_678_901).unwrap();
-        assert_eq!(s, "12345678 us ");
-        assert_eq!(duration_mark(11_361), '+');
-        assert_eq!(duration_mark(176_171), '!');
-        assert_eq!(duration_mark(3_787), ' ');
-    }
-
-    #[test]
-    fn context_columns_like_linux() {
-        let mut s = String::new();
-        let ent = TraceEntry {
-            type_: 1,
-            flags: 0x01,
-            preempt_count: 0,
-            pid: 0,
-        };
-        print_context(&mut s, &ent, 0, 25_053_149_123).unwrap();
-        assert_eq!(s, "          <idle>-0       [000] d....    25.053149: ");
     }
 }

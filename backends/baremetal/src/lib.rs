@@ -14,6 +14,7 @@
 //! - [`serial`], [`shell`]: COM1 and a command shell serving a tracefs tree;
 //! - [`qemu`]: the pass/fail exit protocol (`isa-debug-exit`: 33 pass, 35 fail);
 //! - [`pages`]: the ring buffer's page provider (a static arena);
+//! - `tracefs` (feature `tracefs`, default): ftrace-tracefs's tree bound to this backend;
 //! - [`interim`]: TEMPORARY glue standing in for the core crates that have not landed yet;
 //! - `rt` (feature `rt`): `mem*` and a bump heap for a freestanding image.
 //!
@@ -23,6 +24,8 @@
 #![no_std]
 #![cfg(target_arch = "x86_64")]
 
+#[cfg(feature = "tracefs")]
+extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
@@ -42,6 +45,8 @@ pub mod sites;
 pub mod smp;
 pub mod sync;
 pub mod text;
+#[cfg(feature = "tracefs")]
+pub mod tracefs;
 pub mod trampoline;
 
 pub use cpu::BareMetal;

@@ -17,7 +17,8 @@ const LSR_THR_EMPTY: u8 = 0x20;
 /// Serialises whole `print!` calls between CPUs.
 static SERIAL_LOCK: AtomicBool = AtomicBool::new(false);
 
-/// Initialises COM1: 115200 baud, 8N1, FIFOs on, no UART interrupts.
+/// Initialises COM1: 115200 baud, 8N1, no FIFOs, no UART interrupts. Input received before
+/// (typed ahead of boot) is kept.
 pub fn init() {
     // SAFETY: the standard 16550 programming sequence on the COM1 ports, which QEMU's
     // `-serial` device (and every PC) decodes.
@@ -27,7 +28,8 @@ pub fn init() {
         outb(COM1, 0x01); // divisor 1: 115200 baud
         outb(COM1 + 1, 0x00);
         outb(COM1 + 3, 0x03); // 8N1, DLAB off
-        outb(COM1 + 2, 0xC7); // FIFO on, cleared, 14-byte threshold
+        // FIFOs stay off: enabling them flushes the receiver, losing input typed ahead of
+        // boot; polled byte-at-a-time I/O needs no FIFO (the host side buffers).
         outb(COM1 + 4, 0x03); // DTR | RTS
     }
 }

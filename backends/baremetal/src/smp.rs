@@ -7,6 +7,7 @@
 //! tables, then `ap_entry` sets up its per-CPU area, descriptor tables and APIC, and waits
 //! for work with interrupts enabled (`sti; hlt`), so it always takes the IPIs below.
 //!
+//! [`stop_others`] is stop-machine: every other CPU parks in an IPI handler until released.
 //! [`sync_others`] is the cross-CPU half of `sync_cores`: it sends [`VECTOR_SYNC`] to every
 //! other CPU and returns when each has acknowledged it; taking an interrupt and returning with
 //! `iretq` serialises that CPU's instruction stream. Invariant: a CPU counts as online only
@@ -18,7 +19,8 @@ use core::cell::UnsafeCell;
 use crate::apic::{self, Dest};
 use crate::cpu::{MAX_CPUS, cpu_slot, online_cpus, this_cpu};
 use crate::port::{rdtsc, read_cr3, serialize};
-use crate::sync::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use ftrace_patch::StopFixup;
 
 /// Where the AP trampoline runs (a SIPI starts the AP at `page << 12`).
 pub const AP_TRAMPOLINE: usize = 0x8000;
@@ -26,6 +28,8 @@ pub const AP_TRAMPOLINE: usize = 0x8000;
 pub const VECTOR_SYNC: u8 = 0xF0;
 /// The "work is waiting" IPI.
 pub const VECTOR_WAKE: u8 = 0xF1;
+/// The "park until released" IPI of stop-machine.
+pub const VECTOR_STOP: u8 = 0xF2;
 
 const AP_STACK_SIZE: usize = 64 * 1024;
 
@@ -314,9 +318,74 @@ pub fn sync_others() {
     }
 }
 
-/// The IPI side: returns true if `vector` was one of ours (and acknowledges it).
-pub(crate) fn handle_ipi(vector: u64) -> bool {
-    match vector as u8 {
+static STOP_FIXUP: AtomicPtr<StopFixup<'static>> = AtomicPtr::new(core::ptr::null_mut());
+static STOP_PARKED: AtomicU32 = AtomicU32::new(0);
+static STOP_RELEASE: AtomicU32 = AtomicU32::new(0);
+
+/// Stop-machine: parks every other online CPU in an IPI handler (interrupts off, outside any
+/// text), runs `patch`, then releases them; a CPU whose saved PC lies inside a rewritten window
+/// resumes where `fixup` says. The release is an `iretq`, which serialises.
+pub fn stop_others(fixup: &StopFixup<'_>, patch: &mut dyn FnMut()) {
+    let others = online_cpus().saturating_sub(1);
+    if others == 0 {
+        patch();
+        return;
+    }
+    STOP_FIXUP.store(
+        fixup as *const StopFixup<'_> as *mut StopFixup<'static>,
+        Ordering::SeqCst,
+    );
+    STOP_RELEASE.store(0, Ordering::SeqCst);
+    apic::send_ipi(Dest::AllButSelf, VECTOR_STOP);
+    let hz = crate::clock::tsc_hz().max(1_000_000);
+    let deadline = rdtsc() + 10 * hz;
+    while STOP_PARKED.load(Ordering::Acquire) < others {
+        if rdtsc() > deadline {
+            use core::fmt::Write;
+            let _ = writeln!(
+                crate::serial::Com1::force(),
+                "smp: stop-machine: only {} of {others} CPUs parked within ten seconds",
+                STOP_PARKED.load(Ordering::Relaxed)
+            );
+            crate::qemu::exit(crate::qemu::Verdict::Fail, "stop-machine timeout");
+        }
+        core::hint::spin_loop();
+    }
+    patch();
+    STOP_RUNS.fetch_add(1, Ordering::Relaxed);
+    STOP_RELEASE.store(1, Ordering::SeqCst);
+    while STOP_PARKED.load(Ordering::Acquire) != 0 {
+        core::hint::spin_loop();
+    }
+    STOP_FIXUP.store(core::ptr::null_mut(), Ordering::SeqCst);
+}
+
+/// How many times this boot parked CPUs for stop-machine.
+pub fn stop_machine_runs() -> u64 {
+    STOP_RUNS.load(Ordering::Relaxed)
+}
+
+static STOP_RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// The IPI side: returns true if the frame's vector was one of ours (and acknowledges it).
+pub(crate) fn handle_ipi(frame: &mut crate::idt::InterruptFrame) -> bool {
+    match frame.vector as u8 {
+        VECTOR_STOP => {
+            apic::eoi();
+            STOP_PARKED.fetch_add(1, Ordering::AcqRel);
+            while STOP_RELEASE.load(Ordering::Acquire) == 0 {
+                core::hint::spin_loop();
+            }
+            // SAFETY: the fixup stays published until every parked CPU has left (the
+            // initiator waits for STOP_PARKED to drop to zero before retiring it).
+            if let Some(f) = unsafe { STOP_FIXUP.load(Ordering::SeqCst).as_ref() } {
+                if let Some(pc) = f.resume_pc(frame.rip) {
+                    frame.rip = pc;
+                }
+            }
+            STOP_PARKED.fetch_sub(1, Ordering::AcqRel);
+            true
+        }
         VECTOR_SYNC => {
             let cpu = this_cpu().index() as usize;
             serialize();

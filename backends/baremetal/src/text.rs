@@ -1,35 +1,47 @@
-//! Writing kernel text, and the int3 side of live patching.
+//! Writing kernel text: the backend's [`TextPoke`] for ftrace-patch's protocols, and the int3
+//! side of the breakpoint protocol.
 //!
 //! The boot page tables map the kernel's text and read-only data read-only and CR0.WP is set,
 //! so a stray write to code faults. [`write_text`] is the one sanctioned writer: with interrupts
 //! off on this CPU it clears CR0.WP, stores the bytes, restores CR0 and serialises.
+//! [`KernelText`] gives ftrace-patch what it asks of a platform: reads and writes of text,
+//! `sync_cores` (a serialising instruction here and an IPI that every other online CPU
+//! acknowledges, [`crate::smp::sync_others`]), stop-machine ([`crate::smp::stop_others`]), and
+//! the publication of a breakpoint batch's [`BreakpointTable`] to the `#BP` handler.
 //!
-//! The breakpoint protocol (Linux's `text_poke_bp`) keeps every CPU seeing the old instruction,
-//! an `int3`, or the new instruction while a 5-byte site changes: (1) publish the site and its
-//! new instruction, write `int3` over the first byte, sync cores; (2) write bytes 1..5, sync;
-//! (3) write the new first byte, sync; (4) retire the descriptor. A CPU that executes the site
-//! meanwhile traps to the `#BP` handler (`handle_int3`), which *emulates the new instruction*: a `call rel32` is
-//! emulated by pushing the return address on the interrupted stack and jumping to the target,
-//! a NOP by skipping the 5 bytes. Invariant: the descriptor is published before the int3 byte
-//! is visible and retired only after the final byte is, so every trap at the site finds it.
-//!
-//! "Sync cores" ([`sync_cores`]) serialises this CPU and has every other online CPU take an IPI
-//! and acknowledge it ([`crate::smp::sync_others`]).
+//! The `#BP` handler (`handle_int3`) resolves a trap with [`BreakpointTable::trap`] and
+//! emulates what it says: a `call` by pushing the return address on the interrupted stack and
+//! jumping, a NOP by skipping it, a late trap by re-running the site. Invariant: the table
+//! pointer is published before the batch writes its first int3 and retired only after every
+//! handler that may have loaded it has finished (an in-flight count), so a handler never reads
+//! a batch that is gone.
+
+use ftrace_patch::protocol::BatchStats;
+use ftrace_patch::{Arch, BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction};
+use ftrace_patch::{TextFault, TextPoke};
 
 use crate::idt::InterruptFrame;
 use crate::port::{irq_restore, irq_save, read_cr0, serialize, write_cr0};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 const CR0_WP: u64 = 1 << 16;
 
 /// The `int3` opcode.
 pub const INT3: u8 = 0xCC;
 
+/// Lowest and highest+1 address text operations accept: the identity-mapped first GiB, minus
+/// the unmapped page 0.
+#[cfg(not(test))]
+const TEXT_LIMITS: (u64, u64) = (0x1000, 1 << 30);
+/// Host tests use the host's (high) addresses.
+#[cfg(test)]
+const TEXT_LIMITS: (u64, u64) = (0x1000, 1 << 62);
+
 /// Writes `bytes` at `addr` in (read-only mapped) kernel text, then serialises this CPU.
 ///
 /// # Safety
 /// `addr..addr + bytes.len()` must be mapped kernel memory, and no CPU may be executing an
-/// instruction the write changes other than as the breakpoint protocol allows.
+/// instruction the write changes other than as a patch protocol allows.
 pub unsafe fn write_text(addr: usize, bytes: &[u8]) {
     let flags = irq_save();
     let cr0 = read_cr0();
@@ -66,61 +78,72 @@ pub unsafe fn read_text<const N: usize>(addr: usize) -> [u8; N] {
     out
 }
 
-/// The site being poked (0: none) and the instruction a trap there must emulate.
-static POKE_ADDR: AtomicUsize = AtomicUsize::new(0);
-static POKE_INSN: AtomicU64 = AtomicU64::new(0);
-static INT3_HITS: AtomicU64 = AtomicU64::new(0);
-
-/// What the int3 handler does for a trap at the site being poked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Emulation {
-    /// Emulate `call target` (push the return address, jump).
-    Call(u64),
-    /// Skip the 5-byte instruction (the new instruction is a NOP).
-    Skip,
+fn check_range(addr: u64, len: usize) -> Result<(), TextFault> {
+    let end = addr.checked_add(len as u64).ok_or(TextFault { addr })?;
+    if addr < TEXT_LIMITS.0 || end > TEXT_LIMITS.1 {
+        return Err(TextFault { addr });
+    }
+    Ok(())
 }
 
-/// Decodes what the new 5-byte instruction at `addr` does, for emulation.
-pub fn decode5(addr: u64, insn: [u8; 5]) -> Option<Emulation> {
-    match insn {
-        [0xE8, a, b, c, d] => {
-            let rel = i32::from_le_bytes([a, b, c, d]) as i64;
-            Some(Emulation::Call(
-                addr.wrapping_add(5).wrapping_add(rel as u64),
-            ))
+/// The bare-metal platform for ftrace-patch's protocols.
+#[derive(Debug, Default)]
+pub struct KernelText;
+
+impl TextPoke for KernelText {
+    fn read_text(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), TextFault> {
+        check_range(addr, buf.len())?;
+        for (i, b) in buf.iter_mut().enumerate() {
+            // SAFETY: inside the identity-mapped first GiB (checked above).
+            *b = unsafe { core::ptr::read_volatile((addr as usize + i) as *const u8) };
         }
-        [0x0F, 0x1F, 0x44, 0x00, _] => Some(Emulation::Skip),
-        _ => None,
+        Ok(())
+    }
+
+    fn write_text(&mut self, addr: u64, bytes: &[u8]) -> Result<(), TextFault> {
+        check_range(addr, bytes.len())?;
+        // SAFETY: mapped (checked above); the protocol decides what is safe to write when.
+        unsafe { write_text(addr as usize, bytes) };
+        Ok(())
+    }
+
+    fn sync_cores(&mut self) {
+        sync_cores();
+    }
+
+    fn stop_others(&mut self, fixup: &StopFixup<'_>, patch: &mut dyn FnMut(&mut Self)) {
+        crate::smp::stop_others(fixup, &mut || patch(&mut KernelText));
+    }
+
+    fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
+        BP_TABLE.store(
+            table as *const BreakpointTable<'_> as *mut BreakpointTable<'static>,
+            Ordering::SeqCst,
+        );
+    }
+
+    fn breakpoints_disarmed(&mut self) {
+        BP_TABLE.store(core::ptr::null_mut(), Ordering::SeqCst);
+        // Handlers that loaded the pointer before it was cleared are counted in flight.
+        while BP_IN_FLIGHT.load(Ordering::SeqCst) != 0 {
+            core::hint::spin_loop();
+        }
     }
 }
 
-/// Publishes the breakpoint descriptor: traps at `addr` now emulate `insn`.
-///
-/// # Safety
-/// `insn` must be decodable by [`decode5`]; only one poke may be in progress at a time.
-pub unsafe fn set_breakpoint(addr: usize, insn: [u8; 5]) {
-    let mut word = [0u8; 8];
-    word[..5].copy_from_slice(&insn);
-    POKE_INSN.store(u64::from_le_bytes(word), Ordering::Relaxed);
-    POKE_ADDR.store(addr, Ordering::Release);
+/// Applies a batch of site rewrites with ftrace-patch's protocols on this platform.
+pub fn patch_batch(sites: &mut [PokeSite], protocol: Protocol) -> BatchStats {
+    ftrace_patch::protocol::apply(&mut KernelText, Arch::X86_64, sites, protocol)
 }
 
-/// Retires the breakpoint descriptor (after the int3 byte is gone from every CPU's view).
-pub fn clear_breakpoint() {
-    POKE_ADDR.store(0, Ordering::Release);
-}
+static BP_TABLE: AtomicPtr<BreakpointTable<'static>> = AtomicPtr::new(core::ptr::null_mut());
+static BP_IN_FLIGHT: AtomicU32 = AtomicU32::new(0);
+static INT3_HITS: AtomicU64 = AtomicU64::new(0);
+static STALE_RETRIES: AtomicU64 = AtomicU64::new(0);
 
 /// How many breakpoint traps have been emulated since boot.
 pub fn int3_hits() -> u64 {
     INT3_HITS.load(Ordering::Relaxed)
-}
-
-/// For fatal reports: the poke in progress (0: none) and the instruction it publishes.
-pub fn published_poke() -> (usize, u64) {
-    (
-        POKE_ADDR.load(Ordering::Acquire),
-        POKE_INSN.load(Ordering::Relaxed),
-    )
 }
 
 /// How many int3 traps found their int3 already gone and re-ran the instruction.
@@ -128,7 +151,10 @@ pub fn stale_int3_retries() -> u64 {
     STALE_RETRIES.load(Ordering::Relaxed)
 }
 
-static STALE_RETRIES: AtomicU64 = AtomicU64::new(0);
+/// Whether a breakpoint batch is published (for fatal reports).
+pub fn batch_in_progress() -> bool {
+    !BP_TABLE.load(Ordering::SeqCst).is_null()
+}
 
 /// Rewrites the byte at `addr` with itself, atomically (a `lock cmpxchg` that changes nothing
 /// if another CPU wrote the byte meanwhile). Architecturally a no-op. QEMU's TCG can keep
@@ -161,78 +187,70 @@ fn refresh_text_byte(_addr: usize, _value: u8) {
 #[cfg(test)]
 static REFRESHES: AtomicU64 = AtomicU64::new(0);
 
-/// The `#BP` handler: emulates the new instruction of the site being poked. Returns false for
-/// an int3 that is not ours (the caller reports it as fatal).
+/// Resolves a trap at `site` against the published batch, if any.
+fn resolve(site: u64, head: u8) -> TrapAction {
+    BP_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    let t = BP_TABLE.load(Ordering::SeqCst);
+    // SAFETY: a non-null table stays valid until breakpoints_disarmed, which waits for us
+    // (we are counted in flight since before the load).
+    let action = unsafe { t.as_ref() }.map_or(TrapAction::NotOurs, |t| t.trap(site, &[head]));
+    BP_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+    action
+}
+
+/// The `#BP` handler. Returns false for an int3 that is not ours (the caller reports it as
+/// fatal).
 ///
-/// A trap whose site no longer holds an int3 (the poke finished, the descriptor is retired)
-/// was raised by an instruction fetched before the final sync reached this CPU; the bytes there
-/// now form a complete instruction, so the trap is resolved by running it again from the site
-/// (an emulator's cross-CPU code cache can deliver such a late trap even after the sync IPI).
+/// A trap no batch claims, at a site that no longer holds an int3, was raised by an instruction
+/// fetched before the final sync reached this CPU (the batch is over); the bytes there now form
+/// a complete instruction, so it is re-run from the site.
 pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
     let site = frame.rip.wrapping_sub(1);
-    if site == 0 {
+    if check_range(site, 1).is_err() {
         return false;
     }
-    if POKE_ADDR.load(Ordering::Acquire) as u64 != site {
-        // SAFETY: the CPU just executed an instruction at `site`, so it is mapped.
-        let now = unsafe { core::ptr::read_volatile(site as *const u8) };
-        if now != INT3 {
-            refresh_text_byte(site as usize, now);
+    // SAFETY: the CPU just executed an instruction at `site`, and it is in range.
+    let head = unsafe { core::ptr::read_volatile(site as *const u8) };
+    match resolve(site, head) {
+        TrapAction::Emulate(Emulation::Call { target, ret }) => {
+            let rsp = frame.rsp - 8;
+            // SAFETY: the trap is at a function-entry site, where the interrupted stack is
+            // exactly what a `call` would push onto (no live red zone); #BP runs on its own
+            // IST stack, so this slot is not part of our frame.
+            unsafe { core::ptr::write_volatile(rsp as *mut u64, ret) };
+            frame.rsp = rsp;
+            frame.rip = target;
+        }
+        TrapAction::Emulate(Emulation::Jump { target }) => frame.rip = target,
+        TrapAction::Emulate(Emulation::Skip { next }) => frame.rip = next,
+        TrapAction::Emulate(_) => return false,
+        TrapAction::Restart { pc } => {
+            refresh_text_byte(pc as usize, head);
+            frame.rip = pc;
+            STALE_RETRIES.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        TrapAction::NotOurs => {
+            if head == INT3 {
+                return false; // a breakpoint nobody published: fatal
+            }
+            refresh_text_byte(site as usize, head);
             frame.rip = site;
             let n = STALE_RETRIES.fetch_add(1, Ordering::Relaxed) + 1;
-            if n > 100_000 {
+            if n > 1_000_000 {
                 use core::fmt::Write;
                 let _ = writeln!(
                     crate::serial::Com1::force(),
                     "int3: {n} late traps at {site:#x}: the CPU keeps executing an int3 that \
-                     memory no longer holds (byte now {now:#04x})"
+                     memory no longer holds (byte now {head:#04x})"
                 );
                 crate::qemu::exit(crate::qemu::Verdict::Fail, "stale int3 never refetched");
             }
             return true;
         }
-        // An int3 is there: a poke publishes its descriptor before writing the int3, so if it
-        // is a poke's, the descriptor is visible now (the first load may have raced with it).
-        if POKE_ADDR.load(Ordering::Acquire) as u64 != site {
-            return false; // a breakpoint nobody published: fatal
-        }
-    }
-    let word = POKE_INSN.load(Ordering::Relaxed).to_le_bytes();
-    let insn = [word[0], word[1], word[2], word[3], word[4]];
-    match decode5(site, insn) {
-        Some(Emulation::Call(target)) => {
-            let rsp = frame.rsp - 8;
-            // SAFETY: the trap is at a function-entry site, where the interrupted stack is
-            // exactly what a `call` would push onto (no live red zone); #BP runs on its own
-            // IST stack, so this slot is not part of our frame.
-            unsafe { core::ptr::write_volatile(rsp as *mut u64, site + 5) };
-            frame.rsp = rsp;
-            frame.rip = target;
-        }
-        Some(Emulation::Skip) => frame.rip = site + 5,
-        None => return false,
     }
     INT3_HITS.fetch_add(1, Ordering::Relaxed);
     true
-}
-
-/// TEMPORARY glue until ftrace-patch's breakpoint protocol lands: replaces the 5-byte
-/// instruction at `addr` with `new` using the int3 sequence described in the module docs.
-///
-/// # Safety
-/// `addr` must be a 5-byte patch site in kernel text and `new` decodable by [`decode5`].
-pub unsafe fn poke5_bp(addr: usize, new: [u8; 5]) {
-    // SAFETY: the caller guarantees a valid site and instruction; the steps are the protocol's.
-    unsafe {
-        set_breakpoint(addr, new);
-        write_text(addr, &[INT3]);
-        sync_cores();
-        write_text(addr + 1, &new[1..]);
-        sync_cores();
-        write_text(addr, &new[..1]);
-        sync_cores();
-    }
-    clear_breakpoint();
 }
 
 #[cfg(test)]
@@ -240,32 +258,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decode_call_and_nops() {
-        let site = 0x10_0000u64;
-        let rel = (0x10_2000i64 - (site as i64 + 5)) as i32;
-        let r = rel.to_le_bytes();
-        assert_eq!(
-            decode5(site, [0xE8, r[0], r[1], r[2], r[3]]),
-            Some(Emulation::Call(0x10_2000))
-        );
-        let back = (-0x100i32).to_le_bytes();
-        assert_eq!(
-            decode5(site, [0xE8, back[0], back[1], back[2], back[3]]),
-            Some(Emulation::Call(site + 5 - 0x100))
-        );
-        assert_eq!(
-            decode5(site, [0x0F, 0x1F, 0x44, 0x00, 0x00]),
-            Some(Emulation::Skip)
-        );
-        assert_eq!(
-            decode5(site, [0x0F, 0x1F, 0x44, 0x00, 0x08]),
-            Some(Emulation::Skip)
-        );
-        assert_eq!(decode5(site, [0x90; 5]), None);
+    fn ranges() {
+        assert!(check_range(0, 1).is_err());
+        assert!(check_range(0xfff, 1).is_err());
+        assert!(check_range(0x1000, 5).is_ok());
+        let top = TEXT_LIMITS.1;
+        assert!(check_range(top - 5, 5).is_ok());
+        assert!(check_range(top - 4, 5).is_err());
+        assert!(check_range(u64::MAX, 2).is_err());
     }
 
     #[test]
-    fn only_the_published_site_is_emulated() {
+    fn traps_resolve_against_the_published_batch_only() {
+        // A host test cannot run a batch; it checks the handler's decisions on static bytes.
         static INT3_BYTE: u8 = INT3;
         let mut unknown = InterruptFrame {
             rip: &INT3_BYTE as *const u8 as u64 + 1,
@@ -287,15 +292,6 @@ mod tests {
         assert_eq!(late.rip, &NOP_BYTE as *const u8 as u64);
         assert_eq!(REFRESHES.load(Ordering::Relaxed), 1);
         assert_eq!(stale_int3_retries(), 1);
-        // SAFETY: a NOP is decodable; the host test never executes the address.
-        unsafe { set_breakpoint(0x5000, [0x0F, 0x1F, 0x44, 0x00, 0x00]) };
-        let mut f = InterruptFrame {
-            rip: 0x5001,
-            rsp: 0x9000,
-            ..Default::default()
-        };
-        assert!(handle_int3(&mut f));
-        assert_eq!(f.rip, 0x5005);
-        clear_breakpoint();
+        assert!(!batch_in_progress());
     }
 }

@@ -2,15 +2,17 @@
 //! The pid -> comm table the trace file's `TASK-PID` column is printed from: the module's
 //! `saved_cmdlines`.
 //!
-//! The kernel fills its table from the sched_switch tracepoint; this module records the comm of
-//! the task that wrote an event, in the table of the CPU it ran on, from the ftrace callback.
+//! The kernel fills its table from the sched_switch tracepoint, and prints the comm a pid has
+//! in the table at read time (so a task's events before its exec() show its later name). This
+//! module records the comm of the task that wrote an event, on every event, in the table of
+//! the CPU it ran on, from the ftrace callback: the latest name wins, as in the kernel.
 //! Invariant: a CPU's table is written only by that CPU with preemption disabled, and a writer
 //! that interrupts another writer on the same CPU skips its update (the `busy` flag), so a slot
 //! is never half-written; readers only read while recording is stopped and every writer has
 //! left (see `Tracing::stop`), so they never race a writer.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::shim;
 
@@ -22,15 +24,15 @@ pub(crate) const COMM_LEN: usize = 16;
 #[derive(Clone, Copy)]
 struct Slot {
     pid: i32,
+    /// When it was recorded (trace clock): a task that ran on several CPUs has an entry in
+    /// each CPU's table, and the newest one is its current name.
+    stamp: u64,
     comm: [u8; COMM_LEN],
 }
 
 /// One CPU's table.
 pub(crate) struct CommTable {
     busy: AtomicBool,
-    /// The pid whose comm this CPU recorded last: the common case (same task, many events)
-    /// costs one compare.
-    last_pid: AtomicI32,
     slots: UnsafeCell<[Slot; SLOTS]>,
 }
 
@@ -43,20 +45,21 @@ impl CommTable {
     pub(crate) const fn new() -> Self {
         CommTable {
             busy: AtomicBool::new(false),
-            last_pid: AtomicI32::new(-1),
             slots: UnsafeCell::new(
                 [Slot {
                     pid: -1,
+                    stamp: 0,
                     comm: [0; COMM_LEN],
                 }; SLOTS],
             ),
         }
     }
 
-    /// Records `current`'s comm under `pid`. Called on the owning CPU with preemption off.
+    /// Records `current`'s comm under `pid` at time `stamp`. Called on the owning CPU with
+    /// preemption off.
     #[inline]
-    pub(crate) fn record(&self, pid: i32) {
-        if pid <= 0 || self.last_pid.load(Ordering::Relaxed) == pid {
+    pub(crate) fn record(&self, pid: i32, stamp: u64) {
+        if pid <= 0 {
             return;
         }
         if self.busy.swap(true, Ordering::Acquire) {
@@ -65,17 +68,17 @@ impl CommTable {
         // SAFETY: exclusive: owning CPU, preemption off, `busy` held (module invariant).
         let slot = unsafe { &mut (*self.slots.get())[pid as usize % SLOTS] };
         slot.pid = pid;
+        slot.stamp = stamp;
         // SAFETY: writes TASK_COMM_LEN bytes into the slot's array of that size.
         unsafe { shim::rfl_shim_current_comm(slot.comm.as_mut_ptr()) };
-        self.last_pid.store(pid, Ordering::Relaxed);
         self.busy.store(false, Ordering::Release);
     }
 
-    /// The comm recorded for `pid`, if any.
+    /// The comm recorded for `pid`, if any, and when it was recorded.
     ///
     /// # Safety
     /// No writer may run on this table while the returned string is alive (recording stopped).
-    pub(crate) unsafe fn lookup(&self, pid: i32) -> Option<&str> {
+    pub(crate) unsafe fn lookup(&self, pid: i32) -> Option<(u64, &str)> {
         if pid <= 0 {
             return None;
         }
@@ -85,6 +88,6 @@ impl CommTable {
             return None;
         }
         let len = slot.comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
-        core::str::from_utf8(&slot.comm[..len]).ok()
+        Some((slot.stamp, core::str::from_utf8(&slot.comm[..len]).ok()?))
     }
 }

@@ -294,6 +294,9 @@ fn decode_dir(dir: &Path, page_size: usize) -> Result<Decoded, ReportError> {
 /// Runs the report: the bytes the kernel's `trace` (or `per_cpu/cpuN/trace`) file would hold.
 pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     let dir = args.raw_dir.as_path();
+    if !dir.is_dir() {
+        return Err(err(dir, None, "not a directory (the capture to report)"));
+    }
     let kpath = dir.join("kallsyms");
     let syms = SortedSymbols::from_kallsyms(&read_text(&kpath)?)
         .map_err(|e| err(&kpath, None, e.to_string()))?;

@@ -531,7 +531,11 @@ fn merge_interleaves_cpus_by_timestamp() {
             assert!(b.write(&payload(100 + i, 8), &At(t + 1)));
         }
     }
+    let before = a.stats(0);
     let mut cs = [a.consumer(), b.consumer()];
+    // Stats stay available while a reader holds the lock (no self-deadlock).
+    assert_eq!(a.stats(0), before);
+    assert_eq!(cs[0].stats(0), before);
     let mut last = 0;
     let mut n = 0;
     while let Some((cpu, ts)) = crate::merge_next(&mut cs) {

@@ -1,17 +1,19 @@
-//! A model backend for the tree's tests.
+//! The test backend: the tree on the real crates where they exist on main.
 //!
-//! It stands in for ftrace-tracers and the dispatcher until they land on main. The buffers are
-//! real ftrace-ringbuf `CpuBuffer`s (sizes, resize, stats text); the rest is modelled: ENOMEM
-//! above a memory limit, tracer registry and options (nop refuses
-//! `test_nop_refuse` like the kernel's nop tracer), events in per-CPU queues consumed by pipes,
-//! and a filter that accepts full names and `*` globs over the reference kallsyms subset.
-//! Its text (trace lines, filter read-back) is its own and is never compared with a golden.
+//! Real: the ring buffers (ftrace-ringbuf `CpuBuffer`s: sizes, resize, stats, pages), the
+//! tracers and their registry and options, `trace_marker` entries and the `trace` /
+//! `trace_pipe` text (ftrace-tracers). Modelled until the dispatcher lands: the function-filter
+//! files (full names and `*` globs over the reference kallsyms subset), and ENOMEM above a
+//! memory limit. The modelled filter read-back meets a golden only where a test says so (to
+//! show the tree passes it through).
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Arc as Rc, Mutex, MutexGuard};
 
+use ftrace_core::event::{TraceCtx, TraceFlags};
+use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_ringbuf::CpuBuffer;
 use ftrace_ringbuf::{At, HeapPages};
@@ -19,6 +21,16 @@ use ftrace_tracefs::{
     Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
     TracerOption, ring_buffer_pages,
 };
+use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
+use ftrace_tracers::function_graph::FunctionGraphTracer;
+use ftrace_tracers::iter::EventLists;
+use ftrace_tracers::nop::NopTracer;
+use ftrace_tracers::output::graph::GraphCpuState;
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::tracer::{EntrySink, Registry, Tracer};
+use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
 
 pub const REF: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -36,44 +48,74 @@ pub const CLOCKS: &[&str] = &[
 /// Per-CPU memory the model can "allocate" (ENOMEM above).
 pub const MEM_LIMIT: u64 = 8 << 20;
 
-const TRACER_OPTS: &[(&str, &str, bool)] = &[
-    ("nop", "test_nop_accept", false),
-    ("nop", "test_nop_refuse", false),
-    ("function", "func_stack_trace", false),
-    ("function", "func-no-repeats", false),
-    ("function_graph", "funcgraph-overrun", false),
-    ("function_graph", "funcgraph-cpu", true),
-    ("function_graph", "funcgraph-overhead", true),
-    ("function_graph", "funcgraph-proc", false),
-    ("function_graph", "funcgraph-duration", true),
-    ("function_graph", "funcgraph-abstime", false),
-    ("function_graph", "funcgraph-irqs", true),
-    ("function_graph", "funcgraph-tail", false),
-    ("function_graph", "sleep-time", true),
-];
-
-#[derive(Clone, Debug)]
-pub struct Event {
+/// The task a write comes from, and the time it happens at (the tests set both, so entries
+/// carry the capture's pids, CPUs and time stamps).
+#[derive(Clone, Copy, Debug)]
+pub struct Writer {
+    pub pid: i32,
     pub cpu: u32,
     pub ts: u64,
-    pub text: String,
 }
+
+impl TaskContext for Writer {
+    fn current_pid(&self) -> i32 {
+        self.pid
+    }
+    fn trace_ctx(&self) -> TraceCtx {
+        TraceCtx::new(TraceFlags::empty(), 0, 0)
+    }
+    fn exec_context(&self) -> ExecContext {
+        ExecContext::Normal
+    }
+}
+
+/// The address `trace_marker` entries carry (inside `tracing_mark_write` in the kallsyms
+/// subset), as in the capture.
+pub const MARK_WRITE_IP: u64 = 0xffff_ffff_8123_77ff;
 
 pub struct State {
     pub name: Option<String>,
     pub cpus: u32,
-    pub tracer: &'static str,
-    pub opts: Vec<TracerOption>,
+    pub registry: Registry<'static>,
+    pub all_tracers: Vec<&'static dyn Tracer>,
+    /// Each tracer's option flag word.
+    pub tracer_flags: BTreeMap<&'static str, u32>,
+    pub trace_flags: u64,
     pub recording: bool,
     pub bufs: Vec<CpuBuffer<HeapPages>>,
     pub subbuf: u32,
     /// The clock reading `per_cpu/cpuN/stats` prints as `now ts`.
     pub stats_now_ns: u64,
-    pub events: Vec<Event>,
-    pub written: u64,
+    pub writer: Writer,
     pub filters: BTreeMap<u8, BTreeSet<String>>,
     pub params: Vec<String>,
-    pub clock_ns: u64,
+    pub comms: BTreeMap<i32, String>,
+}
+
+struct CpuSink<'a> {
+    buf: &'a CpuBuffer<HeapPages>,
+    ts: u64,
+}
+
+impl EntrySink for CpuSink<'_> {
+    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        match self.buf.reserve(len, &At(self.ts)) {
+            Some(mut r) => {
+                let d = r.data();
+                d.fill(0);
+                fill(d);
+                r.commit();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl TaskNames for State {
+    fn comm(&self, pid: i32) -> Option<&str> {
+        self.comms.get(&pid).map(String::as_str)
+    }
 }
 
 impl State {
@@ -87,16 +129,78 @@ impl State {
         CpuBuffer::new(HeapPages, self.pages_for(bytes), self.subbuf as usize)
             .map_err(|e| e.errno())
     }
-    pub fn record(&mut self, cpu: u32, text: &str) {
-        self.clock_ns += 1000;
-        if self.recording {
-            self.written += 1;
-            self.events.push(Event {
-                cpu,
-                ts: self.clock_ns,
-                text: text.to_owned(),
-            });
+    fn options(&self) -> TraceOptions {
+        TraceOptions::from_bits_retain(self.trace_flags)
+    }
+    fn sink(&self) -> CpuSink<'_> {
+        CpuSink {
+            buf: &self.bufs[self.writer.cpu as usize],
+            ts: self.writer.ts,
         }
+    }
+    /// Records a `trace_marker` entry with `text` from the current writer (tests use it as
+    /// "some event happened"); the writer's clock then moves on by 1 µs.
+    pub fn record(&mut self, cpu: u32, text: &str) {
+        self.writer.cpu = cpu;
+        if self.recording {
+            let _ = trace_marker_write(
+                text.as_bytes(),
+                MARK_WRITE_IP,
+                self.options(),
+                &self.writer,
+                &self.sink(),
+            );
+        }
+        self.writer.ts += 1000;
+    }
+    /// Every event of the buffers (of `cpu`, or all), copied out, oldest first per CPU.
+    fn snapshot(&self) -> Vec<(u32, u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut scratch = vec![0u8; self.subbuf as usize];
+        for (cpu, b) in self.bufs.iter().enumerate() {
+            let mut it = b.iter(&mut scratch);
+            while let Some(e) = it.next() {
+                out.push((cpu as u32, e.ts, e.payload.to_vec()));
+            }
+        }
+        out
+    }
+    fn env<'a>(&'a self, syms: &'a SortedSymbols) -> OutputEnv<'a> {
+        let mut env = OutputEnv::new(syms, self, self.cpus);
+        env.options = self.options();
+        env
+    }
+    fn style(&self) -> OutputStyle {
+        let t = self.registry.current();
+        t.output_style(self.tracer_flags[t.name()])
+    }
+    /// The `trace` file (all CPUs or one) as the real formatter prints it.
+    pub fn trace_text(&self, syms: &SortedSymbols, cpu: Option<u32>) -> Vec<u8> {
+        let events = self.snapshot();
+        let mut lists = EventLists::new(self.cpus);
+        for (c, ts, data) in &events {
+            lists.push(EventRef::new(*c, *ts, data));
+        }
+        let (mut entries, mut written) = (0, 0);
+        for b in &self.bufs {
+            let s = b.stats(0);
+            entries += s.entries;
+            written += s.entries + s.overrun;
+        }
+        let info = HeaderInfo {
+            tracer: self.registry.current().name(),
+            entries,
+            written,
+            online_cpus: self.cpus,
+            latency: LatencyInfo::default(),
+        };
+        let mut state = vec![GraphCpuState::INIT; self.cpus as usize];
+        let mut w = TraceWriter::new(self.style(), &mut state, false);
+        let mut iter = TraceIter::new(&mut lists, cpu);
+        let mut out = Vec::new();
+        w.write_trace(&mut out, &self.env(syms), Some(&info), &mut iter)
+            .expect("formats");
+        out
     }
 }
 
@@ -191,27 +295,40 @@ impl Host for ModelHost {
         if self.fail_create {
             return Err(Errno::ENOMEM);
         }
+        // Each backend gets its own tracer objects (they keep state in atomics).
+        let nop: &'static dyn Tracer = Box::leak(Box::new(NopTracer));
+        let func: &'static dyn Tracer = Box::leak(Box::new(FunctionTracer::new()));
+        let graph: &'static dyn Tracer = Box::leak(Box::new(FunctionGraphTracer::new(false)));
+        let mut registry = Registry::new(nop);
+        for t in [func, graph] {
+            if instance.is_none() || t.allow_instances() {
+                registry.register(t).expect("distinct names");
+            }
+        }
+        let mut comms = BTreeMap::new();
+        comms.insert(144, "sh".to_owned());
         let mut st = State {
             name: instance.map(str::to_owned),
             cpus: self.cpus,
-            tracer: "nop",
-            opts: TRACER_OPTS
+            registry,
+            all_tracers: vec![nop, func, graph],
+            tracer_flags: [nop, func, graph]
                 .iter()
-                .map(|&(tracer, name, value)| TracerOption {
-                    name,
-                    tracer,
-                    value,
-                })
+                .map(|t| (t.name(), t.default_flags()))
                 .collect(),
+            trace_flags: 0,
             recording: true,
             bufs: Vec::new(),
             subbuf: 4096,
             stats_now_ns: 0,
-            events: Vec::new(),
-            written: 0,
+            writer: Writer {
+                pid: 144,
+                cpu: 0,
+                ts: 1_000_000_000,
+            },
             filters: BTreeMap::new(),
             params: Vec::new(),
-            clock_ns: 0,
+            comms,
         };
         for _ in 0..self.cpus {
             let b = st.new_buffer(bytes)?;
@@ -239,14 +356,14 @@ pub struct ModelBackend {
 }
 
 struct SnapshotReader {
-    chunks: std::vec::IntoIter<String>,
+    chunks: std::vec::IntoIter<Vec<u8>>,
 }
 
 impl Reader for SnapshotReader {
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
         match self.chunks.next() {
             Some(c) => {
-                out.extend_from_slice(c.as_bytes());
+                out.extend_from_slice(&c);
                 true
             }
             None => false,
@@ -254,23 +371,43 @@ impl Reader for SnapshotReader {
     }
 }
 
+/// `trace_pipe`: consumes the oldest event (of one CPU or all) and prints its line with the
+/// real formatter.
 struct PipeReader {
     st: Shared,
+    syms: Rc<SortedSymbols>,
     cpu: Option<u32>,
 }
 
 impl Reader for PipeReader {
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
-        let mut st = self.st.borrow_mut();
-        let Some(pos) = st
-            .events
-            .iter()
-            .position(|e| self.cpu.is_none_or(|c| c == e.cpu))
-        else {
+        let st = self.st.borrow();
+        let mut best: Option<(u64, usize)> = None;
+        for (cpu, b) in st.bufs.iter().enumerate() {
+            if self.cpu.is_some_and(|c| c as usize != cpu) {
+                continue;
+            }
+            if let Some(ts) = b.consumer().peek_ts() {
+                if best.is_none_or(|(t, _)| ts < t) {
+                    best = Some((ts, cpu));
+                }
+            }
+        }
+        let Some((_, cpu)) = best else {
             return false;
         };
-        let e = st.events.remove(pos);
-        out.extend_from_slice(line(&e).as_bytes());
+        let (ts, data) = {
+            let mut c = st.bufs[cpu].consumer();
+            let e = c.next().expect("peeked");
+            (e.ts, e.payload.to_vec())
+        };
+        let mut lists = EventLists::new(st.cpus);
+        lists.push(EventRef::new(cpu as u32, ts, &data));
+        let mut state = vec![GraphCpuState::INIT; st.cpus as usize];
+        let mut w = TraceWriter::new(st.style(), &mut state, false);
+        let mut iter = TraceIter::new(&mut lists, None);
+        w.write_events(out, &st.env(&self.syms), &mut iter)
+            .expect("formats");
         true
     }
 }
@@ -294,16 +431,6 @@ impl Reader for RawReader {
         out.extend_from_slice(page.as_bytes());
         true
     }
-}
-
-pub fn line(e: &Event) -> String {
-    format!(
-        "[{:03}] {}.{:06}: {}\n",
-        e.cpu,
-        e.ts / 1_000_000_000,
-        e.ts / 1000 % 1_000_000,
-        e.text
-    )
 }
 
 fn slot(which: FilterFile) -> u8 {
@@ -332,36 +459,45 @@ fn glob(pat: &str, name: &str) -> bool {
 }
 
 impl FilterEdit for ModelFilter {
+    /// Like the dispatcher (and `ftrace_regex_write`): one token per call; the bytes it
+    /// took are returned and the caller writes the rest again.
     fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
-        let text = std::str::from_utf8(data).map_err(|_| Errno::EINVAL)?;
-        let mut next = self.pending.clone();
-        for tok in text.split_whitespace() {
-            let (neg, tok) = match tok.strip_prefix('!') {
-                Some(t) => (true, t),
-                None => (false, tok),
-            };
-            if tok.contains(':') {
-                return Err(Errno::EINVAL);
+        let start = data
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(data.len());
+        let end = data[start..]
+            .iter()
+            .position(|b| b.is_ascii_whitespace())
+            .map_or(data.len(), |e| start + e);
+        if start == end {
+            return Ok(data.len());
+        }
+        let tok = std::str::from_utf8(&data[start..end]).map_err(|_| Errno::EINVAL)?;
+        let (neg, tok) = match tok.strip_prefix('!') {
+            Some(t) => (true, t),
+            None => (false, tok),
+        };
+        if tok.contains(':') {
+            return Err(Errno::EINVAL);
+        }
+        let mut matched = Vec::new();
+        self.syms.for_each(&mut |s| {
+            if glob(tok, s.name) {
+                matched.push(s.name.to_owned());
             }
-            let mut matched = Vec::new();
-            self.syms.for_each(&mut |s| {
-                if glob(tok, s.name) {
-                    matched.push(s.name.to_owned());
-                }
-            });
-            if matched.is_empty() {
-                return Err(Errno::EINVAL);
-            }
-            for m in matched {
-                if neg {
-                    next.remove(&m);
-                } else {
-                    next.insert(m);
-                }
+        });
+        if matched.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        for m in matched {
+            if neg {
+                self.pending.remove(&m);
+            } else {
+                self.pending.insert(m);
             }
         }
-        self.pending = next;
-        Ok(data.len())
+        Ok(end)
     }
     fn release(self: Box<Self>) -> Result<(), Errno> {
         self.st
@@ -374,41 +510,67 @@ impl FilterEdit for ModelFilter {
 
 impl TraceBackend for ModelBackend {
     fn tracers(&self) -> Vec<&'static str> {
-        vec!["function_graph", "function", "nop"]
+        let st = self.st.borrow();
+        let mut avail = String::new();
+        st.registry.write_available(&mut avail).unwrap();
+        avail
+            .split_whitespace()
+            .filter_map(|n| {
+                st.all_tracers
+                    .iter()
+                    .find(|t| t.name() == n)
+                    .map(|t| t.name())
+            })
+            .collect()
     }
     fn current_tracer(&self) -> &'static str {
-        self.st.borrow().tracer
+        self.st.borrow().registry.current().name()
     }
     fn set_tracer(&mut self, name: &str) -> Result<(), Errno> {
-        let t = self
-            .tracers()
-            .into_iter()
-            .find(|t| *t == name)
-            .ok_or(Errno::EINVAL)?;
-        self.st.borrow_mut().tracer = t;
-        Ok(())
+        self.st.borrow_mut().registry.set_current(name)
     }
     fn tracer_options(&self) -> Vec<TracerOption> {
-        self.st.borrow().opts.clone()
+        let st = self.st.borrow();
+        let mut v = Vec::new();
+        for t in &st.all_tracers {
+            let flags = st.tracer_flags[t.name()];
+            for o in t.options() {
+                v.push(TracerOption {
+                    name: o.name,
+                    tracer: t.name(),
+                    value: flags & o.bit != 0,
+                });
+            }
+        }
+        v
     }
     fn set_tracer_option(&mut self, name: &str, on: bool) -> Result<(), Errno> {
-        if name == "test_nop_refuse" {
-            return Err(Errno::EINVAL);
-        }
         let mut st = self.st.borrow_mut();
-        let o = st
-            .opts
-            .iter_mut()
-            .find(|o| o.name == name)
+        let (t, bit) = st
+            .all_tracers
+            .iter()
+            .find_map(|t| {
+                t.options()
+                    .iter()
+                    .find(|o| o.name == name)
+                    .map(|o| (*t, o.bit))
+            })
             .ok_or(Errno::EINVAL)?;
-        o.value = on;
+        let flags = st.tracer_flags[t.name()];
+        t.set_flag(flags, bit, on)?;
+        let new = if on { flags | bit } else { flags & !bit };
+        st.tracer_flags.insert(t.name(), new);
         Ok(())
     }
     fn set_param(&mut self, param: Param<'_>) -> Result<(), Errno> {
         let mut st = self.st.borrow_mut();
         match param {
-            Param::TracingOn(on) => st.recording = on,
-            Param::Clock(_) => st.events.clear(),
+            Param::TracingOn(on) => {
+                st.recording = on;
+                st.bufs.iter().for_each(|b| b.set_record_on(on));
+            }
+            Param::Flags(f) => st.trace_flags = f.0,
+            Param::Clock(_) => st.bufs.iter_mut().for_each(CpuBuffer::reset),
             _ => {}
         }
         st.params.push(format!("{param:?}"));
@@ -457,12 +619,10 @@ impl TraceBackend for ModelBackend {
             }
         }
         st.bufs = new;
-        st.events.clear();
         Ok(())
     }
     fn clear(&mut self, cpu: Option<u32>) {
         let mut st = self.st.borrow_mut();
-        st.events.retain(|e| cpu.is_some_and(|c| c != e.cpu));
         for (i, b) in st.bufs.iter_mut().enumerate() {
             if cpu.is_none_or(|c| c as usize == i) {
                 b.reset();
@@ -478,21 +638,15 @@ impl TraceBackend for ModelBackend {
         w.write_str(&s)
     }
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
-        let st = self.st.borrow();
-        let mut chunks = vec![format!("# tracer: {}\n", st.tracer)];
-        chunks.extend(
-            st.events
-                .iter()
-                .filter(|e| cpu.is_none_or(|c| c == e.cpu))
-                .map(line),
-        );
+        let text = self.st.borrow().trace_text(&self.syms, cpu);
         Box::new(SnapshotReader {
-            chunks: chunks.into_iter(),
+            chunks: vec![text].into_iter(),
         })
     }
     fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
         Box::new(PipeReader {
             st: self.st.clone(),
+            syms: self.syms.clone(),
             cpu,
         })
     }
@@ -505,13 +659,11 @@ impl TraceBackend for ModelBackend {
     fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno> {
         let mut st = self.st.borrow_mut();
         if !st.recording {
+            // The ring buffer refuses the entry: Linux answers EBADF.
             return Err(Errno::EBADF);
         }
-        let ts = st.clock_ns + 1000;
-        st.bufs[0].write(text, &At(ts));
-        let t = String::from_utf8_lossy(text);
-        let t = t.strip_suffix('\n').unwrap_or(&t).to_owned();
-        st.record(0, &format!("tracing_mark_write: {t}"));
+        trace_marker_write(text, MARK_WRITE_IP, st.options(), &st.writer, &st.sink())?;
+        st.writer.ts += 1000;
         Ok(())
     }
     fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno> {
@@ -519,7 +671,10 @@ impl TraceBackend for ModelBackend {
         if !st.recording {
             return Err(Errno::EBADF);
         }
-        st.record(0, &format!("# {id} buf: {data:02x?}"));
+        let mut all = id.to_ne_bytes().to_vec();
+        all.extend_from_slice(data);
+        trace_marker_raw_write(&all, st.options(), &st.writer, &st.sink())?;
+        st.writer.ts += 1000;
         Ok(())
     }
     fn open_filter(

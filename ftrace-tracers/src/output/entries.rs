@@ -65,6 +65,38 @@ pub fn write_trace_body(
             write_bytes_lossy(out, text)
         }
         Entry::RawData { id, buf } => write_raw_data(out, id, buf),
+        Entry::ContextSwitch { entry: c, wakeup } => {
+            let next_comm = super::comm_of(env.tasks, c.next_pid as i32);
+            writeln!(
+                out,
+                " {:7}:{:3}:{} {} [{:03}] {:7}:{:3}:{} {}",
+                c.prev_pid as i32,
+                c.prev_prio,
+                task_state_char(c.prev_state),
+                if wakeup { "  +" } else { "==>" },
+                c.next_cpu as i32,
+                c.next_pid as i32,
+                c.next_prio,
+                task_state_char(c.next_state),
+                next_comm
+            )
+        }
+        Entry::KernelStack(callers) => {
+            out.write_str("<stack trace>\n")?;
+            for ip in words(callers).take_while(|&ip| ip != u64::MAX) {
+                out.write_str(" => ")?;
+                write_ip_sym(out, env.symbols, ip, off, addr)?;
+                out.write_char('\n')?;
+            }
+            Ok(())
+        }
+        Entry::UserStack(callers) => {
+            out.write_str("<user stack trace>\n")?;
+            for ip in words(callers).take(8).take_while(|&ip| ip != 0) {
+                writeln!(out, " =>  <{ip:016x}>")?;
+            }
+            Ok(())
+        }
         Entry::Bputs(b) => {
             write_ip_sym(out, env.symbols, b.ip, off, addr)?;
             writeln!(out, ": (string at {:#x})", { b.str_ })
@@ -87,6 +119,17 @@ pub fn write_trace_body(
         Entry::Other(t) => writeln!(out, "Unknown type {t}"),
         Entry::Truncated => writeln!(out, "Unknown type {}", ev.type_id()),
     }
+}
+
+/// `task_index_to_char`: a task state index as `ps` shows it.
+pub fn task_state_char(state: u8) -> char {
+    const STATES: &[u8; 9] = b"RSDTtXZPI";
+    STATES.get(state as usize).map_or('?', |&c| c as char)
+}
+
+fn words(b: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    b.chunks_exact(8)
+        .map(|w| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
 }
 
 /// `trace_raw_data`: `"# %x buf:"` then `" %02x"` for every byte left in the event.
@@ -113,13 +156,31 @@ pub fn write_raw_body(out: &mut dyn Write, ev: &EventRef<'_>) -> fmt::Result {
             write_bytes_lossy(out, text)
         }
         Entry::RawData { id, buf } => write_raw_data(out, id, buf),
+        Entry::ContextSwitch { entry: c, wakeup } => writeln!(
+            out,
+            "{} {} {} {} {} {} {}",
+            c.prev_pid as i32,
+            c.prev_prio,
+            if wakeup {
+                '+'
+            } else {
+                task_state_char(c.prev_state)
+            },
+            c.next_cpu as i32,
+            c.next_pid as i32,
+            c.next_prio,
+            task_state_char(c.next_state)
+        ),
         Entry::Bputs(b) => writeln!(out, ": {:x} : (string at {:#x})", { b.ip }, { b.str_ }),
         Entry::Bprint { entry, .. } => {
             writeln!(out, ": {:x} : (format at {:#x})", { entry.ip }, {
                 entry.fmt
             })
         }
-        Entry::GraphEntry(_) | Entry::GraphReturn(_) => writeln!(out, "type: {}", ev.type_id()),
+        Entry::GraphEntry(_)
+        | Entry::GraphReturn(_)
+        | Entry::KernelStack(_)
+        | Entry::UserStack(_) => writeln!(out, "type: {}", ev.type_id()),
         Entry::Other(t) => writeln!(out, "{t} ?"),
         Entry::Truncated => writeln!(out, "{} ?", ev.type_id()),
     }
@@ -131,6 +192,20 @@ pub fn write_hex_body(out: &mut dyn Write, ev: &EventRef<'_>) -> fmt::Result {
         Entry::Function(f) => {
             write_hex_field(out, f.ip, 8)?;
             write_hex_field(out, f.parent_ip, 8)
+        }
+        Entry::ContextSwitch { entry: c, wakeup } => {
+            let s = if wakeup {
+                '+'
+            } else {
+                task_state_char(c.prev_state)
+            };
+            write_hex_field(out, c.prev_pid as u64, 4)?;
+            write_hex_field(out, c.prev_prio as u64, 4)?;
+            write_hex_field(out, s as u64, 4)?;
+            write_hex_field(out, c.next_cpu as u64, 4)?;
+            write_hex_field(out, c.next_pid as u64, 4)?;
+            write_hex_field(out, c.next_prio as u64, 4)?;
+            write_hex_field(out, task_state_char(c.next_state) as u64, 4)
         }
         Entry::Other(_) | Entry::Truncated => Ok(()),
         _ => writeln!(out, "type: {}", ev.type_id()),
@@ -144,6 +219,13 @@ pub fn write_bin_body(out: &mut dyn ByteSink, ev: &EventRef<'_>) -> fmt::Result 
         Entry::Function(f) => {
             out.put(&{ f.ip }.to_le_bytes())?;
             out.put(&{ f.parent_ip }.to_le_bytes())
+        }
+        Entry::ContextSwitch { entry: c, .. } => {
+            out.put(&{ c.prev_pid }.to_le_bytes())?;
+            out.put(&[c.prev_prio, c.prev_state])?;
+            out.put(&{ c.next_cpu }.to_le_bytes())?;
+            out.put(&{ c.next_pid }.to_le_bytes())?;
+            out.put(&[c.next_prio, c.next_state])
         }
         Entry::Other(_) | Entry::Truncated => Ok(()),
         _ => {

@@ -240,8 +240,8 @@ impl<'s> GraphPrinter<'s> {
                 self.print_return(out, env, ev, r.func, r.depth, r.overrun, duration)?;
                 Ok(LineResult::Handled)
             }
-            Entry::Function(_) => Ok(LineResult::Unhandled),
-            Entry::Other(4) => Ok(LineResult::Unhandled),
+            // Function and stack events are not shown as comments.
+            Entry::Function(_) | Entry::KernelStack(_) => Ok(LineResult::Unhandled),
             Entry::Other(_) | Entry::Truncated => Ok(LineResult::Unhandled),
             _ => {
                 self.print_comment(out, env, ev)?;

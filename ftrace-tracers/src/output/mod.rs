@@ -309,7 +309,7 @@ pub(crate) fn write_bytes_lossy(out: &mut dyn Write, mut b: &[u8]) -> fmt::Resul
             Ok(s) => return out.write_str(s),
             Err(e) => {
                 let (good, rest) = b.split_at(e.valid_up_to());
-                // SAFETY-free: `good` is valid UTF-8 by construction of `valid_up_to`.
+                // `good` is valid UTF-8: it ends where `valid_up_to` says.
                 out.write_str(core::str::from_utf8(good).unwrap_or(""))?;
                 out.write_char('\u{fffd}')?;
                 let skip = e.error_len().unwrap_or(rest.len()).max(1);

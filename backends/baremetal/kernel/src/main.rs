@@ -25,8 +25,11 @@ use ftrace_baremetal::serial::{self, Com1};
 use ftrace_baremetal::shell::{self, Builtins, Outcome, Shell};
 use ftrace_baremetal::sites::SiteTable;
 use ftrace_baremetal::sync::{AtomicPtr, AtomicU64, Ordering};
+use ftrace_baremetal::text::KernelText;
+use ftrace_baremetal::tracefs::SerialTracefs;
 use ftrace_baremetal::{clock, cpu, idt, port, println, smp, text, trampoline};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+use ftrace_patch::{Arch, BreakpointTable, PokeSite, Protocol, StopFixup, TextFault, TextPoke};
 
 core::arch::global_asm!(include_str!("boot.S"), options(att_syntax));
 
@@ -218,72 +221,127 @@ fn check_uninstrumented(sites: &SiteTable, syms: &SortedSymbols) -> bool {
 }
 
 static SELFTEST_HITS: AtomicU64 = AtomicU64::new(0);
-static SELFTEST_LAST_IP: AtomicU64 = AtomicU64::new(0);
 
-extern "C" fn selftest_hook(ip: u64, _parent: u64, _slot: *mut u64) {
+extern "C" fn selftest_hook(_ip: u64, _parent: u64, _slot: *mut u64) {
     SELFTEST_HITS.fetch_add(1, Ordering::Relaxed);
-    SELFTEST_LAST_IP.store(ip, Ordering::Relaxed);
 }
 
-/// Drives `selftest_target`'s site through every state of the breakpoint protocol and checks
-/// that the function computes the same and the entry hook fires exactly when it must.
+/// `selftest_target`'s site: its NOP and the `call` to the entry trampoline.
+fn selftest_site(sites: &SiteTable) -> Option<(u64, [u8; 5], [u8; 5])> {
+    let site = workload::selftest_target as *const () as u64;
+    sites.index_of(site)?;
+    // SAFETY: a verified site.
+    let nop: [u8; 5] = unsafe { text::read_text(site as usize) };
+    let call = ftrace_patch::x86::encode_call(site, trampoline::caller_addr()).ok()?;
+    Some((site, nop, call))
+}
+
+/// Rewrites one site from `old` to `new` with ftrace-patch's `protocol`.
+fn flip(site: u64, old: &[u8; 5], new: &[u8; 5], protocol: Protocol) -> bool {
+    let mut batch = [PokeSite::insn(Arch::X86_64, site, old, new, 0)];
+    text::patch_batch(&mut batch, protocol).done == 1
+}
+
+/// A `TextPoke` that calls `selftest_target` after every text write of a batch, so every
+/// intermediate state of the protocol is executed, and records (hook calls, int3 emulations)
+/// per call.
+struct Probe {
+    calls: [(u64, u64); 8],
+    n: usize,
+    wrong: bool,
+}
+
+impl Probe {
+    fn call(&mut self) {
+        let f: extern "C" fn(u64, u64) -> u64 = core::hint::black_box(workload::selftest_target);
+        let (h0, t0) = (SELFTEST_HITS.load(Ordering::Relaxed), text::int3_hits());
+        self.wrong |= f(40, 2) != 122;
+        if self.n < self.calls.len() {
+            self.calls[self.n] = (
+                SELFTEST_HITS.load(Ordering::Relaxed) - h0,
+                text::int3_hits() - t0,
+            );
+            self.n += 1;
+        }
+    }
+}
+
+impl TextPoke for Probe {
+    fn read_text(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), TextFault> {
+        KernelText.read_text(addr, buf)
+    }
+    fn write_text(&mut self, addr: u64, bytes: &[u8]) -> Result<(), TextFault> {
+        KernelText.write_text(addr, bytes)?;
+        self.call();
+        Ok(())
+    }
+    fn sync_cores(&mut self) {
+        KernelText.sync_cores();
+    }
+    fn stop_others(&mut self, fixup: &StopFixup<'_>, patch: &mut dyn FnMut(&mut Self)) {
+        smp::stop_others(fixup, &mut || patch(self));
+    }
+    fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
+        KernelText.breakpoints_armed(table);
+    }
+    fn breakpoints_disarmed(&mut self) {
+        KernelText.breakpoints_disarmed();
+    }
+}
+
+/// Runs ftrace-patch's breakpoint protocol on `selftest_target`'s site with [`Probe`], both
+/// ways, and checks that the function runs correctly in every intermediate state, through the
+/// int3 handler's emulation of the new instruction while the int3 is there, and as the new
+/// instruction once it is written.
 fn selftest_breakpoint_protocol(sites: &SiteTable) -> bool {
-    let f: extern "C" fn(u64, u64) -> u64 = core::hint::black_box(workload::selftest_target);
-    let site = f as *const () as u64;
-    if sites.index_of(site).is_none() {
+    let Some((site, nop, call)) = selftest_site(sites) else {
         println!("selftest: selftest_target has no patchable entry");
         return false;
-    }
-    let s = site as usize;
-    // SAFETY: a verified site.
-    let nop: [u8; 5] = unsafe { text::read_text(s) };
-    let rel = (trampoline::caller_addr() as i64 - (site as i64 + 5)) as i32;
-    let r = rel.to_le_bytes();
-    let call = [0xE8, r[0], r[1], r[2], r[3]];
+    };
     trampoline::set_entry_hook(Some(selftest_hook));
-    let hits = || SELFTEST_HITS.load(Ordering::Relaxed);
-    let traps = text::int3_hits;
     let mut ok = true;
-    let mut step = |name: &str, want_hits: u64, want_traps: u64| {
-        let (h0, t0) = (hits(), traps());
-        let v = f(40, 2);
-        let good = v == 122 && hits() - h0 == want_hits && traps() - t0 == want_traps;
-        let good = good && (want_hits == 0 || SELFTEST_LAST_IP.load(Ordering::Relaxed) == site);
+    // (hook calls, int3 emulations) after: the int3, the new tail, the new head.
+    for (old, new, want) in [
+        (nop, call, [(1, 1), (1, 1), (1, 0)]),
+        (call, nop, [(0, 1), (0, 1), (0, 0)]),
+    ] {
+        let mut probe = Probe {
+            calls: [(0, 0); 8],
+            n: 0,
+            wrong: false,
+        };
+        let mut batch = [PokeSite::insn(Arch::X86_64, site, &old, &new, 0)];
+        let st = ftrace_patch::protocol::apply(
+            &mut probe,
+            Arch::X86_64,
+            &mut batch,
+            Protocol::Breakpoint,
+        );
+        let good = st.done == 1 && !probe.wrong && probe.calls[..probe.n] == want[..];
         if !good {
             println!(
-                "selftest: {name}: result {v}, {} hook calls, {} traps (want 122, {want_hits}, {want_traps})",
-                hits() - h0,
-                traps() - t0
+                "selftest: breakpoint protocol {:02x?} -> {:02x?}: done {}, wrong result {}, \
+                 (hook calls, int3 emulations) per state {:?}, want {:?}",
+                old,
+                new,
+                st.done,
+                probe.wrong,
+                &probe.calls[..probe.n],
+                want
             );
         }
         ok &= good;
-    };
-    step("nop", 0, 0);
-    // SAFETY: the protocol's intermediate states, one at a time, on a verified site that only
-    // this function calls; single CPU.
-    unsafe {
-        text::set_breakpoint(s, call);
-        text::write_text(s, &[text::INT3]);
     }
-    step("int3 emulating call", 1, 1);
-    // SAFETY: as above.
-    unsafe { text::set_breakpoint(s, nop) };
-    step("int3 emulating nop", 0, 1);
-    // SAFETY: as above: back to the NOP, then the full protocol both ways.
-    unsafe {
-        text::write_text(s, &nop[..1]);
-        text::clear_breakpoint();
-    }
-    step("restored nop", 0, 0);
-    // SAFETY: as above.
-    unsafe { text::poke5_bp(s, call) };
-    step("patched call", 1, 0);
-    // SAFETY: as above.
-    unsafe { text::poke5_bp(s, nop) };
-    step("unpatched", 0, 0);
+    // stop-machine, both ways (with one CPU the others are trivially stopped)
+    ok &= flip(site, &nop, &call, Protocol::StopMachine);
+    let (h0, t0) = (SELFTEST_HITS.load(Ordering::Relaxed), text::int3_hits());
+    let f: extern "C" fn(u64, u64) -> u64 = core::hint::black_box(workload::selftest_target);
+    ok &= f(40, 2) == 122;
+    ok &= SELFTEST_HITS.load(Ordering::Relaxed) - h0 == 1 && text::int3_hits() == t0;
+    ok &= flip(site, &call, &nop, Protocol::StopMachine);
     trampoline::set_entry_hook(None);
     // SAFETY: a verified site.
-    ok &= unsafe { text::read_text::<5>(s) } == nop;
+    ok &= unsafe { text::read_text::<5>(site as usize) } == nop;
     println!(
         "selftest: int3 breakpoint protocol ({} traps emulated): {}",
         text::int3_hits(),
@@ -319,21 +377,15 @@ fn stress_job(_: u64) -> u64 {
 /// the site must end as the NOP it was.
 fn selftest_cross_cpu_patching(sites: &SiteTable) -> bool {
     const FLIPS: u64 = 6;
-    let site = workload::selftest_target as *const () as u64;
-    if sites.index_of(site).is_none() {
+    let Some((site, nop, call)) = selftest_site(sites) else {
         return false;
-    }
-    let s = site as usize;
-    // SAFETY: a verified site.
-    let nop: [u8; 5] = unsafe { text::read_text(s) };
-    let rel = (trampoline::caller_addr() as i64 - (site as i64 + 5)) as i32;
-    let r = rel.to_le_bytes();
-    let call = [0xE8, r[0], r[1], r[2], r[3]];
+    };
     trampoline::set_entry_hook(Some(selftest_hook));
-    let (hits0, traps0, stale0) = (
+    let (hits0, traps0, stale0, stops0) = (
         SELFTEST_HITS.load(Ordering::Relaxed),
         text::int3_hits(),
         text::stale_int3_retries(),
+        smp::stop_machine_runs(),
     );
     STRESS_STOP.store(0, Ordering::Release);
     if smp::post(1, stress_job, 0).is_err() {
@@ -344,28 +396,33 @@ fn selftest_cross_cpu_patching(sites: &SiteTable) -> bool {
         core::hint::spin_loop();
     }
     let t0 = port::rdtsc();
-    for _ in 0..FLIPS {
-        // SAFETY: a verified site, one poke at a time; CPU 1 only ever executes it.
-        unsafe {
-            text::poke5_bp(s, call);
-            text::poke5_bp(s, nop);
-        }
+    let mut flipped = true;
+    for k in 0..FLIPS {
+        // Mostly the breakpoint protocol; every third round under stop-machine.
+        let protocol = if k % 3 == 2 {
+            Protocol::StopMachine
+        } else {
+            Protocol::Breakpoint
+        };
+        flipped &= flip(site, &nop, &call, protocol);
+        flipped &= flip(site, &call, &nop, protocol);
     }
-    STRESS_STOP.store(1, Ordering::Release);
     let ms = (port::rdtsc() - t0) / (clock::tsc_hz() / 1000).max(1);
+    STRESS_STOP.store(1, Ordering::Release);
     let calls = smp::wait(1);
     trampoline::set_entry_hook(None);
     let hits = SELFTEST_HITS.load(Ordering::Relaxed) - hits0;
     let traps = text::int3_hits() - traps0;
     let stale = text::stale_int3_retries() - stale0;
+    let stops = smp::stop_machine_runs() - stops0;
     let wrong = STRESS_WRONG.load(Ordering::Relaxed);
     // SAFETY: a verified site.
-    let restored = unsafe { text::read_text::<5>(s) } == nop;
-    let ok = wrong == 0 && calls > 0 && hits <= calls && restored;
+    let restored = unsafe { text::read_text::<5>(site as usize) } == nop;
+    let ok = flipped && wrong == 0 && calls > 0 && hits <= calls && restored && stops > 0;
     println!(
-        "selftest: cross-CPU patching ({FLIPS} NOP/CALL flips in {ms} ms while CPU 1 made {calls} calls: \
-         {hits} through the trampoline, {traps} int3 traps emulated, {stale} late traps \
-         retried, {wrong} wrong results): {}",
+        "selftest: cross-CPU patching ({FLIPS} NOP/CALL flips in {ms} ms while CPU 1 made \
+         {calls} calls: {hits} through the trampoline, {traps} int3 traps emulated, {stops} \
+         stop-machine parkings, {stale} late traps retried, {wrong} wrong results): {}",
         if ok { "ok" } else { "FAILED" }
     );
     ok
@@ -466,6 +523,13 @@ impl Builtins for Kernel {
 }
 
 fn run_shell() -> ! {
+    let tree = match SerialTracefs::new() {
+        Ok(t) => t,
+        Err(e) => {
+            println!("tracefs: cannot build the tree: {e}");
+            qemu::exit(Verdict::Fail, "tracefs");
+        }
+    };
     let mut sh = Shell::new();
     let mut k = Kernel { poweroff: None };
     let mut line = [0u8; 512];
@@ -478,7 +542,7 @@ fn run_shell() -> ! {
         let n = sh.take_line(&mut line);
         let text = core::str::from_utf8(&line[..n]).unwrap_or("");
         Com1::with(|c| {
-            sh.execute(text, &TRACING, &mut k, c);
+            sh.execute(text, &tree, &mut k, c);
         });
         if let Some((v, expected)) = k.poweroff {
             let why = alloc::format!(

@@ -1,0 +1,618 @@
+//! The filter files against Linux 6.12.117: every captured bad write that concerns the filter
+//! files (`07-errors`) gives the same errno, the read-back text matches the captures, and the
+//! language (globs, `!`, `:mod:`, commands, append vs replace) behaves as the kernel's.
+
+use ftrace_core::errno::Errno;
+use ftrace_core::filter::{
+    CommandEnv, FilterEdit, FilterFile, FilterSet, NoEvents, ProbeCommand, ProbeTable,
+};
+use ftrace_core::pid::{show_pids, write_pids};
+use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+
+const REFERENCE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/reference/ftrace-6.12.117"
+);
+
+fn reference(path: &str) -> String {
+    std::fs::read_to_string(format!("{REFERENCE}/{path}"))
+        .unwrap_or_else(|e| panic!("reading {path}: {e}"))
+}
+
+/// The kallsyms lines of every function the captures mention (address order).
+fn kernel_symbols() -> SortedSymbols {
+    SortedSymbols::from_kallsyms(&reference("11-kallsyms/kallsyms_subset.txt")).unwrap()
+}
+
+/// A table with module symbols for `:mod:`.
+fn module_symbols() -> SortedSymbols {
+    let mut t = SortedSymbols::new();
+    t.push("vfs_read", 0x1000, 0x10, None);
+    t.push("vfs_write", 0x1010, 0x10, None);
+    t.push("ext4_read", 0x2000, 0x10, Some("ext4"));
+    t.push("ext4_write", 0x2010, 0x10, Some("ext4"));
+    t.push("xfs_read", 0x3000, 0x10, Some("xfs"));
+    t.finish();
+    t
+}
+
+struct Events<S>(S);
+impl<S: SymbolTable> CommandEnv for Events<S> {
+    fn symbols(&self) -> &dyn SymbolTable {
+        &self.0
+    }
+    fn event_exists(&self, system: &str, event: &str) -> bool {
+        system == "sched" && matches!(event, "sched_switch" | "sched_wakeup")
+    }
+}
+
+/// One open-write-close of `file` (the shell's `echo TEXT > file` or `>> file`).
+fn echo(
+    file: FilterFile,
+    current: &FilterSet,
+    text: &str,
+    truncate: bool,
+    env: &dyn CommandEnv,
+    probes: &mut ProbeTable,
+) -> (FilterSet, Result<(), Errno>) {
+    let mut edit = FilterEdit::open(file, current, truncate);
+    let res = edit.write_all(text, env, probes);
+    let (set, close_res) = edit.close(env, probes);
+    (set, res.and(close_res))
+}
+
+fn errno_named(text: &str) -> Errno {
+    [
+        Errno::EINVAL,
+        Errno::ENOMEM,
+        Errno::ENOENT,
+        Errno::ENODEV,
+        Errno::EBUSY,
+        Errno::EPERM,
+        Errno::ERANGE,
+    ]
+    .into_iter()
+    .find(|e| e.description() == Some(text))
+    .unwrap_or_else(|| panic!("unknown error text {text:?}"))
+}
+
+/// A captured `echo [TEXT] > FILE; echo $?` case: (file, bytes written, expected result).
+fn captured_write(case: &str) -> (FilterFile, String, Result<(), Errno>) {
+    let text = reference(&format!("07-errors/{case}.txt"));
+    let mut lines = text.lines();
+    let cmd = lines.next().unwrap().strip_prefix("$ ").unwrap();
+    let (left, right) = cmd.split_once(" > ").unwrap();
+    let file = match right.split(';').next().unwrap() {
+        "set_ftrace_filter" => FilterFile::Filter,
+        "set_ftrace_notrace" => FilterFile::Notrace,
+        "set_graph_function" => FilterFile::GraphFunction,
+        "set_graph_notrace" => FilterFile::GraphNotrace,
+        other => panic!("not a filter file: {other}"),
+    };
+    let arg = left.strip_prefix("echo").unwrap().trim().trim_matches('\'');
+    let written = if arg.is_empty() {
+        "\n".to_string()
+    } else {
+        format!("{arg}\n")
+    };
+    let next = lines.next().unwrap();
+    let expected = match next.strip_prefix("sh: write error: ") {
+        Some(msg) => {
+            assert_eq!(lines.next(), Some("1"));
+            Err(errno_named(msg))
+        }
+        None => {
+            assert_eq!(next, "0");
+            Ok(())
+        }
+    };
+    (file, written, expected)
+}
+
+fn check_captured(case: &str) {
+    let (file, written, expected) = captured_write(case);
+    let env = NoEvents(kernel_symbols());
+    let mut probes = ProbeTable::new();
+    let before = FilterSet::new();
+    let (after, res) = echo(file, &before, &written, true, &env, &mut probes);
+    assert_eq!(
+        res,
+        expected,
+        "07-errors/{case}: {written:?} to {}",
+        file.name()
+    );
+    // The capture's next command reads the file back: nothing was added.
+    assert_eq!(after, FilterSet::new());
+}
+
+#[test]
+fn errors_03_unknown_function_in_set_ftrace_filter() {
+    check_captured("03");
+}
+
+#[test]
+fn errors_04_filter_reads_back_all_enabled_after_failed_write() {
+    let (file, written, _) = captured_write("03");
+    let env = NoEvents(kernel_symbols());
+    let mut probes = ProbeTable::new();
+    let (after, _) = echo(file, &FilterSet::new(), &written, true, &env, &mut probes);
+    let text = reference("07-errors/04.txt");
+    let expected: Vec<&str> = text.lines().skip(1).take_while(|l| *l != "rc=0").collect();
+    let shown = after.show(FilterFile::Filter, &env.0, Some(&probes));
+    assert_eq!(shown.lines().collect::<Vec<_>>(), expected);
+}
+
+#[test]
+fn errors_16_unknown_command() {
+    check_captured("16");
+}
+
+#[test]
+fn errors_17_unknown_function_in_set_graph_function() {
+    check_captured("17");
+}
+
+#[test]
+fn errors_25_empty_write_clears_the_filter() {
+    check_captured("25");
+    // And it clears a non-empty filter (O_TRUNC).
+    let env = NoEvents(kernel_symbols());
+    let mut probes = ProbeTable::new();
+    let (set, _) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_read",
+        true,
+        &env,
+        &mut probes,
+    );
+    assert_eq!(set.len(), 1);
+    let (set, res) = echo(FilterFile::Filter, &set, "\n", true, &env, &mut probes);
+    assert_eq!(res, Ok(()));
+    assert!(set.is_empty());
+}
+
+#[test]
+fn readback_matches_the_function_capture() {
+    // 04-function: set_ftrace_filter='vfs_read vfs_write do_sys_openat2 ksys_read' reads
+    // back in call-site order.
+    let env = NoEvents(kernel_symbols());
+    let mut probes = ProbeTable::new();
+    let (set, res) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_read vfs_write do_sys_openat2 ksys_read\n",
+        true,
+        &env,
+        &mut probes,
+    );
+    res.unwrap();
+    assert_eq!(
+        set.show(FilterFile::Filter, &env.0, Some(&probes)),
+        reference("04-function/set_ftrace_filter.txt")
+    );
+}
+
+#[test]
+fn defaults_match_the_boot_captures() {
+    let syms = kernel_symbols();
+    let empty = FilterSet::new();
+    for (file, capture) in [
+        (FilterFile::Filter, "02-files/set_ftrace_filter.txt"),
+        (FilterFile::Notrace, "02-files/set_ftrace_notrace.txt"),
+        (FilterFile::GraphFunction, "02-files/set_graph_function.txt"),
+        (FilterFile::GraphNotrace, "02-files/set_graph_notrace.txt"),
+    ] {
+        assert_eq!(
+            empty.show(file, &syms, None),
+            reference(capture),
+            "{capture}"
+        );
+    }
+    assert_eq!(show_pids(&[]), reference("02-files/set_ftrace_pid.txt"));
+}
+
+fn filter_names(set: &FilterSet, syms: &dyn SymbolTable) -> Vec<String> {
+    set.show(FilterFile::Filter, syms, None)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn globs_negation_append_and_replace() {
+    let env = NoEvents(kernel_symbols());
+    let syms = &env.0;
+    let mut p = ProbeTable::new();
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_*",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    assert_eq!(filter_names(&set, syms), ["vfs_read", "vfs_write"]);
+    let (set, r) = echo(FilterFile::Filter, &set, "*_read", false, &env, &mut p);
+    r.unwrap();
+    let mut expected = Vec::new();
+    syms.for_each(&mut |s| {
+        if s.name.starts_with("vfs_") || s.name.ends_with("_read") {
+            expected.push(s.name.to_string());
+        }
+    });
+    assert!(expected.len() > 3, "{expected:?}");
+    assert_eq!(filter_names(&set, syms), expected);
+    let (set, r) = echo(FilterFile::Filter, &set, "!vfs_*", false, &env, &mut p);
+    r.unwrap();
+    expected.retain(|n| !n.starts_with("vfs_"));
+    assert_eq!(filter_names(&set, syms), expected);
+    // `!` of a function that exists but is not in the set succeeds (it matched a record).
+    let (set, r) = echo(FilterFile::Filter, &set, "!vfs_read", false, &env, &mut p);
+    assert_eq!(r, Ok(()));
+    let (set, r) = echo(FilterFile::Filter, &set, "*sys_open*", true, &env, &mut p);
+    r.unwrap();
+    assert_eq!(
+        filter_names(&set, syms),
+        ["do_sys_openat2", "__x64_sys_openat"]
+    );
+    let (set, r) = echo(FilterFile::Filter, &set, "v?s_re[a-z]d", true, &env, &mut p);
+    r.unwrap();
+    assert_eq!(filter_names(&set, syms), ["vfs_read"]);
+    // A 1-based index into the listing.
+    let (set, r) = echo(FilterFile::Filter, &set, "1", true, &env, &mut p);
+    r.unwrap();
+    assert_eq!(filter_names(&set, syms), ["__traceiter_initcall_level"]);
+    let (_, r) = echo(FilterFile::Filter, &set, "0", true, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    let (_, r) = echo(FilterFile::Filter, &set, "99999", true, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    // A failing token in the middle keeps the earlier ones (one token per write(2)).
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_read nonexistent_fn vfs_write",
+        true,
+        &env,
+        &mut p,
+    );
+    assert_eq!(r, Err(Errno::EINVAL));
+    assert_eq!(filter_names(&set, syms), ["vfs_read"]);
+    // The ip set becomes the dispatch hash.
+    let hash = set.to_hash();
+    let vfs_read = syms.lookup(0xffffffff81457340).unwrap();
+    assert!(hash.contains(vfs_read.addr) && hash.len() == 1);
+}
+
+#[test]
+fn notrace_reads_back_and_rejects_commands() {
+    let env = NoEvents(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let (set, r) = echo(
+        FilterFile::Notrace,
+        &FilterSet::new(),
+        "ksys_*",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    assert_eq!(
+        set.show(FilterFile::Notrace, &env.0, None),
+        "ksys_read\nksys_write\n"
+    );
+    let (_, r) = echo(
+        FilterFile::Notrace,
+        &set,
+        "vfs_read:traceon",
+        false,
+        &env,
+        &mut p,
+    );
+    assert_eq!(r, Err(Errno::EINVAL));
+    assert!(p.is_empty());
+}
+
+#[test]
+fn graph_files_take_globs_only() {
+    let env = NoEvents(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let g = FilterFile::GraphFunction;
+    let (set, r) = echo(
+        g,
+        &FilterSet::new(),
+        "vfs_read ksys_read",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let shown = set.show(g, &env.0, None);
+    let mut lines: Vec<&str> = shown.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["ksys_read", "vfs_read"]);
+    for bad in ["vfs_read:traceon", "1", "!vfs_write", "nonexistent_fn_xyz"] {
+        let (after, r) = echo(g, &set, bad, false, &env, &mut p);
+        assert_eq!(r, Err(Errno::EINVAL), "{bad}");
+        assert_eq!(after.len(), 2);
+    }
+    let (set, r) = echo(g, &set, "!vfs_read", false, &env, &mut p);
+    r.unwrap();
+    assert_eq!(set.show(g, &env.0, None), "ksys_read\n");
+    assert_eq!(
+        FilterSet::new().show(FilterFile::GraphNotrace, &env.0, None),
+        "#### no functions disabled ####\n"
+    );
+}
+
+#[test]
+fn graph_readback_follows_kernel_hash_order() {
+    // Two entries: `__ftrace_hash_move` gives a 2-bucket hash keyed by the top bit of
+    // `ip * GOLDEN_RATIO_64`; the read walks bucket 0 then 1.
+    let env = NoEvents(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let (set, _) = echo(
+        FilterFile::GraphFunction,
+        &FilterSet::new(),
+        "vfs_read vfs_write",
+        true,
+        &env,
+        &mut p,
+    );
+    let key = |ip: u64| ip.wrapping_mul(0x61C8_8646_80B5_83EB) >> 63;
+    let mut ips: Vec<u64> = set.ips().collect();
+    let keys: Vec<u64> = ips.iter().map(|&ip| key(ip)).collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+    ips.sort();
+    assert_eq!(ips, [0xffffffff81457340, 0xffffffff81457c10]);
+}
+
+#[test]
+fn function_commands_register_read_back_and_remove() {
+    let env = Events(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let f = FilterFile::Filter;
+    let empty = FilterSet::new();
+    let (set, r) = echo(f, &empty, "vfs_read:traceon", true, &env, &mut p);
+    r.unwrap();
+    assert!(set.is_empty(), "commands do not touch the filter hash");
+    assert_eq!(
+        set.show(f, &env.0, Some(&p)),
+        "#### all functions enabled ####\nvfs_read:traceon:unlimited\n"
+    );
+    let (set, r) = echo(f, &set, "ksys_read:traceoff:3", false, &env, &mut p);
+    r.unwrap();
+    let (set, r) = echo(
+        f,
+        &set,
+        "vfs_write:enable_event:sched:sched_switch:2",
+        false,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let (set, r) = echo(f, &set, "ksys_write:snapshot", false, &env, &mut p);
+    r.unwrap();
+    // Newest probe ops first.
+    assert_eq!(
+        set.show(f, &env.0, Some(&p)),
+        "#### all functions enabled ####\n\
+         ksys_write:snapshot:unlimited\n\
+         vfs_write:enable_event:sched:sched_switch:count=2\n\
+         ksys_read:traceoff:count=3\n\
+         vfs_read:traceon:unlimited\n"
+    );
+    assert!(p.set_count(0xffffffff81458070, ProbeCommand::Traceoff, 2));
+    assert_eq!(p.at(0xffffffff81458070).next().unwrap().count, Some(2));
+    assert_eq!(p.hash_of(ProbeCommand::Traceon).len(), 1);
+    // Truncating the filter does not remove commands.
+    let (set, _) = echo(f, &set, "\n", true, &env, &mut p);
+    assert_eq!(p.entries().count(), 4);
+    // Removal: the uncounted form removes the uncounted probe; the counted one needs `:0`.
+    let (_, r) = echo(f, &set, "!ksys_read:traceoff", false, &env, &mut p);
+    assert_eq!(r, Err(Errno::ENODEV));
+    let (set, r) = echo(f, &set, "!ksys_read:traceoff:0", false, &env, &mut p);
+    r.unwrap();
+    let (_, r) = echo(f, &set, "!vfs_write:traceon", false, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL), "probe exists but matches nothing");
+    let (set, r) = echo(f, &set, "!*:traceon", false, &env, &mut p);
+    r.unwrap();
+    let (set, r) = echo(
+        f,
+        &set,
+        "!vfs_write:enable_event:sched:sched_switch:0",
+        false,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let (_, r) = echo(f, &set, "!ksys_write:snapshot", false, &env, &mut p);
+    r.unwrap();
+    assert!(p.is_empty());
+}
+
+#[test]
+fn function_command_errors() {
+    let env = Events(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let f = FilterFile::Filter;
+    let empty = FilterSet::new();
+    for (text, errno) in [
+        ("nonexistent_fn:traceon", Errno::EINVAL),
+        ("vfs_read:traceon:abc", Errno::EINVAL),
+        ("vfs_read:traceon:99999999999999999999999", Errno::ERANGE),
+        ("vfs_read:enable_event", Errno::EINVAL),
+        ("vfs_read:enable_event:sched", Errno::EINVAL),
+        ("vfs_read:enable_event:sched:nonexistent", Errno::EINVAL),
+        ("vfs_read:enable_event:sched:sched_switch:", Errno::EINVAL),
+        ("vfs_read:mod", Errno::EINVAL),
+        ("!vfs_read:stacktrace", Errno::ENODEV),
+    ] {
+        let (_, r) = echo(f, &empty, text, true, &env, &mut p);
+        assert_eq!(r, Err(errno), "{text}");
+    }
+    assert!(p.is_empty());
+    // An empty count is a counted probe with no limit, printed as the kernel does.
+    let (set, r) = echo(f, &empty, "vfs_read:stacktrace:", true, &env, &mut p);
+    r.unwrap();
+    assert_eq!(
+        set.show(f, &env.0, Some(&p)),
+        "#### all functions enabled ####\nvfs_read:stacktrace:count=-1\n"
+    );
+    // The same function again under the same probe: nothing was added → EINVAL.
+    let cmd = "vfs_read:disable_event:sched:sched_switch";
+    let (set, r) = echo(f, &set, cmd, false, &env, &mut p);
+    r.unwrap();
+    let (_, r) = echo(f, &set, cmd, false, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    let (_, r) = echo(f, &set, "vfs_read:stacktrace:5", false, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    // A glob that adds at least one new function succeeds; existing ones keep their count.
+    let (_, r) = echo(f, &set, "vfs_*:stacktrace:5", false, &env, &mut p);
+    assert_eq!(r, Ok(()));
+    let counts: Vec<_> = p
+        .entries()
+        .filter(|e| e.cmd == ProbeCommand::Stacktrace)
+        .map(|e| e.count)
+        .collect();
+    assert_eq!(counts.len(), 2);
+    assert!(counts.contains(&Some(-1)) && counts.contains(&Some(5)));
+    // No snapshot support: the command does not exist.
+    struct NoSnap(SortedSymbols);
+    impl CommandEnv for NoSnap {
+        fn symbols(&self) -> &dyn SymbolTable {
+            &self.0
+        }
+        fn has_snapshot(&self) -> bool {
+            false
+        }
+    }
+    let (_, r) = echo(
+        f,
+        &empty,
+        "vfs_read:snapshot",
+        true,
+        &NoSnap(kernel_symbols()),
+        &mut p,
+    );
+    assert_eq!(r, Err(Errno::EINVAL));
+}
+
+#[test]
+fn module_filters_and_cache() {
+    let env = NoEvents(module_symbols());
+    let syms = &env.0;
+    let mut p = ProbeTable::new();
+    let f = FilterFile::Filter;
+    let (set, r) = echo(f, &FilterSet::new(), ":mod:ext4", true, &env, &mut p);
+    r.unwrap();
+    assert_eq!(
+        filter_names(&set, syms),
+        ["ext4_read [ext4]", "ext4_write [ext4]"]
+    );
+    let (set, r) = echo(f, &FilterSet::new(), "*read:mod:*", true, &env, &mut p);
+    r.unwrap();
+    assert_eq!(
+        filter_names(&set, syms),
+        ["ext4_read [ext4]", "xfs_read [xfs]"]
+    );
+    // `!` on the module: everything outside it.
+    let (set, r) = echo(f, &FilterSet::new(), "*read:mod:!ext4", true, &env, &mut p);
+    r.unwrap();
+    assert_eq!(filter_names(&set, syms), ["vfs_read", "xfs_read [xfs]"]);
+    // A loaded module with no match fails; an unknown one is cached and read back.
+    let (_, r) = echo(f, &FilterSet::new(), "nope:mod:ext4", true, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    let (set, r) = echo(f, &FilterSet::new(), "foo*:mod:btrfs", true, &env, &mut p);
+    r.unwrap();
+    let (set, r) = echo(f, &set, ":mod:nfs", false, &env, &mut p);
+    r.unwrap();
+    assert_eq!(
+        set.show(f, syms, Some(&p)),
+        "#### all functions enabled ####\n:mod:nfs\nfoo*:mod:btrfs\n"
+    );
+    let (set, r) = echo(f, &set, "!foo*:mod:btrfs", false, &env, &mut p);
+    r.unwrap();
+    assert_eq!(set.mods().len(), 1);
+    let (_, r) = echo(f, &set, "!foo*:mod:btrfs", false, &env, &mut p);
+    assert_eq!(r, Err(Errno::EINVAL));
+    // Loading the module applies its cached requests.
+    let mut set = set;
+    let mut loaded = module_symbols();
+    loaded.push("nfs_read", 0x4000, 0x10, Some("nfs"));
+    loaded.push("nfs_write", 0x4010, 0x10, Some("nfs"));
+    loaded.finish();
+    let (mut with_btrfs, _) = echo(f, &set, "btrfs_*:mod:btrfs", false, &env, &mut p);
+    assert_eq!(with_btrfs.load_module("xfs", &loaded), 0);
+    assert_eq!(with_btrfs.load_module("nfs", &loaded), 1);
+    assert_eq!(
+        with_btrfs.show(f, &loaded, None),
+        "nfs_read [nfs]\nnfs_write [nfs]\nbtrfs_*:mod:btrfs\n"
+    );
+    assert_eq!(set.load_module("nfs", &loaded), 1);
+    // Truncation drops the cache.
+    let (set, _) = echo(f, &set, "\n", true, &env, &mut p);
+    assert!(set.mods().is_empty());
+}
+
+#[test]
+fn tokens_split_across_writes_and_too_long() {
+    let env = NoEvents(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let mut e = FilterEdit::open(FilterFile::Filter, &FilterSet::new(), true);
+    assert_eq!(e.write("  vfs_", &env, &mut p), Ok(6));
+    assert_eq!(e.write("read\nksys", &env, &mut p), Ok(5));
+    assert_eq!(e.write("ksys", &env, &mut p), Ok(4));
+    assert_eq!(e.write("_write", &env, &mut p), Ok(6));
+    // The last token has no separator: applied at close.
+    let (set, r) = e.close(&env, &mut p);
+    r.unwrap();
+    assert_eq!(filter_names(&set, &env.0), ["vfs_read", "ksys_write"]);
+    let mut e = FilterEdit::open(FilterFile::Filter, &FilterSet::new(), true);
+    let long = "a".repeat(670);
+    assert_eq!(e.write(&long, &env, &mut p), Err(Errno::EINVAL));
+    assert_eq!(e.write(&"*".repeat(669), &env, &mut p).map(|_| ()), Ok(()));
+}
+
+#[test]
+fn pid_files() {
+    assert_eq!(show_pids(&[]), "no pid\n");
+    let pids = write_pids(&[], "300 12\n").unwrap();
+    assert_eq!(show_pids(&pids), "12\n300\n");
+    // `>>` appends, a bad token rejects the whole write.
+    assert_eq!(write_pids(&pids, "7 x"), Err(Errno::EINVAL));
+    assert_eq!(write_pids(&pids, "7").unwrap(), [7, 12, 300]);
+}
+
+#[test]
+fn command_lines_follow_the_probe_hash_order() {
+    let env = NoEvents(kernel_symbols());
+    let mut p = ProbeTable::new();
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "*_read:traceoff",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let ips: Vec<u64> = p.entries().map(|e| e.ip).collect();
+    assert!(ips.len() >= 3, "{ips:?}");
+    // `__ftrace_hash_move` sizes the probe's hash to fls(n / 2) bits; reading walks buckets in
+    // index order, so the hash keys never decrease along the listing.
+    let n = ips.len();
+    let bits = usize::BITS - (n / 2).leading_zeros();
+    let key = |ip: u64| ip.wrapping_mul(0x61C8_8646_80B5_83EB) >> (64 - bits);
+    let keys: Vec<u64> = ips.iter().map(|&ip| key(ip)).collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{keys:?}");
+    let shown = set.show(FilterFile::Filter, &env.0, Some(&p));
+    assert_eq!(shown.lines().count(), n + 1);
+    assert!(
+        shown
+            .lines()
+            .skip(1)
+            .all(|l| l.ends_with(":traceoff:unlimited"))
+    );
+}

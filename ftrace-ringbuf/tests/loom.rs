@@ -1,0 +1,165 @@
+//! loom models of the lock-free protocols: a writer against a concurrent reader that swaps
+//! pages out of the ring, in both modes, including the overwrite case where the writer pushes
+//! the head page while the reader tries to take it.
+//!
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p ftrace-ringbuf --test loom --release`.
+#![cfg(loom)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use loom::sync::Arc;
+use loom::thread;
+
+use ftrace_ringbuf::{At, CpuBuffer, HeapPages, Mode};
+
+/// 64-byte pages: 48 data bytes, two 16-byte-payload events (20 bytes each) per page.
+const PAGE: usize = 64;
+
+fn payload(seq: u32) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    for (i, b) in p.iter_mut().enumerate() {
+        *b = (seq as u8).wrapping_mul(13).wrapping_add(i as u8);
+    }
+    p[..4].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+fn seq_of(p: &[u8]) -> u32 {
+    let seq = u32::from_le_bytes(p[..4].try_into().unwrap());
+    assert_eq!(&p[..16], &payload(seq), "payload intact");
+    seq
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ReaderKind {
+    /// `trace_pipe_raw`: one page, swapped out or copied.
+    Page,
+    /// `trace_pipe`: events one by one.
+    Events,
+}
+
+/// A writer writes `events` events into a 2-page ring while a reader reads concurrently;
+/// afterwards the rest is drained and every event is accounted for. Returns how many of the
+/// explored executions lost events to a head push and how many dropped events.
+fn model(mode: Mode, events: u32, reader: ReaderKind) -> (usize, usize) {
+    let lost_runs = std::sync::Arc::new(AtomicUsize::new(0));
+    let dropped_runs = std::sync::Arc::new(AtomicUsize::new(0));
+    let (lost_out, dropped_out) = (lost_runs.clone(), dropped_runs.clone());
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(2);
+    builder.check(move || {
+        let buf = Arc::new(CpuBuffer::new(HeapPages, 2, PAGE).unwrap());
+        buf.set_mode(mode);
+        let rb = buf.clone();
+        let reader = thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut c = rb.consumer();
+            match reader {
+                ReaderKind::Page => {
+                    let mut page = rb.alloc_read_page().unwrap();
+                    if let Some(n) = c.read_page(&mut page) {
+                        let p = page.page();
+                        for ev in p.events() {
+                            let ev = ev.unwrap();
+                            seen.push((seq_of(ev.payload), ev.ts));
+                        }
+                        assert_eq!(seen.len(), n);
+                    }
+                }
+                ReaderKind::Events => {
+                    for _ in 0..2 {
+                        if let Some(ev) = c.next() {
+                            seen.push((seq_of(ev.payload), ev.ts));
+                        }
+                    }
+                }
+            }
+            seen
+        });
+        let mut written = 0;
+        for seq in 0..events {
+            if buf.write(&payload(seq), &At(100 + 10 * seq as u64)) {
+                written += 1;
+            }
+        }
+        let mut seen = reader.join().unwrap();
+        {
+            let mut c = buf.consumer();
+            while let Some(ev) = c.next() {
+                seen.push((seq_of(ev.payload), ev.ts));
+            }
+        }
+        let st = buf.stats(0);
+        if st.pages_lost > 0 {
+            lost_runs.fetch_add(1, Ordering::Relaxed);
+        }
+        if st.dropped_events > 0 {
+            dropped_runs.fetch_add(1, Ordering::Relaxed);
+        }
+        assert_eq!(st.written, written);
+        assert_eq!(st.read_events, seen.len() as u64, "{st:?}");
+        if st.entries != 0 {
+            let mut d = String::new();
+            buf.dump_state(&mut d).unwrap();
+            panic!("not drained: {st:?} seen {seen:?}\n{d}");
+        }
+        assert_eq!(st.commit_overrun, 0);
+        assert_eq!(
+            seen.len() as u64 + st.overrun + st.dropped_events,
+            events as u64,
+            "read + overrun + dropped == written: {st:?} {seen:?}"
+        );
+        for w in seen.windows(2) {
+            assert!(w[0].0 < w[1].0, "order: {seen:?}");
+        }
+        for &(seq, ts) in &seen {
+            assert_eq!(ts, 100 + 10 * seq as u64, "timestamp of {seq}");
+        }
+        match mode {
+            Mode::Overwrite => {
+                // What is lost is the oldest, and only that.
+                assert_eq!(st.dropped_events, 0);
+                let first = seen.first().map_or(events, |e| e.0);
+                let holes: u64 = seen.windows(2).map(|w| (w[1].0 - w[0].0 - 1) as u64).sum();
+                assert_eq!(first as u64 + holes, st.overrun, "{seen:?} {st:?}");
+            }
+            Mode::ProducerConsumer => {
+                assert_eq!(st.overrun, 0);
+                // What is dropped is the newest at the time, so what was read is in order.
+                assert_eq!(
+                    seen.first().map(|e| e.0),
+                    Some(0).filter(|_| !seen.is_empty())
+                );
+            }
+        }
+    });
+    (
+        lost_out.load(Ordering::Relaxed),
+        dropped_out.load(Ordering::Relaxed),
+    )
+}
+
+#[test]
+fn overwrite_writer_pushes_head_against_page_swap() {
+    // 5 events need 3 pages' worth: the writer wraps the 2-page ring and pushes the head.
+    let (lost, _) = model(Mode::Overwrite, 5, ReaderKind::Page);
+    assert!(lost > 0, "no execution pushed the head");
+}
+
+#[test]
+fn overwrite_writer_against_event_reader() {
+    let (lost, _) = model(Mode::Overwrite, 5, ReaderKind::Events);
+    assert!(lost > 0, "no execution pushed the head");
+}
+
+#[test]
+fn producer_consumer_writer_against_page_swap() {
+    let (_, dropped) = model(Mode::ProducerConsumer, 5, ReaderKind::Page);
+    assert!(dropped > 0, "no execution filled the buffer");
+}
+
+#[test]
+fn producer_consumer_writer_against_event_reader() {
+    let (_, dropped) = model(Mode::ProducerConsumer, 5, ReaderKind::Events);
+    assert!(dropped > 0, "no execution filled the buffer");
+}
