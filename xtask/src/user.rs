@@ -63,7 +63,8 @@ pub fn demo() -> Result<(), String> {
             .arg(&data)
             .arg("--")
             .arg(&exe)
-            .args(["1", "1"]),
+            .args(["1", "1"])
+            .current_dir(scratch()),
     )
 }
 
