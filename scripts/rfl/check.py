@@ -374,12 +374,13 @@ def main():
               f"max {gap} us; preempt-depth column (ours, kernel's): {sorted(depths)}; "
               f"need-resched column differs on {resched_diff}")
     # Context flags on our side: the tick's functions in hard-irq context with irqs off ('h',
-    # or 'H' when the tick interrupted a softirq), the timer softirq in softirq context.
+    # or 'H' when the tick interrupted a softirq; 'D' when it interrupted a bh-disabled
+    # section), the timer softirq in softirq context.
     hard = [e["line"] for e in cevents if e["func"] == "update_process_times"
-            and not (e["flags"][0] == "d" and e["flags"][2] in "hH")]
+            and not (e["flags"][0] in "dD" and e["flags"][2] in "hH")]
     soft = [e["line"] for e in cevents if e["func"] == "run_timer_softirq"
             and e["flags"][2] != "s"]
-    c.check("compare: update_process_times lines in hard-irq context, irqs off ('d.h'/'d.H')",
+    c.check("compare: update_process_times lines in hard-irq context, irqs off ('[dD].[hH]')",
             not hard, hard[:2])
     c.check("compare: run_timer_softirq lines in softirq context ('..s')", not soft, soft[:2])
     cpids = {w[1] for w in tasks(status, "compare")}
