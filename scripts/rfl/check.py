@@ -307,6 +307,10 @@ def main():
                 len(kept) > len(fper_cpu.get(cpu, [])) // 2
                 and all(ev["comm"] == "dd" for ev in kept),
                 f"{len(kept)} of {len(fper_cpu.get(cpu, []))}")
+    c.check("flood: trace read three times while the floods ran",
+            "flood concurrent read FAILED" not in status, "a concurrent read failed")
+    stopped = {cpu: fstats[cpu].get("stopped") for cpu in sorted(fstats)}
+    print(f"# flood: calls dropped while a reader had trace open, per CPU: {stopped}")
     c.check("flood: rmmod ftrace_rs", "flood rmmod ok" in status, "no 'flood rmmod ok'")
 
     # Pass 3: the kernel's own function tracer recorded alongside the module, with the same

@@ -57,9 +57,13 @@ if insmod /lib/modules/ftrace_rs.ko filter="$FILTER" pages_per_cpu=2; then
 else
   echo "RFL: flood insmod FAILED"
 fi
+# Both floods run at once, and `trace` is opened and read while they run: recording stops
+# under the writers' feet (counted as `stopped`) and resumes.
 for cpu in 0 1; do
-  taskset $((1 << cpu)) sh -c 'echo "RFL: flood cpu='$cpu' pid=$$"; exec dd if=/dev/zero of=/dev/null bs=1 count='$FLOOD' 2>/dev/null'
+  taskset $((1 << cpu)) sh -c 'echo "RFL: flood cpu='$cpu' pid=$$"; exec dd if=/dev/zero of=/dev/null bs=1 count='$FLOOD' 2>/dev/null' &
 done
+for r in 1 2 3; do cat $D/trace > /dev/null || echo "RFL: flood concurrent read FAILED"; done
+wait
 if (exec 3<$D/trace && {
       echo "RFL-FILE flood-stats"; cat $D/stats; echo "RFL-END"
       echo "RFL-FILE flood-trace"; cat <&3; echo "RFL-END"
