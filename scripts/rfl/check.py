@@ -337,13 +337,14 @@ def main():
     c.check("compare: header identical to the kernel's (entry counts aside)", strip == kstrip,
             f"ours {strip!r} kernel {kstrip!r}")
     # The key leaves out two flag columns: the preempt depth (see above) and need-resched,
-    # which another CPU may set between the two callbacks' reads (a remote wakeup).
-    key = lambda e: (e["comm"], e["pid"], e["cpu"], e["flags"][0] + e["flags"][2] + e["flags"][4],
+    # which another CPU may set between the two callbacks' reads (a remote wakeup); and the
+    # comm, checked apart below.
+    key = lambda e: (e["pid"], e["cpu"], e["flags"][0] + e["flags"][2] + e["flags"][4],
                      e["func"], e["parent"])
     # Match each kernel line to the nearest-in-time unmatched line of ours with the same key
     # on the same CPU, at most 500 ms away (the gap is the time between the two callbacks;
     # more if the host deschedules a TCG vCPU between them, hence a median check below).
-    unmatched, gaps, depths, resched_diff = [], [], set(), 0
+    unmatched, gaps, depths, resched_diff, comm_diff = [], [], set(), 0, []
     used = set()
     for k in kevents:
         best = None
@@ -361,13 +362,23 @@ def main():
         depths.add((cevents[best[1]]["flags"][3], k["flags"][3]))
         if cevents[best[1]]["flags"][1] != k["flags"][1]:
             resched_diff += 1
+        if cevents[best[1]]["comm"] != k["comm"]:
+            comm_diff.append((cevents[best[1]], k))
     c.check("compare: every line of the kernel's trace is in ours (timestamp, depth, "
-            "need-resched aside)",
+            "need-resched, comm aside)",
             kevents and not unmatched, f"{len(unmatched)} of {len(kevents)} unmatched: {unmatched[:3]}")
     funcs = {e["func"] for e in kevents}
     c.check("compare: the kernel traced the workload and the tick's hard-irq and softirq code",
             {"update_process_times", "run_timer_softirq"} <= funcs or a.cfilter != C_DEFAULT,
             repr(sorted(funcs)))
+    # Comms: the kernel prints the name its saved_cmdlines recorded at some sched_switch; a
+    # workload task that exec'd dd and exited before its next switch still shows the shell's
+    # pre-exec name there. Ours records the name with every event: the newest, 'dd'.
+    cpids = {w[1] for w in tasks(status, "compare")}
+    bad_comm = [(o["line"], k["line"]) for o, k in comm_diff
+                if not (o["pid"] in cpids and o["comm"] == "dd")]
+    c.check("compare: same comm as the kernel's (but its stale pre-exec names of dd tasks)",
+            not bad_comm, bad_comm[:2])
     dep = lambda ch: 0 if ch == "." else int(ch, 16)
     c.check("compare: the kernel's preempt depth is ours + 1 on every line",
             bool(depths) and all(dep(k) == dep(o) + 1 for o, k in depths), sorted(depths))
@@ -378,7 +389,8 @@ def main():
                 f"median {med} us, max {gap} us")
         print(f"# {len(gaps)} lines matched the kernel's; timestamp gap median {med} us, "
               f"max {gap} us; preempt-depth column (ours, kernel's): {sorted(depths)}; "
-              f"need-resched column differs on {resched_diff}")
+              f"need-resched column differs on {resched_diff}; the kernel shows a stale "
+              f"pre-exec comm on {len(comm_diff)}")
     # Context flags on our side: the tick's functions in hard-irq context with irqs off ('h',
     # or 'H' when the tick interrupted a softirq; 'D' when it interrupted a bh-disabled
     # section), the timer softirq in softirq context.
@@ -389,7 +401,6 @@ def main():
     c.check("compare: update_process_times lines in hard-irq context, irqs off ('[dD].[hH]')",
             not hard, hard[:2])
     c.check("compare: run_timer_softirq lines in softirq context ('..s')", not soft, soft[:2])
-    cpids = {w[1] for w in tasks(status, "compare")}
     wl = [e for e in cevents if e["pid"] in cpids]
     c.check("compare: the workload's lines are there too", len(wl) >= len(cpids),
             f"{len(wl)} lines for {len(cpids)} tasks")
