@@ -258,14 +258,11 @@ impl Capture {
             .collect()
     }
 
-    /// The capture's symbols (see [`parse_kallsyms`]).
+    /// The capture's symbols (names with spaces stay whole: they run to the tab before
+    /// `[module]`).
     pub fn symbols(&self) -> Result<SortedSymbols, ExportError> {
-        parse_kallsyms(&self.kallsyms).map_err(|line| {
-            io_err(
-                &self.dir.join("kallsyms"),
-                format!("line {line}: expected \"addr type name\""),
-            )
-        })
+        SortedSymbols::from_kallsyms(&self.kallsyms)
+            .map_err(|e| io_err(&self.dir.join("kallsyms"), e))
     }
 
     /// Decodes every CPU's pages into events (ids mapped to ftrace-core's by name), sorted by
@@ -420,37 +417,6 @@ impl Ev {
             _ => None,
         }
     }
-}
-
-/// Parses `kallsyms` text, keeping text symbols (`t`/`T`/`w`/`W`): `addr type name`, then
-/// optionally a tab and `[module]`. Unlike a whitespace split, the name runs to the tab, so
-/// demangled names with spaces (`<fn(), ()>`) stay whole. Errors give the 1-based line.
-pub fn parse_kallsyms(text: &str) -> Result<SortedSymbols, usize> {
-    let mut t = SortedSymbols::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let parse = || {
-            let (addr, rest) = line.trim_start().split_once(' ')?;
-            let (kind, rest) = rest.split_once(' ')?;
-            let addr = u64::from_str_radix(addr, 16).ok()?;
-            let (name, module) = match rest.split_once('\t') {
-                Some((n, m)) => (
-                    n,
-                    Some(m.trim().trim_start_matches('[').trim_end_matches(']')),
-                ),
-                None => (rest.trim_end(), None),
-            };
-            Some((addr, kind, name, module))
-        };
-        let (addr, kind, name, module) = parse().ok_or(i + 1)?;
-        if matches!(kind, "t" | "T" | "w" | "W") {
-            t.push(name, addr, 0, module);
-        }
-    }
-    t.finish();
-    Ok(t)
 }
 
 /// The page size `events/header_page` describes (`data` offset + size).
@@ -644,17 +610,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kallsyms_names_keep_their_spaces() {
-        let t = parse_kallsyms(
-            "0000000000001000 t a::<fn(), ()>\n0000000000002000 T b\t[libx.so]\n\
-             0000000000003000 D data\nffffffff81000000 T vfs_read\n",
-        )
-        .unwrap();
-        let a = t.lookup(0x1004).unwrap();
-        assert_eq!((a.name, a.module), ("a::<fn(), ()>", None));
-        let b = t.lookup(0x2000).unwrap();
-        assert_eq!((b.name, b.module), ("b", Some("libx.so")));
-        assert_eq!(t.len(), 3);
-        assert_eq!(parse_kallsyms("zz\n").err(), Some(1));
+    fn print_text_and_calls_decode() {
+        let mut p = vec![0u8; 16];
+        p[..2].copy_from_slice(&EventId::Print.as_u16().to_le_bytes());
+        p.extend_from_slice(b"hello\n\0junk");
+        assert_eq!(
+            What::decode(EventId::Print, &p),
+            What::Print("hello".into())
+        );
+        let f = FtraceEntry {
+            ent: TraceEntry {
+                type_: EventId::Function.as_u16(),
+                flags: 0,
+                preempt_count: 0,
+                pid: 7,
+            },
+            ip: 0x1000,
+            parent_ip: 0x2000,
+        };
+        assert_eq!(
+            What::decode(EventId::Function, f.as_bytes()),
+            What::Call(Call::Function {
+                func: 0x1000,
+                parent: 0x2000
+            })
+        );
+        assert_eq!(What::decode(EventId::Function, &[0u8; 4]), What::Other);
+        // A 40-byte funcgraph_exit (the format file's size) still decodes.
+        let r = FtraceGraphRetEntry {
+            func: 0x3000,
+            depth: 2,
+            calltime: 5,
+            rettime: 9,
+            ..Default::default()
+        };
+        let bytes = &r.as_bytes()[..40];
+        assert!(matches!(
+            What::decode(EventId::FuncgraphExit, bytes),
+            What::Call(Call::Exit {
+                func: 0x3000,
+                depth: 2,
+                ..
+            })
+        ));
     }
 }
