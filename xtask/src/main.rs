@@ -30,6 +30,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("clang", "clang"),
     ("uftrace", "uftrace"),
+    ("trace-cmd", "trace-cmd"),
 ];
 
 fn main() -> ExitCode {

@@ -70,6 +70,8 @@ pub enum Command {
         #[arg(short = 'O', value_name = "OPTION")]
         options: Vec<String>,
     },
+    /// Write a capture or recording as trace.dat, uftrace.data or Chrome JSON.
+    Export(crate::export::ExportArgs),
 }
 
 /// The options of `record` and `live`.
@@ -181,6 +183,7 @@ pub fn run(
         }
     };
     match cli.command {
+        Command::Export(a) => crate::export::run_cli(&a, out, err),
         Command::Record { rec } => run_record(&rec, None, out, err),
         Command::Live { rec, options } => run_record(&rec, Some(&options), out, err),
         Command::Report {

@@ -7,10 +7,12 @@
 //! - [`launch`]: starting a program with the agent preloaded;
 //! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
 //! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU;
-//! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads.
+//! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads;
+//! - [`export`]: a capture as trace-cmd's `trace.dat`, a `uftrace.data` directory or Chrome JSON.
 
 pub mod capture;
 pub mod cli;
+pub mod export;
 pub mod launch;
 pub mod record;
 pub mod recording;
