@@ -182,6 +182,11 @@ impl TraceBackend for BmBackend {
             Param::MaxGraphDepth(0) | Param::TracingThresh(0) | Param::ProfileEnabled(false) => {
                 Ok(())
             }
+            // The tree hands its flag word over when it is built; the formatter here prints
+            // with the defaults, so only the defaults are accepted.
+            Param::Flags(f) if f == ftrace_tracefs::options::TraceFlags::top_level_default() => {
+                Ok(())
+            }
             _ => Err(Errno::EINVAL),
         }
     }
