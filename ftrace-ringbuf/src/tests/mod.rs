@@ -681,3 +681,73 @@ fn writer_fills_the_spliced_in_page_before_the_reader_publishes_its_new_page() {
         }
     }
 }
+
+/// The iterator steps onto the page the writer has just moved its commit to, before the
+/// writer stamps the page with its first event's time; the writer then commits that event.
+/// The page time the iterator took on entering is the page's previous one (a lap ago), so
+/// the event must not be timed from it (the kernel re-checks the page stamp after copying).
+#[test]
+fn iterator_entering_a_page_before_the_writer_stamps_it() {
+    use std::sync::Arc;
+    use std::sync::mpsc::channel;
+    let buf = Arc::new(CpuBuffer::new(HeapPages, PAGES, PAGE).unwrap());
+    buf.set_mode(Mode::ProducerConsumer);
+    let per_page = (PAGE - page::PAGE_HEADER_SIZE) as u64 / 20;
+    let mut seq = 0u64;
+    let mut write = |buf: &CpuBuffer<HeapPages>| {
+        assert!(buf.write(&payload(seq as u32, 16), &At(1000 + 3 * seq)));
+        seq += 1;
+    };
+    // A lap and a half, read as we go: every page has an old stamp, the writer is on a page
+    // of its own with the reader page behind it, and one event short of a full page.
+    for _ in 0..(PAGES as u64 + 1) * per_page + per_page - 1 {
+        write(&buf);
+        drop(drain(&buf));
+    }
+    write(&buf);
+    // The writer's page is full: the next event moves it on. Park the writer right after it
+    // moved its commit (before it stamps the new page); the iterator steps onto that page,
+    // and there waits for the writer to finish.
+    let (parked, parked_rx) = channel::<()>();
+    let (resume, resume_rx) = channel::<()>();
+    let (done, done_rx) = channel::<()>();
+    let last = seq;
+    let mut got = Vec::new();
+    std::thread::scope(|s| {
+        let wb = &*buf;
+        s.spawn(move || {
+            let mut once = Some((parked, resume_rx));
+            inject::set(Some(std::boxed::Box::new(move |step| {
+                if step == "moved_tail" {
+                    if let Some((parked, resume)) = once.take() {
+                        parked.send(()).unwrap();
+                        resume.recv().unwrap();
+                    }
+                }
+            })));
+            assert!(wb.write(&payload(last as u32, 16), &At(1000 + 3 * last)));
+            inject::set(None);
+            done.send(()).unwrap();
+        });
+        parked_rx.recv().unwrap();
+        let mut once = Some((resume, done_rx));
+        inject::set(Some(std::boxed::Box::new(move |step| {
+            if step == "iter_entered" {
+                if let Some((resume, done)) = once.take() {
+                    resume.send(()).unwrap();
+                    done.recv().unwrap();
+                }
+            }
+        })));
+        let mut scratch = [0u8; PAGE];
+        let mut it = buf.iter(&mut scratch);
+        while let Some(ev) = it.next() {
+            got.push((check_payload(ev.payload, 16) as u64, ev.ts));
+        }
+        inject::set(None);
+    });
+    assert_eq!(got.last().map(|e| e.0), Some(last), "{got:?}");
+    for (id, ts) in got {
+        assert_eq!(ts, 1000 + 3 * id, "iterated timestamp of event {id}");
+    }
+}
