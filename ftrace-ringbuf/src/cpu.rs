@@ -792,7 +792,10 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
         let mut skip_update = false;
         if link & FLAG_MASK != PAGE_NORMAL {
-            if commit_page != self.reader_page.load(Ordering::Acquire) {
+            // Whether the commit is on the reader page is a question for the links, not for
+            // `reader_page` (see `is_reader_page`).
+            let commit_on_reader = self.is_reader_page(commit_page);
+            if !commit_on_reader {
                 if !self.overwrite.load(Ordering::Relaxed) {
                     self.dropped_events.inc();
                     self.reset_tail(tail_page, tail, length);
@@ -806,11 +809,9 @@ impl<P: PageProvider> CpuBuffer<P> {
                     Ok(true) => skip_update = true,
                     Ok(false) => {}
                 }
-            } else if self.commit_page.load(Ordering::Acquire)
-                != self.tail_page.load(Ordering::Acquire)
-                && self.commit_page.load(Ordering::Acquire)
-                    == self.reader_page.load(Ordering::Acquire)
-            {
+            } else if commit_page != self.tail_page.load(Ordering::Acquire) {
+                // Interrupts filled the ring while the interrupted commit is still on the
+                // reader page: moving on would overwrite it.
                 self.commit_overrun.inc();
                 self.reset_tail(tail_page, tail, length);
                 return Retry::Fail;
@@ -830,6 +831,22 @@ impl<P: PageProvider> CpuBuffer<P> {
     #[inline(always)]
     pub(crate) fn next_of(&self, i: usize) -> usize {
         self.desc(i).next.load(Ordering::Acquire) >> 2
+    }
+
+    /// `rb_is_reader_page`: whether `page` is out of the ring, i.e. its predecessor's link no
+    /// longer points at it.
+    ///
+    /// The writer must ask the links, not `reader_page`: the reader splices its old page into
+    /// the ring (the CAS on the head's predecessor) before it publishes the new
+    /// `reader_page`, and a writer running in between may fill the spliced-in page and find
+    /// it still named `reader_page` although it is a ring page in front of the head. Taking
+    /// it for the reader page there moves the tail onto the head page and wipes unread,
+    /// already counted events. The links change in one CAS, so they are never stale this way:
+    /// the page's `prev` is set before the CAS that links it in (and the CAS that unlinks it
+    /// leaves it pointing at a predecessor that no longer links to it).
+    fn is_reader_page(&self, page: usize) -> bool {
+        let prev = self.desc(page).prev.load(Ordering::Acquire);
+        self.desc(prev).next.load(Ordering::Acquire) >> 2 != page
     }
 
     /// Whether `prev`'s link points at `page` with the HEAD or UPDATE flag
@@ -1168,6 +1185,10 @@ impl<P: PageProvider> CpuBuffer<P> {
                 }
                 crate::sync::spin_loop();
             };
+            // The old reader page is in the ring now, the old head out of it, but
+            // `reader_page` still names the former until the store below: a writer may run
+            // here (on another CPU) for as long as the reader is preempted.
+            inject::point("reader_spliced");
             let head_next = self.next_of(reader);
             self.desc(head_next).prev.store(reader, Ordering::Relaxed);
             self.head_page.store(head_next, Ordering::Relaxed);

@@ -284,6 +284,7 @@ impl<P: PageProvider> Iter<'_, P> {
         self.pos = 0;
         self.stamp = d.time_stamp();
         self.on_reader_page = page == self.buf.reader_page.load(Ordering::Relaxed);
+        crate::sync::inject::point("iter_entered");
     }
 
     /// Whether the page we are on was recycled since we entered it.
@@ -343,6 +344,13 @@ impl<P: PageProvider> Iter<'_, P> {
                 }
                 self.enter(next);
                 continue;
+            }
+            if self.pos == 0 {
+                // Time the page's first record from the page stamp as it is now that the
+                // commit covers that record: the one read on entering the page may predate
+                // the writer stamping it (the page's time from a lap ago). A recycled page
+                // is caught by `page_moved` below.
+                self.stamp = d.time_stamp();
             }
             let p = d.page_ptr().wrapping_add(PAGE_HEADER_SIZE + self.pos);
             let w = read_u32(p);

@@ -606,3 +606,148 @@ fn full_page_swap_reports_missed_events_like_the_kernel() {
     assert_eq!(first as u64, st.overrun);
     let _ = page::MISSED_MASK;
 }
+
+/// The writer runs (on another CPU) while the reader is preempted between splicing its old
+/// reader page into the ring and publishing the new `reader_page`, fills the spliced-in page
+/// and reaches the head. `reader_page` still names the page the writer is on, so a writer
+/// that takes `commit_page == reader_page` for "the commit is on the reader page" moves onto
+/// the head page and wipes unread events that were already counted as written (the stress
+/// test's "not drained" failure). The kernel asks the links instead (`rb_is_reader_page`):
+/// the spliced-in page is in the ring, so the buffer is full and the event is dropped.
+#[test]
+fn writer_fills_the_spliced_in_page_before_the_reader_publishes_its_new_page() {
+    for mode in [Mode::ProducerConsumer, Mode::Overwrite] {
+        let buf = Rc::new(CpuBuffer::new(HeapPages, PAGES, PAGE).unwrap());
+        buf.set_mode(mode);
+        let written = Rc::new(RefCell::new(Vec::new()));
+        let attempts = Rc::new(Cell::new(0u32));
+        let write = {
+            let (buf, written, attempts) = (buf.clone(), written.clone(), attempts.clone());
+            move |n: u32| {
+                for _ in 0..n {
+                    let id = attempts.get();
+                    attempts.set(id + 1);
+                    if buf.write(&payload(id, 16), &At(10 + id as u64)) {
+                        written.borrow_mut().push(id);
+                    }
+                }
+            }
+        };
+        // Fill the ring (in overwrite mode: exactly, without pushing the head yet).
+        let per_page = (PAGE - page::PAGE_HEADER_SIZE) as u32 / 20;
+        write(per_page * PAGES as u32);
+        let spliced = Rc::new(Cell::new(false));
+        {
+            let (write, spliced) = (write.clone(), spliced.clone());
+            inject::set(Some(std::boxed::Box::new(move |step| {
+                if step == "reader_spliced" && !spliced.get() {
+                    spliced.set(true);
+                    // Two pages' worth: the spliced-in page, then the attempt at the head.
+                    write(2 * per_page + 1);
+                }
+            })));
+        }
+        let mut ids = Vec::new();
+        {
+            let mut c = buf.consumer();
+            while let Some(ev) = c.next() {
+                ids.push(check_payload(ev.payload, 16));
+            }
+        }
+        inject::set(None);
+        assert!(spliced.get(), "{mode:?}: the reader never swapped");
+        let st = buf.stats(0);
+        let mut d = String::new();
+        buf.dump_state(&mut d).unwrap();
+        assert_eq!(st.entries, 0, "{mode:?}: not drained: {st:?}\n{d}");
+        assert_eq!(st.commit_overrun, 0, "{mode:?}");
+        assert_eq!(ids.len() as u64, st.read_events, "{mode:?}");
+        assert_eq!(
+            ids.len() as u64 + st.overrun + st.dropped_events,
+            attempts.get() as u64,
+            "{mode:?}: read + overrun + dropped == written: {st:?}\n{d}"
+        );
+        match mode {
+            // Nothing overwritten: what was read is every event the writer got in.
+            Mode::ProducerConsumer => assert_eq!(ids, *written.borrow(), "{st:?}\n{d}"),
+            // Whole pages of the ring are lost (the reader page is the reader's): what was
+            // read is in order, and what is missing is exactly the overrun.
+            Mode::Overwrite => {
+                let w = written.borrow();
+                assert!(ids.windows(2).all(|p| p[0] < p[1]), "{ids:?}");
+                assert!(ids.iter().all(|i| w.contains(i)), "{ids:?}");
+                assert_eq!((w.len() - ids.len()) as u64, st.overrun, "{st:?}\n{d}");
+            }
+        }
+    }
+}
+
+/// The iterator steps onto the page the writer has just moved its commit to, before the
+/// writer stamps the page with its first event's time; the writer then commits that event.
+/// The page time the iterator took on entering is the page's previous one (a lap ago), so
+/// the event must not be timed from it (the kernel re-checks the page stamp after copying).
+#[test]
+fn iterator_entering_a_page_before_the_writer_stamps_it() {
+    use std::sync::Arc;
+    use std::sync::mpsc::channel;
+    let buf = Arc::new(CpuBuffer::new(HeapPages, PAGES, PAGE).unwrap());
+    buf.set_mode(Mode::ProducerConsumer);
+    let per_page = (PAGE - page::PAGE_HEADER_SIZE) as u64 / 20;
+    let mut seq = 0u64;
+    let mut write = |buf: &CpuBuffer<HeapPages>| {
+        assert!(buf.write(&payload(seq as u32, 16), &At(1000 + 3 * seq)));
+        seq += 1;
+    };
+    // A lap and a half, read as we go: every page has an old stamp, the writer is on a page
+    // of its own with the reader page behind it, and one event short of a full page.
+    for _ in 0..(PAGES as u64 + 1) * per_page + per_page - 1 {
+        write(&buf);
+        drop(drain(&buf));
+    }
+    write(&buf);
+    // The writer's page is full: the next event moves it on. Park the writer right after it
+    // moved its commit (before it stamps the new page); the iterator steps onto that page,
+    // and there waits for the writer to finish.
+    let (parked, parked_rx) = channel::<()>();
+    let (resume, resume_rx) = channel::<()>();
+    let (done, done_rx) = channel::<()>();
+    let last = seq;
+    let mut got = Vec::new();
+    std::thread::scope(|s| {
+        let wb = &*buf;
+        s.spawn(move || {
+            let mut once = Some((parked, resume_rx));
+            inject::set(Some(std::boxed::Box::new(move |step| {
+                if step == "moved_tail" {
+                    if let Some((parked, resume)) = once.take() {
+                        parked.send(()).unwrap();
+                        resume.recv().unwrap();
+                    }
+                }
+            })));
+            assert!(wb.write(&payload(last as u32, 16), &At(1000 + 3 * last)));
+            inject::set(None);
+            done.send(()).unwrap();
+        });
+        parked_rx.recv().unwrap();
+        let mut once = Some((resume, done_rx));
+        inject::set(Some(std::boxed::Box::new(move |step| {
+            if step == "iter_entered" {
+                if let Some((resume, done)) = once.take() {
+                    resume.send(()).unwrap();
+                    done.recv().unwrap();
+                }
+            }
+        })));
+        let mut scratch = [0u8; PAGE];
+        let mut it = buf.iter(&mut scratch);
+        while let Some(ev) = it.next() {
+            got.push((check_payload(ev.payload, 16) as u64, ev.ts));
+        }
+        inject::set(None);
+    });
+    assert_eq!(got.last().map(|e| e.0), Some(last), "{got:?}");
+    for (id, ts) in got {
+        assert_eq!(ts, 1000 + 3 * id, "iterated timestamp of event {id}");
+    }
+}
