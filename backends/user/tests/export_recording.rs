@@ -418,8 +418,12 @@ fn trace_cmd_reports_every_recorded_event() {
         let tid: u32 = task.trim().rsplit_once('-').unwrap().1.parse().unwrap();
         let (cpu, rest) = rest.split_once(']').unwrap();
         let (ts, rest) = rest.split_once(": ").unwrap();
-        let (s, ns) = ts.trim().split_once('.').unwrap();
-        let ts = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+        // `secs.nanoseconds` (`-t`), or raw nanoseconds on the rare run where trace-cmd
+        // 3.1.6 ignores the file's trace_clock: the same value either way.
+        let ts = match ts.trim().split_once('.') {
+            Some((s, ns)) => s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap(),
+            None => ts.trim().parse::<u64>().unwrap(),
+        };
         let (ev, rest) = rest.trim().split_once(' ').unwrap();
         let body = rest.rsplit_once('|').unwrap().1.trim();
         match ev {
