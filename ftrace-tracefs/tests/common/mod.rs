@@ -226,7 +226,7 @@ pub struct ModelHost {
     pub syms: Rc<SortedSymbols>,
     pub states: BTreeMap<Option<String>, Shared>,
     pub fail_create: bool,
-    pub functions: Option<ModelFunctions>,
+    pub functions: Option<Box<dyn FunctionRecords>>,
 }
 
 /// Call-site records: one per function of the kallsyms subset (the model's own text), never
@@ -249,7 +249,8 @@ impl ModelHost {
         let text = golden("11-kallsyms/kallsyms_subset.txt");
         let syms = SortedSymbols::from_kallsyms(&text).expect("kallsyms parses");
         let syms = Rc::new(syms);
-        let functions = Some(model_functions(syms.clone()));
+        let functions: Option<Box<dyn FunctionRecords>> =
+            Some(Box::new(model_functions(syms.clone())));
         ModelHost {
             cpus,
             now_ns: 125_746_853_000,
@@ -337,7 +338,7 @@ impl Host for ModelHost {
         Some(&*self.syms)
     }
     fn functions(&self) -> Option<&dyn FunctionRecords> {
-        self.functions.as_ref().map(|f| f as &dyn FunctionRecords)
+        self.functions.as_deref()
     }
 }
 
