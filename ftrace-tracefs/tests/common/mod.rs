@@ -226,7 +226,7 @@ pub struct ModelHost {
     pub syms: Rc<SortedSymbols>,
     pub states: BTreeMap<Option<String>, Shared>,
     pub fail_create: bool,
-    pub functions: Option<Box<dyn FunctionRecords>>,
+    pub functions: Option<Box<dyn FunctionRecords + Send>>,
 }
 
 /// Call-site records: one per function of the kallsyms subset (the model's own text), never
@@ -249,7 +249,7 @@ impl ModelHost {
         let text = golden("11-kallsyms/kallsyms_subset.txt");
         let syms = SortedSymbols::from_kallsyms(&text).expect("kallsyms parses");
         let syms = Rc::new(syms);
-        let functions: Option<Box<dyn FunctionRecords>> =
+        let functions: Option<Box<dyn FunctionRecords + Send>> =
             Some(Box::new(model_functions(syms.clone())));
         ModelHost {
             cpus,
@@ -338,7 +338,7 @@ impl Host for ModelHost {
         Some(&*self.syms)
     }
     fn functions(&self) -> Option<&dyn FunctionRecords> {
-        self.functions.as_deref()
+        self.functions.as_deref().map(|f| f as &dyn FunctionRecords)
     }
 }
 
