@@ -10,7 +10,7 @@
 //! the dispatcher is called with.
 //!
 //! Invariant: like the kernel's `ftrace_regex_write`, a rejected token changes nothing, and the
-//! new set becomes visible (and is handed to [`FilterStore::publish`]) only at release.
+//! new set becomes visible (and [`FilterStore::publish`] is asked to apply it) only at release.
 
 use alloc::boxed::Box;
 use alloc::sync::Arc;
@@ -114,11 +114,13 @@ pub trait FilterStore: Send {
     /// Runs `f` on the state, under the backend's lock.
     fn with_state(&self, f: &mut dyn FnMut(&mut FilterState));
 
-    /// Called under the lock (inside [`FilterStore::with_state`]'s critical section, from the
-    /// writer's release) after `which` got its new content: the backend republishes the hash to
-    /// the dispatcher and updates call sites. The default does nothing.
-    fn publish(&self, state: &FilterState, which: FilterFile) {
-        let _ = (state, which);
+    /// Called by the writer's release after `which` got its new content, outside
+    /// [`FilterStore::with_state`]: the backend republishes the hashes to the dispatcher and
+    /// updates the call sites (an `EBUSY` from the record table is the write's error). The
+    /// default does nothing.
+    fn publish(&self, which: FilterFile) -> Result<(), Errno> {
+        let _ = which;
+        Ok(())
     }
 }
 
@@ -186,8 +188,7 @@ impl<S: FilterStore> FilterEdit for FilterWriter<S> {
             let (set, res) = e.close(&*env, &mut st.probes);
             st.sets[slot(which)] = set;
             r = res;
-            store.publish(st, which);
         });
-        r
+        r.and(store.publish(which))
     }
 }
