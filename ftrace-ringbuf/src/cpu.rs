@@ -44,6 +44,12 @@ const PAGE_HEAD: usize = 1;
 const PAGE_UPDATE: usize = 2;
 const FLAG_MASK: usize = 3;
 
+/// `committing` (writers inside reserve..commit) is the low part of the nesting word.
+const COMMITTING_MASK: usize = 0xffff;
+/// `commits` (commits started) is the high part of the nesting word.
+const COMMITS_SHIFT: u32 = 16;
+const COMMITS_ONE: usize = 1 << COMMITS_SHIFT;
+
 /// Sticky "recording off" bit of `record_disabled` (`RB_BUFFER_OFF`).
 const RECORD_OFF: u32 = 1 << 20;
 /// "This CPU is not in the buffer's CPU mask" bit of `record_disabled`.
@@ -284,8 +290,9 @@ pub struct CpuBuffer<P: PageProvider> {
     // --- writer side (modified only by this buffer's nested writers) ---
     pub(crate) tail_page: AtomicUsize,
     pub(crate) commit_page: AtomicUsize,
-    committing: Local,
-    commits: Local,
+    /// `commits << COMMITS_SHIFT | committing`: the kernel's two nesting counters in one
+    /// word, so starting a commit is one interrupt-atomic add.
+    nesting: Local,
     before_stamp: AtomicU64,
     write_stamp: AtomicU64,
     pub(crate) entries: Local,
@@ -353,8 +360,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         let b = CpuBuffer {
             tail_page: AtomicUsize::new(0),
             commit_page: AtomicUsize::new(0),
-            committing: Local::new(0),
-            commits: Local::new(0),
+            nesting: Local::new(0),
             before_stamp: AtomicU64::new(0),
             write_stamp: AtomicU64::new(0),
             entries: Local::new(0),
@@ -462,8 +468,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.pages_read.store(0, Ordering::Relaxed);
         self.oldest_ts.store(0, Ordering::Relaxed);
         for c in [
-            &self.committing,
-            &self.commits,
+            &self.nesting,
             &self.entries,
             &self.entries_bytes,
             &self.overrun,
@@ -602,8 +607,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             return None;
         }
         // rb_start_commit
-        self.committing.inc();
-        self.commits.inc();
+        self.nesting.add(COMMITS_ONE | 1);
         inject::point("start_commit");
         let length = page::event_length(len);
         let mut loops = 0;
@@ -818,7 +822,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.reset_tail(tail_page, tail, length);
         // Commit what we have for now, and let the caller try again.
         self.end_commit();
-        self.committing.inc();
+        self.nesting.inc();
         inject::point("moved_tail");
         Retry::Again
     }
@@ -1001,17 +1005,19 @@ impl<P: PageProvider> CpuBuffer<P> {
     #[inline(always)]
     fn end_commit(&self) {
         loop {
-            let commits = self.commits.get();
-            if self.committing.get() == 1 {
+            let nesting = self.nesting.get();
+            let commits = nesting >> COMMITS_SHIFT;
+            if nesting & COMMITTING_MASK == 1 {
                 self.set_commit_to_write();
             }
-            self.committing.dec();
+            self.nesting.dec();
             inject::point("end_commit");
-            if self.commits.get() == commits || self.committing.get() != 0 {
+            let now = self.nesting.get();
+            if now >> COMMITS_SHIFT == commits || now & COMMITTING_MASK != 0 {
                 return;
             }
             // An interrupt committed between our commit update and the decrement.
-            self.committing.inc();
+            self.nesting.inc();
         }
     }
 

@@ -178,6 +178,42 @@ impl Tracer for FunctionTracer {
     }
 }
 
+/// What a function tracer's ops reaches through `FtraceOps::private`: the tracer bound to its
+/// buffer, task context and (optional) extra filter. The dispatcher has already applied the ops'
+/// filter and notrace hashes when it calls [`FunctionTraceTarget::trace`].
+pub trait FunctionTraceTarget: Sync {
+    /// One traced call.
+    fn trace(&self, ip: u64, parent_ip: u64);
+}
+
+/// The ops callback (`function_trace_call`) for a [`FunctionTraceTarget`] of type `T`: use it
+/// only in ops made by [`function_ops`] (whose `private` is a `&'static T`).
+pub fn function_trace_call<T: FunctionTraceTarget>(
+    ip: u64,
+    parent_ip: u64,
+    op: &ftrace_core::ops::FtraceOps,
+    _regs: Option<&mut ftrace_core::ops::FtraceRegs>,
+) {
+    // SAFETY: `function_ops::<T>` is the only constructor pairing this callback with a private
+    // pointer, and it stores a `&'static T` there.
+    let target = unsafe { &*op.private().cast::<T>() };
+    target.trace(ip, parent_ip);
+}
+
+/// An ops that calls `target` for every admitted function (register it with the dispatcher;
+/// set its filter with `Dispatcher::set_filter`).
+pub fn function_ops<T: FunctionTraceTarget>(
+    target: &'static T,
+    flags: ftrace_core::ops::OpsFlags,
+) -> ftrace_core::ops::FtraceOps {
+    ftrace_core::ops::FtraceOps::with_private(
+        function_trace_call::<T>,
+        flags,
+        (target as *const T).cast(),
+        None,
+    )
+}
+
 /// The most text one `trace_marker` write records (`TRACE_MARKER_MAX_SIZE`); longer writes are
 /// cut.
 pub const TRACE_MARKER_MAX_SIZE: usize = 4096;

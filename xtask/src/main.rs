@@ -126,6 +126,39 @@ fn have_command(name: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// `cargo package` verifies each crate against the others through a temporary local registry,
+/// which cargo unpacks under `$CARGO_HOME/registry/src/-<hash>/` and reuses when the version is
+/// unchanged: a stale copy of an older `ftrace-*-0.1.0` would be verified instead of the current
+/// source. Remove those unpacked copies (only local registries' directories start with `-`).
+fn forget_unpacked_local_packages() {
+    let home = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return;
+    };
+    let Ok(registries) = std::fs::read_dir(src) else {
+        return;
+    };
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let Ok(crates) = std::fs::read_dir(registry.path()) else {
+            continue;
+        };
+        for krate in crates.flatten() {
+            let name = krate.file_name();
+            if CORE_CRATES
+                .iter()
+                .any(|c| name.to_string_lossy().starts_with(&format!("{c}-")))
+            {
+                let _ = std::fs::remove_dir_all(krate.path());
+            }
+        }
+    }
+}
+
 fn install_packages() -> Result<(), String> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()
@@ -194,6 +227,7 @@ fn test(args: &[String]) -> ExitCode {
         Ok(())
     });
     st.run("package", "cargo package of the library crates", || {
+        forget_unpacked_local_packages();
         let mut cmd = cargo();
         cmd.args(["package", "--allow-dirty", "--quiet"]);
         for krate in CORE_CRATES {

@@ -8,7 +8,8 @@
 
 use ftrace_core::TraceFlags;
 use ftrace_core::event::TraceCtx;
-use ftrace_core::platform::{CpuId, ExecContext, TaskContext};
+use ftrace_core::platform::{CpuId, ExecContext, RecursionState, TaskContext};
+use ftrace_core::recursion::TraceRecursion;
 
 use crate::port::{RFLAGS_IF, read_rflags, wrmsr};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -29,6 +30,8 @@ pub struct PerCpu {
     exception_depth: AtomicU32,
     /// Recursion guard bits of the tracing code running on this CPU.
     trace_recursion: AtomicU32,
+    /// The dispatcher's recursion word for what runs on this CPU (there are no tasks).
+    ftrace_recursion: TraceRecursion,
 }
 
 impl PerCpu {
@@ -38,6 +41,7 @@ impl PerCpu {
             index: AtomicU32::new(0),
             exception_depth: AtomicU32::new(0),
             trace_recursion: AtomicU32::new(0),
+            ftrace_recursion: TraceRecursion::new(),
         }
     }
 
@@ -171,5 +175,14 @@ impl TaskContext for BareMetal {
         } else {
             ExecContext::Normal
         }
+    }
+}
+
+impl RecursionState for BareMetal {
+    /// A per-CPU word: interrupts are off while the dispatcher holds a bit (the hooks disable
+    /// them), so the CPU cannot change under it.
+    #[inline]
+    fn trace_recursion(&self) -> &TraceRecursion {
+        &this_cpu().ftrace_recursion
     }
 }

@@ -1,9 +1,12 @@
-//! TEMPORARY glue, to be replaced as the last core pieces land: the ftrace_ops dispatch
-//! (ftrace-core's dispatcher, not on main yet: the entry hook calls the current tracer
-//! directly, and the patched sites are the filter) and the record table's reference counting
-//! (ftrace-patch's `RecordTable`: here a bitmap of patched sites).
+//! The backend's tracing instance. Every traced call goes trampoline -> entry hook ->
+//! ftrace-core's `Dispatcher` (one static `FtraceOps` per tracer, registered while it is the
+//! current tracer) -> the tracer's ops callback.
 //!
-//! What is real already: events are written by ftrace-tracers' `FunctionTracer` and
+//! TEMPORARY glue left in it: `set_ftrace_filter` is kept here as a bitmap of patched sites
+//! with glob matching (the patched sites are the filter; the ops carry no filter hash), until
+//! ftrace-patch's `RecordTable` and the dispatcher's filter hashes are wired in.
+//!
+//! Events are written by ftrace-tracers' `FunctionTracer` and
 //! `FunctionGraphTracer` (with its `ShadowStack`, one per CPU) into ftrace-ringbuf's per-CPU
 //! [`RingBuffer`] (pages from [`StaticPages`]), stamped by the backend's clock, and read back
 //! with its non-consuming iterators and formatted by ftrace-tracers' `TraceWriter` (the
@@ -19,9 +22,12 @@ use core::cell::UnsafeCell;
 use core::fmt::{self, Write};
 
 use ftrace_core::Errno;
+use ftrace_core::dispatch::Dispatcher;
 use ftrace_core::event::TraceCtx;
+use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::platform::ExecContext;
 use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
+use ftrace_core::reclaim::ReaderCount;
 use ftrace_core::symbols::SymbolTable;
 use ftrace_ringbuf::RingBuffer;
 use ftrace_tracers::event::EventRef;
@@ -231,39 +237,70 @@ const ALL_GRAPH: GraphFunctions<'static> = GraphFunctions {
     notrace: &[],
 };
 
+/// The ops dispatcher (ftrace-core): the entry hook hands every traced call to it.
+static DISPATCHER: Dispatcher<ReaderCount, BareMetal> =
+    Dispatcher::new(ReaderCount::new(), BareMetal);
+
+/// The function tracer's ops.
+static FUNCTION_OPS: FtraceOps = FtraceOps::new(function_call, OpsFlags::empty());
+/// function_graph's entry ops (`graph_ops`).
+static GRAPH_OPS: FtraceOps = FtraceOps::new(graph_entry, OpsFlags::empty());
+
+/// `function_trace_call`: the function tracer's ops callback.
+fn function_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
+    // The context is sampled before interrupts are disabled for the write.
+    let task = Sampled(BareMetal.trace_ctx());
+    let irq = irq_save();
+    if TRACING.tracing_on.load(Ordering::Relaxed) {
+        // The patched sites are the filter (only admitted functions are patched).
+        FUNCTION.trace_call(
+            ip,
+            parent_ip,
+            &AdmitAll,
+            &task,
+            &CpuSink(this_cpu().index()),
+        );
+    }
+    irq_restore(irq);
+}
+
+/// function_graph's entry callback: pushes a shadow frame and redirects the return.
+/// `regs.sp` is the address of the traced function's return slot.
+fn graph_entry(ip: u64, parent_ip: u64, _op: &FtraceOps, regs: Option<&mut FtraceRegs>) {
+    let Some(regs) = regs else {
+        return;
+    };
+    let task = Sampled(BareMetal.trace_ctx());
+    let irq = irq_save();
+    if TRACING.tracing_on.load(Ordering::Relaxed) {
+        let cpu = this_cpu().index();
+        // SAFETY: this CPU's slot, interrupts off (module invariant).
+        let t = unsafe { &mut *cpu_trace(cpu) };
+        let now = BareMetal.now_ns();
+        let sink = CpuSink(cpu);
+        let hooked = GRAPH.entry(&mut t.shadow, ip, parent_ip, now, &ALL_GRAPH, &task, &sink);
+        if hooked == GraphEntry::Hooked {
+            // SAFETY: the trampoline passes the address of the traced function's return
+            // slot in `sp`; the return hook gives `parent_ip` back when it returns.
+            unsafe { *(regs.sp as *mut u64) = trampoline::return_to_handler_addr() };
+        }
+    }
+    irq_restore(irq);
+}
+
 extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
     let me = this_cpu();
     if !me.try_enter(RECURSION_ENTRY) {
         return;
     }
-    // The context is sampled before interrupts are disabled for the write.
-    let task = Sampled(BareMetal.trace_ctx());
-    let irq = irq_save();
-    if TRACING.tracing_on.load(Ordering::Relaxed) {
-        let cpu = me.index();
-        let sink = CpuSink(cpu);
-        // The patched sites are the filter (only admitted functions are patched), so the
-        // tracers admit every call that reaches them.
-        match Tracer::from_u8(TRACING.tracer.load(Ordering::Relaxed)) {
-            Tracer::Function => {
-                FUNCTION.trace_call(ip, parent_ip, &AdmitAll, &task, &sink);
-            }
-            Tracer::FunctionGraph => {
-                // SAFETY: this CPU's slot, interrupts off (module invariant).
-                let t = unsafe { &mut *cpu_trace(cpu) };
-                let now = BareMetal.now_ns();
-                let hooked =
-                    GRAPH.entry(&mut t.shadow, ip, parent_ip, now, &ALL_GRAPH, &task, &sink);
-                if hooked == GraphEntry::Hooked {
-                    // SAFETY: the trampoline passes the slot of the traced function's return
-                    // address; the return hook gives `parent_ip` back when it returns.
-                    unsafe { *parent_slot = trampoline::return_to_handler_addr() };
-                }
-            }
-            Tracer::Nop => {}
-        }
-    }
-    irq_restore(irq);
+    // The trampoline's save area as the dispatcher sees it: where the call resumes and the
+    // stack pointer at the call site (the return slot). Argument registers are not copied.
+    let mut regs = FtraceRegs {
+        ip: ip + 5,
+        sp: parent_slot as u64,
+        ..FtraceRegs::default()
+    };
+    DISPATCHER.call(ip, parent_ip, Some(&mut regs));
     me.leave(RECURSION_ENTRY);
 }
 
@@ -351,18 +388,22 @@ impl Interim {
         if t == self.tracer() {
             return Ok(());
         }
-        let tracer_of = |t: Tracer| -> Option<&'static dyn TracerImpl> {
+        let tracer_of = |t: Tracer| -> Option<(&'static dyn TracerImpl, &'static FtraceOps)> {
             match t {
-                Tracer::Function => Some(&FUNCTION),
-                Tracer::FunctionGraph => Some(&GRAPH),
+                Tracer::Function => Some((&FUNCTION, &FUNCTION_OPS)),
+                Tracer::FunctionGraph => Some((&GRAPH, &GRAPH_OPS)),
                 Tracer::Nop => None,
             }
         };
-        if let Some(old) = tracer_of(self.tracer()) {
-            old.reset();
-        }
-        if let Some(new) = tracer_of(t) {
+        if let Some((new, _)) = tracer_of(t) {
             new.init()?;
+        }
+        if let Some((old, ops)) = tracer_of(self.tracer()) {
+            old.reset();
+            DISPATCHER.unregister(ops)?;
+        }
+        if let Some((_, ops)) = tracer_of(t) {
+            DISPATCHER.register(ops)?;
         }
         self.tracer.store(t as u8, Ordering::Relaxed);
         self.reset_buffers();
