@@ -1,6 +1,6 @@
 //! The function-filter files bound to ftrace-core's filter language: [`FilterState`] (what the
 //! four files of one instance hold, plus its function commands) and [`FilterWriter`] (one open
-//! for writing, the tree's [`FilterEdit`](crate::FilterEdit)).
+//! for writing, the tree's [`FilterEdit`]).
 //!
 //! A backend keeps a [`FilterState`] behind its own lock and lets the writer reach it through
 //! [`FilterStore`]; it answers `open_filter` with [`FilterWriter::open`] and `write_filter` with
