@@ -671,6 +671,10 @@ fn a_program_traced_through_tracefs() {
         "main\nf_alpha\nf_beta\ng_gamma\nh_helper\n"
     );
     assert_eq!(
+        cat(&mut fs, "available_filter_functions_addrs"),
+        "400104 main\n400204 f_alpha\n400304 f_beta\n400404 g_gamma\n400504 h_helper\n"
+    );
+    assert_eq!(
         cat(&mut fs, "dyn_ftrace_total_info"),
         "5 pages:1 groups: 1\n"
     );
@@ -744,6 +748,19 @@ fn a_program_traced_through_tracefs() {
     assert!(lines[2].contains("   3.000 us    |"), "{graph}");
     assert!(lines[3].contains("   5.000 us    |"), "{graph}");
     SHADOW.with(|s| assert_eq!(s.borrow().depth(), 0));
+
+    // set_graph_function: only f_beta's subtree (the other f_alpha call is outside it)
+    echo(&mut fs, "f_beta", "set_graph_function").unwrap();
+    assert_eq!(cat(&mut fs, "set_graph_function"), "f_beta\n");
+    echo(&mut fs, "", "trace").unwrap();
+    run(&world, "_start", 0);
+    let graph = cat(&mut fs, "trace");
+    let calls: Vec<&str> = body(&graph)
+        .iter()
+        .map(|l| l.split_once("|  ").unwrap().1)
+        .collect();
+    assert_eq!(calls, ["f_beta() {", "  f_alpha();", "}"], "{graph}");
+    echo(&mut fs, "", "set_graph_function").unwrap();
 
     // nop: every site back to a NOP, the dispatcher empty, the touched sites remembered
     echo(&mut fs, "nop", "current_tracer").unwrap();
