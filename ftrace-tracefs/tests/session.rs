@@ -560,4 +560,13 @@ fn filter_files_speak_the_dispatchers_language() {
         cat(&mut fs, "set_graph_notrace").unwrap(),
         golden("02-files/set_graph_notrace.txt")
     );
+    // a tracer switch starts the new tracer on empty buffers (Linux `tracer_init`)
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    record(&mut fs, None, 0, "x");
+    assert_eq!(body(&cat(&mut fs, "trace").unwrap()).len(), 1);
+    echo(&mut fs, "nop", "current_tracer").unwrap();
+    assert_eq!(
+        cat(&mut fs, "trace").unwrap(),
+        golden("04-function/trace_after_nop.txt")
+    );
 }

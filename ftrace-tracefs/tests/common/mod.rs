@@ -451,7 +451,14 @@ impl TraceBackend for ModelBackend {
         self.st.borrow().registry.current().name()
     }
     fn set_tracer(&mut self, name: &str) -> Result<(), Errno> {
-        self.st.borrow_mut().registry.set_current(name)
+        let mut st = self.st.borrow_mut();
+        let old = st.registry.current().name();
+        st.registry.set_current(name)?;
+        if st.registry.current().name() != old {
+            // `tracer_init` starts the new tracer on empty buffers
+            st.bufs.iter_mut().for_each(CpuBuffer::reset);
+        }
+        Ok(())
     }
     fn tracer_options(&self) -> Vec<TracerOption> {
         let st = self.st.borrow();
