@@ -254,3 +254,56 @@ fn pass<'a>(ops: &'a [&'a dyn RecordOps], enable: bool) -> UpdatePass<'a> {
         protocol: Protocol::Breakpoint,
     }
 }
+
+/// The kernel flags reach the records: two `IPMODIFY` ops on one function conflict (`EBUSY`,
+/// nothing changed); a `RECURSION` ops is not `CALL_OPS_OK`; `SAVE_REGS_IF_SUPPORTED` asks for
+/// the regs trampoline where the platform has one.
+#[test]
+fn kernel_flags_reach_the_records() {
+    let syms = symbols();
+    let (_, recs) = segment(SiteForm::X86Nop5, NAMES.len());
+    let mut table = RecordTable::new(recs).unwrap();
+    let sites = table.site_symbols(&syms);
+    let d: &'static Disp = Box::leak(Box::new(Dispatcher::new(ReaderCount::new(), Platform)));
+    let mk = |flags: OpsFlags, pattern: &str| -> &'static FtraceOps {
+        let op: &'static FtraceOps = Box::leak(Box::new(FtraceOps::new(record, flags)));
+        let set = filter(FilterFile::Filter, pattern, &sites);
+        d.set_filter(op, Published::Owned(Box::new(set.to_hash())));
+        op
+    };
+    let live = mk(OpsFlags::IPMODIFY | OpsFlags::RECURSION, "f_one g_three\n");
+    let other = mk(OpsFlags::IPMODIFY, "g_three\n");
+    let regs = mk(OpsFlags::SAVE_REGS_IF_SUPPORTED, "h_five\n");
+    // SAFETY: the hashes were set above and are not changed while the views exist.
+    let (vl, vo, vr) = unsafe {
+        (
+            FtraceOpsView::new(live),
+            FtraceOpsView::new(other),
+            FtraceOpsView::new(regs),
+        )
+    };
+    assert_eq!(vl.flags(), OpsRecFlags::IPMODIFY);
+    assert_eq!(vo.flags(), OpsRecFlags::IPMODIFY | OpsRecFlags::CALL_OPS_OK);
+    assert_eq!(
+        vr.flags(),
+        OpsRecFlags::SAVE_REGS | OpsRecFlags::CALL_OPS_OK
+    );
+    assert_eq!(vr.regs_supported(false).flags(), OpsRecFlags::CALL_OPS_OK);
+
+    let one: Vec<&dyn RecordOps> = vec![&vl];
+    table.ops_enable(&vl, &one).unwrap();
+    let before: Vec<_> = table.records().to_vec();
+    let two: Vec<&dyn RecordOps> = vec![&vo, &vl];
+    assert_eq!(table.ops_enable(&vo, &two), Err(ftrace_core::Errno::EBUSY));
+    assert_eq!(table.records(), &before[..]);
+    let both: Vec<&dyn RecordOps> = vec![&vr, &vl];
+    table.ops_enable(&vr, &both).unwrap();
+    let mut en = String::new();
+    table.write_enabled(&mut en, &syms, &both, false).unwrap();
+    // not yet patched: nothing is ENABLED; the wanted flags are in the records
+    assert_eq!(en, "");
+    let flags = |name| table.records()[table.find(site(name)).unwrap()].flags;
+    assert!(flags("f_one").contains(ftrace_patch::RecFlags::IPMODIFY));
+    assert!(flags("h_five").contains(ftrace_patch::RecFlags::REGS));
+    assert_eq!(flags("f_two").count(), 0);
+}
