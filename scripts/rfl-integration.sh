@@ -94,7 +94,10 @@ grep -E "^kernel: |^TIME" "$RFL_WORK/kernel.log"
 build_module() {
   rm -rf "$RFL_WORK/module"
   mkdir -p "$RFL_WORK/module"
-  cp -r "$ROOT/backends/rfl/." "$RFL_WORK/module/"
+  # Sources only: a developer's in-tree build products (.o, .cmd) must not come along.
+  (cd "$ROOT/backends/rfl" && find . -type f \( -name '*.rs' -o -name '*.c' -o -name '*.h' \
+     -o -name Kbuild -o -name Makefile \) -print0 | cpio -0pdm --quiet "$RFL_WORK/module") ||
+    return 1
   python3 "$HERE/gen-crates-mk.py" "$ROOT" "$RFL_CACHE/cargo-target" "$RFL_WORK/module/crates.mk" \
     ftrace-core ftrace-ringbuf ftrace-tracers || return 1
   nice -n 10 make -C "$KOUT" M="$RFL_WORK/module" -j"$JOBS" "${KMAKE_VARS[@]}" modules || return 1

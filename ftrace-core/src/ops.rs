@@ -184,9 +184,13 @@ impl FtraceOps {
     }
 
     pub(crate) fn set_flags(&self, set: OpsFlags, clear: OpsFlags) {
-        let old = self.flags.load(Ordering::Relaxed);
-        let new = (old & !clear.bits()) | set.bits();
-        self.flags.store(new, Ordering::Release);
+        // Read-modify-write: `mark_deleted` may run outside the dispatcher's writer lock.
+        if !clear.is_empty() {
+            self.flags.fetch_and(!clear.bits(), Ordering::AcqRel);
+        }
+        if !set.is_empty() {
+            self.flags.fetch_or(set.bits(), Ordering::AcqRel);
+        }
     }
 
     /// Marks the ops `DELETED`: it can never be registered again.

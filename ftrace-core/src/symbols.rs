@@ -130,18 +130,40 @@ mod owned {
                 if line.trim().is_empty() {
                     continue;
                 }
-                let mut parts = line.split_whitespace();
+                // `%px %c %s\t[%s]`: the name runs to the tab before the module, so a
+                // demangled name with spaces (`<Vec<T> as Drop>::drop`) stays whole.
                 let err = |reason| KallsymsError {
                     line: line_no,
                     reason,
                 };
-                let addr = parts.next().ok_or(err("missing address"))?;
+                let (addr, rest) = line
+                    .trim_start()
+                    .split_once(' ')
+                    .ok_or(err("missing symbol type"))?;
                 let addr = u64::from_str_radix(addr, 16).map_err(|_| err("bad address"))?;
-                let kind = parts.next().ok_or(err("missing symbol type"))?;
-                let name = parts.next().ok_or(err("missing symbol name"))?;
-                let module = parts
-                    .next()
-                    .map(|m| m.trim_start_matches('[').trim_end_matches(']'));
+                let (kind, rest) = rest
+                    .trim_start()
+                    .split_once(' ')
+                    .ok_or(err("missing symbol name"))?;
+                let (name, module) = match rest.split_once('\t') {
+                    Some((name, module)) => {
+                        let module = module.trim().trim_start_matches('[').trim_end_matches(']');
+                        (name.trim(), (!module.is_empty()).then_some(module))
+                    }
+                    None => {
+                        // No tab: `name [module]` separated by a space, as some tools print it.
+                        let rest = rest.trim();
+                        match rest.rsplit_once(' ') {
+                            Some((name, m)) if m.starts_with('[') && m.ends_with(']') => {
+                                (name.trim_end(), Some(&m[1..m.len() - 1]))
+                            }
+                            _ => (rest, None),
+                        }
+                    }
+                };
+                if name.is_empty() {
+                    return Err(err("missing symbol name"));
+                }
                 if matches!(kind, "t" | "T" | "w" | "W") {
                     table.push(name, addr, 0, module);
                 }
@@ -209,6 +231,25 @@ mod owned {
             assert_eq!(t.lookup(0xffffffff81000040).unwrap().module, Some("mymod"));
             assert_eq!(t.lookup(0xffffffff80000000), None);
             assert!(SortedSymbols::from_kallsyms("zz T x").is_err());
+            assert!(SortedSymbols::from_kallsyms("ffffffff81000000 T").is_err());
+        }
+
+        #[test]
+        fn kallsyms_names_with_spaces() {
+            let t = SortedSymbols::from_kallsyms(
+                "1000 t <alloc::vec::Vec<T> as core::ops::drop::Drop>::drop\t[prog]\n\
+                 2000 T f(int, char)\n3000 T g [libc.so.6]\n4000 T end\n",
+            )
+            .unwrap();
+            let a = t.lookup(0x1000).unwrap();
+            assert_eq!(
+                a.name,
+                "<alloc::vec::Vec<T> as core::ops::drop::Drop>::drop"
+            );
+            assert_eq!(a.module, Some("prog"));
+            assert_eq!(t.lookup(0x2004).unwrap().name, "f(int, char)");
+            assert_eq!(t.lookup(0x2004).unwrap().module, None);
+            assert_eq!(t.lookup(0x3000).unwrap().module, Some("libc.so.6"));
         }
     }
 }

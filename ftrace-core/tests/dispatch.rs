@@ -280,9 +280,13 @@ fn concurrent_updates_with_epoch_reclaim() {
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
+                // At least one full pass, however the threads get scheduled.
+                loop {
                     for ip in 1..64 {
                         d.call(ip, 0, None);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
                     }
                 }
             });

@@ -218,3 +218,32 @@ fn filter_set_before_dispatch_is_honoured() {
         d.unregister(a).unwrap();
     });
 }
+
+/// The reader-count grace period on its own: readers that load a published slot inside a
+/// guard never see it freed, with two readers straddling the phase flips of `synchronize`.
+#[test]
+fn reader_count_grace_period() {
+    use ftrace_core::platform::Reclaim;
+    builder().check(|| {
+        let rc = Arc::new(ReaderCount::new());
+        // Which object is published (0 or 1), and whether each was freed.
+        let slot = Arc::new(AtomicUsize::new(0));
+        let freed = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (rc, slot, freed) = (rc.clone(), slot.clone(), freed.clone());
+                thread::spawn(move || {
+                    let _g = rc.pin();
+                    let s = slot.load(Ordering::Acquire);
+                    assert!(!freed[s].load(Ordering::Relaxed), "read a freed object");
+                })
+            })
+            .collect();
+        slot.store(1, Ordering::Release);
+        rc.synchronize();
+        freed[0].store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+    });
+}

@@ -57,9 +57,16 @@ if insmod /lib/modules/ftrace_rs.ko filter="$FILTER" pages_per_cpu=2; then
 else
   echo "RFL: flood insmod FAILED"
 fi
-for cpu in 0 1; do
-  taskset $((1 << cpu)) sh -c 'echo "RFL: flood cpu='$cpu' pid=$$"; exec dd if=/dev/zero of=/dev/null bs=1 count='$FLOOD' 2>/dev/null'
-done
+flood() {
+  taskset $((1 << $1)) sh -c 'echo "RFL: flood cpu='$1' pid=$$"; exec dd if=/dev/zero of=/dev/null bs=1 count='$FLOOD' 2>/dev/null'
+}
+# One flood per CPU, one after the other: each overwrites its CPU's buffer many times.
+for cpu in 0 1; do flood $cpu; done
+# Then both at once, with `trace` opened and read while they run: recording stops under the
+# writers' feet (counted as `stopped`) and resumes.
+for cpu in 0 1; do flood $cpu & done
+for r in 1 2 3; do cat $D/trace > /dev/null || echo "RFL: flood concurrent read FAILED"; done
+wait
 if (exec 3<$D/trace && {
       echo "RFL-FILE flood-stats"; cat $D/stats; echo "RFL-END"
       echo "RFL-FILE flood-trace"; cat <&3; echo "RFL-END"

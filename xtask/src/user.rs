@@ -63,7 +63,8 @@ pub fn demo() -> Result<(), String> {
             .arg(&data)
             .arg("--")
             .arg(&exe)
-            .args(["1", "1"]),
+            .args(["1", "1"])
+            .current_dir(scratch()),
     )
 }
 
@@ -178,7 +179,8 @@ pub fn bench_vs_uftrace(args: &[String]) -> Result<(), String> {
     let mut best = vec![f64::MAX; configs.len()];
     for round in 0..rounds {
         for (i, (name, mk)) in configs.iter().enumerate() {
-            let v = ns_per_call(&mut mk())?;
+            // (-pg programs write gmon.out into their working directory.)
+            let v = ns_per_call(mk().current_dir(&dir))?;
             println!("round {round}: {name:<28} {v:8.3} ns/call");
             best[i] = best[i].min(v);
         }

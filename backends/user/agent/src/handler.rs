@@ -9,7 +9,7 @@
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::ffi::CString;
 
-use crate::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, Writer};
+use crate::buffer::{self, KIND_GRAPH_ENT, KIND_GRAPH_RET, Writer};
 use crate::clock;
 use crate::tramp;
 
@@ -103,6 +103,8 @@ pub struct ThreadState {
     pub depth: u64,
     /// `-G` roots active on the shadow stack.
     pub graph_active: u64,
+    /// The dispatcher's recursion word for this thread.
+    pub recursion: ftrace_core::recursion::TraceRecursion,
 }
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() <= tramp::TLS_BYTES);
@@ -112,8 +114,9 @@ pub fn current() -> *mut ThreadState {
     tramp::tls_block().cast()
 }
 
+/// The current trace-clock reading (raw TSC, or CLOCK_MONOTONIC ns).
 #[inline(always)]
-fn now() -> u64 {
+pub fn now() -> u64 {
     if CLOCK_TSC.load(Ordering::Relaxed) {
         clock::rdtsc()
     } else {
@@ -149,8 +152,7 @@ pub unsafe extern "C" fn on_entry(
     }
     let ip = ret - 5;
     if tracer == 1 {
-        // SAFETY: registered; `cpu` points to a live u32.
-        unsafe { st.writer.write(now(), ip, parent, KIND_FUNC, 0, *st.cpu) };
+        crate::dispatch::DISPATCHER.call(ip, parent, None);
     } else {
         // SAFETY: `slot` is the live return-address slot of the traced frame.
         unsafe { graph_entry(st, ip, parent, slot, root != 0) };

@@ -5,7 +5,8 @@
 //! - [`config`]: what the tool asks for, carried by environment variables.
 //! - [`elf`]: loaded objects, `__mcount_loc` / `__patchable_function_entries`, symbols.
 //! - [`tramp`]: the assembly trampolines and the stub pages near each object.
-//! - [`handler`]: the function / function_graph handlers and per-thread state.
+//! - [`handler`]: the function / function_graph handlers and per-thread state;
+//!   [`dispatch`]: the ftrace-core dispatcher and the function tracer's ops.
 //! - [`patch`], [`text`]: the site forms, the breakpoint and stop-the-world protocols, and the
 //!   platform primitives under them (W^X text writes, membarrier, thread stop).
 //! - [`buffer`]: the per-thread buffer files; [`clock`]: TSC and CLOCK_MONOTONIC.
@@ -22,6 +23,7 @@
 pub mod buffer;
 pub mod clock;
 pub mod config;
+pub mod dispatch;
 pub mod elf;
 pub mod glob;
 pub mod handler;
@@ -297,6 +299,11 @@ fn start(cfg: Config) -> std::io::Result<()> {
         cfg.tracer == TracerKind::FunctionGraph && !cfg.graph_functions.is_empty(),
         Ordering::Relaxed,
     );
+    if cfg.tracer == TracerKind::Function {
+        dispatch::DISPATCHER
+            .register(&dispatch::FUNCTION_OPS)
+            .map_err(|e| std::io::Error::other(format!("registering the function ops: {e:?}")))?;
+    }
     handler::TRACER.store(
         match cfg.tracer {
             TracerKind::Function => 1,
