@@ -5,9 +5,11 @@
 //!   emit, with branch range checks.
 //! - [`site`]: site forms (NOP bytes, call encoding) and recognising a freshly loaded site.
 //! - [`record`]: [`DynFtrace`], the kernel's flag word and `ftrace_check_record()`.
-//! - [`ops`]: [`RecordOps`], an `ftrace_ops` as the records see it, and [`CallTargets`].
+//! - [`ops`]: [`RecordOps`], an `ftrace_ops` as the records see it, and [`CallTargets`];
+//!   [`ftrace_ops`]: [`FtraceOpsView`], the dispatcher's `FtraceOps` as a [`RecordOps`].
 //! - [`table`]: [`RecordTable`]: reference counting (`__ftrace_hash_rec_update`), the update
 //!   pass (`ftrace_replace_code`) and initialisation (`ftrace_process_locs`).
+//! - [`pages`]: [`PageStats`], the record memory `dyn_ftrace_total_info` reports.
 //! - [`protocol`]: the breakpoint, stop-machine and atomic protocols, with the breakpoint
 //!   handler's lookup; [`text::TextPoke`] is what a platform provides.
 //! - [`bug`]: `ftrace_bug()` reports.
@@ -26,7 +28,9 @@ extern crate std;
 
 pub mod aarch64;
 pub mod bug;
+pub mod ftrace_ops;
 pub mod ops;
+pub mod pages;
 pub mod protocol;
 pub mod record;
 #[cfg(feature = "alloc")]
@@ -43,7 +47,9 @@ pub mod x86;
 pub struct ReadmeDoctests;
 
 pub use bug::{BugReason, BugType, FtraceBug};
+pub use ftrace_ops::FtraceOpsView;
 pub use ops::{CallTargets, FixedTargets, OpsRecFlags, RecordOps};
+pub use pages::PageStats;
 pub use protocol::{BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction};
 pub use record::{DynFtrace, RecFlags, Update};
 pub use site::{Arch, SiteBytes, SiteForm};

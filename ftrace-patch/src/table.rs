@@ -702,6 +702,25 @@ impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
 }
 
 #[cfg(feature = "alloc")]
+impl<S: AsRef<[DynFtrace]> + AsMut<[DynFtrace]>> RecordTable<S> {
+    /// The traceable functions as the filter files see them: one symbol per record, named
+    /// (and moduled) like the function of `syms` that holds the site, at the site's address,
+    /// 1 byte long, in record (`available_filter_functions`) order. The filter hashes hold
+    /// these addresses (`rec->ip`), which are what a trampoline passes the dispatcher. A site
+    /// outside every symbol is left out.
+    pub fn site_symbols(&self, syms: &dyn SymbolTable) -> ftrace_core::symbols::SortedSymbols {
+        let mut out = ftrace_core::symbols::SortedSymbols::new();
+        for r in self.records() {
+            if let Some(s) = syms.lookup(r.ip) {
+                out.push(s.name, r.ip, 1, s.module);
+            }
+        }
+        out.finish();
+        out
+    }
+}
+
+#[cfg(feature = "alloc")]
 impl RecordTable<alloc::vec::Vec<DynFtrace>> {
     /// [`RecordTable::replace_code`] with one batch sized to the work (heap scratch).
     pub fn replace_code_all<P: TextPoke>(

@@ -109,7 +109,9 @@ pub trait TraceBackend: Send {
     fn tracers(&self) -> Vec<&'static str>;
     /// The current tracer's name.
     fn current_tracer(&self) -> &'static str;
-    /// Switches tracer (the old one is reset, the new one's `init` error is returned).
+    /// Switches tracer (the old one is reset, the new one's `init` error is returned). A real
+    /// switch starts the new tracer on empty buffers, as Linux's `tracer_init` does
+    /// (`tracing_reset_online_cpus`); the same name is a no-op.
     fn set_tracer(&mut self, name: &str) -> Result<(), Errno>;
     /// Every registered tracer's options (the `options/` directory lists them all).
     fn tracer_options(&self) -> Vec<TracerOption>;

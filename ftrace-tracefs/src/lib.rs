@@ -33,9 +33,13 @@ pub mod dynevent;
 #[cfg(feature = "alloc")]
 pub mod error_log;
 #[cfg(feature = "alloc")]
+pub mod filters;
+#[cfg(feature = "alloc")]
 mod fs;
 #[cfg(feature = "alloc")]
 pub mod readme;
+#[cfg(feature = "alloc")]
+pub mod records;
 #[cfg(feature = "alloc")]
 pub mod tree;
 

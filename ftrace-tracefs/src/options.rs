@@ -123,7 +123,7 @@ impl TraceFlags {
 
     /// The bit number of the `overwrite` flag (ring-buffer overwrite mode).
     pub const OVERWRITE: usize = 18;
-    /// The bit number of the `markers` flag (`trace_marker` writes are dropped when off).
+    /// The bit number of the `markers` flag (`trace_marker` writes fail with `EINVAL` when off).
     pub const MARKERS: usize = 21;
     /// The bit number of the `pause-on-trace` flag.
     pub const PAUSE_ON_TRACE: usize = 24;

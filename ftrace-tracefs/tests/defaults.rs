@@ -33,8 +33,8 @@ const TREE_OWNED: &[&str] = &[
     "tracing_thresh",
 ];
 
-/// Files whose text comes from the backend (the dispatcher's filter read-back); with the model
-/// backend they only show that the tree passes the text through unchanged.
+/// Files whose text comes from the backend: the filter read-back of ftrace-core's filter language
+/// (`ftrace_tracefs::filters`), empty at boot.
 const BACKEND_OWNED: &[&str] = &[
     "set_ftrace_filter",
     "set_ftrace_notrace",

@@ -18,12 +18,6 @@ fn body(text: &str) -> Vec<&str> {
     text.lines().filter(|l| !l.starts_with('#')).collect()
 }
 
-fn sorted_lines(s: &str) -> Vec<&str> {
-    let mut v: Vec<&str> = s.lines().collect();
-    v.sort_unstable();
-    v
-}
-
 #[test]
 fn function_tracer_session() {
     let mut fs = tracefs();
@@ -37,10 +31,10 @@ fn function_tracer_session() {
         cat(&mut fs, "trace_options").unwrap(),
         golden("04-function/trace_options.txt")
     );
-    // The filter's order is the dispatcher's (hash order in Linux); the set is the same.
+    // ftrace-core's filter language: functions read back in listing order, as in Linux.
     assert_eq!(
-        sorted_lines(&cat(&mut fs, "set_ftrace_filter").unwrap()),
-        sorted_lines(&golden("04-function/set_ftrace_filter.txt"))
+        cat(&mut fs, "set_ftrace_filter").unwrap(),
+        golden("04-function/set_ftrace_filter.txt")
     );
     // `>>` adds, `>` replaces.
     echo_append(&mut fs, "ksys_write", "set_ftrace_filter").unwrap();
@@ -116,6 +110,11 @@ fn function_tracer_session() {
         golden("02-files/trace_options.txt")
     );
     assert_eq!(cat(&mut fs, "set_ftrace_filter").unwrap(), "vfs_read\n");
+    echo(&mut fs, FUNCS, "set_ftrace_filter").unwrap();
+    assert_eq!(
+        cat(&mut fs, "set_ftrace_filter").unwrap(),
+        golden("04-function/set_ftrace_filter_after_nop.txt")
+    );
     // `echo > set_ftrace_filter` clears it (07-errors case 25 and the kernel's read-back).
     echo(&mut fs, "", "set_ftrace_filter").unwrap();
     assert_eq!(
@@ -504,5 +503,70 @@ fn marker_session_matches_linux() {
     assert_eq!(
         cat(&mut fs, "trace").unwrap(),
         golden("09-marker/trace_after_pipe.txt")
+    );
+}
+
+/// The filter files are ftrace-core's language end to end: commands, `!`, `>>`, notrace, the
+/// graph files' hash order, and the errors of `07-errors` cases 03, 04, 16 and 17.
+#[test]
+fn filter_files_speak_the_dispatchers_language() {
+    let mut fs = tracefs();
+    echo(&mut fs, "vfs_read:traceoff", "set_ftrace_filter").unwrap();
+    assert_eq!(
+        cat(&mut fs, "set_ftrace_filter").unwrap(),
+        "#### all functions enabled ####\nvfs_read:traceoff:unlimited\n"
+    );
+    echo_append(&mut fs, "vfs_* !vfs_write", "set_ftrace_filter").unwrap();
+    let text = cat(&mut fs, "set_ftrace_filter").unwrap();
+    assert!(text.starts_with("vfs_read\n"), "{text}");
+    assert!(!text.contains("vfs_write\n"), "{text}");
+    assert!(text.ends_with("vfs_read:traceoff:unlimited\n"), "{text}");
+    echo(&mut fs, "!vfs_read:traceoff", "set_ftrace_filter").unwrap();
+    assert_eq!(
+        cat(&mut fs, "set_ftrace_filter").unwrap(),
+        golden("02-files/set_ftrace_filter.txt")
+    );
+    echo(&mut fs, "ksys_read", "set_ftrace_notrace").unwrap();
+    assert_eq!(cat(&mut fs, "set_ftrace_notrace").unwrap(), "ksys_read\n");
+    // commands only in set_ftrace_filter; an unknown one, an unknown function: EINVAL
+    assert_eq!(
+        echo(&mut fs, "vfs_read:traceoff", "set_ftrace_notrace"),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        echo(&mut fs, "vfs_read:bogus_cmd", "set_ftrace_filter"),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        echo(&mut fs, "nonexistent_fn_xyz", "set_graph_function"),
+        Err(Errno::EINVAL)
+    );
+    // a rejected `>` write still truncated the file at open, as in Linux
+    assert_eq!(
+        cat(&mut fs, "set_ftrace_notrace").unwrap(),
+        golden("02-files/set_ftrace_notrace.txt")
+    );
+    echo(&mut fs, "vfs_read vfs_write", "set_graph_function").unwrap();
+    let graph = cat(&mut fs, "set_graph_function").unwrap();
+    let mut lines: Vec<&str> = graph.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["vfs_read", "vfs_write"]);
+    echo(&mut fs, "", "set_graph_function").unwrap();
+    assert_eq!(
+        cat(&mut fs, "set_graph_function").unwrap(),
+        golden("02-files/set_graph_function.txt")
+    );
+    assert_eq!(
+        cat(&mut fs, "set_graph_notrace").unwrap(),
+        golden("02-files/set_graph_notrace.txt")
+    );
+    // a tracer switch starts the new tracer on empty buffers (Linux `tracer_init`)
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    record(&mut fs, None, 0, "x");
+    assert_eq!(body(&cat(&mut fs, "trace").unwrap()).len(), 1);
+    echo(&mut fs, "nop", "current_tracer").unwrap();
+    assert_eq!(
+        cat(&mut fs, "trace").unwrap(),
+        golden("04-function/trace_after_nop.txt")
     );
 }

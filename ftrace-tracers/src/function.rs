@@ -223,7 +223,8 @@ const FAULTED_SIZE: usize = 9;
 
 /// `tracing_mark_write`: records `text` as a `print` entry from `ip` (the marker write
 /// function's address), adding the newline the kernel adds when the text lacks one. With the
-/// `markers` option off the write is accepted and dropped. Returns the number of bytes consumed.
+/// `markers` option off the write is refused with `EINVAL` and nothing is recorded (Linux 6.12
+/// `tracing_mark_write`). Returns the number of bytes consumed.
 pub fn trace_marker_write(
     text: &[u8],
     ip: u64,
@@ -232,7 +233,7 @@ pub fn trace_marker_write(
     sink: &(impl EntrySink + ?Sized),
 ) -> Result<usize, Errno> {
     if !options.contains(TraceOptions::MARKERS) {
-        return Ok(text.len());
+        return Err(Errno::EINVAL);
     }
     let cnt = text.len().min(TRACE_MARKER_MAX_SIZE);
     if cnt == 0 {
@@ -262,18 +263,16 @@ pub fn trace_marker_write(
 const FAULT_SIZE_ID: usize = FAULTED_SIZE + 4;
 
 /// `tracing_mark_raw_write`: the first four bytes are the id (native endian), the rest the
-/// payload, recorded as a `raw_data` entry. Fewer than four bytes is `EINVAL`.
+/// payload, recorded as a `raw_data` entry. Fewer than four bytes is `EINVAL`, and so is any
+/// write while the `markers` option is off (nothing is recorded).
 pub fn trace_marker_raw_write(
     data: &[u8],
     options: TraceOptions,
     task: &(impl TaskContext + ?Sized),
     sink: &(impl EntrySink + ?Sized),
 ) -> Result<usize, Errno> {
-    if data.len() < 4 {
+    if !options.contains(TraceOptions::MARKERS) || data.len() < 4 {
         return Err(Errno::EINVAL);
-    }
-    if !options.contains(TraceOptions::MARKERS) {
-        return Ok(data.len());
     }
     let cnt = data.len().min(TRACE_MARKER_MAX_SIZE);
     // The id lands at offset 8; the kernel sizes the entry as the whole struct plus every

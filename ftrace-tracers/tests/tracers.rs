@@ -423,16 +423,20 @@ fn markers_record_and_print_as_the_kernel_shows_them() {
         trace_marker_write(b"no-newline", 0x1df, o, &Task(144), &sink),
         Ok(10)
     );
-    // markers=0 accepts and drops.
+    // markers=0 refuses the write (Linux 6.12: EINVAL) and records nothing.
     assert_eq!(
         trace_marker_write(b"x", 0x1df, o - TraceOptions::MARKERS, &Task(144), &sink),
-        Ok(1)
+        Err(ftrace_core::Errno::EINVAL)
     );
     let mut raw = 1u32.to_ne_bytes().to_vec();
     raw.extend_from_slice(b"ABCDEFGH");
     assert_eq!(trace_marker_raw_write(&raw, o, &Task(144), &sink), Ok(12));
     assert_eq!(
         trace_marker_raw_write(b"ab", o, &Task(144), &sink),
+        Err(ftrace_core::Errno::EINVAL)
+    );
+    assert_eq!(
+        trace_marker_raw_write(&raw, o - TraceOptions::MARKERS, &Task(144), &sink),
         Err(ftrace_core::Errno::EINVAL)
     );
     let got = format(&sink, &syms(), OutputStyle::Default, o);

@@ -2,21 +2,23 @@
 //!
 //! Real: the ring buffers (ftrace-ringbuf `CpuBuffer`s: sizes, resize, stats, pages), the
 //! tracers and their registry and options, `trace_marker` entries and the `trace` /
-//! `trace_pipe` text (ftrace-tracers). Modelled until the dispatcher lands: the function-filter
-//! files (full names and `*` globs over the reference kallsyms subset), and ENOMEM above a
-//! memory limit. The modelled filter read-back meets a golden only where a test says so (to
-//! show the tree passes it through).
+//! `trace_pipe` text (ftrace-tracers), the function-filter files (ftrace-core's filter language
+//! through `ftrace_tracefs::filters`, over the reference kallsyms subset). Modelled: ENOMEM
+//! above a memory limit.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc as Rc, Mutex, MutexGuard};
 
 use ftrace_core::event::{TraceCtx, TraceFlags};
 use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+use ftrace_patch::{DynFtrace, PageStats, RecordTable, SiteForm};
 use ftrace_ringbuf::CpuBuffer;
 use ftrace_ringbuf::{At, HeapPages};
+use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
+use ftrace_tracefs::records::{PatchRecords, StaticRecords};
 use ftrace_tracefs::{
     Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
     TracerOption, ring_buffer_pages,
@@ -87,7 +89,8 @@ pub struct State {
     /// The clock reading `per_cpu/cpuN/stats` prints as `now ts`.
     pub stats_now_ns: u64,
     pub writer: Writer,
-    pub filters: BTreeMap<u8, BTreeSet<String>>,
+    /// The four filter files and the function commands (ftrace-core's filter language).
+    pub filters: FilterState,
     pub params: Vec<String>,
     pub comms: BTreeMap<i32, String>,
 }
@@ -223,34 +226,22 @@ pub struct ModelHost {
     pub syms: Rc<SortedSymbols>,
     pub states: BTreeMap<Option<String>, Shared>,
     pub fail_create: bool,
-    pub functions: Option<ModelFunctions>,
+    pub functions: Option<Box<dyn FunctionRecords + Send>>,
 }
 
-/// Call-site records: one per function of the kallsyms subset (the model's own text).
-pub struct ModelFunctions {
-    syms: Rc<SortedSymbols>,
-}
+/// Call-site records: one per function of the kallsyms subset (the model's own text), never
+/// patched: ftrace-patch's record table through `ftrace_tracefs::records`.
+pub type ModelFunctions = PatchRecords<StaticRecords>;
 
-impl FunctionRecords for ModelFunctions {
-    fn write_available(&self, w: &mut dyn fmt::Write, addrs: bool) -> fmt::Result {
-        let mut r = Ok(());
-        self.syms.for_each(&mut |s| {
-            r = r.and_then(|()| {
-                if addrs {
-                    writeln!(w, "{:x} {}", s.addr, s.name)
-                } else {
-                    writeln!(w, "{}", s.name)
-                }
-            });
-        });
-        r
-    }
-    fn write_enabled(&self, _w: &mut dyn fmt::Write, _touched: bool) -> fmt::Result {
-        Ok(())
-    }
-    fn write_total_info(&self, w: &mut dyn fmt::Write) -> fmt::Result {
-        writeln!(w, "{} pages:1 groups: 1", self.syms.len())
-    }
+/// The model's records: a NOP site at every function of `syms`.
+pub fn model_functions(syms: Rc<SortedSymbols>) -> ModelFunctions {
+    let mut recs = Vec::new();
+    syms.for_each(&mut |s| recs.push(DynFtrace::new(s.addr, SiteForm::X86Nop5)));
+    let n = recs.len();
+    let table = RecordTable::new(recs).expect("sites do not overlap");
+    let mut pages = PageStats::kernel();
+    pages.add_text(n, 0);
+    PatchRecords::new(StaticRecords { table, pages }, syms)
 }
 
 impl ModelHost {
@@ -258,7 +249,8 @@ impl ModelHost {
         let text = golden("11-kallsyms/kallsyms_subset.txt");
         let syms = SortedSymbols::from_kallsyms(&text).expect("kallsyms parses");
         let syms = Rc::new(syms);
-        let functions = Some(ModelFunctions { syms: syms.clone() });
+        let functions: Option<Box<dyn FunctionRecords + Send>> =
+            Some(Box::new(model_functions(syms.clone())));
         ModelHost {
             cpus,
             now_ns: 125_746_853_000,
@@ -326,7 +318,7 @@ impl Host for ModelHost {
                 cpu: 0,
                 ts: 1_000_000_000,
             },
-            filters: BTreeMap::new(),
+            filters: FilterState::with_symbols(self.syms.clone()),
             params: Vec::new(),
             comms,
         };
@@ -346,7 +338,7 @@ impl Host for ModelHost {
         Some(&*self.syms)
     }
     fn functions(&self) -> Option<&dyn FunctionRecords> {
-        self.functions.as_ref().map(|f| f as &dyn FunctionRecords)
+        self.functions.as_deref().map(|f| f as &dyn FunctionRecords)
     }
 }
 
@@ -433,78 +425,10 @@ impl Reader for RawReader {
     }
 }
 
-fn slot(which: FilterFile) -> u8 {
-    match which {
-        FilterFile::Filter => 0,
-        FilterFile::Notrace => 1,
-        FilterFile::GraphFunction => 2,
-        FilterFile::GraphNotrace => 3,
-    }
-}
-
-struct ModelFilter {
-    st: Shared,
-    syms: Rc<SortedSymbols>,
-    which: FilterFile,
-    pending: BTreeSet<String>,
-}
-
-fn glob(pat: &str, name: &str) -> bool {
-    match (pat.strip_prefix('*'), pat.strip_suffix('*')) {
-        (Some(p), _) if p.ends_with('*') => name.contains(&p[..p.len() - 1]),
-        (Some(p), _) => name.ends_with(p),
-        (None, Some(p)) => name.starts_with(p),
-        _ => name == pat,
-    }
-}
-
-impl FilterEdit for ModelFilter {
-    /// Like the dispatcher (and `ftrace_regex_write`): one token per call; the bytes it
-    /// took are returned and the caller writes the rest again.
-    fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
-        let start = data
-            .iter()
-            .position(|b| !b.is_ascii_whitespace())
-            .unwrap_or(data.len());
-        let end = data[start..]
-            .iter()
-            .position(|b| b.is_ascii_whitespace())
-            .map_or(data.len(), |e| start + e);
-        if start == end {
-            return Ok(data.len());
-        }
-        let tok = std::str::from_utf8(&data[start..end]).map_err(|_| Errno::EINVAL)?;
-        let (neg, tok) = match tok.strip_prefix('!') {
-            Some(t) => (true, t),
-            None => (false, tok),
-        };
-        if tok.contains(':') {
-            return Err(Errno::EINVAL);
-        }
-        let mut matched = Vec::new();
-        self.syms.for_each(&mut |s| {
-            if glob(tok, s.name) {
-                matched.push(s.name.to_owned());
-            }
-        });
-        if matched.is_empty() {
-            return Err(Errno::EINVAL);
-        }
-        for m in matched {
-            if neg {
-                self.pending.remove(&m);
-            } else {
-                self.pending.insert(m);
-            }
-        }
-        Ok(end)
-    }
-    fn release(self: Box<Self>) -> Result<(), Errno> {
-        self.st
-            .borrow_mut()
-            .filters
-            .insert(slot(self.which), self.pending);
-        Ok(())
+/// The filter files' state lives in the instance's `State`, behind its lock.
+impl FilterStore for Shared {
+    fn with_state(&self, f: &mut dyn FnMut(&mut FilterState)) {
+        f(&mut self.borrow_mut().filters)
     }
 }
 
@@ -527,7 +451,14 @@ impl TraceBackend for ModelBackend {
         self.st.borrow().registry.current().name()
     }
     fn set_tracer(&mut self, name: &str) -> Result<(), Errno> {
-        self.st.borrow_mut().registry.set_current(name)
+        let mut st = self.st.borrow_mut();
+        let old = st.registry.current().name();
+        st.registry.set_current(name)?;
+        if st.registry.current().name() != old {
+            // `tracer_init` starts the new tracer on empty buffers
+            st.bufs.iter_mut().for_each(CpuBuffer::reset);
+        }
+        Ok(())
     }
     fn tracer_options(&self) -> Vec<TracerOption> {
         let st = self.st.borrow();
@@ -682,34 +613,10 @@ impl TraceBackend for ModelBackend {
         which: FilterFile,
         truncate: bool,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        let pending = if truncate {
-            BTreeSet::new()
-        } else {
-            self.st
-                .borrow()
-                .filters
-                .get(&slot(which))
-                .cloned()
-                .unwrap_or_default()
-        };
-        Ok(Box::new(ModelFilter {
-            st: self.st.clone(),
-            syms: self.syms.clone(),
-            which,
-            pending,
-        }))
+        Ok(FilterWriter::open(self.st.clone(), which, truncate))
     }
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
-        let st = self.st.borrow();
-        match st.filters.get(&slot(which)) {
-            Some(set) if !set.is_empty() => set.iter().try_for_each(|n| writeln!(w, "{n}")),
-            _ => match which {
-                FilterFile::Filter | FilterFile::GraphFunction => {
-                    w.write_str("#### all functions enabled ####\n")
-                }
-                _ => w.write_str("#### no functions disabled ####\n"),
-            },
-        }
+        self.st.borrow().filters.write_filter(which, w)
     }
     fn write_saved_cmdlines(&self, _w: &mut dyn fmt::Write) -> fmt::Result {
         Ok(())
