@@ -6,87 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ftrace_integration_tests::reference_file;
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "ftrace-export-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn put(dir: &Path, rel: &str, bytes: &[u8]) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, bytes).unwrap();
-}
+use ftrace_integration_tests::{Scratch, ftrace, raw_function_capture};
 
 /// The capture directory of 06-raw-function (as `ftrace report --raw-dir` reads it), in
 /// `dir/cap`.
 fn capture(dir: &Path) -> PathBuf {
     let d = dir.join("cap");
-    for cpu in 0..2 {
-        put(
-            &d,
-            &format!("per_cpu/cpu{cpu}/trace_pipe_raw"),
-            &reference_file(&format!("06-raw-function/raw_cpu{cpu}.bin")),
-        );
-    }
-    put(
-        &d,
-        "kallsyms",
-        &reference_file("11-kallsyms/kallsyms_subset.txt"),
-    );
-    let text = String::from_utf8(reference_file("06-raw-function/trace.txt")).unwrap();
-    let mut cmdlines = String::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let (comm, pid) = line[..24].trim().rsplit_once('-').unwrap();
-        let entry = format!("{pid} {comm}\n");
-        if !cmdlines.contains(&entry) {
-            cmdlines.push_str(&entry);
-        }
-    }
-    put(&d, "saved_cmdlines", cmdlines.as_bytes());
-    for (rel, file) in [
-        ("trace_clock", "trace_clock.txt"),
-        ("events/header_page", "events__header_page.txt"),
-        ("events/header_event", "events__header_event.txt"),
-        (
-            "events/ftrace/function/format",
-            "events__ftrace__function__format.txt",
-        ),
-        (
-            "events/ftrace/print/format",
-            "events__ftrace__print__format.txt",
-        ),
-    ] {
-        put(&d, rel, &reference_file(&format!("06-raw-function/{file}")));
-    }
+    raw_function_capture(&d);
     d
-}
-
-/// Runs the `ftrace` command line; returns (status, stdout, stderr).
-fn ftrace(args: &[&str]) -> (u8, Vec<u8>, String) {
-    let mut argv = vec!["ftrace"];
-    argv.extend_from_slice(args);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = ftrace_user::cli::run(argv, &mut out, &mut err);
-    (code, out, String::from_utf8(err).unwrap())
 }
 
 /// Runs trace-cmd and returns its standard output.

@@ -2,93 +2,15 @@
 //! `per_cpu/cpuN/trace` files byte for byte (06-raw-function), and bad input fails with an
 //! error naming the file and offset.
 
-use std::path::{Path, PathBuf};
+use ftrace_integration_tests::{
+    Scratch, ftrace, put, raw_function_capture, reference_dir, reference_file,
+};
 
-use ftrace_integration_tests::{reference_dir, reference_file};
-
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!(
-            "ftrace-report-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn put(dir: &Path, rel: &str, bytes: &[u8]) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, bytes).unwrap();
-}
-
-/// Builds the capture directory of 06-raw-function: raw pages, kallsyms, a saved_cmdlines made
-/// from the pids the text shows, the clock, the header page and the format files.
+/// The 06-raw-function capture in a fresh scratch directory.
 fn capture(tag: &str) -> Scratch {
-    let s = Scratch::new(tag);
-    let d = &s.0;
-    for cpu in 0..2 {
-        put(
-            d,
-            &format!("per_cpu/cpu{cpu}/trace_pipe_raw"),
-            &reference_file(&format!("06-raw-function/raw_cpu{cpu}.bin")),
-        );
-    }
-    put(
-        d,
-        "kallsyms",
-        &reference_file("11-kallsyms/kallsyms_subset.txt"),
-    );
-    let text = String::from_utf8(reference_file("06-raw-function/trace.txt")).unwrap();
-    let mut cmdlines = String::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let task = line[..24].trim();
-        let (comm, pid) = task.rsplit_once('-').unwrap();
-        let entry = format!("{pid} {comm}\n");
-        if !cmdlines.contains(&entry) {
-            cmdlines.push_str(&entry);
-        }
-    }
-    put(d, "saved_cmdlines", cmdlines.as_bytes());
-    put(
-        d,
-        "trace_clock",
-        &reference_file("06-raw-function/trace_clock.txt"),
-    );
-    put(
-        d,
-        "events/header_page",
-        &reference_file("06-raw-function/events__header_page.txt"),
-    );
-    for ev in ["function", "print"] {
-        put(
-            d,
-            &format!("events/ftrace/{ev}/format"),
-            &reference_file(&format!("06-raw-function/events__ftrace__{ev}__format.txt")),
-        );
-    }
+    let s = Scratch::new(&format!("report-{tag}"));
+    raw_function_capture(&s.0);
     s
-}
-
-/// Runs the `ftrace` command line; returns (status, stdout, stderr).
-fn ftrace(args: &[&str]) -> (u8, Vec<u8>, String) {
-    let mut argv = vec!["ftrace"];
-    argv.extend_from_slice(args);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = ftrace_user::cli::run(argv, &mut out, &mut err);
-    (code, out, String::from_utf8(err).unwrap())
 }
 
 fn assert_bytes(got: &[u8], want: &[u8], what: &str) {
