@@ -227,7 +227,15 @@ impl Recording {
             let end = pair(&exit).filter(|e| {
                 start.is_some_and(|s| e.mono_ns.saturating_sub(s.mono_ns) > 200_000_000)
             });
-            let tsc = start.and_then(|s| TscConversion::calibrate(s, end.unwrap_or(now)));
+            let mut tsc = start.and_then(|s| TscConversion::calibrate(s, end.unwrap_or(now)));
+            if tsc.is_none() && end.is_none() {
+                // A process that started within the last millisecond (a short-lived fork
+                // child read right after it exited): widen the span to calibrate over.
+                if let Some(s) = start {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    tsc = TscConversion::calibrate(s, TscPair::now());
+                }
+            }
             if clock == ClockKind::Local && tsc.is_none() {
                 return Err(ReadError(format!(
                     "{}: cannot calibrate the TSC",
