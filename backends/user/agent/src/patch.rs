@@ -266,7 +266,9 @@ impl Patcher {
 static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static OLD_TRAP_FLAGS: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
-fn resolve(bp: u64, head: u8) -> TrapAction {
+/// What to do with a trap at `bp`, whose first byte read `head` when the handler started;
+/// `byte_now` re-reads that byte (the batch may move on while the handler runs).
+fn resolve(bp: u64, head: u8, byte_now: impl Fn() -> u8) -> TrapAction {
     IN_HANDLER.fetch_add(1, Ordering::SeqCst);
     let t = ARMED.load(Ordering::SeqCst);
     let action = if t.is_null() {
@@ -282,7 +284,12 @@ fn resolve(bp: u64, head: u8) -> TrapAction {
     // A late trap: the batch is over and the breakpoint is gone: run the site as it is now.
     let k = KNOWN.load(Ordering::Acquire);
     // SAFETY: site tables are leaked, never freed.
-    if !k.is_null() && head != 0xcc && unsafe { &*k }.binary_search(&bp).is_ok() {
+    if k.is_null() || unsafe { &*k }.binary_search(&bp).is_err() {
+        return TrapAction::NotOurs;
+    }
+    // `head` was read before the table was looked up: the batch may have ended (and removed
+    // its int3) in between, so look at the site as it is now.
+    if head != 0xcc || byte_now() != 0xcc {
         return TrapAction::Restart { pc: bp };
     }
     TrapAction::NotOurs
@@ -299,7 +306,9 @@ extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc
     let ours = !known.is_null() && unsafe { &*known }.binary_search(&bp).is_ok();
     let action = if ours {
         // SAFETY: `bp` is a known site in mapped text.
-        resolve(bp, unsafe { core::ptr::read_volatile(bp as *const u8) })
+        // SAFETY (both reads): `bp` is a known site in mapped text.
+        let read = || unsafe { core::ptr::read_volatile(bp as *const u8) };
+        resolve(bp, read(), read)
     } else {
         TrapAction::NotOurs
     };
@@ -391,8 +400,17 @@ mod tests {
     #[test]
     fn late_trap_restarts_only_at_known_sites() {
         KNOWN.store(Box::into_raw(Box::new(vec![0x4000u64])), Ordering::Release);
-        assert_eq!(resolve(0x4000, 0x0f), TrapAction::Restart { pc: 0x4000 });
-        assert_eq!(resolve(0x4000, 0xcc), TrapAction::NotOurs);
-        assert_eq!(resolve(0x4001, 0x0f), TrapAction::NotOurs);
+        assert_eq!(
+            resolve(0x4000, 0x0f, || 0x0f),
+            TrapAction::Restart { pc: 0x4000 }
+        );
+        assert_eq!(resolve(0x4000, 0xcc, || 0xcc), TrapAction::NotOurs);
+        assert_eq!(resolve(0x4001, 0x0f, || 0x0f), TrapAction::NotOurs);
+        // The int3 was there when the handler started, and the batch removed it (and its
+        // table) before the handler looked: a late trap, not someone else's breakpoint.
+        assert_eq!(
+            resolve(0x4000, 0xcc, || 0x0f),
+            TrapAction::Restart { pc: 0x4000 }
+        );
     }
 }
