@@ -101,48 +101,18 @@ impl GraphFlags {
     ];
 
     /// [`GraphFlags::OPTS`] plus `graph-time`, for builds with the function profiler.
-    pub const OPTS_WITH_PROFILER: [TracerOpt; 10] = [
-        TracerOpt {
-            name: "funcgraph-overrun",
-            bit: 0x1,
-        },
-        TracerOpt {
-            name: "funcgraph-cpu",
-            bit: 0x2,
-        },
-        TracerOpt {
-            name: "funcgraph-overhead",
-            bit: 0x4,
-        },
-        TracerOpt {
-            name: "funcgraph-proc",
-            bit: 0x8,
-        },
-        TracerOpt {
-            name: "funcgraph-duration",
-            bit: 0x10,
-        },
-        TracerOpt {
-            name: "funcgraph-abstime",
-            bit: 0x20,
-        },
-        TracerOpt {
-            name: "funcgraph-irqs",
-            bit: 0x80,
-        },
-        TracerOpt {
-            name: "funcgraph-tail",
-            bit: 0x100,
-        },
-        TracerOpt {
-            name: "sleep-time",
-            bit: 0x200,
-        },
-        TracerOpt {
+    pub const OPTS_WITH_PROFILER: [TracerOpt; 10] = {
+        let mut all = [TracerOpt {
             name: "graph-time",
             bit: 0x400,
-        },
-    ];
+        }; 10];
+        let mut i = 0;
+        while i < Self::OPTS.len() {
+            all[i] = Self::OPTS[i];
+            i += 1;
+        }
+        all
+    };
 }
 
 /// `FTRACE_RETFUNC_DEPTH`: the deepest call a shadow stack holds.
