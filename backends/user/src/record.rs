@@ -29,6 +29,8 @@ pub struct RecordOptions {
     pub clock: ClockKind,
     /// `-o`.
     pub output: PathBuf,
+    /// `--mount DIR`: serve the program's tracefs at DIR while it runs ([`crate::fuse`]).
+    pub mount: Option<PathBuf>,
 }
 
 impl Default for RecordOptions {
@@ -43,6 +45,7 @@ impl Default for RecordOptions {
             overwrite: true,
             clock: ClockKind::Local,
             output: PathBuf::from("ftrace.data"),
+            mount: None,
         }
     }
 }
@@ -76,9 +79,158 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitS
             ));
         }
     }
-    let status = crate::launch::run(&opts.config(), prog, args)?;
+    let status = match &opts.mount {
+        None => crate::launch::run(&opts.config(), prog, args)?,
+        Some(dir) => run_mounted(opts, dir, prog, args)?,
+    };
     let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
     crate::capture::write_capture(&rec, out)?;
+    Ok(status)
+}
+
+/// The signals that end a mounted run: the tool unmounts, then passes them on to the program.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Blocks [`STOP_SIGNALS`] in the calling thread (and the threads it starts) until dropped,
+/// so that they are taken with `sigtimedwait` instead of killing the tool with a mount up.
+struct BlockedSignals {
+    set: libc::sigset_t,
+    old: libc::sigset_t,
+}
+
+impl BlockedSignals {
+    fn new() -> Self {
+        // SAFETY: plain sigset manipulation on local values.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in STOP_SIGNALS {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            BlockedSignals { set, old }
+        }
+    }
+
+    /// Waits up to `ms` for one of the signals.
+    fn wait(&self, ms: i64) -> Option<libc::c_int> {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: ms * 1_000_000,
+        };
+        // SAFETY: valid set and timeout.
+        let s = unsafe { libc::sigtimedwait(&self.set, core::ptr::null_mut(), &ts) };
+        (s > 0).then_some(s)
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // Take what arrived meanwhile, then restore the mask.
+        while self.wait(0).is_some() {}
+        // SAFETY: restoring the mask saved at creation.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, core::ptr::null_mut()) };
+    }
+}
+
+/// A child that is killed (and reaped) if the run ends before it does.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Runs the program with its tracefs served at `dir` until it exits (or the tool is asked to
+/// stop): the control socket, the live tree, the FUSE mount, then the wait.
+fn run_mounted(
+    opts: &RecordOptions,
+    dir: &std::path::Path,
+    prog: &str,
+    args: &[String],
+) -> Result<ExitStatus, String> {
+    use crate::agentctl::AgentLink;
+    use crate::fuse::{TracefsFs, fuse_unavailable, mount};
+    use crate::live::LiveRecording;
+    use crate::livefs::UserHost;
+
+    if let Some(why) = fuse_unavailable() {
+        return Err(why);
+    }
+    if !dir.is_dir() {
+        return Err(format!(
+            "{}: not a directory (the mount point)",
+            dir.display()
+        ));
+    }
+    let agent = crate::launch::find_agent()?;
+    std::fs::create_dir_all(&opts.output).map_err(|e| format!("{}: {e}", opts.output.display()))?;
+    let signals = BlockedSignals::new();
+    let sock = std::env::temp_dir().join(format!(
+        "ftrace-ctl-{}-{}.sock",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let listener = std::os::unix::net::UnixListener::bind(&sock)
+        .map_err(|e| format!("{}: {e}", sock.display()))?;
+    let mut cfg = opts.config();
+    cfg.control = Some(sock.clone());
+    let base = ftrace_agent::clock::TscPair::now();
+    let mut cmd = crate::launch::traced_command(&agent, &cfg, prog, args);
+    // SAFETY: only an async-signal-safe mask change between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            crate::fuse::unblock_all_signals();
+            Ok(())
+        })
+    };
+    let child = cmd.spawn().map_err(|e| format!("{prog}: {e}"));
+    let mut child = Reaped(child.inspect_err(|_| {
+        let _ = std::fs::remove_file(&sock);
+    })?);
+    let link = AgentLink::accept(&listener, &mut child.0, std::time::Duration::from_secs(20));
+    drop(listener);
+    let _ = std::fs::remove_file(&sock);
+    let link = link?;
+    let live = LiveRecording::new(&cfg.output, cfg.clock, base);
+    let host = UserHost::new(link, live, cfg.tracer, cfg.clock, cfg.buffer_kb * 1024)?;
+    let tree = ftrace_tracefs::Tracefs::new(host).map_err(|e| format!("tracefs: {e:?}"))?;
+    let m = mount(TracefsFs::new(tree), dir)?;
+    eprintln!(
+        "ftrace: tracefs of {prog} (pid {}) mounted at {}",
+        child.0.id(),
+        dir.display()
+    );
+    let mut m = Some(m);
+    let mut stops = 0;
+    let status = loop {
+        match child.0.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(e) => return Err(format!("{prog}: {e}")),
+        }
+        if let Some(sig) = signals.wait(50) {
+            // Unmount first (the tool's promise), then let the program decide.
+            if let Some(m) = m.take() {
+                m.unmount();
+            }
+            stops += 1;
+            let sig = if stops > 1 { libc::SIGKILL } else { sig };
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.0.id() as libc::pid_t, sig) };
+        }
+    };
+    if let Some(m) = m.take() {
+        m.unmount();
+    }
+    drop(signals);
     Ok(status)
 }
 
