@@ -14,14 +14,14 @@
 //! outlives it, even on SIGKILL. The file system type is `fuse.tracefs`, the source `tracefs`,
 //! access is the mounting user's only (no `allow_other`), and modes are tracefs's owner bits
 //! (`0640` files show `0600`, directories `0700`). Invariant: a [`Mount`] unmounts when
-//! dropped, whatever path the tool takes out.
+//! dropped, whatever path the tool takes out; readers still blocked then get end of file.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -104,6 +104,7 @@ struct Parked {
 pub struct TracefsFs<H: Host + Send + 'static> {
     inner: Arc<Mutex<Inner<H>>>,
     parked: Arc<Mutex<Vec<Parked>>>,
+    closing: Arc<AtomicBool>,
     uid: u32,
     gid: u32,
     start: SystemTime,
@@ -136,6 +137,7 @@ impl<H: Host + Send + 'static> TracefsFs<H> {
                 inodes: Inodes::new(),
             })),
             parked: Arc::new(Mutex::new(Vec::new())),
+            closing: Arc::new(AtomicBool::new(false)),
             // SAFETY: no preconditions.
             uid: unsafe { libc::getuid() },
             // SAFETY: no preconditions.
@@ -144,11 +146,12 @@ impl<H: Host + Send + 'static> TracefsFs<H> {
         };
         let inner = Arc::downgrade(&fs.inner);
         let parked = Arc::downgrade(&fs.parked);
+        let closing = fs.closing.clone();
         std::thread::Builder::new()
             .name("tracefs-poll".into())
             .spawn(move || {
                 while let (Some(inner), Some(parked)) = (inner.upgrade(), parked.upgrade()) {
-                    retry_parked(&inner, &parked);
+                    retry_parked(&inner, &parked, closing.load(Ordering::Acquire));
                     drop((inner, parked));
                     std::thread::sleep(POLL);
                 }
@@ -200,7 +203,9 @@ impl<H: Host + Send + 'static> TracefsFs<H> {
     }
 }
 
-fn retry_parked<H: Host>(inner: &Mutex<Inner<H>>, parked: &Mutex<Vec<Parked>>) {
+/// Retries the parked reads; `closing`: the program is gone, so what is not there now never
+/// will be: an empty read is end of file.
+fn retry_parked<H: Host>(inner: &Mutex<Inner<H>>, parked: &Mutex<Vec<Parked>>, closing: bool) {
     let waiting: Vec<Parked> = std::mem::take(&mut *lock(parked));
     if waiting.is_empty() {
         return;
@@ -214,7 +219,9 @@ fn retry_parked<H: Host>(inner: &Mutex<Inner<H>>, parked: &Mutex<Vec<Parked>>) {
             Ok(n) => p.reply.data(&buf[..n]),
             Err(Errno::EAGAIN) => {
                 drop(g);
-                if signal_pending(p.pid) {
+                if closing {
+                    p.reply.data(&[]);
+                } else if signal_pending(p.pid) {
                     p.reply.error(fuser::Errno::EINTR);
                 } else {
                     still.push(p);
@@ -395,6 +402,8 @@ impl<H: Host + Send + 'static> Filesystem for TracefsFs<H> {
                     flags.0 & libc::O_NONBLOCK != 0 || g.tree.is_nonblocking(fh).unwrap_or(true);
                 if nonblock {
                     reply.error(fuser::Errno::EAGAIN)
+                } else if self.closing.load(Ordering::Acquire) {
+                    reply.data(&[])
                 } else {
                     drop(g);
                     lock(&self.parked).push(Parked {
@@ -540,6 +549,7 @@ pub fn unblock_all_signals() {
 /// A mounted tree: unmounted when dropped.
 pub struct Mount {
     dir: PathBuf,
+    closing: Arc<AtomicBool>,
     helper: Option<Child>,
     commfd: Option<OwnedFd>,
     session: Option<BackgroundSession>,
@@ -598,6 +608,7 @@ pub fn mount<H: Host + Send + 'static>(fs: TracefsFs<H>, dir: &Path) -> Result<M
         ));
     }
     let fm = fusermount().expect("checked");
+    let closing = fs.closing.clone();
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the pair.
     if unsafe {
@@ -649,6 +660,7 @@ pub fn mount<H: Host + Send + 'static>(fs: TracefsFs<H>, dir: &Path) -> Result<M
     };
     let mut m = Mount {
         dir: dir.to_path_buf(),
+        closing,
         helper: Some(helper),
         commfd: Some(ours),
         session: None,
@@ -678,6 +690,9 @@ impl Mount {
         if self.helper.is_none() {
             return;
         }
+        // Blocked readers get end of file (their file stays usable until they close it: the
+        // unmount is lazy for them).
+        self.closing.store(true, Ordering::Release);
         // Closing our end makes the auto-unmount helper unmount and exit.
         drop(self.commfd.take());
         if let Some(mut h) = self.helper.take() {
@@ -695,8 +710,16 @@ impl Mount {
                     .status();
             }
         }
+        // The session ends when the last file is closed; a process that keeps one open
+        // (detached from the tree: nothing is mounted) does not hold the tool.
         if let Some(s) = self.session.take() {
-            let _ = s.join();
+            let t0 = std::time::Instant::now();
+            while !s.guard.is_finished() && t0.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if s.guard.is_finished() {
+                let _ = s.join();
+            }
         }
     }
 }

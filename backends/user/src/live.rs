@@ -138,8 +138,6 @@ pub struct LiveRecording {
     base: TscPair,
     conv: Option<TscConversion>,
     frozen: bool,
-    /// The program is gone: unfinished slots never will be.
-    pub finished: bool,
 }
 
 /// The file name of the executable a process image (`DIR/<pid>.<n>`) runs, from its `meta`.
@@ -175,7 +173,6 @@ impl LiveRecording {
             base,
             conv: None,
             frozen: false,
-            finished: false,
         }
     }
 
@@ -336,7 +333,7 @@ impl LiveRecording {
                         KIND_FUNC | KIND_GRAPH_ENT | KIND_GRAPH_RET
                     );
                 if !valid {
-                    if pipe && !self.finished {
+                    if pipe {
                         break;
                     }
                     continue;

@@ -1,4 +1,4 @@
-//! The tracefs tree (ftrace-tracefs's [`Tracefs`]) bound to a running traced program: what
+//! The tracefs tree (ftrace-tracefs's [`Tracefs`](ftrace_tracefs::Tracefs)) bound to a running traced program: what
 //! `ftrace record --mount` serves.
 //!
 //! [`UserHost`] and the top-level [`UserBackend`] live in the tool, never in the program. Reads
@@ -834,16 +834,75 @@ impl UserHost {
         })
     }
 
-    /// The program is gone: its unfinished events never will be.
-    pub fn program_exited(&self) {
-        if let Some(a) = &mut lock(&self.top).agent {
-            a.live.finished = true;
-        }
+    /// A handle on the top level that outlives the tree (the tool writes the capture with it
+    /// when the program has exited).
+    pub fn handle(&self) -> LiveHandle {
+        LiveHandle(self.top.clone())
+    }
+}
+
+/// The top level's state, held beside the tree.
+pub struct LiveHandle(Shared);
+
+impl LiveHandle {
+    /// The current tracer.
+    pub fn current_tracer(&self) -> &'static str {
+        lock(&self.0).tracer
     }
 
-    /// The current tracer of the top level.
-    pub fn current_tracer(&self) -> &'static str {
-        lock(&self.top).tracer
+    /// Writes what `trace` shows now as a capture ([`crate::capture`]) into `dir`: every
+    /// event not cleared or consumed, the symbols, task names and clock, and the current
+    /// tracer, so that `ftrace report -i dir` prints the `trace` file as it was.
+    pub fn write_capture(&self, dir: &std::path::Path) -> Result<(), String> {
+        use crate::recording::{Event, Process, Recording, Thread};
+        let mut st = lock(&self.0);
+        let evs = st.events(None, false);
+        let tasks = st.tasks();
+        let symbols = match &st.agent {
+            Some(a) => a.live.symbols().clone(),
+            None => st.marker_syms.clone(),
+        };
+        let mut threads: Vec<Thread> = tasks
+            .0
+            .iter()
+            .map(|(&tid, (comm, pid))| Thread {
+                pid: *pid,
+                tid: tid as u32,
+                comm: comm.clone(),
+                overrun: 0,
+                dropped: 0,
+                entries: evs.iter().filter(|e| e.tid == tid as u32).count() as u64,
+            })
+            .collect();
+        threads.sort_by_key(|t| t.tid);
+        let mut rec = Recording {
+            clock: st.clock,
+            processes: vec![Process {
+                dir: dir.to_path_buf(),
+                pid: threads.first().map_or(0, |t| t.pid),
+                exe: String::new(),
+                tracer: st.tracer.to_string(),
+                symbols,
+                threads,
+            }],
+            per_cpu: Default::default(),
+            nr_cpus: st.nr_cpus,
+            tsc_khz: None,
+        };
+        for e in evs {
+            rec.per_cpu.entry(e.cpu).or_default().push(Event {
+                cpu: e.cpu,
+                ts: e.ts,
+                pid: e.tid,
+                tid: e.tid,
+                data: e.data,
+                missed: e.missed,
+                seq: e.index,
+                process: 0,
+            });
+        }
+        drop(st);
+        crate::capture::write_capture(&rec, dir)
     }
 }
 

@@ -66,7 +66,10 @@ impl RecordOptions {
 }
 
 /// Records `prog args...` into `opts.output`, then writes the capture files `ftrace report`
-/// reads ([`crate::capture`]); returns the program's exit status.
+/// reads ([`crate::capture`]); returns the program's exit status. With `opts.mount`, the
+/// program's tracefs is served while it runs and the capture is what its `trace` file shows
+/// when the program ends (a tracer switch or `echo > trace` starts it afresh, as in the
+/// kernel).
 pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitStatus, String> {
     let out = &opts.output;
     if out.exists() {
@@ -79,10 +82,10 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitS
             ));
         }
     }
-    let status = match &opts.mount {
-        None => crate::launch::run(&opts.config(), prog, args)?,
-        Some(dir) => run_mounted(opts, dir, prog, args)?,
-    };
+    if let Some(dir) = &opts.mount {
+        return run_mounted(opts, dir, prog, args);
+    }
+    let status = crate::launch::run(&opts.config(), prog, args)?;
     let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
     crate::capture::write_capture(&rec, out)?;
     Ok(status)
@@ -201,7 +204,9 @@ fn run_mounted(
     let link = link?;
     let live = LiveRecording::new(&cfg.output, cfg.clock, base);
     let host = UserHost::new(link, live, cfg.tracer, cfg.clock, cfg.buffer_kb * 1024)?;
-    let tree = ftrace_tracefs::Tracefs::new(host).map_err(|e| format!("tracefs: {e:?}"))?;
+    let handle = host.handle();
+    let mut tree = ftrace_tracefs::Tracefs::new(host).map_err(|e| format!("tracefs: {e:?}"))?;
+    seed_tree(&mut tree, opts);
     let m = mount(TracefsFs::new(tree), dir)?;
     eprintln!(
         "ftrace: tracefs of {prog} (pid {}) mounted at {}",
@@ -231,7 +236,38 @@ fn run_mounted(
         m.unmount();
     }
     drop(signals);
+    handle.write_capture(&opts.output)?;
     Ok(status)
+}
+
+/// Writes the command line's `-F`, `-N`, `-G` and `--max-depth` into the tree's files, so that
+/// they read back and stay in force when other files change. A glob the filter language
+/// refuses (no function matches) is reported, and the run goes on.
+fn seed_tree<H: ftrace_tracefs::Host>(tree: &mut ftrace_tracefs::Tracefs<H>, opts: &RecordOptions) {
+    let files = [
+        ("set_ftrace_filter", &opts.filter),
+        ("set_ftrace_notrace", &opts.notrace),
+        ("set_graph_function", &opts.graph_functions),
+    ];
+    for (file, globs) in files {
+        for g in globs {
+            if let Err(e) = tree.write_all(file, g.as_bytes(), true) {
+                eprintln!(
+                    "ftrace: {file}: {g:?}: {}",
+                    e.description().unwrap_or("error")
+                );
+            }
+        }
+    }
+    if opts.max_depth > 0 {
+        let v = opts.max_depth.to_string();
+        if let Err(e) = tree.write_all("max_graph_depth", v.as_bytes(), false) {
+            eprintln!(
+                "ftrace: max_graph_depth: {}",
+                e.description().unwrap_or("error")
+            );
+        }
+    }
 }
 
 /// Whether `dir` holds a recording (some `<pid>.<n>/meta`).

@@ -113,13 +113,19 @@ struct Mounted {
 
 impl Mounted {
     fn start(name: &str, tracer: &str) -> Mounted {
+        Mounted::start_with(name, &["record", "-t", tracer])
+    }
+
+    /// `ftrace ARGS --mount DIR -o DIR -- program`.
+    fn start_with(name: &str, args: &[&str]) -> Mounted {
         let dir = scratch(name);
         let prog = build_target(&dir);
         let mnt = dir.join("tracing");
         std::fs::create_dir(&mnt).unwrap();
         let rec = dir.join("rec");
         let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
-            .args(["record", "-t", tracer, "--mount"])
+            .args(args)
+            .arg("--mount")
             .arg(&mnt)
             .arg("-o")
             .arg(&rec)
@@ -436,7 +442,9 @@ fn mounted_tracefs_drives_a_live_program() {
     std::fs::remove_dir(m.path("instances/foo")).unwrap();
     assert!(!m.path("instances/foo").exists());
 
-    // The program ends: the tool exits with its status and the mount is gone.
+    // The program ends: the tool exits with its status and the mount is gone; the recording
+    // holds what `trace` showed at the end.
+    m.echo("last words", "trace_marker");
     let (out, mnt, rec) = m.finish();
     assert!(
         out.status.success(),
@@ -445,7 +453,15 @@ fn mounted_tracefs_drives_a_live_program() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("calls "));
     assert_eq!(mounts_at(&mnt), vec![], "stale mount at {}", mnt.display());
-    assert!(rec.join("per_cpu/cpu0/trace_pipe_raw").is_file());
+    let report = ftrace_user::report::report(&ftrace_user::report::ReportArgs::new(&rec)).unwrap();
+    let report = String::from_utf8(report).unwrap();
+    assert!(report.starts_with("# tracer: nop\n"), "{report}");
+    let evs = events(&report);
+    assert_eq!(evs.len(), 1, "{report}");
+    assert!(
+        evs[0].ends_with("tracing_mark_write: last words"),
+        "{report}"
+    );
 }
 
 #[test]
@@ -502,4 +518,67 @@ fn fuse_unavailable_is_a_clear_error() {
         "{err}"
     );
     assert!(!dir.join("rec").exists(), "the program must not have run");
+}
+
+#[test]
+fn exit_ends_a_blocked_reader() {
+    let m = Mounted::start("blocked", "function");
+    m.echo("nop", "current_tracer");
+    // Opened here, read in a thread: it blocks (nop records nothing) until the program ends.
+    let mut f = std::fs::File::open(m.path("trace_pipe")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        let mut got = 0;
+        let r = loop {
+            match f.read(&mut buf) {
+                Ok(0) => break Ok(got),
+                Ok(n) => got += n,
+                Err(e) => break Err(e.kind()),
+            }
+        };
+        let _ = tx.send(r);
+    });
+    let (out, mnt, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mounts_at(&mnt), vec![], "stale mount at {}", mnt.display());
+    let r = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the blocked reader was answered");
+    assert!(r.is_ok(), "{r:?}");
+}
+
+#[test]
+fn live_mount_keeps_the_command_line_filters() {
+    let m = Mounted::start_with(
+        "live",
+        &["live", "-t", "function", "-F", "tick_*", "-N", "tick_beta"],
+    );
+    assert_eq!(
+        m.read("set_ftrace_filter").lines().collect::<BTreeSet<_>>(),
+        ["tick_alpha", "tick_beta"].into()
+    );
+    assert_eq!(m.read("set_ftrace_notrace"), "tick_beta\n");
+    m.echo("function_graph", "current_tracer");
+    wait_for("graph events", || {
+        m.read("trace").contains("tick_alpha();").then_some(())
+    });
+    let (out, mnt, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mounts_at(&mnt), vec![]);
+    // `live` prints the trace as it was at the end: the graph of tick_alpha alone.
+    let text = String::from_utf8(out.stdout).unwrap();
+    let report = &text[text.find("# tracer:").expect("a report")..];
+    assert!(report.starts_with("# tracer: function_graph\n"), "{report}");
+    let evs = events(report);
+    assert!(evs.iter().any(|l| l.ends_with("tick_alpha();")), "{report}");
+    assert!(!report.contains("tick_beta"), "{report}");
 }

@@ -350,7 +350,17 @@ fn start(cfg: Config) -> std::io::Result<()> {
     let dir = a.dir.clone();
     *agent() = Some(a);
     if let Some(path) = control {
-        control::start(&path, &dir)?;
+        // Live control is for this process image only: children and exec'd images trace with
+        // the start-up configuration (an exec closes the socket; the tool removed its name).
+        // SAFETY: the agent's constructor runs before the program's `main`, while no other
+        // thread reads the environment.
+        unsafe { std::env::remove_var(config::ENV_CONTROL) };
+        if let Err(e) = control::start(&path, &dir) {
+            warn(&format!(
+                "live control {}: {e}; tracing with the start-up configuration",
+                path.display()
+            ));
+        }
     }
     Ok(())
 }
