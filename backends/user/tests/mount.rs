@@ -451,7 +451,11 @@ fn mounted_tracefs_drives_a_live_program() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("calls "));
+    let calls = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        calls.starts_with("calls ") && calls.ends_with(" wrong 0\n"),
+        "{calls}"
+    );
     assert_eq!(mounts_at(&mnt), vec![], "stale mount at {}", mnt.display());
     let report = ftrace_user::report::report(&ftrace_user::report::ReportArgs::new(&rec)).unwrap();
     let report = String::from_utf8(report).unwrap();
@@ -581,4 +585,33 @@ fn live_mount_keeps_the_command_line_filters() {
     let evs = events(report);
     assert!(evs.iter().any(|l| l.ends_with("tick_alpha();")), "{report}");
     assert!(!report.contains("tick_beta"), "{report}");
+}
+
+#[test]
+fn tracer_switches_under_load() {
+    let m = Mounted::start("switch", "function");
+    // Both workers call traced functions all along; each switch re-patches every site live.
+    for round in 0..30 {
+        for t in ["function_graph", "function", "nop"] {
+            std::fs::write(m.path("current_tracer"), format!("{t}\n")).unwrap();
+            assert_eq!(m.read("current_tracer"), format!("{t}\n"), "round {round}");
+        }
+    }
+    m.echo("function_graph", "current_tracer");
+    let text = wait_for("graph events after the switches", || {
+        let t = m.read("trace");
+        t.contains("tick_beta();").then_some(t)
+    });
+    assert!(text.starts_with("# tracer: function_graph\n"));
+    let (out, mnt, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The program computed what it does untraced and ended normally.
+    let calls = String::from_utf8_lossy(&out.stdout);
+    assert!(calls.starts_with("calls "), "{calls}");
+    assert!(calls.ends_with(" wrong 0\n"), "{calls}");
+    assert_eq!(mounts_at(&mnt), vec![]);
 }

@@ -1,7 +1,7 @@
 /* The traced program of the FUSE tracefs test: two worker threads call tick_alpha(), which
- * calls tick_beta(), about a thousand times a second each, until stdin reaches end of file.
- * Then it prints the number of calls and exits. The test controls when it ends by closing
- * its stdin.
+ * calls tick_beta(), about a thousand times a second each, checking the result, until stdin
+ * reaches end of file. Then it prints the number of calls and of wrong results, and exits.
+ * The test controls when it ends by closing its stdin.
  *
  * `noipa`: without it gcc -O2 (`-fipa-stack-alignment`) calls these functions with an
  * 8-byte-aligned stack, as it knows they need no more; the agent's full-save trampoline
@@ -14,6 +14,7 @@
 static volatile int stop;
 static volatile long sink;
 static long calls[2];
+static long wrong[2];
 
 __attribute__((noinline, noipa)) long tick_beta(long x) { sink += x; return x * 3 + 1; }
 
@@ -22,7 +23,8 @@ __attribute__((noinline, noipa)) long tick_alpha(long x) { return tick_beta(x) +
 __attribute__((noinline, noipa)) void *worker(void *arg) {
     long id = (long)arg;
     while (!stop) {
-        tick_alpha(id);
+        if (tick_alpha(id) != id * 3 + 2)
+            wrong[id]++;
         calls[id]++;
         usleep(1000);
     }
@@ -39,6 +41,6 @@ int main(void) {
     stop = 1;
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], NULL);
-    printf("calls %ld %ld\n", calls[0], calls[1]);
+    printf("calls %ld %ld wrong %ld\n", calls[0], calls[1], wrong[0] + wrong[1]);
     return 0;
 }
