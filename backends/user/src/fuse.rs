@@ -745,3 +745,63 @@ impl Drop for Mount {
         self.do_unmount();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inodes_are_stable_per_path() {
+        let mut i = Inodes::new();
+        assert_eq!(i.path(INodeNo(1)), Some(""));
+        let a = i.intern("per_cpu/cpu0");
+        let b = i.intern(&join("per_cpu", OsStr::new("cpu1")));
+        assert_eq!(i.intern("per_cpu/cpu0"), a);
+        assert_ne!(a, b);
+        assert_eq!(i.path(INodeNo(b)), Some("per_cpu/cpu1"));
+        assert_eq!(join("", OsStr::new("trace")), "trace");
+        assert_eq!(i.path(INodeNo(0)), None);
+        assert_eq!(i.path(INodeNo(99)), None);
+    }
+
+    #[test]
+    fn pending_signals_are_read_from_proc() {
+        // SAFETY: no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        assert!(!signal_pending(me));
+        // A thread that does not exist has nothing left to wait for.
+        assert!(signal_pending(u32::MAX >> 1));
+        // A blocked pending signal does not end a read.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: blocking SIGUSR2 in this thread only, then raising it at itself.
+            unsafe {
+                let mut set: libc::sigset_t = core::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, libc::SIGUSR2);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
+                libc::syscall(
+                    libc::SYS_tgkill,
+                    libc::getpid(),
+                    libc::gettid(),
+                    libc::SIGUSR2,
+                );
+                tx.send(libc::gettid() as u32).unwrap();
+                go_rx.recv().unwrap();
+                let mut sig = 0;
+                libc::sigwait(&set, &mut sig);
+            }
+        });
+        let tid = rx.recv().unwrap();
+        assert!(!signal_pending(tid), "blocked: not a reason to stop");
+        go_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn nothing_fuse_is_mounted_at_the_root() {
+        assert!(!is_mounted(Path::new("/")));
+        assert!(!is_mounted(Path::new("/no/such/dir")));
+    }
+}

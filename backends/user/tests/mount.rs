@@ -293,6 +293,15 @@ fn mounted_tracefs_drives_a_live_program() {
         );
     }
 
+    // per_cpu/cpuN/trace: that CPU's events only.
+    for cpu in 0..std::fs::read_dir(m.path("per_cpu")).unwrap().count() {
+        let t = m.read(&format!("per_cpu/cpu{cpu}/trace"));
+        assert!(t.starts_with("# tracer: function\n"));
+        for l in events(&t) {
+            assert!(l.contains(&format!("[{cpu:03}]")), "cpu{cpu}: {l}");
+        }
+    }
+
     // trace_pipe_raw: the kernel's sub-buffer pages, one CPU at a time, without blocking.
     let nr_cpus = std::fs::read_dir(m.path("per_cpu")).unwrap().count();
     assert!(nr_cpus >= 1);
@@ -346,6 +355,21 @@ fn mounted_tracefs_drives_a_live_program() {
         !text.contains("<-"),
         "function-tracer lines survived the switch"
     );
+
+    // The output options apply live: funcgraph-proc adds the task to every line.
+    m.echo("1", "options/funcgraph-proc");
+    let t = wait_for("lines with the task", || {
+        let t = m.read("trace");
+        events(&t)
+            .iter()
+            .any(|l| l.ends_with("tick_beta();"))
+            .then_some(t)
+    });
+    for l in events(&t).iter().filter(|l| l.ends_with("tick_beta();")) {
+        assert!(l.contains("mount_t"), "{l}");
+    }
+    m.echo("0", "options/funcgraph-proc");
+    assert_eq!(m.read("options/funcgraph-proc"), "0\n");
 
     // trace_pipe blocks until events come, then returns them.
     let pipe = m.path("trace_pipe");
@@ -424,6 +448,18 @@ fn mounted_tracefs_drives_a_live_program() {
     ));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Invalid argument"));
     assert_eq!(m.read("current_tracer"), "nop\n");
+
+    // error_log: a refused probe definition is explained there (no kprobes in a process).
+    let o = sh(&format!(
+        "/bin/echo 'p:myprobe tick_alpha' > {}",
+        m.path("kprobe_events").display()
+    ));
+    assert!(!o.status.success());
+    let log = m.read("error_log");
+    assert!(log.contains("trace_kprobe: error:"), "{log}");
+    assert!(log.contains("Command: p:myprobe tick_alpha"), "{log}");
+    m.echo("", "error_log");
+    assert_eq!(m.read("error_log"), "");
 
     // Instances: mkdir / rmdir, their own buffers.
     std::fs::create_dir(m.path("instances/foo")).unwrap();
