@@ -2,8 +2,8 @@
 //! socket the tool listens on, which the agent connects to when the program starts.
 //!
 //! Invariant: every request gets exactly one answer or an error (the program exited, the agent
-//! did not answer within [`ANSWER_TIMEOUT`]); a failed request leaves the link usable only if
-//! the agent answered it.
+//! did not answer within [`ANSWER_TIMEOUT`]); after an unanswered request the link refuses
+//! every later one (`ENODEV`), so that a late answer is never taken for another request's.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -34,6 +34,8 @@ pub struct SiteLine {
 pub struct AgentLink {
     reader: BufReader<UnixStream>,
     writer: UnixStream,
+    /// A request went unanswered: a late answer would be taken for the next one's.
+    broken: bool,
     /// The traced process.
     pub pid: u32,
     /// Its instance directory.
@@ -86,6 +88,7 @@ impl AgentLink {
         Ok(AgentLink {
             reader,
             writer,
+            broken: false,
             pid: pid.parse().map_err(|_| format!("bad pid in {hello:?}"))?,
             dir: PathBuf::from(dir),
         })
@@ -94,17 +97,31 @@ impl AgentLink {
     fn line(&mut self) -> Result<String, Errno> {
         let mut s = String::new();
         match self.reader.read_line(&mut s) {
-            Ok(0) => Err(Errno::ENODEV),
+            Ok(0) => {
+                self.broken = true;
+                Err(Errno::ENODEV)
+            }
             Ok(_) => Ok(s.trim_end_matches('\n').to_string()),
-            Err(_) => Err(Errno::EIO),
+            Err(_) => {
+                self.broken = true;
+                Err(Errno::EIO)
+            }
         }
+    }
+
+    fn send(&mut self, req: &[u8]) -> Result<(), Errno> {
+        if self.broken {
+            return Err(Errno::ENODEV);
+        }
+        self.writer.write_all(req).map_err(|_| {
+            self.broken = true;
+            Errno::ENODEV
+        })
     }
 
     /// Lists the call sites.
     pub fn sites(&mut self) -> Result<Vec<SiteLine>, Errno> {
-        self.writer
-            .write_all(b"SITES\n")
-            .map_err(|_| Errno::ENODEV)?;
+        self.send(b"SITES\n")?;
         let mut v = Vec::new();
         loop {
             let l = self.line()?;
@@ -129,9 +146,7 @@ impl AgentLink {
     pub fn set_state(&mut self, w: &Wanted) -> Result<usize, Errno> {
         let mut req = w.to_request();
         req.push('\n');
-        self.writer
-            .write_all(req.as_bytes())
-            .map_err(|_| Errno::ENODEV)?;
+        self.send(req.as_bytes())?;
         let l = self.line()?;
         if let Some(n) = l.strip_prefix("OK ") {
             return n.trim().parse().map_err(|_| Errno::EIO);

@@ -646,6 +646,10 @@ impl TraceBackend for UserBackend {
 
     fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno> {
         let mut st = lock(&self.state);
+        // A buffer not recording refuses the write as if not open for writing (Linux).
+        if !st.on {
+            return Err(Errno::EBADF);
+        }
         let sink = Collect::default();
         let opts = TraceOptions::from_bits_retain(st.flags);
         marker(text, MARKER_SYMBOL.1, opts, &Caller, &sink)?;
@@ -657,6 +661,9 @@ impl TraceBackend for UserBackend {
 
     fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno> {
         let mut st = lock(&self.state);
+        if !st.on {
+            return Err(Errno::EBADF);
+        }
         let sink = Collect::default();
         let opts = TraceOptions::from_bits_retain(st.flags);
         let mut all = id.to_ne_bytes().to_vec();

@@ -409,6 +409,15 @@ fn mounted_tracefs_drives_a_live_program() {
     // tracing_on reads back; function_graph's notrace file is refused, not pretended.
     m.echo("0", "tracing_on");
     assert_eq!(m.read("tracing_on"), "0\n");
+    // A buffer that is not recording refuses markers as the kernel does.
+    let o = sh(&format!(
+        "/bin/echo nothing > {}",
+        m.path("trace_marker").display()
+    ));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Bad file descriptor"),
+        "{o:?}"
+    );
     m.echo("1", "tracing_on");
     assert_eq!(m.read("tracing_on"), "1\n");
     let o = sh(&format!(
