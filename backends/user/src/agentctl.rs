@@ -30,6 +30,27 @@ pub struct SiteLine {
     pub name: String,
 }
 
+/// The process at the other end of a unix socket (`SO_PEERCRED`).
+fn peer_pid(sock: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed ucred is valid; getsockopt fills it and its length.
+    unsafe {
+        let mut cred: libc::ucred = core::mem::zeroed();
+        let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        if libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(cred.pid as u32)
+    }
+}
+
 /// A connected agent.
 pub struct AgentLink {
     reader: BufReader<UnixStream>,
@@ -70,6 +91,13 @@ impl AgentLink {
             }
             std::thread::sleep(Duration::from_millis(5));
         };
+        // Only the program we started may drive it.
+        let peer = peer_pid(&sock).map_err(|e| format!("control socket: {e}"))?;
+        if peer != child.id() {
+            return Err(format!(
+                "control socket: a process other than the program ({peer}) connected"
+            ));
+        }
         sock.set_nonblocking(false)
             .and_then(|()| sock.set_read_timeout(Some(ANSWER_TIMEOUT)))
             .map_err(|e| format!("control socket: {e}"))?;

@@ -174,15 +174,26 @@ fn run_mounted(
     let agent = crate::launch::find_agent()?;
     std::fs::create_dir_all(&opts.output).map_err(|e| format!("{}: {e}", opts.output.display()))?;
     let signals = BlockedSignals::new();
-    let sock = std::env::temp_dir().join(format!(
-        "ftrace-ctl-{}-{}.sock",
+    // The socket lives in a directory only this user can enter.
+    let sock_dir = std::env::temp_dir().join(format!(
+        "ftrace-ctl-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     ));
-    let listener = std::os::unix::net::UnixListener::bind(&sock)
-        .map_err(|e| format!("{}: {e}", sock.display()))?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&sock_dir)
+            .map_err(|e| format!("{}: {e}", sock_dir.display()))?;
+    }
+    let sock = sock_dir.join("control");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).map_err(|e| {
+        let _ = std::fs::remove_dir(&sock_dir);
+        format!("{}: {e}", sock.display())
+    })?;
     let mut cfg = opts.config();
     cfg.control = Some(sock.clone());
     let base = ftrace_agent::clock::TscPair::now();
@@ -195,12 +206,14 @@ fn run_mounted(
         })
     };
     let child = cmd.spawn().map_err(|e| format!("{prog}: {e}"));
-    let mut child = Reaped(child.inspect_err(|_| {
+    let remove_sock = || {
         let _ = std::fs::remove_file(&sock);
-    })?);
+        let _ = std::fs::remove_dir(&sock_dir);
+    };
+    let mut child = Reaped(child.inspect_err(|_| remove_sock())?);
     let link = AgentLink::accept(&listener, &mut child.0, std::time::Duration::from_secs(20));
     drop(listener);
-    let _ = std::fs::remove_file(&sock);
+    remove_sock();
     let link = link?;
     let live = LiveRecording::new(&cfg.output, cfg.clock, base);
     let host = UserHost::new(link, live, cfg.tracer, cfg.clock, cfg.buffer_kb * 1024)?;
