@@ -116,15 +116,20 @@ impl BlockedSignals {
         }
     }
 
-    /// Waits up to `ms` for one of the signals.
-    fn wait(&self, ms: i64) -> Option<libc::c_int> {
+    /// Waits up to `ms` for one of the signals: the signal, and whether the kernel sent it (a
+    /// terminal's Ctrl-C or hangup, sent to the whole foreground process group) rather than a
+    /// process (`kill`, sent to the tool alone).
+    fn wait(&self, ms: i64) -> Option<(libc::c_int, bool)> {
         let ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: ms * 1_000_000,
         };
-        // SAFETY: valid set and timeout.
-        let s = unsafe { libc::sigtimedwait(&self.set, core::ptr::null_mut(), &ts) };
-        (s > 0).then_some(s)
+        // SAFETY: valid set, info and timeout.
+        unsafe {
+            let mut info: libc::siginfo_t = core::mem::zeroed();
+            let s = libc::sigtimedwait(&self.set, &mut info, &ts);
+            (s > 0).then_some((s, info.si_code == libc::SI_KERNEL))
+        }
     }
 }
 
@@ -234,15 +239,20 @@ fn run_mounted(
             Ok(None) => {}
             Err(e) => return Err(format!("{prog}: {e}")),
         }
-        if let Some(sig) = signals.wait(50) {
-            // Unmount first (the tool's promise), then let the program decide.
+        if let Some((sig, from_terminal)) = signals.wait(50) {
+            // Unmount first (the tool's promise), then let the program decide: it got a
+            // terminal's signal itself (same process group); a `kill` of the tool is passed on.
             if let Some(m) = m.take() {
                 m.unmount();
             }
             stops += 1;
-            let sig = if stops > 1 { libc::SIGKILL } else { sig };
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(child.0.id() as libc::pid_t, sig) };
+            if stops > 1 {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGKILL) };
+            } else if !from_terminal {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(child.0.id() as libc::pid_t, sig) };
+            }
         }
     };
     if let Some(m) = m.take() {
