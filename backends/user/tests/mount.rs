@@ -124,6 +124,8 @@ impl Mounted {
         std::fs::create_dir(&mnt).unwrap();
         let rec = dir.join("rec");
         let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+            // The program's working directory (gcc's -pg runtime writes gmon.out there).
+            .current_dir(&dir)
             .args(args)
             .arg("--mount")
             .arg(&mnt)
