@@ -18,7 +18,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
-use ftrace_baremetal::interim::TRACING;
+use ftrace_baremetal::tracing::TRACING;
 use ftrace_baremetal::qemu::{self, Verdict};
 use ftrace_baremetal::rt::BumpHeap;
 use ftrace_baremetal::serial::{self, Com1};
@@ -179,7 +179,8 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
 /// The tracer's own code must carry no call site: only this crate is instrumented.
 fn check_uninstrumented(sites: &SiteTable, syms: &SortedSymbols) -> bool {
     let hot = [
-        "ftrace_baremetal::interim",
+        "ftrace_baremetal::tracing",
+        "ftrace_baremetal::functions",
         "ftrace_baremetal::trampoline",
         "ftrace_baremetal::clock",
         "ftrace_baremetal::cpu",
