@@ -14,6 +14,11 @@
 //! in one batch through ftrace-patch's protocols. Which sites are patched is never decided
 //! here: it follows from the hashes.
 //!
+//! Function commands (`bm_leaf:traceoff:3`...) are parsed, kept and listed in
+//! `set_ftrace_filter` as the kernel lists them, but no probe runs them yet: the tree has no
+//! way to learn that a `traceoff` probe turned `tracing_on` off, so its file would read
+//! stale. `snapshot` and the event commands are refused (no snapshot buffer, no events).
+//!
 //! Generic over the text ([`TextPoke`]) and the dispatcher's platform, so the logic runs on
 //! the host in unit tests (ftrace-patch's `SimText`) exactly as in the kernel (`KernelText`).
 //!
@@ -28,10 +33,11 @@ use alloc::vec::Vec;
 
 use ftrace_core::Errno;
 use ftrace_core::dispatch::Dispatcher;
+use ftrace_core::filter::CommandEnv;
 use ftrace_core::ops::FtraceOps;
 use ftrace_core::platform::{Reclaim, RecursionState};
 use ftrace_core::reclaim::{Published, ReaderCount};
-use ftrace_core::symbols::SymbolTable;
+use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{
     DynFtrace, FixedTargets, FtraceBug, FtraceOpsView, InitKind, PageStats, PokeSite, Protocol,
     RecordOps, RecordTable, TextPoke, UpdatePass, UpdateStats, init_records,
@@ -138,6 +144,22 @@ impl Drop for GraphFilterCell {
     }
 }
 
+/// The filter language's environment here: the call sites as symbols (named after the
+/// functions holding them, at the site addresses the dispatcher is called with), no trace
+/// events (`enable_event` / `disable_event` are refused), and no snapshot buffer (`snapshot`
+/// is refused, as by a kernel without `CONFIG_TRACER_SNAPSHOT`).
+struct SiteCommands(SortedSymbols);
+
+impl CommandEnv for SiteCommands {
+    fn symbols(&self) -> &dyn SymbolTable {
+        &self.0
+    }
+
+    fn has_snapshot(&self) -> bool {
+        false
+    }
+}
+
 /// A record view of `op`.
 ///
 /// # Safety
@@ -210,11 +232,11 @@ impl FunctionSites {
         let table = RecordTable::new(recs)?;
         let mut pages = PageStats::kernel();
         pages.add_text(n, st.failed);
-        let sites: Arc<dyn SymbolTable + Send + Sync> = Arc::new(table.site_symbols(syms));
+        let env = SiteCommands(table.site_symbols(syms));
         Ok(Self {
             table,
             pages,
-            filters: FilterState::with_symbols(sites),
+            filters: FilterState::new(Arc::new(env)),
             ops,
             enabled: Vec::new(),
             targets,
@@ -752,6 +774,33 @@ mod tests {
             )
             .map(|_| ());
         assert_eq!(again, Err(Errno::EBUSY));
+    }
+
+    #[test]
+    fn function_commands_are_listed_and_leave_the_sites_alone() {
+        let mut w = world();
+        w.echo("bm_*", FilterFile::Filter, true).unwrap();
+        w.enable(w.a);
+        let bm = ["bm_workload", "bm_outer", "bm_middle", "bm_leaf"];
+        // no snapshot buffer, no events: refused, nothing changes
+        for bad in [
+            "bm_leaf:snapshot",
+            "bm_leaf:enable_event:sched:sched_switch",
+        ] {
+            assert_eq!(
+                w.echo(bad, FilterFile::Filter, false),
+                Err(Errno::EINVAL),
+                "{bad}"
+            );
+        }
+        w.echo("bm_leaf:traceoff:3", FilterFile::Filter, false)
+            .unwrap();
+        assert_eq!(
+            w.filter_text(FilterFile::Filter),
+            "bm_workload\nbm_outer\nbm_middle\nbm_leaf\nbm_leaf:traceoff:count=3\n"
+        );
+        assert_eq!(w.patched(), bm);
+        assert_eq!(w.enabled_functions(false), lines(&bm, 1));
     }
 
     #[test]

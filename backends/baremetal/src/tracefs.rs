@@ -329,3 +329,121 @@ impl FileTree for SerialTracefs {
         self.tree.lock().write_all(path, data.as_bytes(), append)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The tree over the real tracing instance on the host: install on a static "text" of
+    //! three functions, then the call-site and filter files as the shell uses them. (What
+    //! patches text or masks interrupts only runs in the kernel: these paths stay under `nop`.)
+
+    use super::*;
+    use crate::sites::SiteTable;
+    use crate::tracing::GRAPH_FILTER;
+    use ftrace_core::symbols::SortedSymbols;
+    use ftrace_patch::x86::NOP5_DISP8;
+    use std::format;
+
+    const FUNC: usize = 16;
+    /// Three functions of 16 bytes, each starting with rustc's patchable-entry NOP.
+    static TEXT: [u8; 3 * FUNC] = {
+        let mut t = [0xcc; 3 * FUNC];
+        let mut f = 0;
+        while f < 3 {
+            let mut i = 0;
+            while i < 5 {
+                t[f * FUNC + i] = NOP5_DISP8[i];
+                i += 1;
+            }
+            f += 1;
+        }
+        t
+    };
+    const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+
+    fn read(fs: &SerialTracefs, path: &str) -> Result<String, Errno> {
+        let mut s = String::new();
+        fs.read(path, &mut s).map(|()| s)
+    }
+
+    #[test]
+    fn the_files_run_on_the_record_table_and_the_filter_state() {
+        let base = TEXT.as_ptr() as u64;
+        let addr = |i: usize| base + (i * FUNC) as u64;
+        let mut syms = SortedSymbols::new();
+        for (i, n) in NAMES.iter().enumerate() {
+            syms.push(n, addr(i), FUNC as u64, None);
+        }
+        syms.finish();
+        let syms: &'static SortedSymbols = Box::leak(Box::new(syms));
+        let records = Box::leak(Box::new([addr(2), addr(0), addr(1)]));
+        // SAFETY: the records point into a readable static.
+        let sites: &'static SiteTable = Box::leak(Box::new(unsafe { SiteTable::new(records) }));
+        TRACING.install(sites, syms).unwrap();
+        let fs = SerialTracefs::new().unwrap();
+
+        assert_eq!(
+            read(&fs, "available_filter_functions").unwrap(),
+            "alpha\nbeta\ngamma\n"
+        );
+        let addrs: String = (0..3)
+            .map(|i| format!("{:x} {}\n", addr(i), NAMES[i]))
+            .collect();
+        assert_eq!(
+            read(&fs, "available_filter_functions_addrs").unwrap(),
+            addrs
+        );
+        assert_eq!(
+            read(&fs, "dyn_ftrace_total_info").unwrap(),
+            "3 pages:1 groups: 1\n"
+        );
+        assert_eq!(read(&fs, "enabled_functions").unwrap(), "");
+
+        // the filter language: globs, append, `!`; a rejected token adds nothing (with `>`
+        // the truncating open still empties the file at close, as in Linux: 07-errors/03)
+        fs.write("set_ftrace_filter", "b*\n", false).unwrap();
+        assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "beta\n");
+        assert_eq!(
+            fs.write("set_ftrace_filter", "nothing_here\n", true),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "beta\n");
+        assert_eq!(
+            fs.write("set_ftrace_filter", "nothing_here\n", false),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            read(&fs, "set_ftrace_filter").unwrap(),
+            "#### all functions enabled ####\n"
+        );
+        fs.write("set_ftrace_filter", "beta\n", false).unwrap();
+        fs.write("set_ftrace_filter", "*a\n", true).unwrap();
+        assert_eq!(
+            read(&fs, "set_ftrace_filter").unwrap(),
+            "alpha\nbeta\ngamma\n"
+        );
+        fs.write("set_ftrace_filter", "!gamma\n", true).unwrap();
+        assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "alpha\nbeta\n");
+        fs.write("set_ftrace_notrace", "gamma\n", false).unwrap();
+        assert_eq!(read(&fs, "set_ftrace_notrace").unwrap(), "gamma\n");
+
+        // the graph files reach the graph filter the entry hook reads
+        fs.write("set_graph_function", "alpha\n", false).unwrap();
+        fs.write("set_graph_notrace", "beta\n", false).unwrap();
+        assert_eq!(read(&fs, "set_graph_function").unwrap(), "alpha\n");
+        GRAPH_FILTER.with(|g| {
+            assert_eq!(g.functions, [addr(0)]);
+            assert_eq!(g.notrace, [addr(1)]);
+        });
+        fs.write("set_graph_function", "", false).unwrap();
+        fs.write("set_graph_notrace", "", false).unwrap();
+        GRAPH_FILTER.with(|g| assert!(g.functions.is_empty() && g.notrace.is_empty()));
+
+        // under nop no ops is enabled: nothing patched, nothing touched, text unchanged
+        assert_eq!(read(&fs, "enabled_functions").unwrap(), "");
+        assert_eq!(read(&fs, "touched_functions").unwrap(), "");
+        for i in 0..3 {
+            assert_eq!(TEXT[i * FUNC..i * FUNC + 5], NOP5_DISP8);
+        }
+        assert_eq!(read(&fs, "saved_cmdlines").unwrap(), "");
+    }
+}
