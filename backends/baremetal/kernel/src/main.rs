@@ -171,6 +171,11 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         qemu::exit(Verdict::Fail, "install");
     }
     println!(
+        "tracing: {} call-site records, heap {} KiB used",
+        sites.sites().len(),
+        HEAP.used() / 1024
+    );
+    println!(
         "tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; poweroff pass [N]|fail)"
     );
     run_shell()
@@ -546,6 +551,12 @@ fn run_shell() -> ! {
             sh.execute(text, &tree, &mut k, c);
         });
         if let Some((v, expected)) = k.poweroff {
+            // The bump heap never reuses freed blocks: how much a session takes is worth seeing.
+            println!(
+                "heap: {} KiB of {} KiB used",
+                HEAP.used() / 1024,
+                ftrace_baremetal::rt::HEAP_SIZE / 1024
+            );
             let why = alloc::format!(
                 "{} commands, {} failed, {} expected to",
                 sh.commands,
