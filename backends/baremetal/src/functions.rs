@@ -828,6 +828,56 @@ mod tests {
     }
 
     #[test]
+    fn graph_filter_readers_see_whole_publications_while_it_changes() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        // Readers on other threads (CPUs) take the filter while one writer replaces it and
+        // frees the old lists: every read is one publication (its two lists agree) or none.
+        // (Without the grace period, freed blocks get reused under the readers: this fails.)
+        let cell: &'static GraphFilterCell = Box::leak(Box::new(GraphFilterCell::new()));
+        let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let reads: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        cell.with(|g| {
+                            if let Some(&v) = g.notrace.first() {
+                                // hold the lists a while: a freed and reused block shows
+                                for _ in 0..64 {
+                                    std::hint::spin_loop();
+                                }
+                                assert_eq!(g.notrace, [v]);
+                                assert_eq!(g.functions.len(), (v % 7) as usize + 1);
+                                assert!(g.functions.iter().all(|f| *f == v));
+                            } else {
+                                assert!(g.functions.is_empty());
+                            }
+                        });
+                        reads.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        // publish until the readers have read a good many times during the changes
+        let mut v = 0u64;
+        while v < 2_000 || (reads.load(Ordering::Relaxed) < 400_000 && v < 1_000_000) {
+            v += 1;
+            if v % 100 == 0 {
+                cell.publish(Vec::new(), Vec::new());
+            } else {
+                cell.publish(std::vec![v; (v % 7) as usize + 1], std::vec![v]);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().expect("a reader saw a torn or freed filter");
+        }
+        if v % 100 != 0 {
+            cell.with(|g| assert_eq!(g.notrace, [v]));
+        }
+    }
+
+    #[test]
     fn a_site_changed_behind_the_tables_back_is_reported_not_overwritten() {
         let mut w = world();
         w.echo("bm_leaf bm_middle", FilterFile::Filter, true)
