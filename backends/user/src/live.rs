@@ -259,6 +259,11 @@ impl LiveRecording {
         }
     }
 
+    /// Events are stamped with `clock` from now on (the caller clears what came before).
+    pub fn set_clock(&mut self, clock: ClockKind) {
+        self.clock = clock;
+    }
+
     /// Every function symbol of the program (and the marker's).
     pub fn symbols(&self) -> &SortedSymbols {
         &self.symbols
@@ -271,31 +276,6 @@ impl LiveRecording {
             .filter(|b| b.map.is_some())
             .map(|b| (b.tid, b.pid, b.comm.clone()))
             .collect()
-    }
-
-    /// The first process image's pid, if it started.
-    pub fn main_pid(&self) -> Option<u32> {
-        self.procs.first().and_then(|p| {
-            let n = p.dir.file_name()?.to_string_lossy().into_owned();
-            n.split('.').next()?.parse().ok()
-        })
-    }
-
-    /// Converts a raw clock reading to trace-clock units.
-    pub fn convert(&self, raw: u64) -> u64 {
-        match (self.clock, self.conv) {
-            (ClockKind::Local, Some(c)) => c.to_ns(raw),
-            _ => raw,
-        }
-    }
-
-    /// The current raw clock reading (what the agent would stamp now).
-    pub fn raw_now(&self) -> u64 {
-        if self.clock.is_tsc() {
-            ftrace_agent::clock::rdtsc()
-        } else {
-            ftrace_agent::clock::mono_ns()
-        }
     }
 
     /// The events still in the buffers (not cleared, not consumed), of one CPU or all, sorted

@@ -13,7 +13,7 @@
 //! instances/x`) get their own buffers of marker events and only the `nop` tracer: the agent
 //! has one set of call sites and one tracer. What the tree asks and this backend cannot do is
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
-//! size is fixed when a thread starts), another sub-buffer size or trace clock (`EINVAL`), pid
+//! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
 //! filters and cpumasks other than "all" (`EINVAL`), `set_graph_notrace` writes (`ENODEV`), and
 //! function commands such as `f:traceoff` (`EINVAL`). Invariant: a refused write changes
 //! nothing, here or in the program.
@@ -195,6 +195,7 @@ impl State {
             tracer: TracerKind::parse(self.tracer),
             on: self.on,
             depth: self.depth,
+            clock: self.clock,
             sel: a
                 .sites
                 .iter()
@@ -543,7 +544,21 @@ impl TraceBackend for UserBackend {
                 st.flags = f.0;
                 Ok(())
             }
-            Param::Clock(c) if c == st.clock.name() => Ok(()),
+            Param::Clock(c) => {
+                let new = ClockKind::parse(c).ok_or(Errno::EINVAL)?;
+                if new == st.clock {
+                    return Ok(());
+                }
+                let old = st.clock;
+                st.clock = new;
+                st.push().inspect_err(|_| st.clock = old)?;
+                // Stamps of two clocks do not mix: the buffers start empty (Linux).
+                if let Some(a) = &mut st.agent {
+                    a.live.set_clock(new);
+                }
+                st.clear(None);
+                Ok(())
+            }
             Param::CpuMask(m) => {
                 let nr = st.nr_cpus;
                 let all = (0..nr).all(|c| {

@@ -304,6 +304,33 @@ fn mounted_tracefs_drives_a_live_program() {
         }
     }
 
+    // trace_clock: the agent stamps with the new clock, the buffers start empty.
+    m.echo("mono", "trace_clock");
+    assert_eq!(m.read("trace_clock"), "local [mono] x86-tsc\n");
+    let t = wait_for("events stamped with mono", || {
+        let t = m.read("trace");
+        t.contains("tick_alpha <-worker").then_some(t)
+    });
+    // The program stamps CLOCK_MONOTONIC now: its stamps read as our own clock does.
+    let now = {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as f64
+    };
+    for l in events(&t) {
+        let stamp: f64 = l
+            .split_whitespace()
+            .find_map(|f| f.strip_suffix(':')?.parse().ok())
+            .unwrap_or_else(|| panic!("no time stamp in {l}"));
+        assert!((stamp - now).abs() < 600.0, "{stamp} vs {now}: {l}");
+    }
+    m.echo("local", "trace_clock");
+    assert_eq!(m.read("trace_clock"), "[local] mono x86-tsc\n");
+
     // trace_pipe_raw: the kernel's sub-buffer pages, one CPU at a time, without blocking.
     let nr_cpus = std::fs::read_dir(m.path("per_cpu")).unwrap().count();
     assert!(nr_cpus >= 1);

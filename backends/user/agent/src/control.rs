@@ -8,10 +8,11 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
-//! | `STATE <tracer> <on> <depth> <sel> <roots>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots>` | `OK <sites changed>` or `ERR <errno> <text>` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
-//! `tracing_on` (0/1), `max_graph_depth`, and comma-separated hex site addresses (`-` for none):
+//! `tracing_on` (0/1), `max_graph_depth`, the trace clock (`local`, `mono`, `x86-tsc`), and
+//! comma-separated hex site addresses (`-` for none):
 //! the sites to enable (the filter files resolved by the tool) and the function_graph roots
 //! (`set_graph_function`). The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
@@ -27,7 +28,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use crate::config::TracerKind;
+use crate::config::{ClockKind, TracerKind};
 use crate::{Agent, agent, apply, call_target, dispatch, handler};
 
 /// The state the tool asks for.
@@ -39,6 +40,8 @@ pub struct Wanted {
     pub on: bool,
     /// `max_graph_depth` (0: unlimited).
     pub depth: u32,
+    /// The trace clock.
+    pub clock: ClockKind,
     /// The sites to enable.
     pub sel: HashSet<u64>,
     /// The function_graph roots (`set_graph_function`).
@@ -74,10 +77,11 @@ impl Wanted {
     /// The `STATE` request line (without the newline).
     pub fn to_request(&self) -> String {
         format!(
-            "STATE {} {} {} {} {}",
+            "STATE {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
             u8::from(self.on),
             self.depth,
+            self.clock.name(),
             fmt_addrs(&self.sel),
             fmt_addrs(&self.roots)
         )
@@ -95,6 +99,7 @@ impl Wanted {
         };
         let on = it.next()? != "0";
         let depth = it.next()?.parse().ok()?;
+        let clock = ClockKind::parse(it.next()?)?;
         let sel = parse_addrs(it.next()?)?;
         let roots = parse_addrs(it.next()?)?;
         if it.next().is_some() {
@@ -104,6 +109,7 @@ impl Wanted {
             tracer,
             on,
             depth,
+            clock,
             sel,
             roots,
         })
@@ -214,6 +220,8 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
         Ordering::Relaxed,
     );
     handler::TRACING_ON.store(w.on, Ordering::Relaxed);
+    handler::CLOCK_TSC.store(w.clock.is_tsc(), Ordering::Relaxed);
+    a.config.clock = w.clock;
     handler::update_fast_path();
     // 3. Retarget (disabled sites only) and record the selection.
     a.patcher.retarget(|s| {
@@ -243,16 +251,18 @@ mod tests {
             tracer: Some(TracerKind::FunctionGraph),
             on: true,
             depth: 3,
+            clock: ClockKind::Mono,
             sel: [0x401000u64, 0x401100].into_iter().collect(),
             roots: [0x401100u64].into_iter().collect(),
         };
         let line = w.to_request();
-        assert_eq!(line, "STATE function_graph 1 3 401000,401100 401100");
+        assert_eq!(line, "STATE function_graph 1 3 mono 401000,401100 401100");
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
-        assert_eq!(nop.to_request(), "STATE nop 0 0 - -");
+        assert_eq!(nop.to_request(), "STATE nop 0 0 local - -");
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
-        assert_eq!(Wanted::parse("STATE bogus 1 0 - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 zz -"), None);
+        assert_eq!(Wanted::parse("STATE bogus 1 0 local - -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 perf - -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local zz -"), None);
     }
 }
