@@ -266,6 +266,19 @@ fn mounted_tracefs_drives_a_live_program() {
         .map(|l| l.split(" (").next().unwrap().to_string())
         .collect();
     assert_eq!(enabled, want);
+    // `>>` appends (O_APPEND reaches the tree), `>` starts afresh (O_TRUNC).
+    sh_ok(&format!(
+        "echo worker >> {}",
+        m.path("set_ftrace_filter").display()
+    ));
+    assert_eq!(
+        lines(m.read("set_ftrace_filter")),
+        ["tick_alpha", "tick_beta", "worker"]
+            .map(String::from)
+            .into()
+    );
+    m.echo("tick_*", "set_ftrace_filter");
+    assert_eq!(lines(m.read("set_ftrace_filter")), want);
     // A name no site has is refused and changes nothing.
     let o = sh(&format!(
         "/bin/echo no_such_function >> {}",
@@ -513,6 +526,8 @@ fn mounted_tracefs_drives_a_live_program() {
             .contains("tracing_mark_write: in the instance")
     );
     assert!(!m.read("trace").contains("in the instance"));
+    m.echo("", "instances/foo/trace");
+    assert!(events(&m.read("instances/foo/trace")).is_empty());
     std::fs::remove_dir(m.path("instances/foo")).unwrap();
     assert!(!m.path("instances/foo").exists());
 
