@@ -393,9 +393,11 @@ fn mounted_tracefs_drives_a_live_program() {
         (t.contains("tick_alpha() {") && leaf).then_some(t)
     });
     assert!(text.starts_with("# tracer: function_graph\n"), "{text}");
+    // The switch emptied the buffers: at most the events in flight then (one per thread: the
+    // two workers and main) follow; without the reset there would be thousands.
     assert!(
-        !text.contains("<-"),
-        "function-tracer lines survived the switch"
+        text.matches(" <-").count() <= 3,
+        "function-tracer lines survived the switch: {text}"
     );
 
     // The output options apply live: funcgraph-proc adds the task to every line.
@@ -438,7 +440,8 @@ fn mounted_tracefs_drives_a_live_program() {
             .any(|l| l.ends_with("tick_beta();"))
             .then_some(t)
     });
-    assert!(!text.contains("tick_alpha"), "{text}");
+    // No call of tick_alpha is recorded (an exit of one in flight at the clear may be).
+    assert!(!text.contains("tick_alpha()"), "{text}");
     sh_ok(&format!(
         "echo > {}",
         m.path("set_graph_function").display()
@@ -477,8 +480,18 @@ fn mounted_tracefs_drives_a_live_program() {
     let text = m.read("trace");
     assert!(text.starts_with("# tracer: nop\n"), "{text}");
     let evs = events(&text);
-    assert_eq!(evs.len(), 1, "{text}");
-    assert!(evs[0].ends_with("tracing_mark_write: hello from the test"));
+    let marks: Vec<&&str> = evs
+        .iter()
+        .filter(|l| l.contains("tracing_mark_write"))
+        .collect();
+    assert_eq!(marks.len(), 1, "{text}");
+    assert!(marks[0].ends_with("tracing_mark_write: hello from the test"));
+    // No call is recorded any more (only the exit of a call in flight at the clear may be).
+    assert!(
+        !evs.iter()
+            .any(|l| l.contains(" <-") || l.contains("funcgraph_entry")),
+        "{text}"
+    );
 
     // A consuming read takes the marker; the next one, O_NONBLOCK, finds nothing: EAGAIN.
     let mut f = std::fs::OpenOptions::new()
