@@ -33,6 +33,10 @@ pub mod dynevent;
 #[cfg(feature = "alloc")]
 pub mod error_log;
 #[cfg(feature = "alloc")]
+pub mod event_filter;
+#[cfg(feature = "alloc")]
+pub mod events;
+#[cfg(feature = "alloc")]
 pub mod filters;
 #[cfg(feature = "alloc")]
 mod fs;
@@ -42,11 +46,13 @@ pub mod readme;
 pub mod records;
 #[cfg(feature = "alloc")]
 pub mod tree;
+#[cfg(feature = "alloc")]
+pub mod triggers;
 
 #[cfg(feature = "alloc")]
 pub use backend::{
-    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TRACE_BUF_SIZE_DEFAULT,
-    TraceBackend, TracerOption, ring_buffer_pages,
+    EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader,
+    TRACE_BUF_SIZE_DEFAULT, TraceBackend, TracerOption, ring_buffer_pages,
 };
 #[cfg(feature = "alloc")]
 pub use fs::{

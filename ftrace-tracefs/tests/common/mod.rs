@@ -265,6 +265,15 @@ impl ModelHost {
     }
 }
 
+/// The tree with the `sched` events of Linux 6.12 registered, as a Linux-like host does.
+pub fn tracefs_with_sched() -> Tracefs<ModelHost> {
+    let mut fs = tracefs();
+    for ev in ftrace_core::format::sched::SCHED_EVENTS {
+        fs.register_event(*ev).unwrap();
+    }
+    fs
+}
+
 pub fn tracefs() -> Tracefs<ModelHost> {
     Tracefs::new(ModelHost::new(2)).expect("tree builds")
 }
