@@ -12,16 +12,19 @@ use std::fmt;
 use std::sync::{Arc as Rc, Mutex, MutexGuard};
 
 use ftrace_core::event::{TraceCtx, TraceFlags};
+use ftrace_core::format::TraceEventFormat;
 use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{DynFtrace, PageStats, RecordTable, SiteForm};
 use ftrace_ringbuf::CpuBuffer;
 use ftrace_ringbuf::{At, HeapPages};
+use ftrace_tracefs::event_filter::EventFilter;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{PatchRecords, StaticRecords};
+use ftrace_tracefs::triggers::Trigger;
 use ftrace_tracefs::{
-    Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
-    TracerOption, ring_buffer_pages,
+    Errno, EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend,
+    Tracefs, TracerOption, ring_buffer_pages,
 };
 use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
 use ftrace_tracers::function_graph::FunctionGraphTracer;
@@ -93,6 +96,12 @@ pub struct State {
     pub filters: FilterState,
     pub params: Vec<String>,
     pub comms: BTreeMap<i32, String>,
+    /// What the tree told about each trace event (by id): state, filter, triggers.
+    pub event_states: BTreeMap<u16, EventState>,
+    pub event_filters: BTreeMap<u16, Option<String>>,
+    pub event_triggers: BTreeMap<u16, Vec<String>>,
+    /// Refuse every event state change (a backend that cannot arm tracepoints).
+    pub refuse_events: bool,
 }
 
 struct CpuSink<'a> {
@@ -330,6 +339,10 @@ impl Host for ModelHost {
             filters: FilterState::with_symbols(self.syms.clone()),
             params: Vec::new(),
             comms,
+            event_states: BTreeMap::new(),
+            event_filters: BTreeMap::new(),
+            event_triggers: BTreeMap::new(),
+            refuse_events: false,
         };
         for _ in 0..self.cpus {
             let b = st.new_buffer(bytes)?;
@@ -632,6 +645,30 @@ impl TraceBackend for ModelBackend {
     }
     fn write_saved_tgids(&self, _w: &mut dyn fmt::Write) -> fmt::Result {
         Ok(())
+    }
+    fn set_event_state(
+        &mut self,
+        event: &TraceEventFormat,
+        state: EventState,
+    ) -> Result<(), Errno> {
+        let mut st = self.st.borrow_mut();
+        if st.refuse_events {
+            return Err(Errno::ENODEV);
+        }
+        st.event_states.insert(event.id, state);
+        Ok(())
+    }
+    fn set_event_filter(&mut self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
+        self.st
+            .borrow_mut()
+            .event_filters
+            .insert(event.id, filter.map(|f| f.text().to_owned()));
+    }
+    fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
+        self.st
+            .borrow_mut()
+            .event_triggers
+            .insert(event.id, triggers.iter().map(|t| t.to_string()).collect());
     }
 }
 
