@@ -15,6 +15,10 @@
 //! of [`backend`], which a backend binds to ftrace-tracers, ftrace-ringbuf, the ftrace-core
 //! dispatcher and ftrace-patch; what only the server knows comes from [`Host`].
 //!
+//! Trace events are registered by the host ([`Tracefs::register_event`]); [`events`] keeps
+//! their per-instance state, [`event_filter`] and [`triggers`] parse what users write into
+//! their `filter` and `trigger` files with the kernel's errors.
+//!
 //! Without the `alloc` feature only the allocation-free parsers are built.
 #![no_std]
 #![warn(missing_docs)]
