@@ -33,7 +33,8 @@ use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
-use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
+use ftrace_tracers::trace_event;
 use ftrace_tracers::tracer::{EntrySink, Registry, Tracer};
 use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
 
@@ -102,6 +103,8 @@ pub struct State {
     pub event_triggers: BTreeMap<u16, Vec<String>>,
     /// Refuse every event state change (a backend that cannot arm tracepoints).
     pub refuse_events: bool,
+    /// The trace events the tree told about (their formats print their records).
+    pub event_formats: Vec<TraceEventFormat>,
 }
 
 struct CpuSink<'a> {
@@ -165,6 +168,41 @@ impl State {
         }
         self.writer.ts += 1000;
     }
+    /// Writes a whole entry (header and fields) into `cpu`'s buffer at time `ts`, as a
+    /// tracepoint of an enabled trace event does; `false` if the buffer refused it.
+    pub fn write_raw(&mut self, cpu: u32, ts: u64, entry: &[u8]) -> bool {
+        let Some(buf) = self.bufs.get(cpu as usize) else {
+            return false;
+        };
+        match buf.reserve(entry.len(), &At(ts)) {
+            Some(mut r) => {
+                r.data()[..entry.len()].copy_from_slice(entry);
+                r.commit();
+                true
+            }
+            None => false,
+        }
+    }
+    /// A tracepoint of a registered event fires: the entry is recorded only if the tree has
+    /// the event enabled (and not soft-disabled) and its filter, if any, passes it.
+    pub fn tracepoint(&mut self, cpu: u32, ts: u64, entry: &[u8]) -> bool {
+        let id = u16::from_le_bytes([entry[0], entry[1]]);
+        let on = self
+            .event_states
+            .get(&id)
+            .is_some_and(|s| s.enabled && !s.soft_disabled);
+        let format = self.event_formats.iter().find(|f| f.id == id).copied();
+        let passes = match (self.event_filters.get(&id), format) {
+            (Some(Some(text)), Some(f)) => ftrace_tracefs::event_filter::parse(&f, text)
+                .expect("the tree only passes valid filters")
+                .matches(
+                    entry,
+                    &ftrace_tracefs::event_filter::RecordCtx { cpu, comm: b"" },
+                ),
+            _ => true,
+        };
+        on && passes && self.write_raw(cpu, ts, entry)
+    }
     /// Every event of the buffers (of `cpu`, or all), copied out, oldest first per CPU.
     fn snapshot(&self) -> Vec<(u32, u64, Vec<u8>)> {
         let mut out = Vec::new();
@@ -210,8 +248,18 @@ impl State {
         let mut w = TraceWriter::new(self.style(), &mut state, false);
         let mut iter = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
-        w.write_trace(&mut out, &self.env(syms), Some(&info), &mut iter)
+        let env = self.env(syms);
+        let empty = iter.is_empty();
+        w.write_header(&mut TextToBytes(&mut out), &env, &info, empty)
             .expect("formats");
+        // Registered trace events print through their formats; the rest as ftrace prints them.
+        while let Some(ev) = iter.next_event() {
+            match trace_event::find(&self.event_formats, &ev) {
+                Some(f) => trace_event::write_event_line(&mut TextToBytes(&mut out), &env, &ev, f),
+                None => w.write_line(&mut out, &env, &mut iter, &ev),
+            }
+            .expect("formats");
+        }
         out
     }
 }
@@ -343,6 +391,7 @@ impl Host for ModelHost {
             event_filters: BTreeMap::new(),
             event_triggers: BTreeMap::new(),
             refuse_events: false,
+            event_formats: Vec::new(),
         };
         for _ in 0..self.cpus {
             let b = st.new_buffer(bytes)?;
@@ -656,6 +705,9 @@ impl TraceBackend for ModelBackend {
             return Err(Errno::ENODEV);
         }
         st.event_states.insert(event.id, state);
+        if !st.event_formats.contains(event) {
+            st.event_formats.push(*event);
+        }
         Ok(())
     }
     fn set_event_filter(&mut self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
