@@ -310,9 +310,22 @@ impl HistSpec {
         Ok(())
     }
 
-    /// What `hist_trigger_match` compares (fields, variables, sort keys; not the size).
-    fn match_key(&self) -> (&[String], &[String], &[String], &[String], bool) {
+    /// What `hist_trigger_match` compares (name, fields, variables, sort keys; not the
+    /// size): a named trigger only matches one of the same name, an unnamed one only an
+    /// unnamed one.
+    #[allow(clippy::type_complexity)]
+    fn match_key(
+        &self,
+    ) -> (
+        Option<&str>,
+        &[String],
+        &[String],
+        &[String],
+        &[String],
+        bool,
+    ) {
         (
+            self.name.as_deref(),
             &self.keys,
             &self.vals,
             &self.vars,
@@ -1195,7 +1208,7 @@ mod hist {
             return Ok(TriggerCmd::Update(t, state));
         }
         // hist_register_trigger
-        if spec.name.is_none() && cx.existing.iter().any(|e| e.same_as(&t)) {
+        if cx.existing.iter().any(|e| e.same_as(&t)) {
             c.err0(hist_msg::TRIGGER_EEXIST);
             return Err(Errno::EEXIST);
         }
@@ -1375,6 +1388,24 @@ mod tests {
             Ok(TriggerCmd::Remove(t)) if t.same_as(&h)
         ));
         assert!(matches!(run("!traceon", &[]).0, Ok(TriggerCmd::Remove(_))));
+        // A named hist matches only the same name.
+        let Ok(TriggerCmd::Add(named)) = run("hist:name=foo:keys=next_pid", &[]).0 else {
+            panic!()
+        };
+        assert_eq!(
+            named.to_string(),
+            "hist:name=foo:keys=next_pid:vals=hitcount:sort=hitcount:size=2048 [active]\n"
+        );
+        assert!(!named.same_as(&h));
+        let existing = vec![h.clone(), named];
+        assert_eq!(
+            run("hist:name=foo:keys=next_pid", &existing).0,
+            Err(Errno::EEXIST)
+        );
+        assert!(matches!(
+            run("hist:name=bar:keys=next_pid", &existing).0,
+            Ok(TriggerCmd::Add(_))
+        ));
         // Same type, different command: traceon and traceoff share a type.
         let Ok(TriggerCmd::Add(on)) = run("traceon", &[]).0 else {
             panic!()

@@ -213,3 +213,221 @@ proptest! {
         }
     }
 }
+
+const FIELDS: &[&str] = &[
+    "prev_pid",
+    "next_pid",
+    "prev_comm",
+    "next_comm",
+    "prev_state",
+    "next_prio",
+    "common_pid",
+    "common_timestamp",
+    "cpu",
+    "comm",
+    "pid",
+    "target_cpu",
+    "bogus",
+    "$x",
+    "hitcount",
+    "stacktrace",
+];
+const MODS: &[&str] = &[
+    "",
+    "",
+    "",
+    ".hex",
+    ".sym",
+    ".execname",
+    ".log2",
+    ".usecs",
+    ".buckets=10",
+    ".percent",
+    ".x",
+];
+const OPS: &[&str] = &["==", "!=", "<", ">=", "&", "~", "=", ""];
+const VALUES: &[&str] = &[
+    "1",
+    "-1",
+    "0x10",
+    "\"sh*\"",
+    "'x'",
+    "abc",
+    "",
+    "\"unterminated",
+];
+
+/// A command for a `trigger` file, built from the kernel's vocabulary.
+fn trigger_cmd() -> impl Strategy<Value = String> {
+    let field = (
+        proptest::sample::select(FIELDS),
+        proptest::sample::select(MODS),
+    )
+        .prop_map(|(f, m)| format!("{f}{m}"));
+    let fields = proptest::collection::vec(field, 1..4).prop_map(|v| v.join(","));
+    let cond = filter_text();
+    prop_oneof![
+        (
+            fields.clone(),
+            proptest::option::of(fields.clone()),
+            proptest::option::of(fields),
+            any::<bool>(),
+            proptest::option::of(cond.clone())
+        )
+            .prop_map(|(k, v, s, rm, c)| {
+                let mut t = format!("{}hist:keys={k}", if rm { "!" } else { "" });
+                if let Some(v) = v {
+                    t += &format!(":vals={v}");
+                }
+                if let Some(s) = s {
+                    t += &format!(":sort={s}");
+                }
+                if let Some(c) = c {
+                    t += &format!(" if {c}");
+                }
+                t
+            }),
+        (
+            proptest::sample::select(
+                &[
+                    "traceon",
+                    "traceoff",
+                    "snapshot",
+                    "stacktrace",
+                    "!traceon",
+                    "!stacktrace",
+                    "enable_event:sched:sched_wakeup",
+                    "disable_event:sched:sched_switch",
+                    "!enable_event:sched:sched_wakeup",
+                    "enable_hist:sched:sched_switch"
+                ][..]
+            ),
+            proptest::option::of(0u32..5),
+            proptest::option::of(cond),
+        )
+            .prop_map(|(c, n, f)| {
+                let mut t = c.to_owned();
+                if let Some(n) = n {
+                    t += &format!(":{n}");
+                }
+                if let Some(f) = f {
+                    t += &format!(" if {f}");
+                }
+                t
+            }),
+    ]
+}
+
+/// A filter expression from event fields, operators and values.
+fn filter_text() -> impl Strategy<Value = String> + Clone {
+    let pred = (
+        proptest::sample::select(FIELDS),
+        proptest::sample::select(OPS),
+        proptest::sample::select(VALUES),
+    )
+        .prop_map(|(f, o, v)| format!("{f} {o} {v}"));
+    proptest::collection::vec(
+        (
+            pred,
+            proptest::sample::select(&[" && ", " || ", " && !(", ") || ", " "][..]),
+        ),
+        1..4,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .map(|(p, j)| format!("{p}{j}"))
+            .collect::<String>()
+    })
+}
+
+/// The event files and what they take.
+fn event_write() -> impl Strategy<Value = (&'static str, String, bool)> {
+    const PATHS: &[&str] = &[
+        "set_event",
+        "events/enable",
+        "events/sched/enable",
+        "events/sched/filter",
+        "events/sched/sched_switch/enable",
+        "events/sched/sched_switch/filter",
+        "events/sched/sched_switch/trigger",
+        "events/sched/sched_wakeup/trigger",
+        "events/sched/sched_wakeup/enable",
+        "instances/fz/set_event",
+        "instances/fz/events/sched/sched_switch/trigger",
+    ];
+    (
+        proptest::sample::select(PATHS),
+        prop_oneof![
+            trigger_cmd(),
+            filter_text(),
+            proptest::sample::select(WORDS).prop_map(str::to_owned),
+            "[a-z_:!* 01\n]{0,30}",
+        ],
+        any::<bool>(),
+    )
+}
+
+/// `set_event` lists exactly the events whose `enable` shows them armed (`1`, `1*`, `0*`).
+fn check_event_invariants(fs: &mut Fs, inst: &str) -> Result<(), TestCaseError> {
+    let set = String::from_utf8(fs.read_to_end(&format!("{inst}set_event")).unwrap()).unwrap();
+    for ev in ["sched_switch", "sched_wakeup"] {
+        let en = String::from_utf8(
+            fs.read_to_end(&format!("{inst}events/sched/{ev}/enable"))
+                .unwrap(),
+        )
+        .unwrap();
+        prop_assert!(
+            ["0\n", "1\n", "0*\n", "1*\n"].contains(&en.as_str()),
+            "{en:?}"
+        );
+        let listed = set.lines().any(|l| l == format!("sched:{ev}"));
+        prop_assert_eq!(
+            listed,
+            en != "0\n",
+            "{} enable {:?} vs set_event {:?}",
+            ev,
+            en,
+            set
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Writes shaped like real event commands (set_event tokens, enable values, filters,
+    /// trigger commands) to the event files: never a panic, a rejected write changes nothing
+    /// beyond Linux's own exceptions, and the files stay consistent with each other.
+    #[test]
+    fn event_file_writes_keep_the_kernels_rules(
+        ops in proptest::collection::vec(event_write(), 1..10)
+    ) {
+        let mut fs = tracefs_with_sched();
+        fs.mkdir("instances/fz").unwrap();
+        for (path, text, append) in ops {
+            let flags = if append { OpenFlags::APPEND } else { OpenFlags::TRUNCATE };
+            let data = format!("{text}\n");
+            let Ok(fh) = fs.open(path, flags) else { continue };
+            let before = snapshot(&mut fs);
+            let r = fs.write(fh, 0, data.as_bytes());
+            let after = snapshot(&mut fs);
+            match r {
+                Ok(n) => prop_assert!(n <= data.len()),
+                Err(e) => {
+                    prop_assert!(e.name().is_some() || e.raw() == 33, "unnamed errno {e:?}");
+                    for (p, old) in &before {
+                        let buffer_file = p.contains("size_kb") || p.ends_with("stats") || p.ends_with("trace");
+                        let kept_filter = p == path && path.ends_with("/filter");
+                        if !buffer_file && !kept_filter {
+                            prop_assert_eq!(Some(old), after.get(p), "{} changed by rejected {:?} to {}", p, text, path);
+                        }
+                    }
+                }
+            }
+            let _ = fs.release(fh);
+            check_event_invariants(&mut fs, "")?;
+            check_event_invariants(&mut fs, "instances/fz/")?;
+        }
+    }
+}
