@@ -819,6 +819,8 @@ mod hist {
         f.bucket_log2 = matches!(modname, "buckets" | "log2");
         f.sym_syscall_stack = matches!(modname, "sym" | "sym-offset" | "syscall" | "stacktrace");
         let base: String;
+        let mut cpu = false;
+        let mut stack_field = false;
         match field_name {
             "common_timestamp" => {
                 c.timestamps = true;
@@ -836,6 +838,7 @@ mod hist {
             }
             "common_cpu" => {
                 f.size = 4;
+                cpu = true;
                 base = String::from("common_cpu");
             }
             "hitcount" => {
@@ -857,14 +860,18 @@ mod hist {
                     }
                     base = String::from(fd.name);
                 }
+                // The generic fields keep their own name (`hist_field_name` reads the
+                // field's), but print as `common_cpu` / `<name>.stacktrace`.
                 Some(FieldRef::Cpu) => {
                     f.size = 4;
-                    base = String::from("common_cpu");
+                    cpu = true;
+                    base = String::from(field_name);
                 }
                 Some(FieldRef::Stacktrace) => {
                     f.size = 16 * 8;
                     f.sym_syscall_stack = true;
-                    base = String::from("common_stacktrace");
+                    stack_field = true;
+                    base = String::from(field_name);
                 }
                 _ => {
                     c.err(hist_msg::FIELD_NOT_FOUND, field_name);
@@ -873,9 +880,16 @@ mod hist {
             },
         }
         let _ = execname;
+        let stack = stack_field || modname == "stacktrace" || base == "common_stacktrace";
         f.name = base.clone();
-        f.print = base;
-        if !modname.is_empty() && f.name != "common_stacktrace" {
+        f.print = if cpu {
+            String::from("common_cpu")
+        } else if stack && (stack_field || modname == "stacktrace") {
+            format!("{base}.stacktrace")
+        } else {
+            base
+        };
+        if !modname.is_empty() && !stack {
             f.print.push('.');
             f.print.push_str(modname);
             if buckets != 0 {
@@ -1304,6 +1318,15 @@ mod tests {
             ),
             "hist:keys=next_prio.buckets=10:vals=prev_prio:ts0=common_timestamp.usecs:sort=hitcount:size=2048:clock=global:nohitcount [active]\n"
         );
+        assert_eq!(
+            line("hist:keys=cpu,STACKTRACE:sort=cpu"),
+            "hist:keys=common_cpu,STACKTRACE.stacktrace:vals=hitcount:sort=common_cpu:size=2048 [active]\n"
+        );
+        assert_eq!(
+            run("hist:keys=cpu:sort=common_cpu", &[]).0,
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(run("hist:keys=common_comm", &[]).0, Err(Errno::EINVAL));
         assert_eq!(
             line("hist:keys=stacktrace:vals=2*3"),
             "hist:keys=common_stacktrace:vals=hitcount,6:sort=hitcount:size=2048 [active]\n"
