@@ -523,6 +523,13 @@ fn sched_events_trace_matches_linux() {
         }
     }
     assert_eq!(cat(&mut fs, "trace").unwrap(), linux);
+    // trace_pipe consumes the same lines.
+    let body: String = linux
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(cat(&mut fs, "trace_pipe").unwrap(), body);
 
     // The backend records what the tree enabled, through the filter the tree passed it.
     echo(&mut fs, "0", "events/sched/sched_wakeup/enable").unwrap();

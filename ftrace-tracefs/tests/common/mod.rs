@@ -464,8 +464,14 @@ impl Reader for PipeReader {
             let e = c.next().expect("peeked");
             (e.ts, e.payload.to_vec())
         };
+        let ev = EventRef::new(cpu as u32, ts, &data);
+        if let Some(f) = trace_event::find(&st.event_formats, &ev) {
+            trace_event::write_event_line(&mut TextToBytes(out), &st.env(&self.syms), &ev, f)
+                .expect("formats");
+            return true;
+        }
         let mut lists = EventLists::new(st.cpus);
-        lists.push(EventRef::new(cpu as u32, ts, &data));
+        lists.push(ev);
         let mut state = vec![GraphCpuState::INIT; st.cpus as usize];
         let mut w = TraceWriter::new(st.style(), &mut state, false);
         let mut iter = TraceIter::new(&mut lists, None);
