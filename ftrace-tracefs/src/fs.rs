@@ -1451,12 +1451,11 @@ impl<H: Host> Tracefs<H> {
                     }
                 }
                 if let Some(c) = clock {
-                    // A hist trigger on `common_timestamp` sets the instance's clock.
+                    // A hist trigger on `common_timestamp` sets the instance's clock
+                    // (`tracing_set_clock()`, which resets the buffers even for the same clock).
                     let idx = clocks.iter().position(|x| *x == c).ok_or(Errno::EINVAL)?;
-                    if idx != i.clock {
-                        i.backend.set_param(Param::Clock(clocks[idx]))?;
-                        i.clock = idx;
-                    }
+                    i.backend.set_param(Param::Clock(clocks[idx]))?;
+                    i.clock = idx;
                 }
                 commit_events(i, &self.events, set)?;
                 Ok(cnt)

@@ -548,3 +548,39 @@ fn sched_events_trace_matches_linux() {
     let (cpu, ts, _, _, to_rcu) = entry_from_line(lines[3]);
     assert!(to_rcu.len() == 64 && st.tracepoint(cpu, ts + 1_000_000_000, &to_rcu));
 }
+
+#[test]
+fn hist_on_timestamps_sets_the_trace_clock() {
+    let mut fs = tracefs_with_sched();
+    assert!(cat(&mut fs, "trace_clock").unwrap().starts_with("[local]"));
+    echo(
+        &mut fs,
+        "hist:keys=next_pid:ts=common_timestamp.usecs:clock=mono",
+        &format!("{SWITCH}/trigger"),
+    )
+    .unwrap();
+    assert!(cat(&mut fs, "trace_clock").unwrap().contains("[mono]"));
+    assert_eq!(
+        cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap(),
+        "hist:keys=next_pid:vals=hitcount:ts=common_timestamp.usecs:sort=hitcount:size=2048:clock=mono [active]\n"
+    );
+    // An unknown clock: the kernel's SET_CLOCK_FAIL, at the clock's name.
+    fs.host_mut().now_ns = 1_000_000;
+    assert_eq!(
+        echo(
+            &mut fs,
+            "hist:keys=pid:vals=common_timestamp:clock=nosuch",
+            &format!("{WAKEUP}/trigger"),
+        ),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(
+        cat(&mut fs, "error_log").unwrap(),
+        format!(
+            "[    0.001000] hist:sched:sched_wakeup: error: Couldn't set trace_clock\n  \
+             Command: hist:keys=pid:vals=common_timestamp:clock=nosuch\n{}^\n",
+            " ".repeat(11 + 42)
+        )
+    );
+    assert!(cat(&mut fs, "trace_clock").unwrap().contains("[mono]"));
+}
