@@ -772,7 +772,6 @@ mod hist {
         let mut f = HField::default();
         let mut modname = "";
         let mut buckets = 0u64;
-        let mut execname = false;
         if let Some(m) = modifier {
             let bad = |c: &mut Cx<'_, '_>, at: &str| {
                 c.err(hist_msg::BAD_FIELD_MODIFIER, at);
@@ -781,10 +780,7 @@ mod hist {
             match m {
                 "hex" | "sym" | "syscall" | "stacktrace" | "log2" | "usecs" => modname = m,
                 "symXoffset" => modname = "sym-offset",
-                "execname" if field_name == "common_pid" => {
-                    modname = m;
-                    execname = true;
-                }
+                "execname" if field_name == "common_pid" => modname = m,
                 _ if m.starts_with("bucket") => {
                     let mut r = &m[6..];
                     if let Some(x) = r.strip_prefix('s') {
@@ -879,7 +875,6 @@ mod hist {
                 }
             },
         }
-        let _ = execname;
         let stack = stack_field || modname == "stacktrace" || base == "common_stacktrace";
         f.name = base.clone();
         f.print = if cpu {
