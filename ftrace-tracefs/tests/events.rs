@@ -584,3 +584,63 @@ fn hist_on_timestamps_sets_the_trace_clock() {
     );
     assert!(cat(&mut fs, "trace_clock").unwrap().contains("[mono]"));
 }
+
+/// Soft mode is visible the kernel's way: a triggered event is armed (listed by `set_event`)
+/// while its `enable` reads `0*`; an `enable_event` target cannot be unregistered.
+#[test]
+fn soft_mode_shows_in_set_event_and_pins_the_target() {
+    let mut fs = tracefs_with_sched();
+    echo(&mut fs, "traceon", &format!("{SWITCH}/trigger")).unwrap();
+    assert_eq!(cat(&mut fs, "set_event").unwrap(), "sched:sched_switch\n");
+    assert_eq!(cat(&mut fs, &format!("{SWITCH}/enable")).unwrap(), "0*\n");
+    // A hard enable in soft mode shows `1*`; a hard disable only soft-disables it again.
+    echo(&mut fs, "1", &format!("{SWITCH}/enable")).unwrap();
+    assert_eq!(cat(&mut fs, &format!("{SWITCH}/enable")).unwrap(), "1*\n");
+    echo(&mut fs, "", "set_event").unwrap();
+    assert_eq!(cat(&mut fs, &format!("{SWITCH}/enable")).unwrap(), "0*\n");
+    assert_eq!(cat(&mut fs, "set_event").unwrap(), "sched:sched_switch\n");
+    echo(
+        &mut fs,
+        "enable_event:sched:sched_wakeup",
+        &format!("{SWITCH}/trigger"),
+    )
+    .unwrap();
+    assert_eq!(
+        fs.unregister_event("sched", "sched_wakeup"),
+        Err(Errno::EBUSY)
+    );
+    echo(
+        &mut fs,
+        "!enable_event:sched:sched_wakeup",
+        &format!("{SWITCH}/trigger"),
+    )
+    .unwrap();
+    fs.unregister_event("sched", "sched_wakeup").unwrap();
+    assert_eq!(
+        cat(&mut fs, "available_events").unwrap(),
+        "sched:sched_switch\n"
+    );
+    // Its trigger is refused now that the target is gone.
+    assert_eq!(
+        echo(
+            &mut fs,
+            "enable_event:sched:sched_wakeup",
+            &format!("{SWITCH}/trigger"),
+        ),
+        Err(Errno::EINVAL)
+    );
+}
+
+/// A subsystem filter that fits none of its events still succeeds (Linux 6.12's
+/// `process_system_preds`), and every event shows and logs why.
+#[test]
+fn subsystem_filter_that_fits_no_event() {
+    let mut fs = tracefs_with_sched();
+    fs.host_mut().now_ns = 5_000_000_000;
+    echo(&mut fs, "nosuch == 1", "events/sched/filter").unwrap();
+    let why = "nosuch == 1\n^\nparse_error: Couldn't find or set field in one of a subsystem's events\n\n";
+    assert_eq!(cat(&mut fs, &format!("{SWITCH}/filter")).unwrap(), why);
+    assert_eq!(cat(&mut fs, &format!("{WAKEUP}/filter")).unwrap(), why);
+    let entry = "[    5.000000] event filter parse error: error: Couldn't find or set field in one of a subsystem's events\n  Command: nosuch == 1\n           ^\n";
+    assert_eq!(cat(&mut fs, "error_log").unwrap(), entry.repeat(2));
+}
