@@ -52,8 +52,6 @@ const SORT_KEYS_MAX: usize = 2;
 const VARS_MAX: usize = 16;
 /// `HIST_KEY_SIZE_MAX`: `MAX_FILTER_STR_VAL` plus a 16-deep stack trace.
 const KEY_SIZE_MAX: u32 = 256 + 16 * 8;
-/// `EDOM`, which a hist division by a constant zero returns.
-const EDOM: Errno = Errno(33);
 
 /// The `HIST_ERR_*` messages [`parse`] can log.
 pub mod hist_msg {
@@ -632,7 +630,7 @@ mod hist {
         }
         if op == b'/' && b.constant == Some(0) {
             c.err(hist_msg::DIVISION_BY_ZERO, rhs);
-            return Err(EDOM);
+            return Err(Errno::EDOM);
         }
         let opch = op as char;
         let mut e = HField {
@@ -1354,7 +1352,7 @@ mod tests {
         assert_eq!(r, Err(Errno::EINVAL));
         assert!(logs[0].contains("Empty assignment|hist:keys=|5"));
         let (r, logs) = run("hist:keys=next_pid:vals=prev_prio/0", &[]);
-        assert_eq!(r, Err(EDOM));
+        assert_eq!(r, Err(Errno::EDOM));
         assert!(logs[0].contains("Division by zero"));
         let (r, logs) = run("hist:keys=next_pid:vals=prev_comm+1", &[]);
         assert_eq!(r, Err(Errno::EINVAL));
