@@ -93,6 +93,22 @@ impl ProbeCount {
         self.0.load(Ordering::Acquire) as isize
     }
 
+    /// The rule of the event commands and event triggers (`if (!count) return; if (count !=
+    /// -1) count--;`): `false` at zero; `-1` is unlimited (`true`, unchanged); any other
+    /// value is decremented by one (atomically: concurrent callers never spend more units
+    /// than the count held).
+    pub fn try_spend(&self) -> bool {
+        loop {
+            let old = self.load();
+            if old == 0 {
+                return false;
+            }
+            if old == -1 || self.take(old) {
+                return true;
+            }
+        }
+    }
+
     /// `update_count()` (dump, cpudump, snapshot): one unit if positive.
     fn take_positive(&self) -> bool {
         loop {
@@ -224,20 +240,12 @@ pub fn run_probe(
                 actions.set_event_soft_disabled(system, name, !enable);
                 return true;
             };
-            loop {
-                let old = c.load();
-                if old == 0 {
-                    return false;
-                }
-                match actions.event_soft_disabled(system, name) {
-                    None => return false,
-                    Some(disabled) if disabled != enable => return false,
-                    Some(_) => {}
-                }
-                if old == -1 || c.take(old) {
+            match actions.event_soft_disabled(system, name) {
+                Some(disabled) if disabled == enable && c.try_spend() => {
                     actions.set_event_soft_disabled(system, name, !enable);
-                    return true;
+                    true
                 }
+                _ => false,
             }
         }
     }
