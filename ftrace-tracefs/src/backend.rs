@@ -194,6 +194,14 @@ pub trait TraceBackend: Send {
     /// that runs them builds a [`TriggerRunner`](crate::trigger_run::TriggerRunner) from it.
     fn set_event_triggers(&mut self, _event: &TraceEventFormat, _triggers: &[Trigger]) {}
 
+    /// Whether the event is soft-disabled now, for a backend whose triggers (or function
+    /// commands) flip that bit (`enable_event` / `disable_event`): the event's `enable` file
+    /// reads it (`1*` once an `enable_event` trigger fired) and the next edit of the events
+    /// starts from it. `None` (the default): only the tree changes it.
+    fn event_soft_disabled(&self, _event: &TraceEventFormat) -> Option<bool> {
+        None
+    }
+
     /// The remaining counts of the event's triggers, in the order of the last
     /// [`TraceBackend::set_event_triggers`] list, for a backend that runs them
     /// ([`TriggerRunner::counts`](crate::trigger_run::TriggerRunner::counts)): the `trigger`

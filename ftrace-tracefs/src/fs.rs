@@ -980,7 +980,21 @@ impl<H: Host> Tracefs<H> {
                 Some(t) => writeln!(w, "{t}"),
                 None => w.write_str(DEFAULT_SYS_FILTER_MESSAGE),
             },
-            File::TraceEventEnable(id) => event_file(i, id)?.write_enable(w),
+            File::TraceEventEnable(id) => {
+                let f = event_file(i, id)?;
+                match self
+                    .event(id)
+                    .ok()
+                    .and_then(|e| i.backend.event_soft_disabled(e))
+                {
+                    Some(d) if f.flags.soft_mode && d != f.flags.soft_disabled => {
+                        let mut live = f.clone();
+                        live.flags.soft_disabled = d;
+                        live.write_enable(w)
+                    }
+                    _ => f.write_enable(w),
+                }
+            }
             File::TraceEventFilter(id) => event_file(i, id)?.write_filter(w),
             File::TraceEventTrigger(id) => {
                 let f = event_file(i, id)?;
@@ -1056,6 +1070,8 @@ impl<H: Host> Tracefs<H> {
             None => &mut self.top,
             Some(n) => self.instances.get_mut(n).ok_or(Errno::ENODEV)?,
         };
+        // Edits start from the soft-disabled bits the backend's triggers left.
+        sync_soft_disabled(i, &self.events);
         match of.file {
             File::CurrentTracer => {
                 let cnt = cnt.min(MAX_TRACER_SIZE);
@@ -1561,6 +1577,21 @@ fn set_flag(i: &mut Instance, bit: usize, on: bool) -> Result<(), Errno> {
     i.backend.set_param(Param::Flags(new))?;
     i.flags = new;
     Ok(())
+}
+
+/// Takes over the soft-disabled bits an `enable_event` / `disable_event` trigger or function
+/// command flipped in the backend (only events in soft mode can be flipped).
+fn sync_soft_disabled(i: &mut Instance, registry: &[TraceEventFormat]) {
+    for e in registry {
+        let Some(d) = i.backend.event_soft_disabled(e) else {
+            continue;
+        };
+        if let Some(f) = i.events.files.get_mut(&e.id) {
+            if f.flags.soft_mode {
+                f.flags.soft_disabled = d;
+            }
+        }
+    }
 }
 
 /// The event's file with its triggers' counts as the backend spent them, if it runs them

@@ -788,6 +788,7 @@ fn enable_event_trigger_turns_its_target_on_once() {
     let wakeup = &ev[2];
     let switch = &ev[0];
     let shared = fs.host().state(None);
+    assert_eq!(cat(&mut fs, &format!("{WAKEUP}/enable")).unwrap(), "0*\n");
     let mut st = shared.borrow_mut();
     assert!(!st.tracepoint(wakeup.0, wakeup.1, &wakeup.2));
     assert!(st.tracepoint(switch.0, switch.1, &switch.2));
@@ -796,5 +797,21 @@ fn enable_event_trigger_turns_its_target_on_once() {
     assert_eq!(
         cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap(),
         "enable_event:sched:sched_wakeup:count=0\n"
+    );
+    // the target reads as the trigger left it: armed, recording, still in soft mode
+    assert_eq!(cat(&mut fs, &format!("{WAKEUP}/enable")).unwrap(), "1*\n");
+    // removing the trigger leaves it enabled (`__ftrace_event_enable_disable` only disarms
+    // a soft-mode event that is soft-disabled), as Linux does
+    echo(
+        &mut fs,
+        "!enable_event:sched:sched_wakeup",
+        &format!("{SWITCH}/trigger"),
+    )
+    .unwrap();
+    assert_eq!(cat(&mut fs, &format!("{WAKEUP}/enable")).unwrap(), "1\n");
+    assert!(
+        shared
+            .borrow_mut()
+            .tracepoint(wakeup.0, wakeup.1 + 2, &wakeup.2)
     );
 }

@@ -749,6 +749,10 @@ impl TraceBackend for ModelBackend {
     fn event_trigger_counts(&self, event: &TraceEventFormat) -> Option<Vec<i64>> {
         Some(self.st.borrow().trigger_runners.get(&event.id)?.counts())
     }
+    /// The soft-disabled bit as the triggers left it.
+    fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {
+        Some(self.st.borrow().event_states.get(&event.id)?.soft_disabled)
+    }
     /// The ring buffers' record switch is the truth (a trigger may turn it off).
     fn tracing_on(&self) -> Option<bool> {
         Some(self.st.borrow().recording)
