@@ -317,3 +317,23 @@ fn traceoff_count_is_spent_once() {
         assert!(!b.on.load(Ordering::SeqCst));
     });
 }
+
+/// The event-command / event-trigger rule (`if (!count) return; if (count != -1) count--`)
+/// on two CPUs: a count of 1 is spent by exactly one of them, an unlimited one by neither.
+#[test]
+fn try_spend_is_never_overspent() {
+    use ftrace_core::filter::ProbeCount;
+    builder().check(|| {
+        let one = Arc::new(ProbeCount::new(1));
+        let unlimited = Arc::new(ProbeCount::new(-1));
+        let t = {
+            let (one, unlimited) = (one.clone(), unlimited.clone());
+            thread::spawn(move || (one.try_spend(), unlimited.try_spend()))
+        };
+        let mine = (one.try_spend(), unlimited.try_spend());
+        let theirs = t.join().unwrap();
+        assert!(mine.0 != theirs.0, "exactly one spends the unit");
+        assert!(mine.1 && theirs.1);
+        assert_eq!((one.get(), unlimited.get()), (0, -1));
+    });
+}

@@ -292,6 +292,36 @@ mod tests {
         assert_eq!(r.after_record(&[], &RecordCtx::default(), &a), 0);
     }
 
+    /// Four CPUs fire an event with `snapshot:100` at once: exactly 100 snapshots.
+    #[test]
+    fn concurrent_events_spend_a_count_once() {
+        extern crate std;
+        use core::sync::atomic::{AtomicU32, Ordering};
+        struct Snaps(AtomicU32);
+        impl TriggerActions for Snaps {
+            fn tracing_is_on(&self) -> bool {
+                true
+            }
+            fn set_tracing_on(&self, _on: bool) {}
+            fn snapshot(&self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let r = TriggerRunner::new(&SCHED_SWITCH, &[t(TriggerKind::Snapshot, 100, None)]);
+        let a = Snaps(AtomicU32::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..60 {
+                        r.before_record(&a);
+                    }
+                });
+            }
+        });
+        assert_eq!(a.0.load(Ordering::SeqCst), 100);
+        assert_eq!(r.counts(), [0]);
+    }
+
     #[test]
     fn filtered_and_post_triggers_run_after_the_record() {
         let r = TriggerRunner::new(
