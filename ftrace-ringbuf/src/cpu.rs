@@ -103,7 +103,9 @@ impl fmt::Display for BufferError {
     }
 }
 
-/// Bookkeeping of one sub-buffer page (`struct buffer_page`).
+/// Bookkeeping of one sub-buffer page (`struct buffer_page`). One cache line each, so finding
+/// a page's descriptor is a shift, and pages do not share lines.
+#[repr(align(64))]
 pub(crate) struct PageDesc {
     /// Successor index << 2 | HEAD/UPDATE flags.
     pub(crate) next: AtomicUsize,
@@ -330,20 +332,32 @@ unsafe impl<P: PageProvider + Send> Send for CpuBuffer<P> {}
 // SAFETY: as above; `&CpuBuffer` is shared by writers (nested on one CPU) and readers.
 unsafe impl<P: PageProvider + Sync> Sync for CpuBuffer<P> {}
 
-/// How a reservation attempt ended, when it did not succeed.
-enum Retry {
-    /// Moved to a new page: try again.
-    Again,
-    /// Event lost (dropped, commit overrun) or buffer broken.
-    Fail,
-}
+/// Where a reservation landed: the address of its payload, one word the slow paths return in
+/// a register (a reservation is found again by its address, as the kernel's is). Two values
+/// that are no address say why an attempt did not succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc(usize);
 
-/// The result of a successful `reserve_next`.
-struct Reserved {
-    desc: usize,
-    /// Offset of the data event's header in the data area.
-    event: usize,
-    ts: u64,
+impl Loc {
+    /// Event lost (dropped, commit overrun) or buffer broken.
+    const FAIL: Loc = Loc(0);
+    /// Moved to a new page: try again.
+    const AGAIN: Loc = Loc(1);
+
+    #[inline(always)]
+    fn new(data: *mut u8) -> Loc {
+        Loc(data as usize)
+    }
+
+    #[inline(always)]
+    fn is_retry(self) -> bool {
+        self.0 <= Loc::AGAIN.0
+    }
+
+    #[inline(always)]
+    fn ptr(self) -> *mut u8 {
+        self.0 as *mut u8
+    }
 }
 
 impl<P: PageProvider> CpuBuffer<P> {
@@ -610,33 +624,49 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.nesting.add(COMMITS_ONE | 1);
         inject::point("start_commit");
         let length = page::event_length(len);
+        let (mut at, mut ts) = self.reserve_next(length, clock);
+        if at.is_retry() {
+            (at, ts) = self.reserve_retry(at, length, clock);
+            if at.is_retry() {
+                return None;
+            }
+        }
+        Some(Reservation {
+            buf: self,
+            data: at.ptr(),
+            len,
+            ts,
+        })
+    }
+
+    /// The rest of `rb_reserve_next_event`'s loop, after a first attempt that moved the tail
+    /// (try again, up to 1000 times) or lost the event. Returns [`Loc::FAIL`] when it gives up
+    /// (the commit already ended).
+    #[cold]
+    #[inline(never)]
+    fn reserve_retry<C: TraceClock + ?Sized>(
+        &self,
+        mut retry: Loc,
+        length: usize,
+        clock: &C,
+    ) -> (Loc, u64) {
         let mut loops = 0;
         loop {
-            match self.reserve_next(length, clock) {
-                Ok(r) => {
-                    let type_len_zero = length - EVENT_HEADER_SIZE > MAX_SMALL_DATA;
-                    let skip = if type_len_zero { 8 } else { 4 };
-                    return Some(Reservation {
-                        buf: self,
-                        desc: r.desc,
-                        event: r.event,
-                        data: self.desc(r.desc).data(r.event + skip),
-                        len,
-                        ts: r.ts,
-                    });
-                }
-                Err(Retry::Again) => {
-                    loops += 1;
-                    if loops > 1000 {
-                        self.end_commit();
-                        return None;
-                    }
-                }
-                Err(Retry::Fail) => {
+            if retry == Loc::AGAIN {
+                loops += 1;
+                if loops > 1000 {
                     self.end_commit();
-                    return None;
+                    return (Loc::FAIL, 0);
                 }
+            } else {
+                self.end_commit();
+                return (Loc::FAIL, 0);
             }
+            let (at, ts) = self.reserve_next(length, clock);
+            if !at.is_retry() {
+                return (at, ts);
+            }
+            retry = at;
         }
     }
 
@@ -654,19 +684,78 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     /// `__rb_reserve_next`: one attempt at the tail page (labels A–F as in the kernel).
+    ///
+    /// Inline, this is only the common case: a small event (`type_len` 1..=28) on a page that
+    /// already has events, nothing interrupted between the previous writer's B and D, the
+    /// delta fits the header, nothing interrupts us between A and C and the event fits the
+    /// page. Anything else continues out of line in [`Self::reserve_general`] (decided before
+    /// B) or [`Self::reserve_after_c`] (decided after C), which run the kernel's general
+    /// protocol from that point.
     #[inline(always)]
-    fn reserve_next<C: TraceClock + ?Sized>(
-        &self,
-        base_len: usize,
-        clock: &C,
-    ) -> Result<Reserved, Retry> {
+    fn reserve_next<C: TraceClock + ?Sized>(&self, length: usize, clock: &C) -> (Loc, u64) {
         let tail_page = self.tail_page.load(Ordering::Acquire);
         let d = self.desc(tail_page);
         // A
-        let w = d.write_index();
+        let word = d.write.get();
+        let w = word & WRITE_MASK;
         let before = self.before_stamp.load(Ordering::Relaxed);
         let after = self.write_stamp.load(Ordering::Relaxed);
-        let mut ts = clock.now_ns();
+        let ts = clock.now_ns();
+        let delta = ts.wrapping_sub(after);
+        if w == 0
+            || before != after
+            || delta & !TS_MASK != 0
+            || length - EVENT_HEADER_SIZE > MAX_SMALL_DATA
+            || w + length > self.subbuf_size()
+        {
+            return self.reserve_general(tail_page, w, before, after, ts, length, clock);
+        }
+        inject::point("A");
+        // B
+        self.before_stamp.store(ts, Ordering::Relaxed);
+        inject::point("B");
+        // C
+        let old = d.write.fetch_add(length);
+        inject::point("C");
+        if old != word {
+            // Interrupted between A and C (the whole word differs if the index does): the
+            // slow path E-F, or the event no longer fits.
+            let write = old.wrapping_add(length) & WRITE_MASK;
+            return self
+                .reserve_after_c(tail_page, w, write, length, ts, after, false, false, clock);
+        }
+        let tail = w;
+        // D: nothing interrupted us between A and C.
+        self.write_stamp.store(ts, Ordering::Relaxed);
+        inject::point("D");
+        // rb_update_event: a small event (`tail != 0`, so the delta is the header's).
+        let p = d.data(tail);
+        write_u32(
+            p,
+            page::header_word(((length - EVENT_HEADER_SIZE) / 4) as u32, delta as u32),
+        );
+        d.entries.inc();
+        self.entries_bytes.add(length);
+        inject::point("reserved");
+        (Loc::new(p.wrapping_add(EVENT_HEADER_SIZE)), ts)
+    }
+
+    /// `__rb_reserve_next` from the decision after A on, in general: the first event of a
+    /// page, an absolute stamp after an interrupted writer, a time extend, a large event.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_general<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        before: u64,
+        after: u64,
+        ts: u64,
+        base_len: usize,
+        clock: &C,
+    ) -> (Loc, u64) {
+        let d = self.desc(tail_page);
         let mut length = base_len;
         let mut extend = false;
         let mut force = false;
@@ -677,11 +766,9 @@ impl<P: PageProvider> CpuBuffer<P> {
             force = true;
             extend = true;
             length += TIME_EXTEND_LEN;
-        } else {
-            if ts.wrapping_sub(after) & !TS_MASK != 0 {
-                extend = true;
-                length += TIME_EXTEND_LEN;
-            }
+        } else if ts.wrapping_sub(after) & !TS_MASK != 0 {
+            extend = true;
+            length += TIME_EXTEND_LEN;
         }
         inject::point("A");
         // B
@@ -689,11 +776,32 @@ impl<P: PageProvider> CpuBuffer<P> {
         inject::point("B");
         // C
         let write = d.write.add_return(length) & WRITE_MASK;
+        inject::point("C");
+        self.reserve_after_c(tail_page, w, write, length, ts, after, extend, force, clock)
+    }
+
+    /// `__rb_reserve_next` from C on, in general: the event does not fit (move the tail), or
+    /// an interrupt came in between A and C (the slow path E–F), or the event needs the page
+    /// stamp, a time record or a length word.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_after_c<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        write: usize,
+        mut length: usize,
+        mut ts: u64,
+        after: u64,
+        extend: bool,
+        mut force: bool,
+        clock: &C,
+    ) -> (Loc, u64) {
+        let d = self.desc(tail_page);
         let mut delta;
         let tail = write.wrapping_sub(length);
-        inject::point("C");
         if write > self.subbuf_size() {
-            return Err(self.move_tail(tail_page, tail, length));
+            return (self.move_tail(tail_page, tail, length), 0);
         }
         if tail == w {
             // Nothing interrupted us between A and C.
@@ -751,32 +859,30 @@ impl<P: PageProvider> CpuBuffer<P> {
         // rb_update_event
         let p = d.data(at);
         let data_len = length - EVENT_HEADER_SIZE;
-        if data_len > MAX_SMALL_DATA {
+        let data = if data_len > MAX_SMALL_DATA {
             write_u32(p, page::header_word(0, delta as u32));
             write_u32(p.wrapping_add(4), data_len as u32);
+            p.wrapping_add(8)
         } else {
             write_u32(
                 p,
                 page::header_word(data_len.div_ceil(4) as u32, delta as u32),
             );
-        }
+            p.wrapping_add(4)
+        };
         d.entries.inc();
         if tail == 0 {
             d.set_time_stamp(ts);
         }
         self.entries_bytes.add(length + if extend { 8 } else { 0 });
         inject::point("reserved");
-        Ok(Reserved {
-            desc: tail_page,
-            event: at,
-            ts,
-        })
+        (Loc::new(data), ts)
     }
 
     /// `rb_move_tail`: the event did not fit; move to the next page (slow path).
     #[cold]
     #[inline(never)]
-    fn move_tail(&self, tail_page: usize, tail: usize, length: usize) -> Retry {
+    fn move_tail(&self, tail_page: usize, tail: usize, length: usize) -> Loc {
         // One load of our link gives both the next page and whether it is the head: the
         // reader may swap the head out (rewriting this link) at any time, and a second load
         // could pair a stale `next_page` with a fresh, unflagged link and walk us into the
@@ -788,7 +894,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             // An interrupt storm made it all the way around the buffer.
             self.commit_overrun.inc();
             self.reset_tail(tail_page, tail, length);
-            return Retry::Fail;
+            return Loc::FAIL;
         }
         let mut skip_update = false;
         if link & FLAG_MASK != PAGE_NORMAL {
@@ -799,12 +905,12 @@ impl<P: PageProvider> CpuBuffer<P> {
                 if !self.overwrite.load(Ordering::Relaxed) {
                     self.dropped_events.inc();
                     self.reset_tail(tail_page, tail, length);
-                    return Retry::Fail;
+                    return Loc::FAIL;
                 }
                 match self.handle_head_page(tail_page, next_page) {
                     Err(()) => {
                         self.reset_tail(tail_page, tail, length);
-                        return Retry::Fail;
+                        return Loc::FAIL;
                     }
                     Ok(true) => skip_update = true,
                     Ok(false) => {}
@@ -814,7 +920,7 @@ impl<P: PageProvider> CpuBuffer<P> {
                 // reader page: moving on would overwrite it.
                 self.commit_overrun.inc();
                 self.reset_tail(tail_page, tail, length);
-                return Retry::Fail;
+                return Loc::FAIL;
             }
         }
         if !skip_update {
@@ -825,7 +931,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.end_commit();
         self.nesting.inc();
         inject::point("moved_tail");
-        Retry::Again
+        Loc::AGAIN
     }
 
     #[inline(always)]
@@ -969,20 +1075,24 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     /// `rb_set_commit_to_write`: publish everything written so far (outermost writer only).
-    /// Fast path: the commit page is the tail page and nothing moves while we publish.
+    /// Fast path: the commit page is the tail page; publish its write index.
+    ///
+    /// It does not re-check the write index or the tail page after publishing (the kernel's
+    /// loops do): a writer that interrupts us anywhere in here is nested (`committing` >= 2,
+    /// so it does not publish) and counts itself in `commits`, so `end_commit` sees the
+    /// change after its decrement and publishes again.
     #[inline(always)]
     fn set_commit_to_write(&self) {
         let commit_page = self.commit_page.load(Ordering::Relaxed);
         if commit_page == self.tail_page.load(Ordering::Acquire) {
             let cd = self.desc(commit_page);
             let w = cd.write_index();
+            inject::point("commit_read");
             cd.commit.store(w, Ordering::Release);
             inject::point("commit_index");
-            if cd.write_index() == w && self.tail_page.load(Ordering::Acquire) == commit_page {
-                return;
-            }
+        } else {
+            self.set_commit_to_write_slow();
         }
-        self.set_commit_to_write_slow();
     }
 
     /// The general `rb_set_commit_to_write`: walk the commit page up to the tail page.
@@ -1018,23 +1128,38 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
     }
 
-    /// `rb_end_commit`.
+    /// `rb_end_commit`: the outermost writer publishes; every writer leaves. If a writer
+    /// interrupted us after we published and before we left (`commits` moved, nobody is
+    /// committing any more), publish again.
     #[inline(always)]
     fn end_commit(&self) {
-        loop {
-            let nesting = self.nesting.get();
-            let commits = nesting >> COMMITS_SHIFT;
+        let nesting = self.nesting.get();
+        if nesting & COMMITTING_MASK == 1 {
+            self.set_commit_to_write();
+        }
+        // The decrement and the read of the result are one instruction.
+        let now = self.nesting.add_return(usize::MAX);
+        inject::point("end_commit");
+        if now != nesting.wrapping_sub(1) {
+            // Someone came in since we read `nesting`.
+            self.end_commit_check(nesting, now);
+        }
+    }
+
+    /// The end of `rb_end_commit` after an interrupt: if it committed between our commit
+    /// update and our decrement and nobody is committing now, come back in and publish again
+    /// (the kernel's `goto again`).
+    #[cold]
+    #[inline(never)]
+    fn end_commit_check(&self, mut nesting: usize, mut now: usize) {
+        while (now ^ nesting) >> COMMITS_SHIFT != 0 && now & COMMITTING_MASK == 0 {
+            self.nesting.inc();
+            nesting = self.nesting.get();
             if nesting & COMMITTING_MASK == 1 {
                 self.set_commit_to_write();
             }
-            self.nesting.dec();
+            now = self.nesting.add_return(usize::MAX);
             inject::point("end_commit");
-            let now = self.nesting.get();
-            if now >> COMMITS_SHIFT == commits || now & COMMITTING_MASK != 0 {
-                return;
-            }
-            // An interrupt committed between our commit update and the decrement.
-            self.nesting.inc();
         }
     }
 
@@ -1045,9 +1170,28 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.end_commit();
     }
 
-    /// `ring_buffer_discard_commit`.
-    fn discard_reservation(&self, desc: usize, event: usize) {
+    /// The page holding `addr`, an uncommitted reservation's payload (`rb_decrement_entry`'s
+    /// search): nearly always the tail page; if interrupts moved the tail on since, any page.
+    fn page_of(&self, addr: *mut u8) -> usize {
+        let holds = |i: usize| {
+            let start = self.desc(i).page_ptr() as usize;
+            (start..start + self.page_size).contains(&(addr as usize))
+        };
+        let tail = self.tail_page.load(Ordering::Acquire);
+        if holds(tail) {
+            return tail;
+        }
+        (0..self.nr_descs)
+            .find(|&i| holds(i))
+            .expect("a reservation lies in one of the buffer's pages")
+    }
+
+    /// `ring_buffer_discard_commit` of the reservation whose `len`-byte payload is at `data`.
+    fn discard_reservation(&self, data: *mut u8, len: usize) {
+        let desc = self.page_of(data);
         let d = self.desc(desc);
+        let large = page::event_length(len) - EVENT_HEADER_SIZE > MAX_SMALL_DATA;
+        let event = data as usize - d.data(0) as usize - if large { 8 } else { 4 };
         let p = d.data(event);
         // rb_event_discard: turn the event into padding that keeps its delta.
         let len = record_length(p).unwrap_or(EVENT_HEADER_SIZE + 4);
@@ -1400,8 +1544,6 @@ impl<P: PageProvider> fmt::Debug for CpuBuffer<P> {
 #[must_use = "an event is recorded only when committed"]
 pub struct Reservation<'a, P: PageProvider> {
     buf: &'a CpuBuffer<P>,
-    desc: usize,
-    event: usize,
     data: *mut u8,
     len: usize,
     ts: u64,
@@ -1434,15 +1576,15 @@ impl<P: PageProvider> Reservation<'_, P> {
     /// Throws the event away (`ring_buffer_discard_commit`): its space becomes padding, or is
     /// given back if nothing was written after it.
     pub fn discard(self) {
-        let (buf, desc, event) = (self.buf, self.desc, self.event);
+        let (buf, data, len) = (self.buf, self.data, self.len);
         core::mem::forget(self);
-        buf.discard_reservation(desc, event);
+        buf.discard_reservation(data, len);
     }
 }
 
 impl<P: PageProvider> Drop for Reservation<'_, P> {
     fn drop(&mut self) {
-        self.buf.discard_reservation(self.desc, self.event);
+        self.buf.discard_reservation(self.data, self.len);
     }
 }
 

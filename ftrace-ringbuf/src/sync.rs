@@ -34,9 +34,9 @@ pub(crate) struct Local(AtomicUsize);
 
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 impl Local {
-    /// Adds `v`, returning the new value (`local_add_return`).
+    /// Adds `v`, returning the old value.
     #[inline(always)]
-    pub(crate) fn add_return(&self, v: usize) -> usize {
+    pub(crate) fn fetch_add(&self, v: usize) -> usize {
         let mut old = v;
         // SAFETY: `xadd` on a valid, aligned, live word we only ever access atomically.
         // Without `lock` it is atomic against interrupts/signals on this CPU, which is the
@@ -49,13 +49,13 @@ impl Local {
                 options(nostack),
             );
         }
-        old.wrapping_add(v)
+        old
     }
 
     /// Adds `v` (`local_add`).
     #[inline(always)]
     pub(crate) fn add(&self, v: usize) {
-        // SAFETY: as in `add_return`: one non-locked instruction on our own aligned word.
+        // SAFETY: as in `fetch_add`: one non-locked instruction on our own aligned word.
         unsafe {
             core::arch::asm!(
                 "add qword ptr [{p}], {v}",
@@ -71,7 +71,7 @@ impl Local {
     #[inline(always)]
     pub(crate) fn cmpxchg(&self, old: usize, new: usize) -> usize {
         let mut found = old;
-        // SAFETY: as in `add_return`: one non-locked `cmpxchg` on our own aligned word.
+        // SAFETY: as in `fetch_add`: one non-locked `cmpxchg` on our own aligned word.
         unsafe {
             core::arch::asm!(
                 "cmpxchg qword ptr [{p}], {new}",
@@ -87,10 +87,10 @@ impl Local {
 
 #[cfg(not(all(target_arch = "x86_64", not(loom))))]
 impl Local {
-    /// Adds `v`, returning the new value (`local_add_return`).
+    /// Adds `v`, returning the old value.
     #[inline(always)]
-    pub(crate) fn add_return(&self, v: usize) -> usize {
-        self.0.fetch_add(v, Ordering::Relaxed).wrapping_add(v)
+    pub(crate) fn fetch_add(&self, v: usize) -> usize {
+        self.0.fetch_add(v, Ordering::Relaxed)
     }
 
     /// Adds `v` (`local_add`).
@@ -128,6 +128,12 @@ impl Local {
     #[inline(always)]
     pub(crate) fn set(&self, v: usize) {
         self.0.store(v, Ordering::Relaxed)
+    }
+
+    /// Adds `v`, returning the new value (`local_add_return`).
+    #[inline(always)]
+    pub(crate) fn add_return(&self, v: usize) -> usize {
+        self.fetch_add(v).wrapping_add(v)
     }
 
     /// Adds one.

@@ -264,6 +264,7 @@ fn nested_write_at_every_step_of_an_outer_write() {
         "head_update",
         "head_set",
         "commit_page",
+        "commit_read",
         "commit_index",
         "end_commit",
         "entries",
