@@ -63,8 +63,8 @@ const PAYLOAD: [u8; 24] = [0x5a; 24];
 fn write_one<C: TraceClock>(buf: &CpuBuffer<HeapPages>, clock: &C) {
     if let Some(mut r) = buf.reserve(24, clock) {
         // A fixed-size entry, as a tracer writes one (black_box: its bytes are not known).
-        let payload: [u8; 24] = black_box(PAYLOAD);
-        r.data().copy_from_slice(&payload);
+        let payload: &[u8; 24] = black_box(&PAYLOAD);
+        r.data().copy_from_slice(payload);
         r.commit();
     }
 }

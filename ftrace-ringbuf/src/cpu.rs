@@ -34,10 +34,22 @@ use crate::page::{
 use crate::provider::PageProvider;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Local, Ordering, fence, inject};
 
-/// Low bits of a page's `write` / `entries` words: the index (`RB_WRITE_MASK`).
+/// Bits 0..20 of a page's `write` word: the write index (`RB_WRITE_MASK`).
 pub(crate) const WRITE_MASK: usize = 0xfffff;
-/// The update counter a writer adds when it enters a page (`RB_WRITE_INTCNT`).
-pub(crate) const WRITE_INTCNT: usize = 1 << 20;
+/// Bits 20..40 of a page's `write` word: the events reserved on the page (the kernel's
+/// separate `entries` word; in one word, reserving is one add).
+const ENTRIES_SHIFT: u32 = 20;
+const ENTRIES_MASK: usize = 0xfffff << ENTRIES_SHIFT;
+/// One event in a page's `write` word.
+const ENTRY_ONE: usize = 1 << ENTRIES_SHIFT;
+/// The update counter a writer adds to a page's `write` word when it enters the page
+/// (`RB_WRITE_INTCNT`): bits 40.. .
+pub(crate) const WRITE_INTCNT: usize = 1 << 40;
+/// The update counter bits of a page's `write` word.
+pub(crate) const GEN_MASK: usize = !(WRITE_MASK | ENTRIES_MASK);
+
+// The packed page word needs 64 bits.
+const _: () = assert!(usize::BITS >= 64, "ftrace-ringbuf needs a 64-bit target");
 
 const PAGE_NORMAL: usize = 0;
 const PAGE_HEAD: usize = 1;
@@ -105,16 +117,15 @@ impl fmt::Display for BufferError {
 
 /// Bookkeeping of one sub-buffer page (`struct buffer_page`). One cache line each, so finding
 /// a page's descriptor is a shift, and pages do not share lines.
-#[repr(align(64))]
+#[repr(C, align(64))]
 pub(crate) struct PageDesc {
+    /// Next write index (bits 0..20), events reserved on the page (bits 20..40) and update
+    /// counter (bits 40..). First, so its address is the descriptor's.
+    pub(crate) write: Local,
     /// Successor index << 2 | HEAD/UPDATE flags.
     pub(crate) next: AtomicUsize,
     /// Predecessor index (maintained by the reader).
     pub(crate) prev: AtomicUsize,
-    /// Next write index (low 20 bits) and update counter.
-    pub(crate) write: Local,
-    /// Events reserved on the page (low 20 bits) and update counter.
-    pub(crate) entries: Local,
     /// Committed bytes (what the page header's `commit` says once handed out).
     pub(crate) commit: AtomicUsize,
     /// Where the end-of-page padding starts (0: none).
@@ -129,7 +140,6 @@ impl PageDesc {
             next: AtomicUsize::new(0),
             prev: AtomicUsize::new(0),
             write: Local::new(0),
-            entries: Local::new(0),
             commit: AtomicUsize::new(0),
             real_end: AtomicUsize::new(0),
             page: AtomicUsize::new(page.as_ptr() as usize),
@@ -148,7 +158,7 @@ impl PageDesc {
 
     #[inline(always)]
     pub(crate) fn entries_count(&self) -> usize {
-        self.entries.get() & WRITE_MASK
+        (self.write.get() & ENTRIES_MASK) >> ENTRIES_SHIFT
     }
 
     /// Pointer to the data area at `offset`.
@@ -465,7 +475,6 @@ impl<P: PageProvider> CpuBuffer<P> {
             let d = self.desc(i);
             d.set_time_stamp(0);
             d.write.set(0);
-            d.entries.set(0);
             d.commit.store(0, Ordering::Relaxed);
             d.real_end.store(0, Ordering::Relaxed);
         }
@@ -616,7 +625,8 @@ impl<P: PageProvider> CpuBuffer<P> {
         if self.record_disabled.load(Ordering::Relaxed) != 0 {
             return None;
         }
-        if len > self.max_payload() {
+        // (Decided at compile time for a constant `len` that fits the smallest page.)
+        if len > MIN_PAGE_SIZE - PAGE_HEADER_SIZE - 8 && len > self.max_payload() {
             self.too_big.inc();
             return None;
         }
@@ -624,47 +634,60 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.nesting.add(COMMITS_ONE | 1);
         inject::point("start_commit");
         let length = page::event_length(len);
-        let (mut at, mut ts) = self.reserve_next(length, clock);
-        if at.is_retry() {
-            (at, ts) = self.reserve_retry(at, length, clock);
-            if at.is_retry() {
-                return None;
-            }
-        }
+        let (data, ts) = self.reserve_next(length, clock)?;
         Some(Reservation {
             buf: self,
-            data: at.ptr(),
+            data: data.as_ptr(),
             len,
             ts,
         })
     }
 
-    /// The rest of `rb_reserve_next_event`'s loop, after a first attempt that moved the tail
-    /// (try again, up to 1000 times) or lost the event. Returns [`Loc::FAIL`] when it gives up
-    /// (the commit already ended).
-    #[cold]
+    /// The end of a reservation that left the fast path: the event's place, or a retry.
+    #[inline(always)]
+    fn settle<C: TraceClock + ?Sized>(
+        &self,
+        (at, ts): (Loc, u64),
+        length: usize,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
+        if at.is_retry() {
+            return self.reserve_retry(at, length, clock);
+        }
+        Some((NonNull::new(at.ptr())?, ts))
+    }
+
+    /// The rest of `rb_reserve_next_event`'s loop, after an attempt that moved the tail (try
+    /// again, up to 1000 times) or lost the event. `None` when it gives up (the commit has
+    /// ended then).
     #[inline(never)]
     fn reserve_retry<C: TraceClock + ?Sized>(
         &self,
         mut retry: Loc,
         length: usize,
         clock: &C,
-    ) -> (Loc, u64) {
+    ) -> Option<(NonNull<u8>, u64)> {
         let mut loops = 0;
         loop {
             if retry == Loc::AGAIN {
                 loops += 1;
                 if loops > 1000 {
                     self.end_commit();
-                    return (Loc::FAIL, 0);
+                    return None;
                 }
             } else {
                 self.end_commit();
-                return (Loc::FAIL, 0);
+                return None;
             }
-            let (at, ts) = self.reserve_next(length, clock);
+            // A whole attempt through the general path.
+            let tail_page = self.tail_page.load(Ordering::Acquire);
+            let w = self.desc(tail_page).write_index();
+            let before = self.before_stamp.load(Ordering::Relaxed);
+            let after = self.write_stamp.load(Ordering::Relaxed);
+            let ts = clock.now_ns();
+            let (at, ts) = self.reserve_general(tail_page, w, before, after, ts, length, clock);
             if !at.is_retry() {
-                return (at, ts);
+                return Some((NonNull::new(at.ptr())?, ts));
             }
             retry = at;
         }
@@ -692,7 +715,11 @@ impl<P: PageProvider> CpuBuffer<P> {
     /// B) or [`Self::reserve_after_c`] (decided after C), which run the kernel's general
     /// protocol from that point.
     #[inline(always)]
-    fn reserve_next<C: TraceClock + ?Sized>(&self, length: usize, clock: &C) -> (Loc, u64) {
+    fn reserve_next<C: TraceClock + ?Sized>(
+        &self,
+        length: usize,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
         let tail_page = self.tail_page.load(Ordering::Acquire);
         let d = self.desc(tail_page);
         // A
@@ -702,27 +729,26 @@ impl<P: PageProvider> CpuBuffer<P> {
         let after = self.write_stamp.load(Ordering::Relaxed);
         let ts = clock.now_ns();
         let delta = ts.wrapping_sub(after);
-        if w == 0
+        // (`w - 1 >= subbuf - length`: the page is empty, or the event does not fit.)
+        if length - EVENT_HEADER_SIZE > MAX_SMALL_DATA
+            || w.wrapping_sub(1) >= self.subbuf_size() - length
             || before != after
             || delta & !TS_MASK != 0
-            || length - EVENT_HEADER_SIZE > MAX_SMALL_DATA
-            || w + length > self.subbuf_size()
         {
-            return self.reserve_general(tail_page, w, before, after, ts, length, clock);
+            return self.reserve_from_a(tail_page, w, before, after, ts, length, clock);
         }
         inject::point("A");
         // B
         self.before_stamp.store(ts, Ordering::Relaxed);
         inject::point("B");
         // C
-        let old = d.write.fetch_add(length);
+        let old = d.write.fetch_add(length + ENTRY_ONE);
         inject::point("C");
         if old != word {
             // Interrupted between A and C (the whole word differs if the index does): the
             // slow path E-F, or the event no longer fits.
             let write = old.wrapping_add(length) & WRITE_MASK;
-            return self
-                .reserve_after_c(tail_page, w, write, length, ts, after, false, false, clock);
+            return self.reserve_from_c(tail_page, w, write, length, ts, after, clock);
         }
         let tail = w;
         // D: nothing interrupted us between A and C.
@@ -734,16 +760,58 @@ impl<P: PageProvider> CpuBuffer<P> {
             p,
             page::header_word(((length - EVENT_HEADER_SIZE) / 4) as u32, delta as u32),
         );
-        d.entries.inc();
         self.entries_bytes.add(length);
         inject::point("reserved");
-        (Loc::new(p.wrapping_add(EVENT_HEADER_SIZE)), ts)
+        let data = p.wrapping_add(EVENT_HEADER_SIZE);
+        if data.is_null() {
+            // SAFETY: `data` lies inside a page the provider gave us, which is not at address
+            // 0 (telling the compiler lets it drop the `None` check of a fast reservation).
+            unsafe { core::hint::unreachable_unchecked() }
+        }
+        // SAFETY: not null, see above.
+        let data = unsafe { NonNull::new_unchecked(data) };
+        Some((data, ts))
+    }
+
+    /// The fast path's exit before B: continue with the general protocol.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_from_a<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        before: u64,
+        after: u64,
+        ts: u64,
+        length: usize,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
+        let r = self.reserve_general(tail_page, w, before, after, ts, length, clock);
+        self.settle(r, length, clock)
+    }
+
+    /// The fast path's exit after C: continue with the general protocol.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_from_c<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        write: usize,
+        length: usize,
+        ts: u64,
+        after: u64,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
+        let r = self.reserve_after_c(tail_page, w, write, length, ts, after, false, false, clock);
+        self.settle(r, length, clock)
     }
 
     /// `__rb_reserve_next` from the decision after A on, in general: the first event of a
     /// page, an absolute stamp after an interrupted writer, a time extend, a large event.
-    #[cold]
-    #[inline(never)]
+    #[inline]
     #[allow(clippy::too_many_arguments)]
     fn reserve_general<C: TraceClock + ?Sized>(
         &self,
@@ -775,7 +843,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.before_stamp.store(ts, Ordering::Relaxed);
         inject::point("B");
         // C
-        let write = d.write.add_return(length) & WRITE_MASK;
+        let write = d.write.add_return(length + ENTRY_ONE) & WRITE_MASK;
         inject::point("C");
         self.reserve_after_c(tail_page, w, write, length, ts, after, extend, force, clock)
     }
@@ -817,8 +885,9 @@ impl<P: PageProvider> CpuBuffer<P> {
             inject::point("E");
             // E
             let after = self.write_stamp.load(Ordering::Relaxed);
-            // F (the kernel compares the masked index with the whole word)
-            delta = if write == d.write.get() && after == before && after < now {
+            // F (the kernel compares the masked index with the whole word: index and update
+            // counter, the event count is ours)
+            delta = if write == d.write.get() & !ENTRIES_MASK && after == before && after < now {
                 now - after
             } else {
                 0
@@ -870,7 +939,6 @@ impl<P: PageProvider> CpuBuffer<P> {
             );
             p.wrapping_add(4)
         };
-        d.entries.inc();
         if tail == 0 {
             d.set_time_stamp(ts);
         }
@@ -1030,11 +1098,9 @@ impl<P: PageProvider> CpuBuffer<P> {
     fn tail_page_update(&self, tail_page: usize, next_page: usize) {
         let nd = self.desc(next_page);
         let old_write = nd.write.add_return(WRITE_INTCNT);
-        let old_entries = nd.entries.add_return(WRITE_INTCNT);
         inject::point("tail_update");
         if tail_page == self.tail_page.load(Ordering::Acquire) {
-            nd.write.cmpxchg(old_write, old_write & !WRITE_MASK);
-            nd.entries.cmpxchg(old_entries, old_entries & !WRITE_MASK);
+            nd.write.cmpxchg(old_write, old_write & GEN_MASK);
             nd.commit.store(0, Ordering::Relaxed);
             if self
                 .tail_page
@@ -1046,7 +1112,8 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
     }
 
-    /// `rb_reset_tail`: fill the end of the page we left with padding.
+    /// `rb_reset_tail`: fill the end of the page we left with padding, and take our event (its
+    /// length and its count) back out of the page's `write` word.
     fn reset_tail(&self, tail_page: usize, tail: usize, length: usize) {
         let d = self.desc(tail_page);
         let bsize = self.subbuf_size();
@@ -1055,7 +1122,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             if tail == bsize {
                 d.real_end.store(0, Ordering::Relaxed);
             }
-            d.write.sub(length);
+            d.write.sub(length + ENTRY_ONE);
             return;
         }
         let p = d.data(tail);
@@ -1064,14 +1131,14 @@ impl<P: PageProvider> CpuBuffer<P> {
             // No room for any event: null padding.
             write_u32(p, page::header_word(TYPE_PADDING, 0));
             fence(Ordering::Release);
-            d.write.sub(length);
+            d.write.sub(length + ENTRY_ONE);
             return;
         }
         write_u32(p.wrapping_add(4), (bsize - tail - EVENT_HEADER_SIZE) as u32);
         write_u32(p, page::header_word(TYPE_PADDING, 1));
         self.entries_bytes.add(bsize - tail);
         fence(Ordering::Release);
-        d.write.sub(tail + length - bsize);
+        d.write.sub(tail + length - bsize + ENTRY_ONE);
     }
 
     /// `rb_set_commit_to_write`: publish everything written so far (outermost writer only).
@@ -1203,7 +1270,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         write_u32(p.wrapping_add(4), (len - EVENT_HEADER_SIZE) as u32);
         write_u32(p, page::header_word(TYPE_PADDING, delta));
         // rb_decrement_entry
-        d.entries.dec();
+        d.write.sub(ENTRY_ONE);
         inject::point("discard");
         // rb_try_to_discard: give the space back if the event is the last one.
         let new_index = event;
@@ -1301,7 +1368,6 @@ impl<P: PageProvider> CpuBuffer<P> {
             }
             // Reset the spare page and splice it in place of the head.
             rd.write.set(0);
-            rd.entries.set(0);
             rd.commit.store(0, Ordering::Relaxed);
             rd.real_end.store(0, Ordering::Relaxed);
             let (head, overrun) = loop {
@@ -1464,12 +1530,13 @@ impl<P: PageProvider> CpuBuffer<P> {
             let next = d.next.load(Ordering::Relaxed);
             writeln!(
                 w,
-                "page {i}: next {} flag {} prev {} write {:#x} entries {:#x} commit {} real_end {}",
+                "page {i}: next {} flag {} prev {} write {:#x} entries {} gen {} commit {} real_end {}",
                 next >> 2,
                 next & FLAG_MASK,
                 d.prev.load(Ordering::Relaxed),
-                d.write.get(),
-                d.entries.get(),
+                d.write_index(),
+                d.entries_count(),
+                d.write.get() >> 40,
                 d.commit.load(Ordering::Relaxed),
                 d.real_end.load(Ordering::Relaxed),
             )?;

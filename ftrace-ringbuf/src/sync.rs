@@ -66,6 +66,19 @@ impl Local {
         }
     }
 
+    /// Adds one (`local_inc`).
+    #[inline(always)]
+    pub(crate) fn inc(&self) {
+        // SAFETY: as in `fetch_add`: one non-locked instruction on our own aligned word.
+        unsafe {
+            core::arch::asm!(
+                "add qword ptr [{p}], 1",
+                p = in(reg) self.0.as_ptr(),
+                options(nostack),
+            );
+        }
+    }
+
     /// Compares with `old` and, if equal, replaces with `new` (`local_cmpxchg`). Returns the
     /// value found.
     #[inline(always)]
@@ -97,6 +110,12 @@ impl Local {
     #[inline(always)]
     pub(crate) fn add(&self, v: usize) {
         self.0.fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Adds one (`local_inc`).
+    #[inline(always)]
+    pub(crate) fn inc(&self) {
+        self.add(1)
     }
 
     /// Compares with `old` and, if equal, replaces with `new` (`local_cmpxchg`). Returns the
@@ -136,22 +155,10 @@ impl Local {
         self.fetch_add(v).wrapping_add(v)
     }
 
-    /// Adds one.
-    #[inline(always)]
-    pub(crate) fn inc(&self) {
-        self.add(1)
-    }
-
     /// Subtracts `v`.
     #[inline(always)]
     pub(crate) fn sub(&self, v: usize) {
         self.add(v.wrapping_neg())
-    }
-
-    /// Subtracts one.
-    #[inline(always)]
-    pub(crate) fn dec(&self) {
-        self.add(usize::MAX)
     }
 }
 
