@@ -298,13 +298,15 @@ impl TraceClock for At {
 /// be strictly nested (one CPU with preemption off, or one thread and its signal handlers).
 /// Readers: [`CpuBuffer::consumer`] (consuming, any CPU) and [`CpuBuffer::iter`]
 /// (non-consuming).
+#[repr(C)]
 pub struct CpuBuffer<P: PageProvider> {
     // --- writer side (modified only by this buffer's nested writers) ---
+    /// `commits << COMMITS_SHIFT | committing`: the kernel's two nesting counters in one
+    /// word, so starting a commit is one interrupt-atomic add. First, so its address is the
+    /// buffer's.
+    nesting: Local,
     pub(crate) tail_page: AtomicUsize,
     pub(crate) commit_page: AtomicUsize,
-    /// `commits << COMMITS_SHIFT | committing`: the kernel's two nesting counters in one
-    /// word, so starting a commit is one interrupt-atomic add.
-    nesting: Local,
     before_stamp: AtomicU64,
     write_stamp: AtomicU64,
     pub(crate) entries: Local,
@@ -634,13 +636,18 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.nesting.add(COMMITS_ONE | 1);
         inject::point("start_commit");
         let length = page::event_length(len);
-        let (data, ts) = self.reserve_next(length, clock)?;
-        Some(Reservation {
+        self.reserve_next(len, length, clock)
+    }
+
+    /// A reservation of a `len`-byte payload at `data`, stamped `ts`.
+    #[inline(always)]
+    fn reservation(&self, len: usize, (data, ts): (NonNull<u8>, u64)) -> Reservation<'_, P> {
+        Reservation {
             buf: self,
             data: data.as_ptr(),
             len,
             ts,
-        })
+        }
     }
 
     /// The end of a reservation that left the fast path: the event's place, or a retry.
@@ -717,9 +724,10 @@ impl<P: PageProvider> CpuBuffer<P> {
     #[inline(always)]
     fn reserve_next<C: TraceClock + ?Sized>(
         &self,
+        len: usize,
         length: usize,
         clock: &C,
-    ) -> Option<(NonNull<u8>, u64)> {
+    ) -> Option<Reservation<'_, P>> {
         let tail_page = self.tail_page.load(Ordering::Acquire);
         let d = self.desc(tail_page);
         // A
@@ -735,7 +743,9 @@ impl<P: PageProvider> CpuBuffer<P> {
             || before != after
             || delta & !TS_MASK != 0
         {
-            return self.reserve_from_a(tail_page, w, before, after, ts, length, clock);
+            return self
+                .reserve_from_a(tail_page, w, before, after, ts, length, clock)
+                .map(|r| self.reservation(len, r));
         }
         inject::point("A");
         // B
@@ -748,7 +758,9 @@ impl<P: PageProvider> CpuBuffer<P> {
             // Interrupted between A and C (the whole word differs if the index does): the
             // slow path E-F, or the event no longer fits.
             let write = old.wrapping_add(length) & WRITE_MASK;
-            return self.reserve_from_c(tail_page, w, write, length, ts, after, clock);
+            return self
+                .reserve_from_c(tail_page, w, write, length, ts, after, clock)
+                .map(|r| self.reservation(len, r));
         }
         let tail = w;
         // D: nothing interrupted us between A and C.
@@ -762,15 +774,12 @@ impl<P: PageProvider> CpuBuffer<P> {
         );
         self.entries_bytes.add(length);
         inject::point("reserved");
-        let data = p.wrapping_add(EVENT_HEADER_SIZE);
-        if data.is_null() {
-            // SAFETY: `data` lies inside a page the provider gave us, which is not at address
-            // 0 (telling the compiler lets it drop the `None` check of a fast reservation).
-            unsafe { core::hint::unreachable_unchecked() }
-        }
-        // SAFETY: not null, see above.
-        let data = unsafe { NonNull::new_unchecked(data) };
-        Some((data, ts))
+        Some(Reservation {
+            buf: self,
+            data: p.wrapping_add(EVENT_HEADER_SIZE),
+            len,
+            ts,
+        })
     }
 
     /// The fast path's exit before B: continue with the general protocol.
