@@ -56,11 +56,16 @@ const PAGE_HEAD: usize = 1;
 const PAGE_UPDATE: usize = 2;
 const FLAG_MASK: usize = 3;
 
-/// `committing` (writers inside reserve..commit) is the low part of the nesting word.
-const COMMITTING_MASK: usize = 0xffff;
-/// `commits` (commits started) is the high part of the nesting word.
-const COMMITS_SHIFT: u32 = 16;
+/// `committing` (writers inside reserve..commit, at most 255 deep) is the low part of the
+/// nesting word.
+const COMMITTING_MASK: usize = 0xff;
+/// `commits` (commits started, modulo 2^56) is the high part of the nesting word. It is also
+/// the count of events written: minus the reservations discarded or lost (their own
+/// counters), it is the kernel's `entries` (which the kernel counts with one more add per
+/// commit).
+const COMMITS_SHIFT: u32 = 8;
 const COMMITS_ONE: usize = 1 << COMMITS_SHIFT;
+const COMMITS_MASK: usize = usize::MAX >> COMMITS_SHIFT;
 
 /// Sticky "recording off" bit of `record_disabled` (`RB_BUFFER_OFF`).
 const RECORD_OFF: u32 = 1 << 20;
@@ -309,7 +314,9 @@ pub struct CpuBuffer<P: PageProvider> {
     pub(crate) commit_page: AtomicUsize,
     before_stamp: AtomicU64,
     write_stamp: AtomicU64,
-    pub(crate) entries: Local,
+    /// Commits started that write no event: reservations discarded, or that lost their event
+    /// (dropped, commit overrun).
+    unwritten: Local,
     pub(crate) entries_bytes: Local,
     pub(crate) overrun: Local,
     commit_overrun: Local,
@@ -323,6 +330,8 @@ pub struct CpuBuffer<P: PageProvider> {
     descs: NonNull<PageDesc>,
     nr_descs: usize,
     page_size: usize,
+    /// `page_size - PAGE_HEADER_SIZE`.
+    subbuf: usize,
     // --- reader side (modified under the reader lock) ---
     reader_lock: AtomicBool,
     pub(crate) reader_page: AtomicUsize,
@@ -389,7 +398,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             nesting: Local::new(0),
             before_stamp: AtomicU64::new(0),
             write_stamp: AtomicU64::new(0),
-            entries: Local::new(0),
+            unwritten: Local::new(0),
             entries_bytes: Local::new(0),
             overrun: Local::new(0),
             commit_overrun: Local::new(0),
@@ -402,6 +411,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             descs,
             nr_descs,
             page_size,
+            subbuf: page_size - PAGE_HEADER_SIZE,
             reader_lock: AtomicBool::new(false),
             reader_page: AtomicUsize::new(0),
             head_page: AtomicUsize::new(0),
@@ -494,7 +504,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.oldest_ts.store(0, Ordering::Relaxed);
         for c in [
             &self.nesting,
-            &self.entries,
+            &self.unwritten,
             &self.entries_bytes,
             &self.overrun,
             &self.commit_overrun,
@@ -543,7 +553,7 @@ impl<P: PageProvider> CpuBuffer<P> {
     /// The data bytes of one sub-buffer (`subbuf_size`: page size minus the 16-byte header).
     #[inline(always)]
     pub fn subbuf_size(&self) -> usize {
-        self.page_size - PAGE_HEADER_SIZE
+        self.subbuf
     }
 
     /// The largest payload a reservation accepts (`BUF_MAX_DATA_SIZE`: 4072 for 4 KiB pages).
@@ -679,10 +689,12 @@ impl<P: PageProvider> CpuBuffer<P> {
             if retry == Loc::AGAIN {
                 loops += 1;
                 if loops > 1000 {
+                    self.unwritten.inc();
                     self.end_commit();
                     return None;
                 }
             } else {
+                self.unwritten.inc();
                 self.end_commit();
                 return None;
             }
@@ -737,9 +749,9 @@ impl<P: PageProvider> CpuBuffer<P> {
         let after = self.write_stamp.load(Ordering::Relaxed);
         let ts = clock.now_ns();
         let delta = ts.wrapping_sub(after);
-        // (`w - 1 >= subbuf - length`: the page is empty, or the event does not fit.)
         if length - EVENT_HEADER_SIZE > MAX_SMALL_DATA
-            || w.wrapping_sub(1) >= self.subbuf_size() - length
+            || w == 0
+            || w + length > self.subbuf_size()
             || before != after
             || delta & !TS_MASK != 0
         {
@@ -1239,9 +1251,9 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
     }
 
+    /// `rb_commit`: the event was counted when its commit started.
     #[inline(always)]
     fn commit_reservation(&self) {
-        self.entries.inc();
         inject::point("entries");
         self.end_commit();
     }
@@ -1264,6 +1276,7 @@ impl<P: PageProvider> CpuBuffer<P> {
 
     /// `ring_buffer_discard_commit` of the reservation whose `len`-byte payload is at `data`.
     fn discard_reservation(&self, data: *mut u8, len: usize) {
+        self.unwritten.inc();
         let desc = self.page_of(data);
         let d = self.desc(desc);
         let large = page::event_length(len) - EVENT_HEADER_SIZE > MAX_SMALL_DATA;
@@ -1323,10 +1336,17 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.reader_lock.store(false, Ordering::Release);
     }
 
+    /// Events written (the kernel's `entries`): commits started, minus the reservations
+    /// discarded or lost. While writers are active it counts their reservations in flight.
+    pub(crate) fn written(&self) -> usize {
+        // Read the losses first: a loss is counted after its commit started.
+        let lost = self.unwritten.get();
+        ((self.nesting.get() >> COMMITS_SHIFT).wrapping_sub(lost)) & COMMITS_MASK
+    }
+
     /// Events in the buffer: written - (overrun + read).
     pub(crate) fn num_entries(&self) -> usize {
-        self.entries
-            .get()
+        self.written()
             .wrapping_sub(self.overrun.get())
             .wrapping_sub(self.read.load(Ordering::Relaxed))
     }
@@ -1499,7 +1519,7 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     fn stats_with_oldest(&self, now: u64, oldest: u64) -> Stats {
-        let entries = self.entries.get();
+        let entries = self.written();
         let overrun = self.overrun.get();
         let read = self.read.load(Ordering::Relaxed);
         Stats {
