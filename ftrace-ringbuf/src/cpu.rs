@@ -236,7 +236,9 @@ pub struct Stats {
     pub dropped_events: u64,
     /// Events consumed by readers.
     pub read_events: u64,
-    /// Events committed in total (the kernel's `entries` counter).
+    /// Events written in total (the kernel's `entries` counter). While writers are active it
+    /// includes their open reservations (it is counted when a reservation starts, and taken
+    /// back if the reservation is discarded or loses its event).
     pub written: u64,
     /// Reservations refused because the payload exceeded the page (not in the stats file).
     pub too_big: u64,
@@ -300,7 +302,8 @@ impl TraceClock for At {
 /// One CPU's ring buffer.
 ///
 /// Writers: [`CpuBuffer::reserve`] then [`Reservation::commit`]; all writers of one buffer must
-/// be strictly nested (one CPU with preemption off, or one thread and its signal handlers).
+/// be strictly nested (one CPU with preemption off, or one thread and its signal handlers), at
+/// most 255 deep.
 /// Readers: [`CpuBuffer::consumer`] (consuming, any CPU) and [`CpuBuffer::iter`]
 /// (non-consuming).
 #[repr(C)]

@@ -8,6 +8,13 @@
 //! instructions without the `lock` prefix (an interrupt lands between instructions, never in
 //! one). That is what keeps the writer's fast path in the nanoseconds. Elsewhere, and under
 //! loom, they are ordinary relaxed atomic read-modify-writes.
+//!
+//! Other CPUs only load a `Local` (an aligned 8-byte load is atomic). The ordering a reader
+//! needs never comes from a `Local`: it comes from the publication protocol's release stores
+//! and acquire loads (the commit index, the page links) and fences, as in the kernel. On
+//! x86_64 each `Local` operation is also a compiler barrier (its `asm!` may touch any memory),
+//! so the writer's stores stay in program order around it; the hardware keeps stores in order
+//! (TSO).
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
