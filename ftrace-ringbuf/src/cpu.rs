@@ -320,7 +320,15 @@ pub struct CpuBuffer<P: PageProvider> {
     /// Commits started that write no event: reservations discarded, or that lost their event
     /// (dropped, commit overrun).
     unwritten: Local,
+    /// The kernel's `entries_bytes`, folded per page: the final size of every page the commit
+    /// has moved past (events, time records, padding), minus the pages overwritten. The pages
+    /// from the commit page to the tail page are added when the stats are read, so a write
+    /// does not add to it.
     pub(crate) entries_bytes: Local,
+    /// The kernel's `entries_bytes` counted per write, as before it was folded (debug builds:
+    /// [`CpuBuffer::debug_check_bytes`] compares the two).
+    #[cfg(debug_assertions)]
+    bytes_shadow: Local,
     pub(crate) overrun: Local,
     commit_overrun: Local,
     dropped_events: Local,
@@ -403,6 +411,8 @@ impl<P: PageProvider> CpuBuffer<P> {
             write_stamp: AtomicU64::new(0),
             unwritten: Local::new(0),
             entries_bytes: Local::new(0),
+            #[cfg(debug_assertions)]
+            bytes_shadow: Local::new(0),
             overrun: Local::new(0),
             commit_overrun: Local::new(0),
             dropped_events: Local::new(0),
@@ -509,6 +519,8 @@ impl<P: PageProvider> CpuBuffer<P> {
             &self.nesting,
             &self.unwritten,
             &self.entries_bytes,
+            #[cfg(debug_assertions)]
+            &self.bytes_shadow,
             &self.overrun,
             &self.commit_overrun,
             &self.dropped_events,
@@ -790,7 +802,8 @@ impl<P: PageProvider> CpuBuffer<P> {
             p,
             page::header_word(((length - EVENT_HEADER_SIZE) / 4) as u32, delta as u32),
         );
-        self.entries_bytes.add(length);
+        #[cfg(debug_assertions)]
+        self.bytes_shadow.add(length);
         inject::point("reserved");
         Some(Reservation {
             buf: self,
@@ -969,7 +982,8 @@ impl<P: PageProvider> CpuBuffer<P> {
         if tail == 0 {
             d.set_time_stamp(ts);
         }
-        self.entries_bytes.add(length + if extend { 8 } else { 0 });
+        #[cfg(debug_assertions)]
+        self.bytes_shadow.add(length + if extend { 8 } else { 0 });
         inject::point("reserved");
         (Loc::new(data), ts)
     }
@@ -1090,6 +1104,8 @@ impl<P: PageProvider> CpuBuffer<P> {
                 // First to get here: account the lost page.
                 self.overrun.add(entries);
                 self.entries_bytes.sub(bytes);
+                #[cfg(debug_assertions)]
+                self.bytes_shadow.sub(bytes);
                 self.pages_lost.inc();
             }
             // An interrupt came in before the update and is processing it: nothing to do.
@@ -1163,7 +1179,9 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
         write_u32(p.wrapping_add(4), (bsize - tail - EVENT_HEADER_SIZE) as u32);
         write_u32(p, page::header_word(TYPE_PADDING, 1));
-        self.entries_bytes.add(bsize - tail);
+        // (The padding is in the page's size: counted in `entries_bytes` when it is folded.)
+        #[cfg(debug_assertions)]
+        self.bytes_shadow.add(bsize - tail);
         fence(Ordering::Release);
         d.write.sub(tail + length - bsize + ENTRY_ONE);
     }
@@ -1202,7 +1220,11 @@ impl<P: PageProvider> CpuBuffer<P> {
                     return;
                 }
                 let cd = self.desc(commit_page);
-                cd.commit.store(cd.write_index(), Ordering::Release);
+                // The tail has left this page and no writer is on it (the others are nested
+                // in us and done): its size is final. Fold it into `entries_bytes`.
+                let size = cd.write_index();
+                cd.commit.store(size, Ordering::Release);
+                self.entries_bytes.add(size);
                 commit_page = self.next_of(commit_page);
                 self.commit_page.store(commit_page, Ordering::Release);
                 inject::point("commit_page");
@@ -1308,9 +1330,14 @@ impl<P: PageProvider> CpuBuffer<P> {
             if word & WRITE_MASK == old_index {
                 self.before_stamp.store(0, Ordering::Relaxed);
                 let mask = word & !WRITE_MASK;
-                if d.write.cmpxchg(old_index + mask, new_index + mask) == old_index + mask {
-                    self.entries_bytes.sub(len);
+                let given_back =
+                    d.write.cmpxchg(old_index + mask, new_index + mask) == old_index + mask;
+                // (The page's size shrank: `entries_bytes` has not counted the tail page yet.)
+                #[cfg(debug_assertions)]
+                if given_back {
+                    self.bytes_shadow.sub(len);
                 }
+                let _ = given_back;
             }
         }
         self.end_commit();
@@ -1533,8 +1560,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             overrun: overrun as u64,
             commit_overrun: self.commit_overrun.get() as u64,
             bytes: self
-                .entries_bytes
-                .get()
+                .entries_bytes()
                 .wrapping_sub(self.read_bytes.load(Ordering::Relaxed)) as u64,
             oldest_event_ts: oldest,
             now_ts: now,
@@ -1546,6 +1572,34 @@ impl<P: PageProvider> CpuBuffer<P> {
             pages_lost: self.pages_lost.get() as u64,
             pages_read: self.pages_read.load(Ordering::Relaxed) as u64,
         }
+    }
+
+    /// The kernel's `entries_bytes`: the folded pages plus the pages from the commit page to
+    /// the tail page (one page when no writer is active).
+    fn entries_bytes(&self) -> usize {
+        let tail = self.tail_page.load(Ordering::Acquire);
+        let mut page = self.commit_page.load(Ordering::Acquire);
+        let mut bytes = self.entries_bytes.get();
+        for _ in 0..self.nr_descs {
+            bytes = bytes.wrapping_add(self.desc(page).write_index());
+            if page == tail {
+                break;
+            }
+            page = self.next_of(page);
+        }
+        bytes
+    }
+
+    /// Debug builds: checks that the byte count folded per page equals the count kept per
+    /// write (call it with no writer active). Release builds: does nothing.
+    #[doc(hidden)]
+    pub fn debug_check_bytes(&self) {
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            self.entries_bytes(),
+            self.bytes_shadow.get(),
+            "bytes folded per page != bytes counted per write"
+        );
     }
 
     /// Writes the page ring's internal state (links, flags, indices, counts): a debugging aid.

@@ -150,6 +150,7 @@ fn run_injected(s: Scenario, ks: &[usize]) -> Option<&'static str> {
             got.push((id, ev.ts));
         }
     }
+    buf.debug_check_bytes();
     let st = buf.stats(0);
     assert_eq!(st.written as usize, committed.len(), "{ctx}: written");
     assert_eq!(st.entries, 0, "{ctx}: all read");
@@ -783,6 +784,7 @@ fn discard_after_nested_writers_moved_the_tail() {
         // Nothing is readable yet: the outer writer has not finished.
         assert_eq!(buf.consumer().next().map(|e| e.ts), None, "{mode:?}");
         outer.discard();
+        buf.debug_check_bytes();
         let st = buf.stats(0);
         assert_eq!(st.written, nested, "{mode:?}: {st:?}");
         assert_eq!(st.entries, nested, "{mode:?}: {st:?}");
