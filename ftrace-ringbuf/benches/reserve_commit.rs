@@ -3,7 +3,7 @@
 //! `ArrayQueue::force_push` of the same 24 bytes (a bounded overwriting MPMC queue).
 //!
 //! The write is inlined into the measuring loop, as a tracer's callback inlines `reserve` and
-//! `commit` (they are generic, `#[inline]`); one more row measures it behind a function call
+//! `commit` (generic, `#[inline(always)]`); one more row measures it behind a function call
 //! (`#[inline(never)]`), which adds the call and the saving of callee-saved registers a
 //! callback pays once for all it does. The payload is 24 bytes the compiler cannot know
 //! (`black_box`ed once), copied in as a tracer copies its fields.
