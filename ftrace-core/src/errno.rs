@@ -63,6 +63,7 @@ errnos! {
     ENOSPC = 28, "No space left on device";
     ESPIPE = 29, "Illegal seek";
     EROFS = 30, "Read-only file system";
+    EDOM = 33, "Numerical argument out of domain";
     ERANGE = 34, "Numerical result out of range";
     ENAMETOOLONG = 36, "File name too long";
     ENOSYS = 38, "Function not implemented";
