@@ -34,21 +34,38 @@ use crate::page::{
 use crate::provider::PageProvider;
 use crate::sync::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Local, Ordering, fence, inject};
 
-/// Low bits of a page's `write` / `entries` words: the index (`RB_WRITE_MASK`).
+/// Bits 0..20 of a page's `write` word: the write index (`RB_WRITE_MASK`).
 pub(crate) const WRITE_MASK: usize = 0xfffff;
-/// The update counter a writer adds when it enters a page (`RB_WRITE_INTCNT`).
-pub(crate) const WRITE_INTCNT: usize = 1 << 20;
+/// Bits 20..40 of a page's `write` word: the events reserved on the page (the kernel's
+/// separate `entries` word; in one word, reserving is one add).
+const ENTRIES_SHIFT: u32 = 20;
+const ENTRIES_MASK: usize = 0xfffff << ENTRIES_SHIFT;
+/// One event in a page's `write` word.
+const ENTRY_ONE: usize = 1 << ENTRIES_SHIFT;
+/// The update counter a writer adds to a page's `write` word when it enters the page
+/// (`RB_WRITE_INTCNT`): bits 40.. .
+pub(crate) const WRITE_INTCNT: usize = 1 << 40;
+/// The update counter bits of a page's `write` word.
+pub(crate) const GEN_MASK: usize = !(WRITE_MASK | ENTRIES_MASK);
+
+// The packed page word needs 64 bits.
+const _: () = assert!(usize::BITS >= 64, "ftrace-ringbuf needs a 64-bit target");
 
 const PAGE_NORMAL: usize = 0;
 const PAGE_HEAD: usize = 1;
 const PAGE_UPDATE: usize = 2;
 const FLAG_MASK: usize = 3;
 
-/// `committing` (writers inside reserve..commit) is the low part of the nesting word.
-const COMMITTING_MASK: usize = 0xffff;
-/// `commits` (commits started) is the high part of the nesting word.
-const COMMITS_SHIFT: u32 = 16;
+/// `committing` (writers inside reserve..commit, at most 255 deep) is the low part of the
+/// nesting word.
+const COMMITTING_MASK: usize = 0xff;
+/// `commits` (commits started, modulo 2^56) is the high part of the nesting word. It is also
+/// the count of events written: minus the reservations discarded or lost (their own
+/// counters), it is the kernel's `entries` (which the kernel counts with one more add per
+/// commit).
+const COMMITS_SHIFT: u32 = 8;
 const COMMITS_ONE: usize = 1 << COMMITS_SHIFT;
+const COMMITS_MASK: usize = usize::MAX >> COMMITS_SHIFT;
 
 /// Sticky "recording off" bit of `record_disabled` (`RB_BUFFER_OFF`).
 const RECORD_OFF: u32 = 1 << 20;
@@ -103,16 +120,17 @@ impl fmt::Display for BufferError {
     }
 }
 
-/// Bookkeeping of one sub-buffer page (`struct buffer_page`).
+/// Bookkeeping of one sub-buffer page (`struct buffer_page`). One cache line each, so finding
+/// a page's descriptor is a shift, and pages do not share lines.
+#[repr(C, align(64))]
 pub(crate) struct PageDesc {
+    /// Next write index (bits 0..20), events reserved on the page (bits 20..40) and update
+    /// counter (bits 40..). First, so its address is the descriptor's.
+    pub(crate) write: Local,
     /// Successor index << 2 | HEAD/UPDATE flags.
     pub(crate) next: AtomicUsize,
     /// Predecessor index (maintained by the reader).
     pub(crate) prev: AtomicUsize,
-    /// Next write index (low 20 bits) and update counter.
-    pub(crate) write: Local,
-    /// Events reserved on the page (low 20 bits) and update counter.
-    pub(crate) entries: Local,
     /// Committed bytes (what the page header's `commit` says once handed out).
     pub(crate) commit: AtomicUsize,
     /// Where the end-of-page padding starts (0: none).
@@ -127,7 +145,6 @@ impl PageDesc {
             next: AtomicUsize::new(0),
             prev: AtomicUsize::new(0),
             write: Local::new(0),
-            entries: Local::new(0),
             commit: AtomicUsize::new(0),
             real_end: AtomicUsize::new(0),
             page: AtomicUsize::new(page.as_ptr() as usize),
@@ -146,7 +163,7 @@ impl PageDesc {
 
     #[inline(always)]
     pub(crate) fn entries_count(&self) -> usize {
-        self.entries.get() & WRITE_MASK
+        (self.write.get() & ENTRIES_MASK) >> ENTRIES_SHIFT
     }
 
     /// Pointer to the data area at `offset`.
@@ -219,7 +236,9 @@ pub struct Stats {
     pub dropped_events: u64,
     /// Events consumed by readers.
     pub read_events: u64,
-    /// Events committed in total (the kernel's `entries` counter).
+    /// Events written in total (the kernel's `entries` counter). While writers are active it
+    /// includes their open reservations (it is counted when a reservation starts, and taken
+    /// back if the reservation is discarded or loses its event).
     pub written: u64,
     /// Reservations refused because the payload exceeded the page (not in the stats file).
     pub too_big: u64,
@@ -283,20 +302,33 @@ impl TraceClock for At {
 /// One CPU's ring buffer.
 ///
 /// Writers: [`CpuBuffer::reserve`] then [`Reservation::commit`]; all writers of one buffer must
-/// be strictly nested (one CPU with preemption off, or one thread and its signal handlers).
+/// be strictly nested (one CPU with preemption off, or one thread and its signal handlers), at
+/// most 255 deep.
 /// Readers: [`CpuBuffer::consumer`] (consuming, any CPU) and [`CpuBuffer::iter`]
 /// (non-consuming).
+#[repr(C)]
 pub struct CpuBuffer<P: PageProvider> {
     // --- writer side (modified only by this buffer's nested writers) ---
+    /// `commits << COMMITS_SHIFT | committing`: the kernel's two nesting counters in one
+    /// word, so starting a commit is one interrupt-atomic add. First, so its address is the
+    /// buffer's.
+    nesting: Local,
     pub(crate) tail_page: AtomicUsize,
     pub(crate) commit_page: AtomicUsize,
-    /// `commits << COMMITS_SHIFT | committing`: the kernel's two nesting counters in one
-    /// word, so starting a commit is one interrupt-atomic add.
-    nesting: Local,
     before_stamp: AtomicU64,
     write_stamp: AtomicU64,
-    pub(crate) entries: Local,
+    /// Commits started that write no event: reservations discarded, or that lost their event
+    /// (dropped, commit overrun).
+    unwritten: Local,
+    /// The kernel's `entries_bytes`, folded per page: the final size of every page the commit
+    /// has moved past (events, time records, padding), minus the pages overwritten. The pages
+    /// from the commit page to the tail page are added when the stats are read, so a write
+    /// does not add to it.
     pub(crate) entries_bytes: Local,
+    /// The kernel's `entries_bytes` counted per write, as before it was folded (debug builds:
+    /// [`CpuBuffer::debug_check_bytes`] compares the two).
+    #[cfg(debug_assertions)]
+    bytes_shadow: Local,
     pub(crate) overrun: Local,
     commit_overrun: Local,
     dropped_events: Local,
@@ -309,6 +341,8 @@ pub struct CpuBuffer<P: PageProvider> {
     descs: NonNull<PageDesc>,
     nr_descs: usize,
     page_size: usize,
+    /// `page_size - PAGE_HEADER_SIZE`.
+    subbuf: usize,
     // --- reader side (modified under the reader lock) ---
     reader_lock: AtomicBool,
     pub(crate) reader_page: AtomicUsize,
@@ -330,20 +364,32 @@ unsafe impl<P: PageProvider + Send> Send for CpuBuffer<P> {}
 // SAFETY: as above; `&CpuBuffer` is shared by writers (nested on one CPU) and readers.
 unsafe impl<P: PageProvider + Sync> Sync for CpuBuffer<P> {}
 
-/// How a reservation attempt ended, when it did not succeed.
-enum Retry {
-    /// Moved to a new page: try again.
-    Again,
-    /// Event lost (dropped, commit overrun) or buffer broken.
-    Fail,
-}
+/// Where a reservation landed: the address of its payload, one word the slow paths return in
+/// a register (a reservation is found again by its address, as the kernel's is). Two values
+/// that are no address say why an attempt did not succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loc(usize);
 
-/// The result of a successful `reserve_next`.
-struct Reserved {
-    desc: usize,
-    /// Offset of the data event's header in the data area.
-    event: usize,
-    ts: u64,
+impl Loc {
+    /// Event lost (dropped, commit overrun) or buffer broken.
+    const FAIL: Loc = Loc(0);
+    /// Moved to a new page: try again.
+    const AGAIN: Loc = Loc(1);
+
+    #[inline(always)]
+    fn new(data: *mut u8) -> Loc {
+        Loc(data as usize)
+    }
+
+    #[inline(always)]
+    fn is_retry(self) -> bool {
+        self.0 <= Loc::AGAIN.0
+    }
+
+    #[inline(always)]
+    fn ptr(self) -> *mut u8 {
+        self.0 as *mut u8
+    }
 }
 
 impl<P: PageProvider> CpuBuffer<P> {
@@ -363,8 +409,10 @@ impl<P: PageProvider> CpuBuffer<P> {
             nesting: Local::new(0),
             before_stamp: AtomicU64::new(0),
             write_stamp: AtomicU64::new(0),
-            entries: Local::new(0),
+            unwritten: Local::new(0),
             entries_bytes: Local::new(0),
+            #[cfg(debug_assertions)]
+            bytes_shadow: Local::new(0),
             overrun: Local::new(0),
             commit_overrun: Local::new(0),
             dropped_events: Local::new(0),
@@ -376,6 +424,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             descs,
             nr_descs,
             page_size,
+            subbuf: page_size - PAGE_HEADER_SIZE,
             reader_lock: AtomicBool::new(false),
             reader_page: AtomicUsize::new(0),
             head_page: AtomicUsize::new(0),
@@ -451,7 +500,6 @@ impl<P: PageProvider> CpuBuffer<P> {
             let d = self.desc(i);
             d.set_time_stamp(0);
             d.write.set(0);
-            d.entries.set(0);
             d.commit.store(0, Ordering::Relaxed);
             d.real_end.store(0, Ordering::Relaxed);
         }
@@ -469,8 +517,10 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.oldest_ts.store(0, Ordering::Relaxed);
         for c in [
             &self.nesting,
-            &self.entries,
+            &self.unwritten,
             &self.entries_bytes,
+            #[cfg(debug_assertions)]
+            &self.bytes_shadow,
             &self.overrun,
             &self.commit_overrun,
             &self.dropped_events,
@@ -518,7 +568,7 @@ impl<P: PageProvider> CpuBuffer<P> {
     /// The data bytes of one sub-buffer (`subbuf_size`: page size minus the 16-byte header).
     #[inline(always)]
     pub fn subbuf_size(&self) -> usize {
-        self.page_size - PAGE_HEADER_SIZE
+        self.subbuf
     }
 
     /// The largest payload a reservation accepts (`BUF_MAX_DATA_SIZE`: 4072 for 4 KiB pages).
@@ -593,7 +643,10 @@ impl<P: PageProvider> CpuBuffer<P> {
     /// buffer, or nested writers filled the whole ring); losses are counted. Never blocks,
     /// never allocates. The reservation must be committed (or discarded) before an
     /// interrupted writer of the same buffer resumes.
-    #[inline]
+    ///
+    /// Always inlined: the fast path is a few dozen instructions, and a reservation returned
+    /// from an out-of-line call would travel through memory (three times slower).
+    #[inline(always)]
     pub fn reserve<C: TraceClock + ?Sized>(
         &self,
         len: usize,
@@ -602,7 +655,8 @@ impl<P: PageProvider> CpuBuffer<P> {
         if self.record_disabled.load(Ordering::Relaxed) != 0 {
             return None;
         }
-        if len > self.max_payload() {
+        // (Decided at compile time for a constant `len` that fits the smallest page.)
+        if len > MIN_PAGE_SIZE - PAGE_HEADER_SIZE - 8 && len > self.max_payload() {
             self.too_big.inc();
             return None;
         }
@@ -610,33 +664,69 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.nesting.add(COMMITS_ONE | 1);
         inject::point("start_commit");
         let length = page::event_length(len);
+        self.reserve_next(len, length, clock)
+    }
+
+    /// A reservation of a `len`-byte payload at `data`, stamped `ts`.
+    #[inline(always)]
+    fn reservation(&self, len: usize, (data, ts): (NonNull<u8>, u64)) -> Reservation<'_, P> {
+        Reservation {
+            buf: self,
+            data: data.as_ptr(),
+            len,
+            ts,
+        }
+    }
+
+    /// The end of a reservation that left the fast path: the event's place, or a retry.
+    #[inline(always)]
+    fn settle<C: TraceClock + ?Sized>(
+        &self,
+        (at, ts): (Loc, u64),
+        length: usize,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
+        if at.is_retry() {
+            return self.reserve_retry(at, length, clock);
+        }
+        Some((NonNull::new(at.ptr())?, ts))
+    }
+
+    /// The rest of `rb_reserve_next_event`'s loop, after an attempt that moved the tail (try
+    /// again, up to 1000 times) or lost the event. `None` when it gives up (the commit has
+    /// ended then).
+    #[inline(never)]
+    fn reserve_retry<C: TraceClock + ?Sized>(
+        &self,
+        mut retry: Loc,
+        length: usize,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
         let mut loops = 0;
         loop {
-            match self.reserve_next(length, clock) {
-                Ok(r) => {
-                    let type_len_zero = length - EVENT_HEADER_SIZE > MAX_SMALL_DATA;
-                    let skip = if type_len_zero { 8 } else { 4 };
-                    return Some(Reservation {
-                        buf: self,
-                        desc: r.desc,
-                        event: r.event,
-                        data: self.desc(r.desc).data(r.event + skip),
-                        len,
-                        ts: r.ts,
-                    });
-                }
-                Err(Retry::Again) => {
-                    loops += 1;
-                    if loops > 1000 {
-                        self.end_commit();
-                        return None;
-                    }
-                }
-                Err(Retry::Fail) => {
+            if retry == Loc::AGAIN {
+                loops += 1;
+                if loops > 1000 {
+                    self.unwritten.inc();
                     self.end_commit();
                     return None;
                 }
+            } else {
+                self.unwritten.inc();
+                self.end_commit();
+                return None;
             }
+            // A whole attempt through the general path.
+            let tail_page = self.tail_page.load(Ordering::Acquire);
+            let w = self.desc(tail_page).write_index();
+            let before = self.before_stamp.load(Ordering::Relaxed);
+            let after = self.write_stamp.load(Ordering::Relaxed);
+            let ts = clock.now_ns();
+            let (at, ts) = self.reserve_general(tail_page, w, before, after, ts, length, clock);
+            if !at.is_retry() {
+                return Some((NonNull::new(at.ptr())?, ts));
+            }
+            retry = at;
         }
     }
 
@@ -654,19 +744,126 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     /// `__rb_reserve_next`: one attempt at the tail page (labels A–F as in the kernel).
+    ///
+    /// Inline, this is only the common case: a small event (`type_len` 1..=28) on a page that
+    /// already has events, nothing interrupted between the previous writer's B and D, the
+    /// delta fits the header, nothing interrupts us between A and C and the event fits the
+    /// page. Anything else continues out of line in [`Self::reserve_general`] (decided before
+    /// B) or [`Self::reserve_after_c`] (decided after C), which run the kernel's general
+    /// protocol from that point.
     #[inline(always)]
     fn reserve_next<C: TraceClock + ?Sized>(
         &self,
-        base_len: usize,
+        len: usize,
+        length: usize,
         clock: &C,
-    ) -> Result<Reserved, Retry> {
+    ) -> Option<Reservation<'_, P>> {
         let tail_page = self.tail_page.load(Ordering::Acquire);
         let d = self.desc(tail_page);
         // A
-        let w = d.write_index();
+        let word = d.write.get();
+        let w = word & WRITE_MASK;
         let before = self.before_stamp.load(Ordering::Relaxed);
         let after = self.write_stamp.load(Ordering::Relaxed);
-        let mut ts = clock.now_ns();
+        let ts = clock.now_ns();
+        let delta = ts.wrapping_sub(after);
+        if length - EVENT_HEADER_SIZE > MAX_SMALL_DATA
+            || w == 0
+            || w + length > self.subbuf_size()
+            || before != after
+            || delta & !TS_MASK != 0
+        {
+            return self
+                .reserve_from_a(tail_page, w, before, after, ts, length, clock)
+                .map(|r| self.reservation(len, r));
+        }
+        inject::point("A");
+        // B
+        self.before_stamp.store(ts, Ordering::Relaxed);
+        inject::point("B");
+        // C
+        let old = d.write.fetch_add(length + ENTRY_ONE);
+        inject::point("C");
+        if old != word {
+            // Interrupted between A and C (the whole word differs if the index does): the
+            // slow path E-F, or the event no longer fits.
+            let write = old.wrapping_add(length) & WRITE_MASK;
+            return self
+                .reserve_from_c(tail_page, w, write, length, ts, after, clock)
+                .map(|r| self.reservation(len, r));
+        }
+        let tail = w;
+        // D: nothing interrupted us between A and C.
+        self.write_stamp.store(ts, Ordering::Relaxed);
+        inject::point("D");
+        // rb_update_event: a small event (`tail != 0`, so the delta is the header's).
+        let p = d.data(tail);
+        write_u32(
+            p,
+            page::header_word(((length - EVENT_HEADER_SIZE) / 4) as u32, delta as u32),
+        );
+        #[cfg(debug_assertions)]
+        self.bytes_shadow.add(length);
+        inject::point("reserved");
+        Some(Reservation {
+            buf: self,
+            data: p.wrapping_add(EVENT_HEADER_SIZE),
+            len,
+            ts,
+        })
+    }
+
+    /// The fast path's exit before B: continue with the general protocol.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_from_a<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        before: u64,
+        after: u64,
+        ts: u64,
+        length: usize,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
+        let r = self.reserve_general(tail_page, w, before, after, ts, length, clock);
+        self.settle(r, length, clock)
+    }
+
+    /// The fast path's exit after C: continue with the general protocol.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_from_c<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        write: usize,
+        length: usize,
+        ts: u64,
+        after: u64,
+        clock: &C,
+    ) -> Option<(NonNull<u8>, u64)> {
+        let r = self.reserve_after_c(tail_page, w, write, length, ts, after, false, false, clock);
+        self.settle(r, length, clock)
+    }
+
+    /// `__rb_reserve_next` from the decision after A on, in general: the first event of a
+    /// page, an absolute stamp after an interrupted writer, a time extend, a large event.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_general<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        before: u64,
+        after: u64,
+        ts: u64,
+        base_len: usize,
+        clock: &C,
+    ) -> (Loc, u64) {
+        let d = self.desc(tail_page);
         let mut length = base_len;
         let mut extend = false;
         let mut force = false;
@@ -677,23 +874,42 @@ impl<P: PageProvider> CpuBuffer<P> {
             force = true;
             extend = true;
             length += TIME_EXTEND_LEN;
-        } else {
-            if ts.wrapping_sub(after) & !TS_MASK != 0 {
-                extend = true;
-                length += TIME_EXTEND_LEN;
-            }
+        } else if ts.wrapping_sub(after) & !TS_MASK != 0 {
+            extend = true;
+            length += TIME_EXTEND_LEN;
         }
         inject::point("A");
         // B
         self.before_stamp.store(ts, Ordering::Relaxed);
         inject::point("B");
         // C
-        let write = d.write.add_return(length) & WRITE_MASK;
+        let write = d.write.add_return(length + ENTRY_ONE) & WRITE_MASK;
+        inject::point("C");
+        self.reserve_after_c(tail_page, w, write, length, ts, after, extend, force, clock)
+    }
+
+    /// `__rb_reserve_next` from C on, in general: the event does not fit (move the tail), or
+    /// an interrupt came in between A and C (the slow path E–F), or the event needs the page
+    /// stamp, a time record or a length word.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_after_c<C: TraceClock + ?Sized>(
+        &self,
+        tail_page: usize,
+        w: usize,
+        write: usize,
+        mut length: usize,
+        mut ts: u64,
+        after: u64,
+        extend: bool,
+        mut force: bool,
+        clock: &C,
+    ) -> (Loc, u64) {
+        let d = self.desc(tail_page);
         let mut delta;
         let tail = write.wrapping_sub(length);
-        inject::point("C");
         if write > self.subbuf_size() {
-            return Err(self.move_tail(tail_page, tail, length));
+            return (self.move_tail(tail_page, tail, length), 0);
         }
         if tail == w {
             // Nothing interrupted us between A and C.
@@ -709,8 +925,9 @@ impl<P: PageProvider> CpuBuffer<P> {
             inject::point("E");
             // E
             let after = self.write_stamp.load(Ordering::Relaxed);
-            // F (the kernel compares the masked index with the whole word)
-            delta = if write == d.write.get() && after == before && after < now {
+            // F (the kernel compares the masked index with the whole word: index and update
+            // counter, the event count is ours)
+            delta = if write == d.write.get() & !ENTRIES_MASK && after == before && after < now {
                 now - after
             } else {
                 0
@@ -751,32 +968,30 @@ impl<P: PageProvider> CpuBuffer<P> {
         // rb_update_event
         let p = d.data(at);
         let data_len = length - EVENT_HEADER_SIZE;
-        if data_len > MAX_SMALL_DATA {
+        let data = if data_len > MAX_SMALL_DATA {
             write_u32(p, page::header_word(0, delta as u32));
             write_u32(p.wrapping_add(4), data_len as u32);
+            p.wrapping_add(8)
         } else {
             write_u32(
                 p,
                 page::header_word(data_len.div_ceil(4) as u32, delta as u32),
             );
-        }
-        d.entries.inc();
+            p.wrapping_add(4)
+        };
         if tail == 0 {
             d.set_time_stamp(ts);
         }
-        self.entries_bytes.add(length + if extend { 8 } else { 0 });
+        #[cfg(debug_assertions)]
+        self.bytes_shadow.add(length + if extend { 8 } else { 0 });
         inject::point("reserved");
-        Ok(Reserved {
-            desc: tail_page,
-            event: at,
-            ts,
-        })
+        (Loc::new(data), ts)
     }
 
     /// `rb_move_tail`: the event did not fit; move to the next page (slow path).
     #[cold]
     #[inline(never)]
-    fn move_tail(&self, tail_page: usize, tail: usize, length: usize) -> Retry {
+    fn move_tail(&self, tail_page: usize, tail: usize, length: usize) -> Loc {
         // One load of our link gives both the next page and whether it is the head: the
         // reader may swap the head out (rewriting this link) at any time, and a second load
         // could pair a stale `next_page` with a fresh, unflagged link and walk us into the
@@ -788,7 +1003,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             // An interrupt storm made it all the way around the buffer.
             self.commit_overrun.inc();
             self.reset_tail(tail_page, tail, length);
-            return Retry::Fail;
+            return Loc::FAIL;
         }
         let mut skip_update = false;
         if link & FLAG_MASK != PAGE_NORMAL {
@@ -799,12 +1014,12 @@ impl<P: PageProvider> CpuBuffer<P> {
                 if !self.overwrite.load(Ordering::Relaxed) {
                     self.dropped_events.inc();
                     self.reset_tail(tail_page, tail, length);
-                    return Retry::Fail;
+                    return Loc::FAIL;
                 }
                 match self.handle_head_page(tail_page, next_page) {
                     Err(()) => {
                         self.reset_tail(tail_page, tail, length);
-                        return Retry::Fail;
+                        return Loc::FAIL;
                     }
                     Ok(true) => skip_update = true,
                     Ok(false) => {}
@@ -814,7 +1029,7 @@ impl<P: PageProvider> CpuBuffer<P> {
                 // reader page: moving on would overwrite it.
                 self.commit_overrun.inc();
                 self.reset_tail(tail_page, tail, length);
-                return Retry::Fail;
+                return Loc::FAIL;
             }
         }
         if !skip_update {
@@ -825,7 +1040,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.end_commit();
         self.nesting.inc();
         inject::point("moved_tail");
-        Retry::Again
+        Loc::AGAIN
     }
 
     #[inline(always)]
@@ -889,6 +1104,8 @@ impl<P: PageProvider> CpuBuffer<P> {
                 // First to get here: account the lost page.
                 self.overrun.add(entries);
                 self.entries_bytes.sub(bytes);
+                #[cfg(debug_assertions)]
+                self.bytes_shadow.sub(bytes);
                 self.pages_lost.inc();
             }
             // An interrupt came in before the update and is processing it: nothing to do.
@@ -924,11 +1141,9 @@ impl<P: PageProvider> CpuBuffer<P> {
     fn tail_page_update(&self, tail_page: usize, next_page: usize) {
         let nd = self.desc(next_page);
         let old_write = nd.write.add_return(WRITE_INTCNT);
-        let old_entries = nd.entries.add_return(WRITE_INTCNT);
         inject::point("tail_update");
         if tail_page == self.tail_page.load(Ordering::Acquire) {
-            nd.write.cmpxchg(old_write, old_write & !WRITE_MASK);
-            nd.entries.cmpxchg(old_entries, old_entries & !WRITE_MASK);
+            nd.write.cmpxchg(old_write, old_write & GEN_MASK);
             nd.commit.store(0, Ordering::Relaxed);
             if self
                 .tail_page
@@ -940,7 +1155,8 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
     }
 
-    /// `rb_reset_tail`: fill the end of the page we left with padding.
+    /// `rb_reset_tail`: fill the end of the page we left with padding, and take our event (its
+    /// length and its count) back out of the page's `write` word.
     fn reset_tail(&self, tail_page: usize, tail: usize, length: usize) {
         let d = self.desc(tail_page);
         let bsize = self.subbuf_size();
@@ -949,7 +1165,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             if tail == bsize {
                 d.real_end.store(0, Ordering::Relaxed);
             }
-            d.write.sub(length);
+            d.write.sub(length + ENTRY_ONE);
             return;
         }
         let p = d.data(tail);
@@ -958,31 +1174,37 @@ impl<P: PageProvider> CpuBuffer<P> {
             // No room for any event: null padding.
             write_u32(p, page::header_word(TYPE_PADDING, 0));
             fence(Ordering::Release);
-            d.write.sub(length);
+            d.write.sub(length + ENTRY_ONE);
             return;
         }
         write_u32(p.wrapping_add(4), (bsize - tail - EVENT_HEADER_SIZE) as u32);
         write_u32(p, page::header_word(TYPE_PADDING, 1));
-        self.entries_bytes.add(bsize - tail);
+        // (The padding is in the page's size: counted in `entries_bytes` when it is folded.)
+        #[cfg(debug_assertions)]
+        self.bytes_shadow.add(bsize - tail);
         fence(Ordering::Release);
-        d.write.sub(tail + length - bsize);
+        d.write.sub(tail + length - bsize + ENTRY_ONE);
     }
 
     /// `rb_set_commit_to_write`: publish everything written so far (outermost writer only).
-    /// Fast path: the commit page is the tail page and nothing moves while we publish.
+    /// Fast path: the commit page is the tail page; publish its write index.
+    ///
+    /// It does not re-check the write index or the tail page after publishing (the kernel's
+    /// loops do): a writer that interrupts us anywhere in here is nested (`committing` >= 2,
+    /// so it does not publish) and counts itself in `commits`, so `end_commit` sees the
+    /// change after its decrement and publishes again.
     #[inline(always)]
     fn set_commit_to_write(&self) {
         let commit_page = self.commit_page.load(Ordering::Relaxed);
         if commit_page == self.tail_page.load(Ordering::Acquire) {
             let cd = self.desc(commit_page);
             let w = cd.write_index();
+            inject::point("commit_read");
             cd.commit.store(w, Ordering::Release);
             inject::point("commit_index");
-            if cd.write_index() == w && self.tail_page.load(Ordering::Acquire) == commit_page {
-                return;
-            }
+        } else {
+            self.set_commit_to_write_slow();
         }
-        self.set_commit_to_write_slow();
     }
 
     /// The general `rb_set_commit_to_write`: walk the commit page up to the tail page.
@@ -998,7 +1220,11 @@ impl<P: PageProvider> CpuBuffer<P> {
                     return;
                 }
                 let cd = self.desc(commit_page);
-                cd.commit.store(cd.write_index(), Ordering::Release);
+                // The tail has left this page and no writer is on it (the others are nested
+                // in us and done): its size is final. Fold it into `entries_bytes`.
+                let size = cd.write_index();
+                cd.commit.store(size, Ordering::Release);
+                self.entries_bytes.add(size);
                 commit_page = self.next_of(commit_page);
                 self.commit_page.store(commit_page, Ordering::Release);
                 inject::point("commit_page");
@@ -1018,36 +1244,71 @@ impl<P: PageProvider> CpuBuffer<P> {
         }
     }
 
-    /// `rb_end_commit`.
+    /// `rb_end_commit`: the outermost writer publishes; every writer leaves. If a writer
+    /// interrupted us after we published and before we left (`commits` moved, nobody is
+    /// committing any more), publish again.
     #[inline(always)]
     fn end_commit(&self) {
-        loop {
-            let nesting = self.nesting.get();
-            let commits = nesting >> COMMITS_SHIFT;
-            if nesting & COMMITTING_MASK == 1 {
-                self.set_commit_to_write();
-            }
-            self.nesting.dec();
-            inject::point("end_commit");
-            let now = self.nesting.get();
-            if now >> COMMITS_SHIFT == commits || now & COMMITTING_MASK != 0 {
-                return;
-            }
-            // An interrupt committed between our commit update and the decrement.
-            self.nesting.inc();
+        let nesting = self.nesting.get();
+        if nesting & COMMITTING_MASK == 1 {
+            self.set_commit_to_write();
+        }
+        // The decrement and the read of the result are one instruction.
+        let now = self.nesting.add_return(usize::MAX);
+        inject::point("end_commit");
+        if now != nesting.wrapping_sub(1) {
+            // Someone came in since we read `nesting`.
+            self.end_commit_check(nesting, now);
         }
     }
 
+    /// The end of `rb_end_commit` after an interrupt: if it committed between our commit
+    /// update and our decrement and nobody is committing now, come back in and publish again
+    /// (the kernel's `goto again`).
+    #[cold]
+    #[inline(never)]
+    fn end_commit_check(&self, mut nesting: usize, mut now: usize) {
+        while (now ^ nesting) >> COMMITS_SHIFT != 0 && now & COMMITTING_MASK == 0 {
+            self.nesting.inc();
+            nesting = self.nesting.get();
+            if nesting & COMMITTING_MASK == 1 {
+                self.set_commit_to_write();
+            }
+            now = self.nesting.add_return(usize::MAX);
+            inject::point("end_commit");
+        }
+    }
+
+    /// `rb_commit`: the event was counted when its commit started.
     #[inline(always)]
     fn commit_reservation(&self) {
-        self.entries.inc();
         inject::point("entries");
         self.end_commit();
     }
 
-    /// `ring_buffer_discard_commit`.
-    fn discard_reservation(&self, desc: usize, event: usize) {
+    /// The page holding `addr`, an uncommitted reservation's payload (`rb_decrement_entry`'s
+    /// search): nearly always the tail page; if interrupts moved the tail on since, any page.
+    fn page_of(&self, addr: *mut u8) -> usize {
+        let holds = |i: usize| {
+            let start = self.desc(i).page_ptr() as usize;
+            (start..start + self.page_size).contains(&(addr as usize))
+        };
+        let tail = self.tail_page.load(Ordering::Acquire);
+        if holds(tail) {
+            return tail;
+        }
+        (0..self.nr_descs)
+            .find(|&i| holds(i))
+            .expect("a reservation lies in one of the buffer's pages")
+    }
+
+    /// `ring_buffer_discard_commit` of the reservation whose `len`-byte payload is at `data`.
+    fn discard_reservation(&self, data: *mut u8, len: usize) {
+        self.unwritten.inc();
+        let desc = self.page_of(data);
         let d = self.desc(desc);
+        let large = page::event_length(len) - EVENT_HEADER_SIZE > MAX_SMALL_DATA;
+        let event = data as usize - d.data(0) as usize - if large { 8 } else { 4 };
         let p = d.data(event);
         // rb_event_discard: turn the event into padding that keeps its delta.
         let len = record_length(p).unwrap_or(EVENT_HEADER_SIZE + 4);
@@ -1059,7 +1320,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         write_u32(p.wrapping_add(4), (len - EVENT_HEADER_SIZE) as u32);
         write_u32(p, page::header_word(TYPE_PADDING, delta));
         // rb_decrement_entry
-        d.entries.dec();
+        d.write.sub(ENTRY_ONE);
         inject::point("discard");
         // rb_try_to_discard: give the space back if the event is the last one.
         let new_index = event;
@@ -1069,9 +1330,14 @@ impl<P: PageProvider> CpuBuffer<P> {
             if word & WRITE_MASK == old_index {
                 self.before_stamp.store(0, Ordering::Relaxed);
                 let mask = word & !WRITE_MASK;
-                if d.write.cmpxchg(old_index + mask, new_index + mask) == old_index + mask {
-                    self.entries_bytes.sub(len);
+                let given_back =
+                    d.write.cmpxchg(old_index + mask, new_index + mask) == old_index + mask;
+                // (The page's size shrank: `entries_bytes` has not counted the tail page yet.)
+                #[cfg(debug_assertions)]
+                if given_back {
+                    self.bytes_shadow.sub(len);
                 }
+                let _ = given_back;
             }
         }
         self.end_commit();
@@ -1103,10 +1369,17 @@ impl<P: PageProvider> CpuBuffer<P> {
         self.reader_lock.store(false, Ordering::Release);
     }
 
+    /// Events written (the kernel's `entries`): commits started, minus the reservations
+    /// discarded or lost. While writers are active it counts their reservations in flight.
+    pub(crate) fn written(&self) -> usize {
+        // Read the losses first: a loss is counted after its commit started.
+        let lost = self.unwritten.get();
+        ((self.nesting.get() >> COMMITS_SHIFT).wrapping_sub(lost)) & COMMITS_MASK
+    }
+
     /// Events in the buffer: written - (overrun + read).
     pub(crate) fn num_entries(&self) -> usize {
-        self.entries
-            .get()
+        self.written()
             .wrapping_sub(self.overrun.get())
             .wrapping_sub(self.read.load(Ordering::Relaxed))
     }
@@ -1157,7 +1430,6 @@ impl<P: PageProvider> CpuBuffer<P> {
             }
             // Reset the spare page and splice it in place of the head.
             rd.write.set(0);
-            rd.entries.set(0);
             rd.commit.store(0, Ordering::Relaxed);
             rd.real_end.store(0, Ordering::Relaxed);
             let (head, overrun) = loop {
@@ -1280,7 +1552,7 @@ impl<P: PageProvider> CpuBuffer<P> {
     }
 
     fn stats_with_oldest(&self, now: u64, oldest: u64) -> Stats {
-        let entries = self.entries.get();
+        let entries = self.written();
         let overrun = self.overrun.get();
         let read = self.read.load(Ordering::Relaxed);
         Stats {
@@ -1288,8 +1560,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             overrun: overrun as u64,
             commit_overrun: self.commit_overrun.get() as u64,
             bytes: self
-                .entries_bytes
-                .get()
+                .entries_bytes()
                 .wrapping_sub(self.read_bytes.load(Ordering::Relaxed)) as u64,
             oldest_event_ts: oldest,
             now_ts: now,
@@ -1301,6 +1572,34 @@ impl<P: PageProvider> CpuBuffer<P> {
             pages_lost: self.pages_lost.get() as u64,
             pages_read: self.pages_read.load(Ordering::Relaxed) as u64,
         }
+    }
+
+    /// The kernel's `entries_bytes`: the folded pages plus the pages from the commit page to
+    /// the tail page (one page when no writer is active).
+    fn entries_bytes(&self) -> usize {
+        let tail = self.tail_page.load(Ordering::Acquire);
+        let mut page = self.commit_page.load(Ordering::Acquire);
+        let mut bytes = self.entries_bytes.get();
+        for _ in 0..self.nr_descs {
+            bytes = bytes.wrapping_add(self.desc(page).write_index());
+            if page == tail {
+                break;
+            }
+            page = self.next_of(page);
+        }
+        bytes
+    }
+
+    /// Debug builds: checks that the byte count folded per page equals the count kept per
+    /// write (call it with no writer active). Release builds: does nothing.
+    #[doc(hidden)]
+    pub fn debug_check_bytes(&self) {
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            self.entries_bytes(),
+            self.bytes_shadow.get(),
+            "bytes folded per page != bytes counted per write"
+        );
     }
 
     /// Writes the page ring's internal state (links, flags, indices, counts): a debugging aid.
@@ -1320,12 +1619,13 @@ impl<P: PageProvider> CpuBuffer<P> {
             let next = d.next.load(Ordering::Relaxed);
             writeln!(
                 w,
-                "page {i}: next {} flag {} prev {} write {:#x} entries {:#x} commit {} real_end {}",
+                "page {i}: next {} flag {} prev {} write {:#x} entries {} gen {} commit {} real_end {}",
                 next >> 2,
                 next & FLAG_MASK,
                 d.prev.load(Ordering::Relaxed),
-                d.write.get(),
-                d.entries.get(),
+                d.write_index(),
+                d.entries_count(),
+                d.write.get() >> 40,
                 d.commit.load(Ordering::Relaxed),
                 d.real_end.load(Ordering::Relaxed),
             )?;
@@ -1400,8 +1700,6 @@ impl<P: PageProvider> fmt::Debug for CpuBuffer<P> {
 #[must_use = "an event is recorded only when committed"]
 pub struct Reservation<'a, P: PageProvider> {
     buf: &'a CpuBuffer<P>,
-    desc: usize,
-    event: usize,
     data: *mut u8,
     len: usize,
     ts: u64,
@@ -1434,15 +1732,15 @@ impl<P: PageProvider> Reservation<'_, P> {
     /// Throws the event away (`ring_buffer_discard_commit`): its space becomes padding, or is
     /// given back if nothing was written after it.
     pub fn discard(self) {
-        let (buf, desc, event) = (self.buf, self.desc, self.event);
+        let (buf, data, len) = (self.buf, self.data, self.len);
         core::mem::forget(self);
-        buf.discard_reservation(desc, event);
+        buf.discard_reservation(data, len);
     }
 }
 
 impl<P: PageProvider> Drop for Reservation<'_, P> {
     fn drop(&mut self) {
-        self.buf.discard_reservation(self.desc, self.event);
+        self.buf.discard_reservation(self.data, self.len);
     }
 }
 

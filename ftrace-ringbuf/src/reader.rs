@@ -11,7 +11,7 @@
 
 use core::fmt;
 
-use crate::cpu::{CpuBuffer, ReadPage, WRITE_MASK, read_u32, record_length};
+use crate::cpu::{CpuBuffer, GEN_MASK, ReadPage, read_u32, record_length};
 use crate::page::{
     EVENT_HEADER_SIZE, MISSED_EVENTS, MISSED_STORED, PAGE_HEADER_SIZE, TYPE_PADDING,
     TYPE_TIME_EXTEND, TYPE_TIME_STAMP, fix_abs_ts,
@@ -70,7 +70,7 @@ impl<P: PageProvider> CpuBuffer<P> {
         } else {
             self.read_stamp.load(Ordering::Relaxed)
         };
-        let gen_ = self.desc(reader).write.get() & !WRITE_MASK;
+        let gen_ = self.desc(reader).write.get() & GEN_MASK;
         Iter {
             buf: self,
             scratch,
@@ -191,7 +191,6 @@ impl<P: PageProvider> Consumer<'_, P> {
             let theirs = rd.page.swap(dst as usize, Ordering::Relaxed) as *mut u8;
             out.ptr = core::ptr::NonNull::new(theirs).expect("pages are non-null");
             rd.write.set(0);
-            rd.entries.set(0);
             rd.commit.store(0, Ordering::Relaxed);
             buf.reader_read.store(0, Ordering::Relaxed);
             let real_end = rd.real_end.load(Ordering::Relaxed);
@@ -278,7 +277,7 @@ impl<P: PageProvider> Iter<'_, P> {
 
     fn enter(&mut self, page: usize) {
         let d = self.buf.desc(page);
-        self.gen_ = d.write.get() & !WRITE_MASK;
+        self.gen_ = d.write.get() & GEN_MASK;
         fence(Ordering::Acquire);
         self.page = page;
         self.pos = 0;
@@ -290,7 +289,7 @@ impl<P: PageProvider> Iter<'_, P> {
     /// Whether the page we are on was recycled since we entered it.
     fn page_moved(&self) -> bool {
         fence(Ordering::Acquire);
-        self.buf.desc(self.page).write.get() & !WRITE_MASK != self.gen_
+        self.buf.desc(self.page).write.get() & GEN_MASK != self.gen_
     }
 
     /// The timestamp of the next event, if any, without moving (for [`merge_next`]).

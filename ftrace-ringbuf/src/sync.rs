@@ -8,6 +8,13 @@
 //! instructions without the `lock` prefix (an interrupt lands between instructions, never in
 //! one). That is what keeps the writer's fast path in the nanoseconds. Elsewhere, and under
 //! loom, they are ordinary relaxed atomic read-modify-writes.
+//!
+//! Other CPUs only load a `Local` (an aligned 8-byte load is atomic). The ordering a reader
+//! needs never comes from a `Local`: it comes from the publication protocol's release stores
+//! and acquire loads (the commit index, the page links) and fences, as in the kernel. On
+//! x86_64 each `Local` operation is also a compiler barrier (its `asm!` may touch any memory),
+//! so the writer's stores stay in program order around it; the hardware keeps stores in order
+//! (TSO).
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
@@ -34,9 +41,9 @@ pub(crate) struct Local(AtomicUsize);
 
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 impl Local {
-    /// Adds `v`, returning the new value (`local_add_return`).
+    /// Adds `v`, returning the old value.
     #[inline(always)]
-    pub(crate) fn add_return(&self, v: usize) -> usize {
+    pub(crate) fn fetch_add(&self, v: usize) -> usize {
         let mut old = v;
         // SAFETY: `xadd` on a valid, aligned, live word we only ever access atomically.
         // Without `lock` it is atomic against interrupts/signals on this CPU, which is the
@@ -49,13 +56,13 @@ impl Local {
                 options(nostack),
             );
         }
-        old.wrapping_add(v)
+        old
     }
 
     /// Adds `v` (`local_add`).
     #[inline(always)]
     pub(crate) fn add(&self, v: usize) {
-        // SAFETY: as in `add_return`: one non-locked instruction on our own aligned word.
+        // SAFETY: as in `fetch_add`: one non-locked instruction on our own aligned word.
         unsafe {
             core::arch::asm!(
                 "add qword ptr [{p}], {v}",
@@ -66,12 +73,25 @@ impl Local {
         }
     }
 
+    /// Adds one (`local_inc`).
+    #[inline(always)]
+    pub(crate) fn inc(&self) {
+        // SAFETY: as in `fetch_add`: one non-locked instruction on our own aligned word.
+        unsafe {
+            core::arch::asm!(
+                "add qword ptr [{p}], 1",
+                p = in(reg) self.0.as_ptr(),
+                options(nostack),
+            );
+        }
+    }
+
     /// Compares with `old` and, if equal, replaces with `new` (`local_cmpxchg`). Returns the
     /// value found.
     #[inline(always)]
     pub(crate) fn cmpxchg(&self, old: usize, new: usize) -> usize {
         let mut found = old;
-        // SAFETY: as in `add_return`: one non-locked `cmpxchg` on our own aligned word.
+        // SAFETY: as in `fetch_add`: one non-locked `cmpxchg` on our own aligned word.
         unsafe {
             core::arch::asm!(
                 "cmpxchg qword ptr [{p}], {new}",
@@ -87,16 +107,22 @@ impl Local {
 
 #[cfg(not(all(target_arch = "x86_64", not(loom))))]
 impl Local {
-    /// Adds `v`, returning the new value (`local_add_return`).
+    /// Adds `v`, returning the old value.
     #[inline(always)]
-    pub(crate) fn add_return(&self, v: usize) -> usize {
-        self.0.fetch_add(v, Ordering::Relaxed).wrapping_add(v)
+    pub(crate) fn fetch_add(&self, v: usize) -> usize {
+        self.0.fetch_add(v, Ordering::Relaxed)
     }
 
     /// Adds `v` (`local_add`).
     #[inline(always)]
     pub(crate) fn add(&self, v: usize) {
         self.0.fetch_add(v, Ordering::Relaxed);
+    }
+
+    /// Adds one (`local_inc`).
+    #[inline(always)]
+    pub(crate) fn inc(&self) {
+        self.add(1)
     }
 
     /// Compares with `old` and, if equal, replaces with `new` (`local_cmpxchg`). Returns the
@@ -130,22 +156,16 @@ impl Local {
         self.0.store(v, Ordering::Relaxed)
     }
 
-    /// Adds one.
+    /// Adds `v`, returning the new value (`local_add_return`).
     #[inline(always)]
-    pub(crate) fn inc(&self) {
-        self.add(1)
+    pub(crate) fn add_return(&self, v: usize) -> usize {
+        self.fetch_add(v).wrapping_add(v)
     }
 
     /// Subtracts `v`.
     #[inline(always)]
     pub(crate) fn sub(&self, v: usize) {
         self.add(v.wrapping_neg())
-    }
-
-    /// Subtracts one.
-    #[inline(always)]
-    pub(crate) fn dec(&self) {
-        self.add(usize::MAX)
     }
 }
 

@@ -110,6 +110,8 @@ proptest! {
                     }
                 }
             }
+            // (Debug builds: bytes folded per page == bytes counted per write.)
+            buf.debug_check_bytes();
             let st = buf.stats(0);
             prop_assert_eq!(st.written, committed.len() as u64);
             prop_assert_eq!(st.read_events, read.len() as u64);

@@ -157,6 +157,7 @@ fn run(mode: Mode) {
                 seen[w].saw(&p, ts, w);
             }
         }
+        bufs[w].debug_check_bytes();
         let st = bufs[w].stats(0);
         let s = &seen[w];
         assert_eq!(st.written, ok[w], "writer {w}: committed");

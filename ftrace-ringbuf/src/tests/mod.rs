@@ -150,6 +150,7 @@ fn run_injected(s: Scenario, ks: &[usize]) -> Option<&'static str> {
             got.push((id, ev.ts));
         }
     }
+    buf.debug_check_bytes();
     let st = buf.stats(0);
     assert_eq!(st.written as usize, committed.len(), "{ctx}: written");
     assert_eq!(st.entries, 0, "{ctx}: all read");
@@ -264,6 +265,7 @@ fn nested_write_at_every_step_of_an_outer_write() {
         "head_update",
         "head_set",
         "commit_page",
+        "commit_read",
         "commit_index",
         "end_commit",
         "entries",
@@ -749,5 +751,48 @@ fn iterator_entering_a_page_before_the_writer_stamps_it() {
     assert_eq!(got.last().map(|e| e.0), Some(last), "{got:?}");
     for (id, ts) in got {
         assert_eq!(ts, 1000 + 3 * id, "iterated timestamp of event {id}");
+    }
+}
+
+/// An outer reservation is discarded after writers nested in it (the same thread, strictly
+/// nested, as an interrupt) filled its page and moved the tail on: the discard finds the
+/// event's page by its address (not the tail page any more), turns it into padding there, and
+/// the accounting is exact. While the outer reservation is open, `written` counts it.
+#[test]
+fn discard_after_nested_writers_moved_the_tail() {
+    for mode in [Mode::Overwrite, Mode::ProducerConsumer] {
+        let buf = CpuBuffer::new(HeapPages, 4, 128).unwrap();
+        buf.set_mode(mode);
+        let clock = Tick(Cell::new(1000));
+        let mut outer = buf.reserve(16, &clock).unwrap();
+        outer.data().copy_from_slice(&payload(OUTER, 16));
+        assert_eq!(buf.stats(0).written, 1, "{mode:?}: the open reservation");
+        // 20-byte records, 112 data bytes a page: eight nested events move the tail twice.
+        let mut nested = 0;
+        for i in 0..8 {
+            assert!(
+                buf.write(&payload(i, 16), &clock),
+                "{mode:?}: nested write {i}"
+            );
+            nested += 1;
+        }
+        assert_ne!(
+            buf.tail_page.load(crate::sync::Ordering::Relaxed),
+            0,
+            "{mode:?}: the tail moved off the outer event's page"
+        );
+        // Nothing is readable yet: the outer writer has not finished.
+        assert_eq!(buf.consumer().next().map(|e| e.ts), None, "{mode:?}");
+        outer.discard();
+        buf.debug_check_bytes();
+        let st = buf.stats(0);
+        assert_eq!(st.written, nested, "{mode:?}: {st:?}");
+        assert_eq!(st.entries, nested, "{mode:?}: {st:?}");
+        let got = drain(&buf);
+        let ids: Vec<u32> = got.iter().map(|e| check_payload(&e.1, 16)).collect();
+        assert_eq!(ids, (0..nested as u32).collect::<Vec<_>>(), "{mode:?}");
+        let st = buf.stats(0);
+        assert_eq!((st.entries, st.read_events, st.overrun), (0, nested, 0));
+        assert_eq!((st.dropped_events, st.commit_overrun), (0, 0));
     }
 }
