@@ -12,9 +12,9 @@
 //! [`ProbeRunner`] the ip-indexed snapshot of a table a backend publishes to its probe ops.
 //!
 //! Invariant: a count is only ever decremented by a successful compare-and-swap from a
-//! positive (or, for `stacktrace`, non-zero) value, so under any interleaving a command with
-//! `:N` acts at most `N` times; `:0` never acts, a command without a count has no
-//! [`ProbeCount`] and is unlimited.
+//! positive (or, for `stacktrace`, non-zero; for the event commands, not `-1`) value, so
+//! under any interleaving a command with `:N` acts at most `N` times; `:0` never acts, a
+//! command without a count has no [`ProbeCount`] and is unlimited.
 
 use crate::sync::{AtomicUsize, Ordering};
 
@@ -71,8 +71,8 @@ impl ProbeCount {
         self.0.load(Ordering::Relaxed) as isize as i64
     }
 
-    /// Sets the value (what a write of the file does; not concurrent with [`run_probe`]
-    /// decrements in a way that matters: the last store wins).
+    /// Sets the value (a backend resetting a count; a concurrent [`run_probe`] decrement of
+    /// the old value then fails its compare-and-swap and retries on the new one).
     pub fn set(&self, n: i64) {
         self.0.store(n as isize as usize, Ordering::Relaxed);
     }
@@ -82,7 +82,7 @@ impl ProbeCount {
         self.0
             .compare_exchange(
                 old as usize,
-                (old - 1) as usize,
+                old.wrapping_sub(1) as usize,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             )
