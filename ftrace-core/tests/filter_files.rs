@@ -797,3 +797,66 @@ fn concurrent_hits_act_at_most_count_times() {
     assert_eq!(b.stacks.load(Ordering::SeqCst), 1000);
     assert_eq!(p.at(0x1000).next().unwrap().count, Some(0));
 }
+
+/// `dump` and `cpudump` run "only once" in the kernel's words: `ftrace_dump_callback` and
+/// `ftrace_cpudump_callback` register with the parameter "1" whatever was written; dump's
+/// probe ops counts it (`dump:count=1`, then `count=0`), cpudump's has no count map
+/// (`:unlimited`, and it runs on every hit).
+#[test]
+fn dump_counts_once_and_cpudump_is_unlimited() {
+    #[derive(Default)]
+    struct Dumps(std::cell::Cell<u32>, std::cell::Cell<u32>);
+    impl ftrace_core::filter::ProbeActions for Dumps {
+        fn tracing_is_on(&self) -> bool {
+            true
+        }
+        fn set_tracing_on(&self, _on: bool) {}
+        fn dump(&self, this_cpu_only: bool) {
+            let c = if this_cpu_only { &self.1 } else { &self.0 };
+            c.set(c.get() + 1);
+        }
+    }
+    let env = NoEvents(module_symbols());
+    let mut p = ProbeTable::new();
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_read:dump:5 vfs_write:cpudump:7",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let show = |p: &ProbeTable| {
+        let t = set.show(FilterFile::Filter, env.symbols(), Some(p));
+        let mut l: Vec<String> = t.lines().skip(1).map(str::to_string).collect();
+        l.sort_unstable();
+        l
+    };
+    assert_eq!(
+        show(&p),
+        ["vfs_read:dump:count=1", "vfs_write:cpudump:unlimited"]
+    );
+    let runner = p.runner();
+    let d = Dumps::default();
+    for _ in 0..3 {
+        runner.run(0x1000, 0, &d);
+        runner.run(0x1010, 0, &d);
+    }
+    assert_eq!((d.0.get(), d.1.get()), (1, 3));
+    assert_eq!(
+        show(&p),
+        ["vfs_read:dump:count=0", "vfs_write:cpudump:unlimited"]
+    );
+    // removal without a count finds them (one probe ops each)
+    let (_, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "!vfs_read:dump !vfs_write:cpudump",
+        false,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    assert!(p.is_empty());
+}

@@ -8,6 +8,9 @@
 //! `trace_trigger_soft_disabled`) and, when the runner [needs the record](TriggerRunner::needs_record),
 //! [`TriggerRunner::after_record`] with the entry's bytes (even if the ring buffer refused the
 //! entry, as the kernel's temporary buffer lets it). The actions go to [`TriggerActions`].
+//! `traceoff` and `stacktrace` are post triggers (`EVENT_CMD_FL_POST_TRIGGER`): they make the
+//! runner need the record and run after it was written, so the event that turns tracing off is
+//! itself recorded.
 //! `traceon`, `traceoff`, `snapshot`, `stacktrace`, `enable_event` and `disable_event` run;
 //! `hist` and the hist enables are kept by the tree but not run here.
 //!
@@ -64,6 +67,14 @@ enum Action {
     Other,
 }
 
+impl Action {
+    /// `EVENT_CMD_FL_POST_TRIGGER`: runs after the event is written (`traceoff`, so the
+    /// event that stops the buffer is still recorded; `stacktrace`, after its event).
+    fn is_post(self) -> bool {
+        matches!(self, Action::TraceOff | Action::Stacktrace)
+    }
+}
+
 #[derive(Debug)]
 struct Armed {
     action: Action,
@@ -109,9 +120,10 @@ impl TriggerRunner {
                     .filter
                     .as_deref()
                     .map(|f| event_filter::parse(event, f).ok());
-                // `event_command_post_trigger` (stacktrace), a filter, or a hist
-                // (`event_command_needs_rec`) set the cond flag.
-                cond |= filter.is_some() || matches!(action, Action::Stacktrace | Action::Other);
+                // a filter, a post trigger (`traceoff`, `stacktrace`:
+                // `EVENT_CMD_FL_POST_TRIGGER`) or a hist (`event_command_needs_rec`) sets the
+                // cond flag (`update_cond_flag`).
+                cond |= filter.is_some() || action.is_post() || action == Action::Other;
                 Armed {
                     action,
                     count: ProbeCount::new(t.count),
@@ -141,8 +153,8 @@ impl TriggerRunner {
     }
 
     /// `__trace_trigger_soft_disabled`'s part: when no trigger needs the record, every
-    /// (unpaused) trigger runs now, before the entry is reserved (so a `traceoff` stops the
-    /// buffer before this very event is written). Returns how many acted.
+    /// (unpaused) trigger runs now, before the entry is reserved (a `traceon` here lets this
+    /// very event be recorded). Returns how many acted.
     pub fn before_record(&self, actions: &dyn TriggerActions) -> usize {
         if self.cond {
             return 0;
@@ -155,8 +167,9 @@ impl TriggerRunner {
 
     /// `event_triggers_call(file, rec)` then `event_triggers_post_call`: when some trigger
     /// needs the record, the triggers whose filter passes `record` run, those that run after
-    /// the write (`stacktrace`) last. Call it after the entry was written or refused. Returns
-    /// how many acted.
+    /// the write (`traceoff`, `stacktrace`) last. Call it after the entry was written, or
+    /// refused (tracing off, soft-disabled, filtered out: the kernel evaluates the triggers on
+    /// a temporary record then). Returns how many acted.
     pub fn after_record(
         &self,
         record: &[u8],
@@ -168,7 +181,7 @@ impl TriggerRunner {
         }
         let passes =
             |t: &&Armed| !t.paused && t.filter.as_ref().is_none_or(|f| f.matches(record, cx));
-        let post = |t: &&Armed| t.action == Action::Stacktrace;
+        let post = |t: &&Armed| t.action.is_post();
         let now = self
             .triggers
             .iter()
@@ -272,24 +285,37 @@ mod tests {
         let r = TriggerRunner::new(
             &SCHED_SWITCH,
             &[
-                t(TriggerKind::TraceOff, 1, None),
+                t(TriggerKind::TraceOn, 1, None),
                 t(TriggerKind::Snapshot, 2, None),
             ],
         );
         assert!(!r.needs_record());
         let a = Acts::default();
-        a.on.set(true);
         assert_eq!(r.before_record(&a), 2);
-        assert!(!a.on.get());
+        assert!(a.on.get());
         assert_eq!(r.counts(), [0, 1]);
-        a.on.set(true);
+        a.on.set(false);
         assert_eq!(r.before_record(&a), 1);
         assert_eq!(r.before_record(&a), 0);
         assert_eq!(
             (a.on.get(), a.snaps.get(), r.counts()),
-            (true, 2, vec![0, 0])
+            (false, 2, vec![0, 0])
         );
         assert_eq!(r.after_record(&[], &RecordCtx::default(), &a), 0);
+    }
+
+    /// `traceoff` is a post trigger: it needs the record and runs after it.
+    #[test]
+    fn traceoff_runs_after_the_record() {
+        let r = TriggerRunner::new(&SCHED_SWITCH, &[t(TriggerKind::TraceOff, 1, None)]);
+        assert!(r.needs_record());
+        let a = Acts::default();
+        a.on.set(true);
+        assert_eq!(r.before_record(&a), 0);
+        assert!(a.on.get());
+        assert_eq!(r.after_record(&[], &RecordCtx::default(), &a), 1);
+        assert!(!a.on.get());
+        assert_eq!(r.counts(), [0]);
     }
 
     /// Four CPUs fire an event with `snapshot:100` at once: exactly 100 snapshots.

@@ -667,10 +667,10 @@ fn trace_events(fs: &mut ftrace_tracefs::Tracefs<common::ModelHost>) -> usize {
 }
 
 /// `traceoff:1` on sched_switch, run by the backend through ftrace-tracefs's trigger runner:
-/// the first sched_switch stops the buffer (an unconditional trigger runs before the event is
-/// reserved, so that event is not recorded either, as in Linux), `tracing_on` reads 0 (the
-/// backend's record switch), the `trigger` file reads `traceoff:count=0`; after
-/// `echo 1 > tracing_on` the spent trigger does nothing.
+/// the first sched_switch is recorded and stops the buffer (`traceoff` is a post trigger: it
+/// runs after its event was written, as in Linux), `tracing_on` reads 0 (the backend's record
+/// switch), the `trigger` file reads `traceoff:count=0`; after `echo 1 > tracing_on` the spent
+/// trigger does nothing.
 #[test]
 fn traceoff_trigger_stops_the_buffer_and_reads_back_its_count() {
     let mut fs = tracefs_with_sched();
@@ -698,13 +698,15 @@ fn traceoff_trigger_stops_the_buffer_and_reads_back_its_count() {
     assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "1\n");
     {
         let mut st = shared.borrow_mut();
-        for (cpu, ts, e) in &switches {
+        let (cpu, ts, e) = switches[0];
+        assert!(st.tracepoint(*cpu, *ts, e), "the first switch is recorded");
+        for (cpu, ts, e) in &switches[1..] {
             assert!(!st.tracepoint(*cpu, *ts, e));
         }
         assert!(!st.tracepoint(wakeup[0].0, wakeup[0].1 + 1, &wakeup[0].2));
     }
     assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "0\n");
-    assert_eq!(trace_events(&mut fs), 1);
+    assert_eq!(trace_events(&mut fs), 2);
     assert_eq!(
         cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap(),
         "traceoff:count=0\n"
@@ -719,7 +721,7 @@ fn traceoff_trigger_stops_the_buffer_and_reads_back_its_count() {
         }
     }
     assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "1\n");
-    assert_eq!(trace_events(&mut fs), 1 + switches.len());
+    assert_eq!(trace_events(&mut fs), 2 + switches.len());
     // an edit keeps the spent count: adding a trigger lists both, traceoff still at 0
     echo_append(&mut fs, "snapshot:3", &format!("{SWITCH}/trigger")).unwrap();
     let t = cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap();

@@ -803,8 +803,17 @@ impl FilterEdit {
                 event_command(func, cmd, param, env, probes)
             }
             _ => {
+                // `dump` and `cpudump` run "only once": the kernel registers them with the
+                // parameter "1" whatever was written; `dump`'s probe ops keeps that count,
+                // `cpudump`'s has no count map at all (it reads back `:unlimited` and runs
+                // on every hit).
+                let (counted, param) = match cmd {
+                    ProbeCommand::Dump => (true, Some("1")),
+                    ProbeCommand::Cpudump => (false, None),
+                    _ => (param.is_some(), param),
+                };
                 if let Some(glob) = func.strip_prefix('!') {
-                    return probes.unregister(glob, cmd, param.is_some(), symbols);
+                    return probes.unregister(glob, cmd, counted, symbols);
                 }
                 let mut count: i64 = -1;
                 if let Some(p) = param {
@@ -813,7 +822,7 @@ impl FilterEdit {
                         count = kstrtoul(number)? as i64;
                     }
                 }
-                probes.register(func, cmd, param.is_some(), count, None, symbols)?;
+                probes.register(func, cmd, counted, count, None, symbols)?;
                 Ok(())
             }
         }
