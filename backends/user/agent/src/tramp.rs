@@ -115,171 +115,158 @@ ftrace_agent_root_tramp:
     .size ftrace_agent_entry_tramp, .-ftrace_agent_entry_tramp
 
 
-    .p2align 4
-    .globl ftrace_agent_func_tramp
-    .hidden ftrace_agent_func_tramp
-    .type ftrace_agent_func_tramp,@function
-ftrace_agent_func_tramp:
+    // The fast paths, generated twice: with the clock (what sites use) and, for measuring
+    // the cost of everything but the clock only, with the TSC read replaced by zero
+    // (`FTRACE_AGENT_BENCH_NOCLOCK=1`; never the default).
+
+    // rdx = the timestamp; clobbers rax.
+    .macro FTRACE_AGENT_CLOCK noclock
+    .if \noclock
+    xorl %eax, %eax
+    xorl %edx, %edx
+    .else
+    rdtsc
+    .endif
+    shlq $32, %rdx
+    orq %rax, %rdx
+    .endm
+
+    // Function tracer: entered from the site's call; touches rax, rcx, rdx, rsi (restored).
+    .macro FTRACE_AGENT_FUNC name, noclock
+    .p2align 5
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
+    cmpb $0, {fast_ok}(%rip)
+    je ftrace_agent_entry_tramp
     pushq %rax
     pushq %rcx
     pushq %rdx
     pushq %rsi
-    pushq %r8
-    cmpb $0, {fast_ok}(%rip)
-    je 8f
+    // 0: rsi, 8: rdx, 16: rcx, 24: rax, 32: the address after the site, 40: parent
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
     addq %fs:0, %rsi
-    cmpl $0, {off_guard}(%rsi)
+    cmpq $1, {off_state}(%rsi)
     jne 8f
-    cmpl $1, {off_state}(%rsi)
-    jne 8f
-    rdtsc
-    shlq $32, %rdx
-    orq %rdx, %rax
-    movq %rax, %r8
+    FTRACE_AGENT_CLOCK \noclock
     movq {off_header}(%rsi), %rcx
     movl $1, %eax
     xaddq %rax, {off_head}(%rcx)
-    cmpl $0, {off_overwrite}(%rsi)
-    jne 1f
-    cmpq {off_mask}(%rsi), %rax
+    cmpq {off_limit}(%rsi), %rax
     ja 9f
-1:
-    movq %rax, %rdx
     movl {off_shift}(%rsi), %ecx
-    shrq %cl, %rdx
-    andl $1, %edx
-    shll $7, %edx
-    orl ${kind_func}, %edx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    orl ${kind_func}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
     addq {off_slots}(%rsi), %rax
-    movq %r8, 0(%rax)
+    movq %rdx, 0(%rax)
+    movq 32(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 40(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+9:
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+8:
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp ftrace_agent_entry_tramp
+    .size \name, .-\name
+    .endm
+
+    // function_graph entry, then (at \ret_name) its return trampoline. The entry pushes the
+    // shadow frame and records, then CALLS the function body (the site's address + 5) from
+    // the return-address slot: the traced function sees the same stack as untraced with
+    // \ret_name as its return address, and the return stack buffer predicts its `ret`.
+    // The return path pops the frame, records, and jumps (not `ret`) to the original return
+    // address, which keeps the return stack buffer's other entries in step.
+    .macro FTRACE_AGENT_GRAPH name, ret_name, noclock
+    .p2align 5
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
+    cmpb $0, {graph_ok}(%rip)
+    je ftrace_agent_entry_tramp
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    // 0: rdi, 8: rsi, 16: rdx, 24: rcx, 32: rax, 40: the address after the site, 48: parent
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    cmpq $1, {off_state}(%rsi)
+    jne 8f
+    movq {off_depth}(%rsi), %rdi
+    cmpq ${shadow_frames}, %rdi
+    jae 8f
+    leaq 1(%rdi), %rcx
+    movq %rcx, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq %rdi, %rax
+    shlq $5, %rax
+    addq {off_shadow}(%rsi), %rax
+    movq 48(%rsp), %rcx
+    movq %rcx, 0(%rax)
     movq 40(%rsp), %rcx
     subq $5, %rcx
     movq %rcx, 8(%rax)
-    movq 48(%rsp), %rcx
-    movq %rcx, 16(%rax)
-    movq {off_cpu}(%rsi), %rcx
-    movl (%rcx), %ecx
-    movl %ecx, 28(%rax)
-    movl %edx, 24(%rax)
-9:
-    popq %r8
-    popq %rsi
-    popq %rdx
-    popq %rcx
-    popq %rax
-    ret
-8:
-    popq %r8
-    popq %rsi
-    popq %rdx
-    popq %rcx
-    popq %rax
-    jmp ftrace_agent_entry_tramp
-    .size ftrace_agent_func_tramp, .-ftrace_agent_func_tramp
-
-
-    .p2align 4
-    .globl ftrace_agent_graph_tramp
-    .hidden ftrace_agent_graph_tramp
-    .type ftrace_agent_graph_tramp,@function
-ftrace_agent_graph_tramp:
-    pushq %rax
-    pushq %rcx
-    pushq %rdx
-    pushq %rsi
-    pushq %rdi
-    pushq %r8
-    pushq %r9
-    cmpb $0, {graph_ok}(%rip)
-    je 8f
-    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
-    addq %fs:0, %rsi
-    cmpl $0, {off_guard}(%rsi)
-    jne 8f
-    cmpl $1, {off_state}(%rsi)
-    jne 8f
-    movq {off_shadow}(%rsi), %rdi
-    testq %rdi, %rdi
-    jz 8f
-    movq {off_depth}(%rsi), %r8
-    cmpq ${shadow_frames}, %r8
-    jae 8f
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
+    movq %rdx, 16(%rax)
+    leaq 48(%rsp), %rcx
+    movq %rcx, 24(%rax)
     movq {off_header}(%rsi), %rcx
     movl $1, %eax
     xaddq %rax, {off_head}(%rcx)
-    cmpl $0, {off_overwrite}(%rsi)
-    jne 1f
-    cmpq {off_mask}(%rsi), %rax
+    cmpq {off_limit}(%rsi), %rax
     ja 2f
-1:
-    movq %rax, %r9
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    shll $8, %edi
+    orl %edi, %ecx
+    orl ${kind_ent}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
     addq {off_slots}(%rsi), %rax
     movq %rdx, 0(%rax)
-    movq 56(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rax)
-    movq 64(%rsp), %rcx
-    movq %rcx, 16(%rax)
-    movq {off_cpu}(%rsi), %rcx
-    movl (%rcx), %ecx
-    movl %ecx, 28(%rax)
-    movl {off_shift}(%rsi), %ecx
-    shrq %cl, %r9
-    andl $1, %r9d
-    shll $7, %r9d
-    orl ${kind_ent}, %r9d
-    movl %r8d, %ecx
-    shll $8, %ecx
-    orl %ecx, %r9d
-    movl %r9d, 24(%rax)
+    movq 40(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 48(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
 2:
-    leaq 1(%r8), %rcx
-    movq %rcx, {off_depth}(%rsi)
-    shlq $5, %r8
-    addq %r8, %rdi
-    movq 64(%rsp), %rcx
-    movq %rcx, 0(%rdi)
-    movq 56(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rdi)
-    movq %rdx, 16(%rdi)
-    leaq 64(%rsp), %rcx
-    movq %rcx, 24(%rdi)
-    leaq ftrace_agent_return_tramp(%rip), %rcx
-    movq %rcx, 64(%rsp)
-    popq %r9
-    popq %r8
     popq %rdi
     popq %rsi
     popq %rdx
     popq %rcx
     popq %rax
-    ret
-8:
-    popq %r9
-    popq %r8
-    popq %rdi
-    popq %rsi
-    popq %rdx
-    popq %rcx
-    popq %rax
-    jmp ftrace_agent_entry_tramp
-    .size ftrace_agent_graph_tramp, .-ftrace_agent_graph_tramp
-
-    .p2align 4
-    .globl ftrace_agent_return_tramp
-    .hidden ftrace_agent_return_tramp
-    .type ftrace_agent_return_tramp,@function
-ftrace_agent_return_tramp:
-    subq $8, %rsp
+    // rsp at the parent slot + 8; the body's address sits 16 below (red zone: a signal frame
+    // starts 128 bytes below rsp). `call` reads it, then pushes \ret_name into the slot.
+    leaq 16(%rsp), %rsp
+    call *-16(%rsp)
+    .globl \ret_name
+    .hidden \ret_name
+\ret_name:
     pushq %rax
     pushq %rcx
     pushq %rdx
@@ -287,55 +274,50 @@ ftrace_agent_return_tramp:
     pushq %rdi
     pushq %r8
     pushq %r9
+    // 0: r9, 8: r8, 16: rdi, 24: rsi, 32: rdx, 40: rcx, 48: rax (in the return-address slot)
     cmpb $0, {graph_ok}(%rip)
-    je 8f
+    je 7f
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
     addq %fs:0, %rsi
-    movq {off_depth}(%rsi), %r8
-    testq %r8, %r8
-    jz 8f
-    movq %r8, %rcx
-    shlq $5, %rcx
-    movq {off_shadow}(%rsi), %rdi
-    leaq -32(%rdi,%rcx), %rdi
-    leaq 56(%rsp), %rcx
-    cmpq 24(%rdi), %rcx
-    jne 8f
-    movq 0(%rdi), %r9
-    movq 16(%rdi), %rcx
-    movq 8(%rdi), %rdi
-    subq $1, %r8
-    movq %r8, {off_depth}(%rsi)
-    movq %r9, 56(%rsp)
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
-    movq {off_header}(%rsi), %r9
+    movq {off_depth}(%rsi), %rdi
+    testq %rdi, %rdi
+    jz 7f
+    leaq -1(%rdi), %r9
+    shlq $5, %rdi
+    addq {off_shadow}(%rsi), %rdi
+    leaq 48(%rsp), %rcx
+    cmpq -8(%rdi), %rcx
+    jne 7f
+    // The original return address goes 8 below our saves, where the final jmp reads it.
+    movq -32(%rdi), %rax
+    movq %rax, -8(%rsp)
+    movq -24(%rdi), %rcx
+    movq -16(%rdi), %r8
+    // Popped only once read: a signal handler nesting from here on may reuse the frame.
+    movq %r9, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq {off_header}(%rsi), %rdi
     movl $1, %eax
-    xaddq %rax, {off_head}(%r9)
-    cmpl $0, {off_overwrite}(%rsi)
-    jne 1f
-    cmpq {off_mask}(%rsi), %rax
+    xaddq %rax, {off_head}(%rdi)
+    cmpq {off_limit}(%rsi), %rax
     ja 9f
-1:
-    movq %rax, %r9
+    movl {off_shift}(%rsi), %edi
+    btq %rdi, %rax
+    sbbl %edi, %edi
+    andl ${lap_bit}, %edi
+    shll $8, %r9d
+    orl %r9d, %edi
+    orl ${kind_ret}, %edi
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
     addq {off_slots}(%rsi), %rax
     movq %rdx, 0(%rax)
-    movq %rdi, 8(%rax)
-    movq %rcx, 16(%rax)
+    movq %rcx, 8(%rax)
+    movq %r8, 16(%rax)
     movq {off_cpu}(%rsi), %rcx
     movl (%rcx), %ecx
     movl %ecx, 28(%rax)
-    movl {off_shift}(%rsi), %ecx
-    shrq %cl, %r9
-    andl $1, %r9d
-    shll $7, %r9d
-    orl ${kind_ret}, %r9d
-    shll $8, %r8d
-    orl %r8d, %r9d
-    movl %r9d, 24(%rax)
+    movl %edi, 24(%rax)
 9:
     popq %r9
     popq %r8
@@ -344,8 +326,9 @@ ftrace_agent_return_tramp:
     popq %rdx
     popq %rcx
     popq %rax
-    ret
-8:
+    // rsp at the slot + 8: the target is 64 below, inside the red zone.
+    jmp *-64(%rsp)
+7:
     popq %r9
     popq %r8
     popq %rdi
@@ -353,9 +336,21 @@ ftrace_agent_return_tramp:
     popq %rdx
     popq %rcx
     popq %rax
-    addq $8, %rsp
     jmp ftrace_agent_return_slow
-    .size ftrace_agent_return_tramp, .-ftrace_agent_return_tramp
+8:
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp ftrace_agent_entry_tramp
+    .size \name, .-\name
+    .endm
+
+    FTRACE_AGENT_FUNC ftrace_agent_func_tramp, 0
+    FTRACE_AGENT_FUNC ftrace_agent_func_tramp_noclock, 1
+    FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp, ftrace_agent_return_tramp, 0
+    FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp_noclock, ftrace_agent_return_tramp_noclock, 1
 
     .p2align 4
     .hidden ftrace_agent_return_slow
@@ -432,22 +427,31 @@ ftrace_agent_return_slow:
     shadow_frames = const crate::handler::SHADOW_FRAMES,
     kind_ent = const crate::buffer::KIND_GRAPH_ENT,
     kind_ret = const crate::buffer::KIND_GRAPH_RET,
-    off_guard = const core::mem::offset_of!(crate::handler::ThreadState, guard),
     off_state = const core::mem::offset_of!(crate::handler::ThreadState, state),
     off_header = const core::mem::offset_of!(crate::handler::ThreadState, writer),
     off_slots = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, slots),
     off_mask = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, mask),
     off_shift = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, shift),
-    off_overwrite = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, overwrite),
+    off_limit = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, limit),
+    lap_bit = const crate::buffer::KIND_LAP_BIT,
     off_cpu = const core::mem::offset_of!(crate::handler::ThreadState, cpu),
     off_head = const core::mem::offset_of!(crate::buffer::BufHeader, head),
     kind_func = const crate::buffer::KIND_FUNC,
     options(att_syntax)
 );
 
+// The fast paths test `state == 1 && guard == 0` as one 64-bit compare with 1.
+const _: () = assert!(
+    core::mem::offset_of!(crate::handler::ThreadState, guard)
+        == core::mem::offset_of!(crate::handler::ThreadState, state) + 4
+        && core::mem::offset_of!(crate::handler::ThreadState, state) % 8 == 0
+);
+
 unsafe extern "C" {
     fn ftrace_agent_graph_tramp();
+    fn ftrace_agent_graph_tramp_noclock();
     fn ftrace_agent_func_tramp();
+    fn ftrace_agent_func_tramp_noclock();
     fn ftrace_agent_entry_tramp();
     fn ftrace_agent_root_tramp();
     fn ftrace_agent_return_tramp();
@@ -462,7 +466,11 @@ pub fn entry_trampoline() -> u64 {
 /// rdx, rsi and r8 is touched, all restored) when the thread is registered, the clock is the
 /// TSC and nothing nests; else it continues in [`entry_trampoline`].
 pub fn func_trampoline() -> u64 {
-    ftrace_agent_func_tramp as *const () as u64
+    if bench_noclock() {
+        ftrace_agent_func_tramp_noclock as *const () as u64
+    } else {
+        ftrace_agent_func_tramp as *const () as u64
+    }
 }
 
 /// The function_graph entry trampoline: pushes the shadow frame and records in assembly when
@@ -470,7 +478,22 @@ pub fn func_trampoline() -> u64 {
 /// nests; else it continues in [`entry_trampoline`]. Its return counterpart falls back to the
 /// full-save return path for frames it cannot pop (roots, frames skipped by `longjmp`).
 pub fn graph_trampoline() -> u64 {
-    ftrace_agent_graph_tramp as *const () as u64
+    if bench_noclock() {
+        ftrace_agent_graph_tramp_noclock as *const () as u64
+    } else {
+        ftrace_agent_graph_tramp as *const () as u64
+    }
+}
+
+/// Environment variable that makes the fast paths record a zero timestamp instead of reading
+/// the TSC: for measuring what the trampolines cost beyond the clock (`cargo xtask
+/// bench-vs-uftrace` reports it). Never set by the `ftrace` tool; the recording's timestamps
+/// are meaningless with it.
+pub const ENV_BENCH_NOCLOCK: &str = "FTRACE_AGENT_BENCH_NOCLOCK";
+
+fn bench_noclock() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(ENV_BENCH_NOCLOCK).is_some_and(|v| v == "1"))
 }
 
 /// The entry trampoline for `set_graph_function` roots.
