@@ -257,7 +257,7 @@ fn lost_return() -> ! {
 
 #[cold]
 #[inline(never)]
-fn alloc_shadow(st: &mut ThreadState) -> bool {
+pub(crate) fn alloc_shadow(st: &mut ThreadState) -> bool {
     let len = SHADOW_FRAMES as usize * core::mem::size_of::<Frame>();
     // SAFETY: anonymous private mapping.
     let p = unsafe {

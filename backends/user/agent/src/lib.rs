@@ -214,7 +214,7 @@ fn scan_new_objects(a: &mut Agent) {
                     (TracerKind::FunctionGraph, true) => stubs.root(),
                     (TracerKind::FunctionGraph, false) => stubs.graph(),
                 };
-                let Ok(call) = init.form.call(addr, target) else {
+                let Ok(call) = tramp::site_bytes(&stubs, init.form, addr, target) else {
                     warn(&format!("site {addr:#x} ({name}): stub out of reach"));
                     continue;
                 };

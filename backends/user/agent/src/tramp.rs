@@ -1,23 +1,39 @@
 //! The trampolines (assembly) and the stub pages that put them within reach of every site.
 //!
-//! A patched site is `call rel32`, which reaches ±2 GiB; the agent's own text may be anywhere.
-//! So each object gets a stub page mapped within reach (shared by objects close to each other),
-//! holding `jmp *abs64` thunks to [`entry_trampoline`] (normal sites) and its `-G` root variant.
+//! A patched site is `call rel32` (or `jmp rel32`), which reaches ±2 GiB; the agent's own text
+//! may be anywhere. So each object gets a stub page mapped within reach (shared by objects close
+//! to each other), holding `jmp *abs64` thunks to the trampolines.
 //!
-//! Entry trampoline: entered from the site's `call` with `(%rsp)` = the address after the site
-//! and `8(%rsp)` = the traced function's return address; rsp is 16-byte aligned. It saves every
-//! caller-saved register (rax, rcx, rdx, rsi, rdi, r8–r11 and xmm0–15: argument registers, the
-//! varargs count, the static chain, and whatever a caller compiled with inter-procedural
-//! register allocation keeps live across the call), passes the thread's state block
-//! (initial-exec TLS, no `__tls_get_addr`), calls the handler and restores everything: the
-//! traced function computes exactly what it would untraced.
+//! Entry trampoline (the full-save path): entered from the site's `call` with `(%rsp)` = the
+//! address after the site and `8(%rsp)` = the traced function's return address; rsp is 16-byte
+//! aligned. It saves every caller-saved register (rax, rcx, rdx, rsi, rdi, r8–r11 and xmm0–15:
+//! argument registers, the varargs count, the static chain, and whatever a caller compiled with
+//! inter-procedural register allocation keeps live across the call), passes the thread's state
+//! block (initial-exec TLS, no `__tls_get_addr`), calls the handler and restores everything:
+//! the traced function computes exactly what it would untraced.
 //!
-//! Return trampoline (function_graph): the traced function `ret`s into it; it saves the return
-//! registers (rax, rdx, xmm0, xmm1) and every other caller-saved register, asks the handler for the original return address (popped
-//! from the per-thread shadow stack) and `ret`s there.
+//! Fast paths (assembly only, no call into Rust, no vector register touched, every general
+//! register restored): the function tracer's, and function_graph's in two forms. Whenever they
+//! cannot record (thread not registered yet, nesting, clock not the TSC, `-G`, `--max-depth`,
+//! shadow stack full, frames skipped by `longjmp`) they continue in the full-save path.
+//! function_graph's entry pushes the shadow frame, records, then *calls* the body from the
+//! return-address slot, so the body's `ret` into the return trampoline is predicted by the
+//! CPU's return stack buffer; an ordinary function_graph site is patched to `jmp` to a thunk
+//! of its own ([`site_bytes`]) rather than to `call`, so that no return-stack entry is left
+//! unpopped and every `ret` of the traced program stays predicted (a `call`-form site costs
+//! one mispredicted return per traced call, which the return trampoline limits by leaving with
+//! `jmp`).
+//!
+//! Return trampoline (function_graph): pops the shadow frame whose return-address slot is the
+//! one it was entered through, records the exit and returns to the original return address;
+//! anything else (roots, frames skipped by `longjmp`) goes to the full-save return path, which
+//! asks the handler.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use ftrace_patch::site::{Arch, SiteBytes, SiteForm};
+use ftrace_patch::x86::{self, OutOfRange};
 
 /// Bytes of per-thread state reserved in the TLS block (see `ThreadState`).
 pub const TLS_BYTES: usize = 256;
@@ -347,10 +363,178 @@ ftrace_agent_root_tramp:
     .size \name, .-\name
     .endm
 
+    // function_graph entry for sites patched to `jmp` to their own thunk (`push %rax;
+    // lea body(%rip), %rax; jmp here`): rax = the body (the site's address + 5), (%rsp) =
+    // the caller's rax, 8(%rsp) = parent. No return-stack-buffer entry was pushed for the
+    // site, so after the body is CALLED from the return-address slot the buffer holds exactly
+    // the caller's entry and \ret_name's: the body's `ret` and \ret_name's `ret` are both
+    // predicted.
+    .macro FTRACE_AGENT_GRAPHJ name, ret_name, noclock
+    .p2align 5
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
+    cmpb $0, {graph_ok}(%rip)
+    je 6f
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rax
+    // 0: body, 8: rdi, 16: rsi, 24: rdx, 32: rcx, 40: rax, 48: parent
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    cmpq $1, {off_state}(%rsi)
+    jne 8f
+    movq {off_depth}(%rsi), %rdi
+    cmpq ${shadow_frames}, %rdi
+    jae 8f
+    leaq 1(%rdi), %rcx
+    movq %rcx, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq %rdi, %rax
+    shlq $5, %rax
+    addq {off_shadow}(%rsi), %rax
+    movq 48(%rsp), %rcx
+    movq %rcx, 0(%rax)
+    movq 0(%rsp), %rcx
+    subq $5, %rcx
+    movq %rcx, 8(%rax)
+    movq %rdx, 16(%rax)
+    leaq 48(%rsp), %rcx
+    movq %rcx, 24(%rax)
+    movq {off_header}(%rsi), %rcx
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rcx)
+    cmpq {off_limit}(%rsi), %rax
+    ja 2f
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    shll $8, %edi
+    orl %edi, %ecx
+    orl ${kind_ent}, %ecx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq 0(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 48(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+2:
+    leaq 8(%rsp), %rsp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    // rsp at the parent slot; the body's address sits 48 below (red zone: a signal frame
+    // starts 128 bytes below rsp). `call` reads it, then pushes \ret_name into the slot.
+    leaq 8(%rsp), %rsp
+    call *-56(%rsp)
+    .globl \ret_name
+    .hidden \ret_name
+\ret_name:
+    leaq -8(%rsp), %rsp
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %r8
+    pushq %r9
+    // 0: r9, 8: r8, 16: rdi, 24: rsi, 32: rdx, 40: rcx, 48: rax, 56: the return-address slot
+    cmpb $0, {graph_ok}(%rip)
+    je 7f
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    movq {off_depth}(%rsi), %rdi
+    testq %rdi, %rdi
+    jz 7f
+    leaq -1(%rdi), %r9
+    shlq $5, %rdi
+    addq {off_shadow}(%rsi), %rdi
+    leaq 56(%rsp), %rcx
+    cmpq -8(%rdi), %rcx
+    jne 7f
+    movq -32(%rdi), %rax
+    movq %rax, 56(%rsp)
+    movq -24(%rdi), %rcx
+    movq -16(%rdi), %r8
+    // Popped only once read: a signal handler nesting from here on may reuse the frame.
+    movq %r9, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq {off_header}(%rsi), %rdi
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rdi)
+    cmpq {off_limit}(%rsi), %rax
+    ja 9f
+    movl {off_shift}(%rsi), %edi
+    btq %rdi, %rax
+    sbbl %edi, %edi
+    andl ${lap_bit}, %edi
+    shll $8, %r9d
+    orl %r9d, %edi
+    orl ${kind_ret}, %edi
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq %rcx, 8(%rax)
+    movq %r8, 16(%rax)
+    movq {off_cpu}(%rsi), %rcx
+    movl (%rcx), %ecx
+    movl %ecx, 28(%rax)
+    movl %edi, 24(%rax)
+9:
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+7:
+    popq %r9
+    popq %r8
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    leaq 8(%rsp), %rsp
+    jmp ftrace_agent_return_slow
+8:
+    popq %rax
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+6:
+    // Not recorded here: continue as a call-form site would, in the full-save path
+    // (stack: the body, then parent; rax restored).
+    pushq %rax
+    movq 8(%rsp), %rax
+    popq (%rsp)
+    jmp ftrace_agent_entry_tramp
+    .size \name, .-\name
+    .endm
+
     FTRACE_AGENT_FUNC ftrace_agent_func_tramp, 0
     FTRACE_AGENT_FUNC ftrace_agent_func_tramp_noclock, 1
     FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp, ftrace_agent_return_tramp, 0
     FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp_noclock, ftrace_agent_return_tramp_noclock, 1
+    FTRACE_AGENT_GRAPHJ ftrace_agent_graphj_tramp, ftrace_agent_returnj_tramp, 0
+    FTRACE_AGENT_GRAPHJ ftrace_agent_graphj_tramp_noclock, ftrace_agent_returnj_tramp_noclock, 1
 
     .p2align 4
     .hidden ftrace_agent_return_slow
@@ -450,6 +634,8 @@ const _: () = assert!(
 unsafe extern "C" {
     fn ftrace_agent_graph_tramp();
     fn ftrace_agent_graph_tramp_noclock();
+    fn ftrace_agent_graphj_tramp();
+    fn ftrace_agent_graphj_tramp_noclock();
     fn ftrace_agent_func_tramp();
     fn ftrace_agent_func_tramp_noclock();
     fn ftrace_agent_entry_tramp();
@@ -496,6 +682,15 @@ fn bench_noclock() -> bool {
     *ON.get_or_init(|| std::env::var_os(ENV_BENCH_NOCLOCK).is_some_and(|v| v == "1"))
 }
 
+/// The function_graph entry for sites patched to `jmp` to their thunk (see [`site_bytes`]).
+fn graph_jmp_trampoline() -> u64 {
+    if bench_noclock() {
+        ftrace_agent_graphj_tramp_noclock as *const () as u64
+    } else {
+        ftrace_agent_graphj_tramp as *const () as u64
+    }
+}
+
 /// The entry trampoline for `set_graph_function` roots.
 pub fn root_trampoline() -> u64 {
     ftrace_agent_root_tramp as *const () as u64
@@ -522,8 +717,9 @@ pub fn tls_block() -> *mut u8 {
     p
 }
 
-/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root), 32 (function fast path)
-/// and 48 (function_graph fast path).
+/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root), 32 (function fast path),
+/// 48 (function_graph fast path, `call` form) and 64 (function_graph fast path, `jmp` form:
+/// where the per-site thunks of [`site_bytes`] jump).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stubs {
     /// Page address.
@@ -546,11 +742,166 @@ impl Stubs {
         self.page + 32
     }
 
-    /// Where ordinary sites call under the function_graph tracer.
+    /// Where ordinary sites call under the function_graph tracer (see [`site_bytes`] for the
+    /// faster `jmp` form).
     pub fn graph(&self) -> u64 {
         self.page + 48
     }
+
+    /// Where the function_graph site thunks jump.
+    fn graph_jmp(&self) -> u64 {
+        self.page + 64
+    }
 }
+
+/// The enabled bytes of the site at `ip` whose trampoline is `target` (one of `stubs`'
+/// addresses): `call target`, except for ordinary function_graph sites on x86_64, which get
+/// `jmp` to a thunk of their own (`push %rax; lea ip+5(%rip), %rax; jmp` to the stub page's
+/// function_graph `jmp`-form entry) when one can be made. A site that calls pushes an entry
+/// on the CPU's return stack buffer that no `ret` ever pops (the trampoline calls the body
+/// itself, so that the body's `ret` is predicted); a site that jumps pushes nothing, and
+/// every `ret` of the traced program stays predicted.
+pub fn site_bytes(
+    stubs: &Stubs,
+    form: SiteForm,
+    ip: u64,
+    target: u64,
+) -> Result<SiteBytes, OutOfRange> {
+    if target == stubs.graph()
+        && form.arch() == Arch::X86_64
+        && !THUNKS_POISONED_BY_FORK.load(Ordering::Relaxed)
+    {
+        if let Some(thunk) = graph_thunk(stubs, ip) {
+            return Ok(SiteBytes::new(&x86::encode_jmp(ip, thunk)?));
+        }
+    }
+    form.call(ip, target)
+}
+
+/// Bytes per function_graph site thunk.
+const THUNK: u64 = 16;
+/// Bytes per thunk region (a memfd mapped twice: R-X near the sites, RW anywhere).
+const THUNK_REGION: u64 = 64 * 1024;
+
+/// A region of site thunks: executed through `exec` (never writable), written through `write`
+/// (never executable), so no mapping is ever writable and executable at once.
+struct ThunkRegion {
+    exec: u64,
+    write: u64,
+    used: u64,
+}
+
+static THUNK_REGIONS: Mutex<Vec<ThunkRegion>> = Mutex::new(Vec::new());
+
+/// The thunk of the function_graph site at `ip`: a new one in a region within `rel32` reach of
+/// both the site and the stub page.
+fn graph_thunk(stubs: &Stubs, ip: u64) -> Option<u64> {
+    let (lo, hi) = (ip.min(stubs.page), (ip + 5).max(stubs.page + PAGE));
+    let mut regions = THUNK_REGIONS.lock().unwrap_or_else(|e| e.into_inner());
+    let i = match regions.iter().position(|r| {
+        r.used + THUNK <= THUNK_REGION && span_reaches(r.exec, r.exec + THUNK_REGION, lo, hi)
+    }) {
+        Some(i) => i,
+        None => {
+            regions.push(new_thunk_region(lo, hi)?);
+            regions.len() - 1
+        }
+    };
+    let r = &mut regions[i];
+    let thunk = r.exec + r.used;
+    let mut code = [0xccu8; THUNK as usize];
+    code[0] = 0x50; // push %rax
+    code[1..4].copy_from_slice(&[0x48, 0x8d, 0x05]); // lea rel32(%rip), %rax
+    code[4..8].copy_from_slice(&rel32(thunk + 8, ip + 5)?.to_le_bytes());
+    code[8] = 0xe9; // jmp rel32
+    code[9..13].copy_from_slice(&rel32(thunk + 13, stubs.graph_jmp())?.to_le_bytes());
+    // SAFETY: `write + used` is inside the region's writable view, THUNK bytes free.
+    unsafe {
+        core::ptr::copy_nonoverlapping(code.as_ptr(), (r.write + r.used) as *mut u8, code.len())
+    };
+    r.used += THUNK;
+    Some(thunk)
+}
+
+fn rel32(next: u64, target: u64) -> Option<i32> {
+    i32::try_from(target.wrapping_sub(next) as i64).ok()
+}
+
+/// Whether every address of `[a_lo, a_hi)` is within `rel32` reach of every address of
+/// `[b_lo, b_hi)`.
+fn span_reaches(a_lo: u64, a_hi: u64, b_lo: u64, b_hi: u64) -> bool {
+    a_hi.max(b_hi) - a_lo.min(b_lo) < REACH
+}
+
+fn new_thunk_region(lo: u64, hi: u64) -> Option<ThunkRegion> {
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registers a plain function; no preconditions.
+        unsafe { libc::pthread_atfork(None, None, Some(thunks_after_fork)) };
+    });
+    // SAFETY: plain syscalls on a descriptor we own; every failure path closes it.
+    unsafe {
+        let fd = libc::memfd_create(c"ftrace-agent-thunks".as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let len = THUNK_REGION as usize;
+        if libc::ftruncate(fd, len as libc::off_t) != 0 {
+            libc::close(fd);
+            return None;
+        }
+        let write = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        if write == libc::MAP_FAILED {
+            libc::close(fd);
+            return None;
+        }
+        let exec = map_near(lo, hi, THUNK_REGION, |cand| {
+            libc::mmap(
+                cand as *mut _,
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+                fd,
+                0,
+            )
+        });
+        libc::close(fd);
+        let Some(exec) = exec else {
+            libc::munmap(write, len);
+            return None;
+        };
+        Some(ThunkRegion {
+            exec,
+            write: write as u64,
+            used: 0,
+        })
+    }
+}
+
+/// In a forked child: the thunk regions are shared with the parent (`MAP_SHARED`), which may
+/// go on filling them; the child only uses the thunks it inherited and makes new ones in new
+/// regions of its own.
+extern "C" fn thunks_after_fork() {
+    // The forking thread held no lock of ours across fork unless it was inside
+    // `graph_thunk`; then the child makes no thunks (try_lock fails) rather than deadlock.
+    if let Ok(mut regions) = THUNK_REGIONS.try_lock() {
+        for r in regions.iter_mut() {
+            r.used = THUNK_REGION;
+        }
+    } else {
+        THUNKS_POISONED_BY_FORK.store(true, Ordering::Relaxed);
+    }
+}
+
+static THUNKS_POISONED_BY_FORK: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
 
 const PAGE: u64 = 4096;
 const REACH: u64 = (1 << 31) - 2 * PAGE;
@@ -559,7 +910,7 @@ static STUB_PAGES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static STUBS_MADE: AtomicU64 = AtomicU64::new(0);
 
 fn reaches(page: u64, lo: u64, hi: u64) -> bool {
-    page.abs_diff(lo) < REACH && (page + PAGE).abs_diff(hi) < REACH
+    span_reaches(page, page + PAGE, lo, hi)
 }
 
 /// Stubs within `call rel32` reach of every address in `[lo, hi)`: an existing page if one is
@@ -569,13 +920,24 @@ pub fn stubs_near(lo: u64, hi: u64) -> Option<Stubs> {
     if let Some(&p) = pages.iter().find(|&&p| reaches(p, lo, hi)) {
         return Some(Stubs { page: p });
     }
-    let page = map_near(lo, hi)?;
-    let mut code = [0xccu8; 64];
+    // SAFETY: an anonymous private mapping at a free address (MAP_FIXED_NOREPLACE).
+    let page = map_near(lo, hi, PAGE, |cand| unsafe {
+        libc::mmap(
+            cand as *mut _,
+            PAGE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    })?;
+    let mut code = [0xccu8; 80];
     for (off, target) in [
         (0, entry_trampoline()),
         (16, root_trampoline()),
         (32, func_trampoline()),
         (48, graph_trampoline()),
+        (64, graph_jmp_trampoline()),
     ] {
         code[off..off + 6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
         code[off + 6..off + 14].copy_from_slice(&target.to_le_bytes());
@@ -594,29 +956,21 @@ pub fn stubs_near(lo: u64, hi: u64) -> Option<Stubs> {
     Some(Stubs { page })
 }
 
-fn map_near(lo: u64, hi: u64) -> Option<u64> {
+/// Maps `len` bytes within reach of `[lo, hi)` with `map(candidate)` (an `mmap` at that
+/// address with `MAP_FIXED_NOREPLACE`), trying addresses ever further below and above.
+fn map_near(lo: u64, hi: u64, len: u64, map: impl Fn(u64) -> *mut libc::c_void) -> Option<u64> {
     let lo_page = lo & !(PAGE - 1);
     let hi_page = hi.div_ceil(PAGE) * PAGE;
     for step in 0..2048u64 {
         let off = (step << 20) + PAGE * 16;
-        let below = lo_page.checked_sub(off);
+        let below = lo_page.checked_sub(off + len - PAGE);
         let above = hi_page.checked_add(off - PAGE);
         for cand in [below, above].into_iter().flatten() {
             let cand = cand & !(PAGE - 1);
-            if cand < 0x10000 || !reaches(cand, lo, hi) {
+            if cand < 0x10000 || !span_reaches(cand, cand + len, lo, hi) {
                 continue;
             }
-            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
-            let p = unsafe {
-                libc::mmap(
-                    cand as *mut _,
-                    PAGE as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                    -1,
-                    0,
-                )
-            };
+            let p = map(cand);
             if p == libc::MAP_FAILED {
                 continue;
             }
@@ -624,7 +978,7 @@ fn map_near(lo: u64, hi: u64) -> Option<u64> {
                 return Some(cand);
             }
             // SAFETY: an old kernel ignored the flag and mapped elsewhere: undo it.
-            unsafe { libc::munmap(p, PAGE as usize) };
+            unsafe { libc::munmap(p, len as usize) };
         }
     }
     None
@@ -655,6 +1009,232 @@ mod tests {
             Some(s),
             "a close page is shared"
         );
+    }
+
+    /// A traced function made at run time in a page near the stubs: the 5-byte window holds
+    /// `window(site)`, the body returns rax + rdi + rsi + rdx + rcx + r8 + r9.
+    fn make_function(stubs_for: impl Fn(&Stubs, u64) -> [u8; 5]) -> (u64, Stubs) {
+        let here = call_checked as *const () as u64;
+        // SAFETY: an anonymous private mapping at a free address.
+        let page = map_near(here, here + 100, PAGE, |cand| unsafe {
+            libc::mmap(
+                cand as *mut _,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        })
+        .unwrap();
+        let stubs = stubs_near(page, page + PAGE).unwrap();
+        let mut code = stubs_for(&stubs, page).to_vec();
+        code.extend_from_slice(&[
+            0x48, 0x01, 0xf8, // add %rdi, %rax
+            0x48, 0x01, 0xf0, // add %rsi, %rax
+            0x48, 0x01, 0xd0, // add %rdx, %rax
+            0x48, 0x01, 0xc8, // add %rcx, %rax
+            0x4c, 0x01, 0xc0, // add %r8, %rax
+            0x4c, 0x01, 0xc8, // add %r9, %rax
+            0xc3, // ret
+        ]);
+        // SAFETY: our fresh RW page, made R-X after the write.
+        unsafe {
+            core::ptr::copy_nonoverlapping(code.as_ptr(), page as *mut u8, code.len());
+            libc::mprotect(
+                page as *mut _,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_EXEC,
+            );
+        }
+        (page, stubs)
+    }
+
+    /// Calls `f` with distinct values in every caller-saved register; checks the result and
+    /// that every register but rax comes back unchanged; returns the address `f` returned to.
+    fn call_checked(f: u64) -> u64 {
+        let (rax, rdi, rsi, rdx, rcx, r8, r9, r10, r11): (
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+        );
+        let (x0, x15): (f64, f64);
+        let ret: u64;
+        // SAFETY: `f` is a function of the shape `make_function` builds; every register it
+        // may touch is declared.
+        unsafe {
+            core::arch::asm!(
+                "call {f}",
+                "2:",
+                "lea {ret}, [rip + 2b]",
+                f = in(reg) f,
+                ret = out(reg) ret,
+                inout("rax") 1u64 => rax,
+                inout("rdi") 2u64 => rdi,
+                inout("rsi") 4u64 => rsi,
+                inout("rdx") 8u64 => rdx,
+                inout("rcx") 16u64 => rcx,
+                inout("r8") 32u64 => r8,
+                inout("r9") 64u64 => r9,
+                inout("r10") 128u64 => r10,
+                inout("r11") 256u64 => r11,
+                inout("xmm0") 0.5f64 => x0,
+                inout("xmm15") 1.5f64 => x15,
+            );
+        }
+        assert_eq!(rax, 127, "the body saw every argument register and rax");
+        assert_eq!(
+            (rdi, rsi, rdx, rcx, r8, r9, r10, r11),
+            (2, 4, 8, 16, 32, 64, 128, 256),
+            "caller-saved registers come back as the body left them"
+        );
+        assert_eq!((x0, x15), (0.5, 1.5));
+        ret
+    }
+
+    #[test]
+    fn fast_paths_record_and_preserve_registers() {
+        // One test (the fast-path switches are process-wide), on a thread of its own (its
+        // state block is set up by hand).
+        std::thread::spawn(|| {
+            use crate::buffer::{self, HEADER_SIZE, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET};
+            use crate::handler::{self, FAST_OK, GRAPH_OK};
+            let len = HEADER_SIZE + 64 * buffer::SLOT_SIZE;
+            let mut mem = vec![0u64; len / 8];
+            // SAFETY: this thread's own block.
+            let st = unsafe { &mut *handler::current() };
+            // SAFETY: `mem` is zeroed, `len` bytes, and outlives every traced call below.
+            st.writer = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, true, 1, 2, b"t") };
+            st.fallback_cpu = 3;
+            st.cpu = &st.fallback_cpu;
+            assert!(handler::alloc_shadow(st));
+            st.state = 1;
+            FAST_OK.store(1, Ordering::Relaxed);
+            GRAPH_OK.store(1, Ordering::Relaxed);
+            type Window = fn(&Stubs, u64) -> [u8; 5];
+            let forms: [(&str, Window); 3] = [
+                ("function", |s, ip| x86::encode_call(ip, s.func()).unwrap()),
+                ("graph call", |s, ip| {
+                    x86::encode_call(ip, s.graph()).unwrap()
+                }),
+                ("graph jmp", |s, ip| {
+                    let b = site_bytes(s, SiteForm::X86Nop5, ip, s.graph()).unwrap();
+                    b.as_slice().try_into().unwrap()
+                }),
+            ];
+            for (name, window) in forms {
+                let (f, _) = make_function(window);
+                // SAFETY: the header lives in `mem`.
+                // SAFETY: the header lives in `mem`.
+                let before = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                let parent = call_checked(f);
+                let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                let ev = buffer::read(&bytes).unwrap().events;
+                let ev = &ev[before as usize..];
+                if name == "function" {
+                    assert_eq!(ev.len(), 1, "{name}");
+                    assert_eq!((ev[0].kind(), ev[0].ip, ev[0].arg), (KIND_FUNC, f, parent));
+                } else {
+                    assert_eq!(ev.len(), 2, "{name}");
+                    assert_eq!(
+                        (ev[0].kind(), ev[0].ip, ev[0].arg),
+                        (KIND_GRAPH_ENT, f, parent)
+                    );
+                    assert_eq!(
+                        (ev[1].kind(), ev[1].ip, ev[1].arg),
+                        (KIND_GRAPH_RET, f, ev[0].ts)
+                    );
+                    assert!(ev[1].ts >= ev[0].ts, "{name}");
+                    assert_eq!((ev[0].depth(), ev[1].depth()), (0, 0), "{name}");
+                    assert_eq!(st.depth, 0, "{name}: the shadow frame is popped");
+                }
+                assert!(ev.iter().all(|e| e.cpu == 3 && e.ts != 0), "{name}");
+                // Switched off: the sites go through the full-save path, which records nothing
+                // while tracing is off, and the function still computes the same.
+                FAST_OK.store(0, Ordering::Relaxed);
+                GRAPH_OK.store(0, Ordering::Relaxed);
+                call_checked(f);
+                // SAFETY: as above.
+                // SAFETY: as above.
+                let head = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                assert_eq!(
+                    head,
+                    before + ev.len() as u64,
+                    "{name}: nothing recorded when off"
+                );
+                FAST_OK.store(1, Ordering::Relaxed);
+                GRAPH_OK.store(1, Ordering::Relaxed);
+            }
+            FAST_OK.store(0, Ordering::Relaxed);
+            GRAPH_OK.store(0, Ordering::Relaxed);
+            st.state = 0;
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn graph_sites_jump_to_a_thunk_of_their_own() {
+        let here = graph_sites_jump_to_a_thunk_of_their_own as *const () as u64;
+        let s = stubs_near(here, here + 100).unwrap();
+        let decode = |ip: u64, b: &[u8]| x86::decode(ip, b).unwrap().insn;
+        let b = site_bytes(&s, SiteForm::X86Nop5, here, s.func()).unwrap();
+        assert_eq!(decode(here, &b), x86::Insn::Call { target: s.func() });
+        let mut thunks = Vec::new();
+        for ip in [here, here + 64] {
+            let b = site_bytes(&s, SiteForm::X86Nop5Disp8, ip, s.graph()).unwrap();
+            let x86::Insn::Jmp { target: thunk } = decode(ip, &b) else {
+                panic!("not a jmp: {b:?}");
+            };
+            // SAFETY: thunks are readable.
+            let t = unsafe { core::slice::from_raw_parts(thunk as *const u8, THUNK as usize) };
+            assert_eq!(
+                &t[..4],
+                &[0x50, 0x48, 0x8d, 0x05],
+                "push %rax; lea ...(%rip), %rax"
+            );
+            let lea = i32::from_le_bytes(t[4..8].try_into().unwrap()) as i64;
+            assert_eq!(
+                (thunk + 8).wrapping_add(lea as u64),
+                ip + 5,
+                "rax = the body"
+            );
+            assert_eq!(
+                decode(thunk + 8, &t[8..13]),
+                x86::Insn::Jmp {
+                    target: s.graph_jmp()
+                }
+            );
+            thunks.push(thunk);
+        }
+        assert_ne!(thunks[0], thunks[1]);
+        // SAFETY: the stub page is readable.
+        let stub = unsafe { core::slice::from_raw_parts(s.graph_jmp() as *const u8, 14) };
+        assert_eq!(&stub[..2], &[0xff, 0x25]);
+        assert_eq!(
+            u64::from_le_bytes(stub[6..14].try_into().unwrap()),
+            graph_jmp_trampoline()
+        );
+        // No mapping of ours is ever writable and executable.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps
+            .lines()
+            .find(|l| {
+                let (a, b) = l.split_once(' ').unwrap().0.split_once('-').unwrap();
+                let (a, b) = (
+                    u64::from_str_radix(a, 16).unwrap(),
+                    u64::from_str_radix(b, 16).unwrap(),
+                );
+                (a..b).contains(&thunks[0])
+            })
+            .unwrap();
+        assert!(line.contains(" r-xs "), "{line}");
     }
 
     #[test]
