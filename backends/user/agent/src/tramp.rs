@@ -33,6 +33,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use ftrace_patch::site::{Arch, SiteBytes, SiteForm};
+
+use crate::handler;
 use ftrace_patch::x86::{self, OutOfRange};
 
 /// Bytes of per-thread state reserved in the TLS block (see `ThreadState`).
@@ -147,6 +149,22 @@ ftrace_agent_root_tramp:
     orq %rax, %rdx
     .endm
 
+    // The function tracer's and function_graph's `jmp`-form fast paths are TEMPLATES: never
+    // run where they are assembled, copied into each stub page (no `jmp *abs64` on the way)
+    // with the data block at their end filled in: +0 the TLS block's offset from the thread
+    // pointer (the GOTTPOFF value), +8 the address of the fast-path switch, +16 the full-save
+    // entry trampoline, +24 the full-save return path. Everything else they reference is
+    // inside the template.
+    .macro FTRACE_AGENT_TEMPLATE_DATA name
+    .p2align 3
+\name\()_data:
+    .quad 0, 0, 0, 0
+    .globl \name\()_end
+    .hidden \name\()_end
+\name\()_end:
+    .size \name, .-\name
+    .endm
+
     // Function tracer: entered from the site's call; touches rax, rcx, rdx, rsi (restored).
     .macro FTRACE_AGENT_FUNC name, noclock
     .p2align 5
@@ -154,14 +172,15 @@ ftrace_agent_root_tramp:
     .hidden \name
     .type \name,@function
 \name:
-    cmpb $0, {fast_ok}(%rip)
-    je ftrace_agent_entry_tramp
     pushq %rax
     pushq %rcx
     pushq %rdx
     pushq %rsi
     // 0: rsi, 8: rdx, 16: rcx, 24: rax, 32: the address after the site, 40: parent
-    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    movq \name\()_data+8(%rip), %rsi
+    cmpb $0, (%rsi)
+    je 8f
+    movq \name\()_data(%rip), %rsi
     addq %fs:0, %rsi
     cmpq $1, {off_state}(%rsi)
     jne 8f
@@ -200,8 +219,8 @@ ftrace_agent_root_tramp:
     popq %rdx
     popq %rcx
     popq %rax
-    jmp ftrace_agent_entry_tramp
-    .size \name, .-\name
+    jmp *\name\()_data+16(%rip)
+    FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
     // function_graph entry, then (at \ret_name) its return trampoline. The entry pushes the
@@ -375,15 +394,16 @@ ftrace_agent_root_tramp:
     .hidden \name
     .type \name,@function
 \name:
-    cmpb $0, {graph_ok}(%rip)
-    je 6f
     pushq %rcx
+    movq \name\()_data+8(%rip), %rcx
+    cmpb $0, (%rcx)
+    je 5f
     pushq %rdx
     pushq %rsi
     pushq %rdi
     pushq %rax
     // 0: body, 8: rdi, 16: rsi, 24: rdx, 32: rcx, 40: rax, 48: parent
-    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    movq \name\()_data(%rip), %rsi
     addq %fs:0, %rsi
     cmpq $1, {off_state}(%rsi)
     jne 8f
@@ -440,8 +460,6 @@ ftrace_agent_root_tramp:
     // starts 128 bytes below rsp). `call` reads it, then pushes \ret_name into the slot.
     leaq 8(%rsp), %rsp
     call *-56(%rsp)
-    .globl \ret_name
-    .hidden \ret_name
 \ret_name:
     leaq -8(%rsp), %rsp
     pushq %rax
@@ -452,9 +470,10 @@ ftrace_agent_root_tramp:
     pushq %r8
     pushq %r9
     // 0: r9, 8: r8, 16: rdi, 24: rsi, 32: rdx, 40: rcx, 48: rax, 56: the return-address slot
-    cmpb $0, {graph_ok}(%rip)
+    movq \name\()_data+8(%rip), %rsi
+    cmpb $0, (%rsi)
     je 7f
-    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    movq \name\()_data(%rip), %rsi
     addq %fs:0, %rsi
     movq {off_depth}(%rsi), %rdi
     testq %rdi, %rdi
@@ -512,21 +531,21 @@ ftrace_agent_root_tramp:
     popq %rcx
     popq %rax
     leaq 8(%rsp), %rsp
-    jmp ftrace_agent_return_slow
+    jmp *\name\()_data+24(%rip)
 8:
     popq %rax
     popq %rdi
     popq %rsi
     popq %rdx
+5:
     popq %rcx
-6:
     // Not recorded here: continue as a call-form site would, in the full-save path
     // (stack: the body, then parent; rax restored).
     pushq %rax
     movq 8(%rsp), %rax
     popq (%rsp)
-    jmp ftrace_agent_entry_tramp
-    .size \name, .-\name
+    jmp *\name\()_data+16(%rip)
+    FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
     FTRACE_AGENT_FUNC ftrace_agent_func_tramp, 0
@@ -537,6 +556,7 @@ ftrace_agent_root_tramp:
     FTRACE_AGENT_GRAPHJ ftrace_agent_graphj_tramp_noclock, ftrace_agent_returnj_tramp_noclock, 1
 
     .p2align 4
+    .globl ftrace_agent_return_slow
     .hidden ftrace_agent_return_slow
     .type ftrace_agent_return_slow,@function
 ftrace_agent_return_slow:
@@ -604,7 +624,6 @@ ftrace_agent_return_slow:
 "#,
     on_entry = sym crate::handler::on_entry,
     on_return = sym crate::handler::on_return,
-    fast_ok = sym crate::handler::FAST_OK,
     graph_ok = sym crate::handler::GRAPH_OK,
     off_shadow = const core::mem::offset_of!(crate::handler::ThreadState, shadow),
     off_depth = const core::mem::offset_of!(crate::handler::ThreadState, depth),
@@ -635,9 +654,14 @@ unsafe extern "C" {
     fn ftrace_agent_graph_tramp();
     fn ftrace_agent_graph_tramp_noclock();
     fn ftrace_agent_graphj_tramp();
+    fn ftrace_agent_graphj_tramp_end();
     fn ftrace_agent_graphj_tramp_noclock();
+    fn ftrace_agent_graphj_tramp_noclock_end();
     fn ftrace_agent_func_tramp();
+    fn ftrace_agent_func_tramp_end();
     fn ftrace_agent_func_tramp_noclock();
+    fn ftrace_agent_func_tramp_noclock_end();
+    fn ftrace_agent_return_slow();
     fn ftrace_agent_entry_tramp();
     fn ftrace_agent_root_tramp();
     fn ftrace_agent_return_tramp();
@@ -648,27 +672,68 @@ pub fn entry_trampoline() -> u64 {
     ftrace_agent_entry_tramp as *const () as u64
 }
 
-/// The function tracer's entry trampoline: records in assembly (no register beyond rax, rcx,
-/// rdx, rsi and r8 is touched, all restored) when the thread is registered, the clock is the
-/// TSC and nothing nests; else it continues in [`entry_trampoline`].
-pub fn func_trampoline() -> u64 {
-    if bench_noclock() {
-        ftrace_agent_func_tramp_noclock as *const () as u64
-    } else {
-        ftrace_agent_func_tramp as *const () as u64
-    }
-}
-
-/// The function_graph entry trampoline: pushes the shadow frame and records in assembly when
-/// the thread is registered, the clock is the TSC, no `-G`/`--max-depth` applies and nothing
-/// nests; else it continues in [`entry_trampoline`]. Its return counterpart falls back to the
-/// full-save return path for frames it cannot pop (roots, frames skipped by `longjmp`).
+/// The function_graph entry trampoline for `call`-form sites (see [`site_bytes`] for the
+/// faster `jmp` form): pushes the shadow frame and records in assembly when the thread is
+/// registered, the clock is the TSC, no `-G`/`--max-depth` applies and nothing nests; else it
+/// continues in [`entry_trampoline`]. Its return counterpart falls back to the full-save return
+/// path for frames it cannot pop (roots, frames skipped by `longjmp`).
 pub fn graph_trampoline() -> u64 {
     if bench_noclock() {
         ftrace_agent_graph_tramp_noclock as *const () as u64
     } else {
         ftrace_agent_graph_tramp as *const () as u64
     }
+}
+
+/// A fast-path template: its bytes (code, then the 32-byte data block) as assembled.
+fn template(start: unsafe extern "C" fn(), end: unsafe extern "C" fn()) -> &'static [u8] {
+    let (a, b) = (start as *const () as usize, end as *const () as usize);
+    assert!(b > a + TEMPLATE_DATA && b - a < 2048, "template bounds");
+    // SAFETY: both labels are in the agent's text, `start` before `end`.
+    unsafe { core::slice::from_raw_parts(a as *const u8, b - a) }
+}
+
+/// Bytes of a template's data block.
+const TEMPLATE_DATA: usize = 32;
+
+/// The function tracer's fast path (template): records in assembly (no register beyond rax,
+/// rcx, rdx and rsi is touched, all restored) when the thread is registered, the clock is the
+/// TSC and nothing nests; else it continues in [`entry_trampoline`].
+fn func_template() -> &'static [u8] {
+    if bench_noclock() {
+        template(
+            ftrace_agent_func_tramp_noclock,
+            ftrace_agent_func_tramp_noclock_end,
+        )
+    } else {
+        template(ftrace_agent_func_tramp, ftrace_agent_func_tramp_end)
+    }
+}
+
+/// function_graph's fast path for `jmp`-form sites (template), with its return trampoline.
+fn graph_jmp_template() -> &'static [u8] {
+    if bench_noclock() {
+        template(
+            ftrace_agent_graphj_tramp_noclock,
+            ftrace_agent_graphj_tramp_noclock_end,
+        )
+    } else {
+        template(ftrace_agent_graphj_tramp, ftrace_agent_graphj_tramp_end)
+    }
+}
+
+/// The TLS block's offset from the thread pointer (what `ftrace_agent_tls@GOTTPOFF` holds).
+fn tls_offset() -> u64 {
+    let off: u64;
+    // SAFETY: reads our GOT entry.
+    unsafe {
+        core::arch::asm!(
+            "mov {o}, qword ptr [rip + ftrace_agent_tls@GOTTPOFF]",
+            o = out(reg) off,
+            options(nostack, readonly, preserves_flags)
+        );
+    }
+    off
 }
 
 /// Environment variable that makes the fast paths record a zero timestamp instead of reading
@@ -680,15 +745,6 @@ pub const ENV_BENCH_NOCLOCK: &str = "FTRACE_AGENT_BENCH_NOCLOCK";
 fn bench_noclock() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os(ENV_BENCH_NOCLOCK).is_some_and(|v| v == "1"))
-}
-
-/// The function_graph entry for sites patched to `jmp` to their thunk (see [`site_bytes`]).
-fn graph_jmp_trampoline() -> u64 {
-    if bench_noclock() {
-        ftrace_agent_graphj_tramp_noclock as *const () as u64
-    } else {
-        ftrace_agent_graphj_tramp as *const () as u64
-    }
 }
 
 /// The entry trampoline for `set_graph_function` roots.
@@ -717,9 +773,10 @@ pub fn tls_block() -> *mut u8 {
     p
 }
 
-/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root), 32 (function fast path),
-/// 48 (function_graph fast path, `call` form) and 64 (function_graph fast path, `jmp` form:
-/// where the per-site thunks of [`site_bytes`] jump).
+/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root) and 48 (function_graph
+/// fast path, `call` form), then copies of the function tracer's fast path (at 128) and of
+/// function_graph's `jmp`-form fast path (at 1024, where the per-site thunks of
+/// [`site_bytes`] jump).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stubs {
     /// Page address.
@@ -739,7 +796,7 @@ impl Stubs {
 
     /// Where sites call under the function tracer.
     pub fn func(&self) -> u64 {
-        self.page + 32
+        self.page + FUNC_OFF
     }
 
     /// Where ordinary sites call under the function_graph tracer (see [`site_bytes`] for the
@@ -750,7 +807,7 @@ impl Stubs {
 
     /// Where the function_graph site thunks jump.
     fn graph_jmp(&self) -> u64 {
-        self.page + 64
+        self.page + GRAPH_JMP_OFF
     }
 }
 
@@ -904,6 +961,10 @@ static THUNKS_POISONED_BY_FORK: core::sync::atomic::AtomicBool =
     core::sync::atomic::AtomicBool::new(false);
 
 const PAGE: u64 = 4096;
+/// Offset of the function tracer's fast path in a stub page.
+const FUNC_OFF: u64 = 128;
+/// Offset of function_graph's `jmp`-form fast path in a stub page.
+const GRAPH_JMP_OFF: u64 = 1024;
 const REACH: u64 = (1 << 31) - 2 * PAGE;
 
 static STUB_PAGES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
@@ -931,16 +992,40 @@ pub fn stubs_near(lo: u64, hi: u64) -> Option<Stubs> {
             0,
         )
     })?;
-    let mut code = [0xccu8; 80];
+    let mut code = vec![0xccu8; PAGE as usize];
     for (off, target) in [
         (0, entry_trampoline()),
         (16, root_trampoline()),
-        (32, func_trampoline()),
         (48, graph_trampoline()),
-        (64, graph_jmp_trampoline()),
     ] {
         code[off..off + 6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
         code[off + 6..off + 14].copy_from_slice(&target.to_le_bytes());
+    }
+    let slow_return = ftrace_agent_return_slow as *const () as u64;
+    for (off, tpl, switch, next) in [
+        (FUNC_OFF, func_template(), &handler::FAST_OK, GRAPH_JMP_OFF),
+        (
+            GRAPH_JMP_OFF,
+            graph_jmp_template(),
+            &handler::GRAPH_OK,
+            PAGE,
+        ),
+    ] {
+        let (off, end) = (off as usize, off as usize + tpl.len());
+        assert!(end <= next as usize, "fast-path templates overlap");
+        code[off..end].copy_from_slice(tpl);
+        let data = &mut code[end - TEMPLATE_DATA..end];
+        for (i, v) in [
+            tls_offset(),
+            switch.as_ptr() as u64,
+            entry_trampoline(),
+            slow_return,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            data[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
     }
     // SAFETY: `page` is our fresh RW mapping.
     unsafe {
@@ -1009,6 +1094,15 @@ mod tests {
             Some(s),
             "a close page is shared"
         );
+    }
+
+    fn thread_pointer() -> u64 {
+        let p: u64;
+        // SAFETY: reads the TCB self-pointer at %fs:0.
+        unsafe {
+            core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) p, options(nostack, readonly))
+        };
+        p
     }
 
     /// A traced function made at run time in a page near the stubs: the 5-byte window holds
@@ -1214,12 +1308,28 @@ mod tests {
             thunks.push(thunk);
         }
         assert_ne!(thunks[0], thunks[1]);
+        // The thunks' target: a copy of the template, its data block filled in.
+        let tpl = graph_jmp_template();
         // SAFETY: the stub page is readable.
-        let stub = unsafe { core::slice::from_raw_parts(s.graph_jmp() as *const u8, 14) };
-        assert_eq!(&stub[..2], &[0xff, 0x25]);
+        let copy = unsafe { core::slice::from_raw_parts(s.graph_jmp() as *const u8, tpl.len()) };
+        let code = tpl.len() - TEMPLATE_DATA;
+        assert_eq!(copy[..code], tpl[..code]);
+        let data: Vec<u64> = copy[code..]
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
         assert_eq!(
-            u64::from_le_bytes(stub[6..14].try_into().unwrap()),
-            graph_jmp_trampoline()
+            data,
+            [
+                tls_offset(),
+                handler::GRAPH_OK.as_ptr() as u64,
+                entry_trampoline(),
+                ftrace_agent_return_slow as *const () as u64
+            ]
+        );
+        assert_eq!(
+            tls_offset().wrapping_add(thread_pointer()),
+            tls_block() as u64
         );
         // No mapping of ours is ever writable and executable.
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
