@@ -467,9 +467,7 @@ ftrace_agent_root_tramp:
     pushq %rdx
     pushq %rsi
     pushq %rdi
-    pushq %r8
-    pushq %r9
-    // 0: r9, 8: r8, 16: rdi, 24: rsi, 32: rdx, 40: rcx, 48: rax, 56: the return-address slot
+    // 0: rdi, 8: rsi, 16: rdx, 24: rcx, 32: rax, 40: the return-address slot
     movq \name\()_data+8(%rip), %rsi
     cmpb $0, (%rsi)
     je 7f
@@ -478,44 +476,47 @@ ftrace_agent_root_tramp:
     movq {off_depth}(%rsi), %rdi
     testq %rdi, %rdi
     jz 7f
-    leaq -1(%rdi), %r9
     shlq $5, %rdi
     addq {off_shadow}(%rsi), %rdi
-    leaq 56(%rsp), %rcx
+    // rdi: one past the top frame (ret -32, ip -24, calltime -16, slot -8)
+    leaq 40(%rsp), %rcx
     cmpq -8(%rdi), %rcx
     jne 7f
     movq -32(%rdi), %rax
-    movq %rax, 56(%rsp)
-    movq -24(%rdi), %rcx
-    movq -16(%rdi), %r8
-    // Popped only once read: a signal handler nesting from here on may reuse the frame.
-    movq %r9, {off_depth}(%rsi)
+    movq %rax, 40(%rsp)
     FTRACE_AGENT_CLOCK \noclock
-    movq {off_header}(%rsi), %rdi
+    // The frame stays pushed until its fields are in the event: a signal handler nesting
+    // meanwhile pushes and pops above it.
+    movq {off_header}(%rsi), %rcx
     movl $1, %eax
-    xaddq %rax, {off_head}(%rdi)
+    xaddq %rax, {off_head}(%rcx)
     cmpq {off_limit}(%rsi), %rax
     ja 9f
-    movl {off_shift}(%rsi), %edi
-    btq %rdi, %rax
-    sbbl %edi, %edi
-    andl ${lap_bit}, %edi
-    shll $8, %r9d
-    orl %r9d, %edi
-    orl ${kind_ret}, %edi
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    orl ${kind_ret}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
     addq {off_slots}(%rsi), %rax
     movq %rdx, 0(%rax)
-    movq %rcx, 8(%rax)
-    movq %r8, 16(%rax)
-    movq {off_cpu}(%rsi), %rcx
-    movl (%rcx), %ecx
-    movl %ecx, 28(%rax)
-    movl %edi, 24(%rax)
+    // depth << 8 of the popped frame: (rdi - shadow - 32) << 3
+    movq %rdi, %rdx
+    subq {off_shadow}(%rsi), %rdx
+    shll $3, %edx
+    subl $256, %edx
+    orl %edx, %ecx
+    movq -24(%rdi), %rdx
+    movq %rdx, 8(%rax)
+    movq -16(%rdi), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
 9:
-    popq %r9
-    popq %r8
+    subq $1, {off_depth}(%rsi)
     popq %rdi
     popq %rsi
     popq %rdx
@@ -523,8 +524,6 @@ ftrace_agent_root_tramp:
     popq %rax
     ret
 7:
-    popq %r9
-    popq %r8
     popq %rdi
     popq %rsi
     popq %rdx
@@ -1108,6 +1107,14 @@ mod tests {
     /// A traced function made at run time in a page near the stubs: the 5-byte window holds
     /// `window(site)`, the body returns rax + rdi + rsi + rdx + rcx + r8 + r9.
     fn make_function(stubs_for: impl Fn(&Stubs, u64) -> [u8; 5]) -> (u64, Stubs) {
+        make_caller(stubs_for, None)
+    }
+
+    /// As [`make_function`], or with a body that only calls `callee` (`call callee; ret`).
+    fn make_caller(
+        stubs_for: impl Fn(&Stubs, u64) -> [u8; 5],
+        callee: Option<u64>,
+    ) -> (u64, Stubs) {
         let here = call_checked as *const () as u64;
         // SAFETY: an anonymous private mapping at a free address.
         let page = map_near(here, here + 100, PAGE, |cand| unsafe {
@@ -1123,6 +1130,10 @@ mod tests {
         .unwrap();
         let stubs = stubs_near(page, page + PAGE).unwrap();
         let mut code = stubs_for(&stubs, page).to_vec();
+        if let Some(callee) = callee {
+            code.extend_from_slice(&x86::encode_call(page + 5, callee).unwrap());
+            code.push(0xc3);
+        }
         code.extend_from_slice(&[
             0x48, 0x01, 0xf8, // add %rdi, %rax
             0x48, 0x01, 0xf0, // add %rsi, %rax
@@ -1264,6 +1275,39 @@ mod tests {
                 );
                 FAST_OK.store(1, Ordering::Relaxed);
                 GRAPH_OK.store(1, Ordering::Relaxed);
+            }
+            // Nested: a traced function calling a traced function, both forms.
+            for (name, window) in &forms[1..] {
+                let (inner, _) = make_function(window);
+                let (outer, _) = make_caller(window, Some(inner));
+                // SAFETY: the header lives in `mem`.
+                let before = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                let parent = call_checked(outer);
+                let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                let ev = buffer::read(&bytes).unwrap().events;
+                let ev = &ev[before as usize..];
+                let got: Vec<_> = ev.iter().map(|e| (e.kind(), e.ip, e.depth())).collect();
+                assert_eq!(
+                    got,
+                    [
+                        (KIND_GRAPH_ENT, outer, 0),
+                        (KIND_GRAPH_ENT, inner, 1),
+                        (KIND_GRAPH_RET, inner, 1),
+                        (KIND_GRAPH_RET, outer, 0)
+                    ],
+                    "{name}"
+                );
+                assert_eq!(
+                    (ev[0].arg, ev[1].arg),
+                    (parent, outer + 10),
+                    "{name}: parents"
+                );
+                assert_eq!(
+                    (ev[2].arg, ev[3].arg),
+                    (ev[1].ts, ev[0].ts),
+                    "{name}: call times"
+                );
+                assert_eq!(st.depth, 0, "{name}");
             }
             FAST_OK.store(0, Ordering::Relaxed);
             GRAPH_OK.store(0, Ordering::Relaxed);
