@@ -3,9 +3,11 @@
 //! - `cargo xtask demo`: builds the `ftrace` tool, the agent and the C example, and shows the
 //!   example's function_graph trace (`ftrace live -t function_graph -- calls 1 1`).
 //! - `cargo xtask bench-vs-uftrace [N] [ROUNDS]`: one call-heavy C benchmark (recursive fib(N),
-//!   default 27) built uninstrumented, with our flags and with `-pg` for uftrace; runs it
-//!   uninstrumented, with the sites off, under our function and function_graph tracers and
-//!   under `uftrace record`, and prints ns per traced call and the ratios (best of ROUNDS).
+//!   default 27) built uninstrumented (also with the body shifted as the instrumented build
+//!   has it, to tell code layout from the NOP), with our flags and with `-pg` for uftrace; runs
+//!   it uninstrumented, with the sites off, under our function and function_graph tracers
+//!   (also without their clock reads, for measurement only) and under `uftrace record`, and
+//!   prints ns per traced call and the ratios (minimum over ROUNDS interleaved rounds).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,9 @@
 //!
 //! A patched site is `call rel32` (or `jmp rel32`), which reaches ±2 GiB; the agent's own text
 //! may be anywhere. So each object gets a stub page mapped within reach (shared by objects close
-//! to each other), holding `jmp *abs64` thunks to the trampolines.
+//! to each other), holding `jmp *abs64` thunks to the full-save trampolines and copies of the
+//! fast paths (position-independent templates with a data block: TLS offset, switch,
+//! fallbacks), so that the hot path takes no extra jump.
 //!
 //! Entry trampoline (the full-save path): entered from the site's `call` with `(%rsp)` = the
 //! address after the site and `8(%rsp)` = the traced function's return address; rsp is 16-byte
