@@ -825,9 +825,7 @@ pub fn site_bytes(
     ip: u64,
     target: u64,
 ) -> Result<SiteBytes, OutOfRange> {
-    if target == stubs.graph()
-        && form.arch() == Arch::X86_64
-        && !THUNKS_POISONED_BY_FORK.load(Ordering::Relaxed)
+    if target == stubs.graph() && form.arch() == Arch::X86_64 && !THUNKS_OFF.load(Ordering::Relaxed)
     {
         if let Some(thunk) = graph_thunk(stubs, ip) {
             return Ok(SiteBytes::new(&x86::encode_jmp(ip, thunk)?));
@@ -860,10 +858,17 @@ fn graph_thunk(stubs: &Stubs, ip: u64) -> Option<u64> {
         r.used + THUNK <= THUNK_REGION && span_reaches(r.exec, r.exec + THUNK_REGION, lo, hi)
     }) {
         Some(i) => i,
-        None => {
-            regions.push(new_thunk_region(lo, hi)?);
-            regions.len() - 1
-        }
+        None => match new_thunk_region(lo, hi) {
+            Some(r) => {
+                regions.push(r);
+                regions.len() - 1
+            }
+            None => {
+                // Not again for every site: from now on sites use the `call` form.
+                THUNKS_OFF.store(true, Ordering::Relaxed);
+                return None;
+            }
+        },
     };
     let r = &mut regions[i];
     let thunk = r.exec + r.used;
@@ -920,6 +925,22 @@ fn new_thunk_region(lo: u64, hi: u64) -> Option<ThunkRegion> {
             libc::close(fd);
             return None;
         }
+        // Executable memfd mappings may be forbidden (`vm.memfd_noexec`): find out once,
+        // rather than at every candidate address.
+        let probe = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        if probe == libc::MAP_FAILED {
+            libc::munmap(write, len);
+            libc::close(fd);
+            return None;
+        }
+        libc::munmap(probe, len);
         let exec = map_near(lo, hi, THUNK_REGION, |cand| {
             libc::mmap(
                 cand as *mut _,
@@ -954,12 +975,13 @@ extern "C" fn thunks_after_fork() {
             r.used = THUNK_REGION;
         }
     } else {
-        THUNKS_POISONED_BY_FORK.store(true, Ordering::Relaxed);
+        THUNKS_OFF.store(true, Ordering::Relaxed);
     }
 }
 
-static THUNKS_POISONED_BY_FORK: core::sync::atomic::AtomicBool =
-    core::sync::atomic::AtomicBool::new(false);
+/// No more thunks are made (a region could not be mapped, or a forked child could not take
+/// the regions' lock): new function_graph sites use the `call` form.
+static THUNKS_OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 const PAGE: u64 = 4096;
 /// Offset of the function tracer's fast path in a stub page.
