@@ -252,27 +252,34 @@ pub fn bench_vs_uftrace(args: &[String]) -> Result<(), String> {
     }
     println!("* measurement only: the TSC read replaced by zero (FTRACE_AGENT_BENCH_NOCLOCK=1)");
     let tsc = rdtsc_ns();
-    let (shift, nop, off, func, graph, uf, func_nc, graph_nc) = (
-        best[1], best[2], best[3], best[4], best[5], best[6], best[7], best[8],
-    );
+    let (func, graph, uf, func_nc, graph_nc) = (best[4], best[5], best[6], best[7], best[8]);
     let pct = |a: f64, b: f64| (a / b - 1.0) * 100.0;
-    println!(
-        "\nsites off vs the same binary without the agent: {:+.1}% (what the agent costs while \
-         off)",
-        pct(off, nop)
-    );
-    println!(
-        "NOP executed vs the same layout without it:    {:+.1}% (instrumented vs body shifted)",
-        pct(nop, shift)
-    );
-    println!(
-        "layout alone:                                  {:+.1}% (body shifted vs uninstrumented)",
-        pct(shift, base)
-    );
-    println!(
-        "sites off vs uninstrumented:                   {:+.1}%",
-        pct(off, base)
-    );
+    // The sub-nanosecond comparisons, on the minimum and on the median (which one run's luck
+    // moves less).
+    let med: Vec<f64> = samples.iter().map(|s| median(s)).collect();
+    println!();
+    for (what, a, b, note) in [
+        (
+            "sites off vs the same binary without the agent",
+            3,
+            2,
+            "what the agent costs while off",
+        ),
+        (
+            "NOP executed vs the same layout without it",
+            2,
+            1,
+            "instrumented vs body shifted",
+        ),
+        ("layout alone", 1, 0, "body shifted vs uninstrumented"),
+        ("sites off vs uninstrumented", 3, 0, "NOP and layout"),
+    ] {
+        println!(
+            "{what:<48} {:+5.1}% (median {:+5.1}%): {note}",
+            pct(best[a], best[b]),
+            pct(med[a], med[b])
+        );
+    }
     println!(
         "uftrace / function:        {:.1}x per call, {:.1}x in overhead",
         uf / func,
