@@ -847,13 +847,27 @@ struct ThunkRegion {
     used: u64,
 }
 
-static THUNK_REGIONS: Mutex<Vec<ThunkRegion>> = Mutex::new(Vec::new());
+/// The thunk regions, and the thunk made for each `(site, stub page)` (a site encoded again,
+/// e.g. when the tracer is switched back to function_graph, gets the same thunk).
+struct Thunks {
+    regions: Vec<ThunkRegion>,
+    made: std::collections::BTreeMap<(u64, u64), u64>,
+}
 
-/// The thunk of the function_graph site at `ip`: a new one in a region within `rel32` reach of
-/// both the site and the stub page.
+static THUNKS: Mutex<Thunks> = Mutex::new(Thunks {
+    regions: Vec::new(),
+    made: std::collections::BTreeMap::new(),
+});
+
+/// The thunk of the function_graph site at `ip`: the one made before, or a new one in a
+/// region within `rel32` reach of both the site and the stub page.
 fn graph_thunk(stubs: &Stubs, ip: u64) -> Option<u64> {
     let (lo, hi) = (ip.min(stubs.page), (ip + 5).max(stubs.page + PAGE));
-    let mut regions = THUNK_REGIONS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut thunks = THUNKS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&t) = thunks.made.get(&(ip, stubs.page)) {
+        return Some(t);
+    }
+    let regions = &mut thunks.regions;
     let i = match regions.iter().position(|r| {
         r.used + THUNK <= THUNK_REGION && span_reaches(r.exec, r.exec + THUNK_REGION, lo, hi)
     }) {
@@ -883,6 +897,7 @@ fn graph_thunk(stubs: &Stubs, ip: u64) -> Option<u64> {
         core::ptr::copy_nonoverlapping(code.as_ptr(), (r.write + r.used) as *mut u8, code.len())
     };
     r.used += THUNK;
+    thunks.made.insert((ip, stubs.page), thunk);
     Some(thunk)
 }
 
@@ -970,8 +985,8 @@ fn new_thunk_region(lo: u64, hi: u64) -> Option<ThunkRegion> {
 extern "C" fn thunks_after_fork() {
     // The forking thread held no lock of ours across fork unless it was inside
     // `graph_thunk`; then the child makes no thunks (try_lock fails) rather than deadlock.
-    if let Ok(mut regions) = THUNK_REGIONS.try_lock() {
-        for r in regions.iter_mut() {
+    if let Ok(mut thunks) = THUNKS.try_lock() {
+        for r in thunks.regions.iter_mut() {
             r.used = THUNK_REGION;
         }
     } else {
@@ -1376,6 +1391,12 @@ mod tests {
             thunks.push(thunk);
         }
         assert_ne!(thunks[0], thunks[1]);
+        let again = site_bytes(&s, SiteForm::X86Nop5Disp8, here, s.graph()).unwrap();
+        assert_eq!(
+            decode(here, &again),
+            x86::Insn::Jmp { target: thunks[0] },
+            "a site encoded again keeps its thunk"
+        );
         // The thunks' target: a copy of the template, its data block filled in.
         let tpl = graph_jmp_template();
         // SAFETY: the stub page is readable.
