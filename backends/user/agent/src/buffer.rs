@@ -114,6 +114,9 @@ pub struct Writer {
     pub shift: u32,
     /// 1 in overwrite mode.
     pub overwrite: u32,
+    /// The highest slot index that may be written: `u64::MAX` in overwrite mode, `mask`
+    /// otherwise (one compare decides "dropped" on the fast paths).
+    pub limit: u64,
 }
 
 impl Writer {
@@ -128,7 +131,7 @@ impl Writer {
         // SAFETY: the header is live (caller's contract); `head` is a plain u64 in memory
         // shared only with nested writers of this thread.
         let index = unsafe { reserve(&(*self.header).head) };
-        if self.overwrite == 0 && index > self.mask {
+        if index > self.limit {
             return; // dropped: counted as head - capacity
         }
         // SAFETY: `index & mask` is below the capacity the mapping holds.
@@ -302,6 +305,7 @@ pub unsafe fn init(
         mask: cap - 1,
         shift: cap.trailing_zeros(),
         overwrite: u32::from(overwrite),
+        limit: if overwrite { u64::MAX } else { cap - 1 },
     }
 }
 
