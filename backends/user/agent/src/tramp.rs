@@ -72,6 +72,9 @@ ftrace_agent_root_tramp:
 1:
     pushq %rbp
     movq %rsp, %rbp
+    // gcc may call a function that needs no aligned stack with rsp 8 off (-fipa-stack-alignment):
+    // align for the movaps saves and the Rust call; everything above is addressed from rbp.
+    andq $-16, %rsp
     pushq %rax
     pushq %rdi
     pushq %rsi
@@ -129,6 +132,7 @@ ftrace_agent_root_tramp:
     popq %rsi
     popq %rdi
     popq %rax
+    movq %rbp, %rsp
     popq %rbp
     popq %r11
     ret
@@ -561,7 +565,11 @@ ftrace_agent_root_tramp:
     .hidden ftrace_agent_return_slow
     .type ftrace_agent_return_slow,@function
 ftrace_agent_return_slow:
+    // rbp+16: the caller's stack as the body's ret left it; rbp+8: the slot the final ret reads.
     subq $8, %rsp
+    pushq %rbp
+    movq %rsp, %rbp
+    andq $-16, %rsp
     pushq %rax
     pushq %rdx
     pushq %rcx
@@ -571,7 +579,7 @@ ftrace_agent_return_slow:
     pushq %r9
     pushq %r10
     pushq %r11
-    subq $256, %rsp
+    subq $264, %rsp
     movaps %xmm0, 0(%rsp)
     movaps %xmm1, 16(%rsp)
     movaps %xmm2, 32(%rsp)
@@ -590,9 +598,9 @@ ftrace_agent_return_slow:
     movaps %xmm15, 240(%rsp)
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rdi
     addq %fs:0, %rdi
-    leaq 336(%rsp), %rsi
+    leaq 16(%rbp), %rsi
     call {on_return}
-    movq %rax, 328(%rsp)
+    movq %rax, 8(%rbp)
     movaps 0(%rsp), %xmm0
     movaps 16(%rsp), %xmm1
     movaps 32(%rsp), %xmm2
@@ -609,7 +617,7 @@ ftrace_agent_return_slow:
     movaps 208(%rsp), %xmm13
     movaps 224(%rsp), %xmm14
     movaps 240(%rsp), %xmm15
-    addq $256, %rsp
+    addq $264, %rsp
     popq %r11
     popq %r10
     popq %r9
@@ -619,6 +627,8 @@ ftrace_agent_return_slow:
     popq %rcx
     popq %rdx
     popq %rax
+    movq %rbp, %rsp
+    popq %rbp
     ret
     .size ftrace_agent_return_slow, .-ftrace_agent_return_slow
     .text
