@@ -41,6 +41,8 @@ unsafe impl PageProvider for KernelPages {
 
 /// The module's ring buffer type.
 pub(crate) type Buffer = RingBuffer<KernelPages>;
+/// One CPU's buffer of [`Buffer`].
+pub(crate) type CpuBuf = CpuBuffer<KernelPages>;
 
 /// The function tracer's [`EntrySink`]: one CPU's buffer, stamped with clock `C`.
 pub(crate) struct CpuSink<'a, C: TraceClock> {
