@@ -63,9 +63,11 @@ notrace int rfl_shim_register(void)
 		reset = 0;
 	}
 	kfree(buf);
+	if (!ret)
+		ret = register_ftrace_function(&rfl_ops);
 	if (ret)
-		return ret;
-	return register_ftrace_function(&rfl_ops);
+		ftrace_free_filter(&rfl_ops); /* the hash the patterns above allocated */
+	return ret;
 }
 
 notrace int rfl_shim_unregister(void)

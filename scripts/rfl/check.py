@@ -221,6 +221,12 @@ def main():
     m = [s for s in status if s.startswith("kernel ")]
     c.check("guest runs with 2 CPUs", m and m[0].endswith("cpus 2"), str(m))
 
+    c.check("a filter matching no function makes insmod fail", "bad-filter insmod refused" in status,
+            repr([s for s in status if s.startswith("bad-filter insmod")]))
+    c.check("the failed insmod leaves nothing patched and no debugfs dir",
+            "bad-filter leftovers: 0 patched, 0 dirs" in status,
+            repr([s for s in status if s.startswith("bad-filter leftovers")]))
+
     # Pass 1: the workload in a roomy buffer.
     c.check("insmod ftrace_rs", "insmod ok" in status, "no 'insmod ok'")
     c.check("trace file read", "read ok" in status and "trace" in files, "no trace output")

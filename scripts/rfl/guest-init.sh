@@ -15,6 +15,16 @@ stty -F $OUT raw -echo 2>/dev/null
 D=/sys/kernel/debug/ftrace_rs
 echo "RFL: kernel $(uname -r) cpus $(grep -c ^processor /proc/cpuinfo)"
 
+# A filter that matches nothing: ftrace_set_filter() fails, so init must fail cleanly (the filter
+# hash freed, nothing registered, the debugfs files gone) and leave nothing patched.
+if insmod /lib/modules/ftrace_rs.ko filter=no_such_function_rfl 2>/dev/null; then
+  echo "RFL: bad-filter insmod accepted"
+  rmmod ftrace_rs
+else
+  echo "RFL: bad-filter insmod refused"
+fi
+echo "RFL: bad-filter leftovers: $(cat /sys/kernel/tracing/enabled_functions | wc -l) patched, $(ls -d $D 2>/dev/null | wc -l) dirs"
+
 if insmod /lib/modules/ftrace_rs.ko filter="$FILTER"; then
   echo "RFL: insmod ok"
 else
