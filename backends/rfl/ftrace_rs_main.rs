@@ -33,8 +33,8 @@ mod symbols;
 mod tracing;
 
 use ftrace_core::dispatch::Dispatcher;
-use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::event::TraceCtx;
+use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::platform::{CpuId, ExecContext, TaskContext, TraceClock};
 use ftrace_core::recursion::TraceRecursion;
 use ftrace_tracers::function::FunctionTracer;
@@ -377,7 +377,11 @@ pub unsafe extern "C" fn rfl_rs_show_trace(m: *mut shim::SeqFile) {
     let mut writer = TraceWriter::new(OutputStyle::Default, &mut [], written > entries);
     let _ = writer.write_trace(&mut w, &env, Some(&info), &mut iter);
     if snap.truncated != 0 {
-        let _ = writeln!(w, "# ftrace_rs: {} events did not fit the snapshot", snap.truncated);
+        let _ = writeln!(
+            w,
+            "# ftrace_rs: {} events did not fit the snapshot",
+            snap.truncated
+        );
     }
 }
 
@@ -426,7 +430,11 @@ impl kernel::Module for FtraceRs {
         // SAFETY: reads a compile-time constant of the shim.
         let ksym_len = unsafe { shim::rfl_shim_ksym_symbol_len() } as usize;
         if ksym_len > symbols::KSYM_SYMBOL_LEN {
-            pr_err!("KSYM_SYMBOL_LEN {} > {}\n", ksym_len, symbols::KSYM_SYMBOL_LEN);
+            pr_err!(
+                "KSYM_SYMBOL_LEN {} > {}\n",
+                ksym_len,
+                symbols::KSYM_SYMBOL_LEN
+            );
             return Err(EINVAL);
         }
         // SAFETY: reads a module parameter.

@@ -124,6 +124,10 @@ def check_buffers(c, tag, files, trace_name, stats_name, filt):
     if all(re.fullmatch(r"[A-Za-z0-9_.]+", n) for n in names):
         other = [ev["line"] for ev in events if ev["func"] not in names]
         c.check(f"{tag}only {filt} recorded (the filter)", not other, repr(other[:3]))
+    # Every task that wrote an event still has its name in the module's comm table (a
+    # direct-mapped table once lost pid 129's name to pid 1, the init shell: 129 % 128 == 1).
+    nameless = [ev["line"] for ev in events if ev["comm"] == "<...>"]
+    c.check(f"{tag}every line names its task (no '<...>')", not nameless, repr(nameless[:3]))
     hexparents = [ev["line"] for ev in events if ev["parent"].startswith("0x")]
     c.check(f"{tag}parents resolve to symbols", not hexparents, repr(hexparents[:3]))
 
