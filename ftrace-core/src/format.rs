@@ -98,20 +98,84 @@ impl EventFormat {
 
 impl fmt::Display for EventFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "name: {}", self.name)?;
-        writeln!(f, "ID: {}", self.id.as_u16())?;
-        writeln!(f, "format:")?;
-        for field in COMMON_FIELDS {
-            write!(f, "{field}")?;
-        }
-        writeln!(f)?;
-        for field in self.fields {
-            write!(f, "{field}")?;
-        }
-        writeln!(f)?;
-        writeln!(f, "print fmt: {}", self.print_fmt)
+        write_format(f, self.name, self.id.as_u16(), self.fields, self.print_fmt)
     }
 }
+
+/// Writes a whole `format` file (`f_show`): name, id, the common fields, a blank line, the
+/// event's own fields, a blank line and the print format.
+pub fn write_format(
+    w: &mut dyn fmt::Write,
+    name: &str,
+    id: u16,
+    fields: &[Field],
+    print_fmt: &str,
+) -> fmt::Result {
+    writeln!(w, "name: {name}")?;
+    writeln!(w, "ID: {id}")?;
+    writeln!(w, "format:")?;
+    for field in COMMON_FIELDS {
+        write!(w, "{field}")?;
+    }
+    writeln!(w)?;
+    for field in fields {
+        write!(w, "{field}")?;
+    }
+    writeln!(w)?;
+    writeln!(w, "print fmt: {print_fmt}")
+}
+
+/// A trace event of a subsystem (`events/<system>/<name>/`), as a host registers it: the
+/// kernel's `TRACE_EVENT()` descriptors (`sched:sched_switch`) rather than ftrace's internal
+/// entries. Unlike [`EventFormat`], its id is any `u16` the host assigns (Linux numbers them
+/// after the internal ids, `EventId::LAST_INTERNAL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceEventFormat {
+    /// The subsystem (`"sched"`).
+    pub system: &'static str,
+    /// The event name (`"sched_switch"`).
+    pub name: &'static str,
+    /// The event id (`common_type` of its records).
+    pub id: u16,
+    /// The event's own fields, after the common ones.
+    pub fields: &'static [Field],
+    /// The `print fmt:` line's text.
+    pub print_fmt: &'static str,
+}
+
+impl TraceEventFormat {
+    /// Writes the whole `format` file.
+    pub fn write_to(&self, w: &mut impl fmt::Write) -> fmt::Result {
+        write!(w, "{self}")
+    }
+
+    /// The field called `name`: the event's own fields first, then the common ones (the
+    /// kernel's `trace_find_event_field` order).
+    pub fn field(&self, name: &str) -> Option<&'static Field> {
+        self.fields
+            .iter()
+            .chain(COMMON_FIELDS.iter())
+            .find(|f| f.name == name)
+    }
+
+    /// The record size: the end of the last fixed field.
+    pub fn record_size(&self) -> u32 {
+        self.fields
+            .iter()
+            .chain(COMMON_FIELDS.iter())
+            .map(|f| f.offset + f.size)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+impl fmt::Display for TraceEventFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_format(f, self.name, self.id, self.fields, self.print_fmt)
+    }
+}
+
+pub mod sched;
 
 /// A field of `$t` with the given C type and name; its offset, size and signedness come from the
 /// Rust struct, and the Rust type is checked to be the field's type.

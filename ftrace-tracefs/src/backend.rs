@@ -13,7 +13,11 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use ftrace_core::Errno;
+use ftrace_core::format::TraceEventFormat;
 use ftrace_core::symbols::SymbolTable;
+
+use crate::event_filter::EventFilter;
+use crate::triggers::Trigger;
 
 use crate::options::TraceFlags;
 
@@ -159,6 +163,38 @@ pub trait TraceBackend: Send {
     fn write_saved_cmdlines(&self, w: &mut dyn fmt::Write) -> fmt::Result;
     /// `saved_tgids` (top level): `"%d %d\n"` pid, tgid.
     fn write_saved_tgids(&self, w: &mut dyn fmt::Write) -> fmt::Result;
+
+    /// A registered trace event's state changed in this instance (`enable`, `set_event`,
+    /// a trigger's soft mode). The backend arms or disarms the event's tracepoint
+    /// (`enabled`), discards its records while `soft_disabled`, and runs its triggers while
+    /// `triggers`. An `Err` refuses the change: the tree keeps the old state and returns it.
+    /// The default accepts everything (a backend without trace events).
+    fn set_event_state(
+        &mut self,
+        _event: &TraceEventFormat,
+        _state: EventState,
+    ) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    /// The event's filter changed (`None`: no filter in force).
+    fn set_event_filter(&mut self, _event: &TraceEventFormat, _filter: Option<&EventFilter>) {}
+
+    /// The event's triggers changed (the whole new list, in `trigger` file order).
+    fn set_event_triggers(&mut self, _event: &TraceEventFormat, _triggers: &[Trigger]) {}
+}
+
+/// What a backend is told about a trace event in one instance (the kernel's
+/// `trace_event_file` flags that matter to whoever records the event).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventState {
+    /// The tracepoint is armed (`EVENT_FILE_FL_ENABLED`).
+    pub enabled: bool,
+    /// Armed but not recording: a trigger holds it for `enable_event`
+    /// (`EVENT_FILE_FL_SOFT_DISABLED`).
+    pub soft_disabled: bool,
+    /// The event has triggers to run (`EVENT_FILE_FL_TRIGGER_MODE`).
+    pub triggers: bool,
 }
 
 /// The dynamic-ftrace call-site records (ftrace-patch) and the function profiler: top level.

@@ -16,15 +16,21 @@ use alloc::vec::Vec;
 use core::fmt::Write as _;
 
 use ftrace_core::Errno;
-use ftrace_core::format::{FORMATS, write_header_event, write_header_page};
+use ftrace_core::event::EventId;
+use ftrace_core::format::{FORMATS, TraceEventFormat, write_header_event, write_header_page};
 
 use crate::backend::{FilterEdit, Host, Param, PidFile, Reader, TraceBackend};
 use crate::dynevent;
 use crate::error_log::ErrorLog;
+use crate::event_filter;
+use crate::events::{
+    DEFAULT_SYS_FILTER_MESSAGE, EventFile, EventSet, FilterSlot, enable_summary, set_event_matcher,
+};
 use crate::options::{FLAGS, TraceFlags};
 use crate::parse::{is_space, kstrtoul_from_user, parse_cpumask, short_name, write_cpumask};
 use crate::readme::write_readme;
 use crate::tree::{self, Dir, DirEntry, File, ListCtx, Node};
+use crate::triggers::{self, Trigger, TriggerCmd, TriggerCtx, TriggerKind, TriggerType};
 
 /// `MAX_TRACER_SIZE`: a `current_tracer` write is cut to this many bytes.
 pub const MAX_TRACER_SIZE: usize = 100;
@@ -40,6 +46,8 @@ pub const PID_LIST_MAX: u32 = 1 << 30;
 pub const PID_MAX_DEFAULT: u64 = 32768;
 /// `SAVED_CMDLINES_DEFAULT`: the `saved_cmdlines_size` asked for at boot.
 pub const SAVED_CMDLINES_DEFAULT: u32 = 128;
+/// `EVENT_BUF_SIZE`: the longest `set_event` token.
+pub const EVENT_BUF_SIZE: usize = 127;
 
 /// How a file is opened (the `open(2)` flags that matter to tracefs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,6 +152,8 @@ struct Instance {
     open_files: u32,
     /// Open consuming readers (`tr->trace_ref`): the tracer cannot change meanwhile.
     pipe_readers: u32,
+    /// The state of every registered trace event in this instance.
+    events: EventSet,
 }
 
 /// Top-level-only values.
@@ -191,6 +201,11 @@ pub struct Tracefs<H: Host> {
     globals: Globals,
     files: BTreeMap<u64, OpenFile>,
     next_fh: u64,
+    /// The registered trace events, in registration order (`available_events` order).
+    events: Vec<TraceEventFormat>,
+    /// Their subsystems, in order of first registration (never removed, so indices are
+    /// stable for open files).
+    systems: Vec<&'static str>,
 }
 
 /// Rounds a `saved_cmdlines_size` request the way `allocate_cmdlines_buffer()` does on x86_64:
@@ -235,6 +250,7 @@ impl Instance {
             error_log: ErrorLog::default(),
             open_files: 0,
             pipe_readers: 0,
+            events: EventSet::default(),
         }
     }
 
@@ -274,7 +290,91 @@ impl<H: Host> Tracefs<H> {
             },
             files: BTreeMap::new(),
             next_fh: 1,
+            events: Vec::new(),
+            systems: Vec::new(),
         })
+    }
+
+    /// Registers a trace event (`trace_add_event_call`): every instance gets its
+    /// `events/<system>/<name>/` directory, `available_events` and `set_event` list it.
+    /// `EINVAL` for a name tracefs cannot serve (empty, with `/`, `:` or blanks), the reserved
+    /// `ftrace` subsystem or an id in the internal range; `EEXIST` if the name or id is taken.
+    pub fn register_event(&mut self, event: TraceEventFormat) -> Result<(), Errno> {
+        let bad = |s: &str| {
+            s.is_empty()
+                || s == "."
+                || s == ".."
+                || s.bytes()
+                    .any(|b| b == b'/' || b == b':' || b == 0 || is_space(b))
+        };
+        if bad(event.system) || bad(event.name) || event.system == "ftrace" {
+            return Err(Errno::EINVAL);
+        }
+        if event.id <= EventId::LAST_INTERNAL {
+            return Err(Errno::EINVAL);
+        }
+        if self
+            .events
+            .iter()
+            .any(|e| e.id == event.id || (e.system == event.system && e.name == event.name))
+        {
+            return Err(Errno::EEXIST);
+        }
+        if !self.systems.contains(&event.system) {
+            self.systems.push(event.system);
+        }
+        self.events.push(event);
+        for inst in core::iter::once(&mut self.top).chain(self.instances.values_mut()) {
+            inst.events.files.insert(event.id, EventFile::default());
+        }
+        Ok(())
+    }
+
+    /// Removes a registered event (`trace_remove_event_call`): `ENOENT` if unknown, `EBUSY`
+    /// while it is enabled, soft-enabled or has triggers in any instance, or one of its files
+    /// is open.
+    pub fn unregister_event(&mut self, system: &str, name: &str) -> Result<(), Errno> {
+        let pos = self
+            .events
+            .iter()
+            .position(|e| e.system == system && e.name == name)
+            .ok_or(Errno::ENOENT)?;
+        let id = self.events[pos].id;
+        let busy = core::iter::once(&self.top)
+            .chain(self.instances.values())
+            .filter_map(|i| i.events.files.get(&id))
+            .any(|f| f.flags != Default::default() || !f.triggers.is_empty());
+        let open = self.files.values().any(|of| {
+            matches!(of.file,
+                File::TraceEventEnable(x) | File::TraceEventFilter(x) | File::TraceEventTrigger(x)
+                | File::TraceEventFormat(x) | File::TraceEventId(x) if x == id)
+        });
+        if busy || open {
+            return Err(Errno::EBUSY);
+        }
+        self.events.remove(pos);
+        for inst in core::iter::once(&mut self.top).chain(self.instances.values_mut()) {
+            inst.events.files.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// The registered trace events, in registration order.
+    pub fn trace_events(&self) -> &[TraceEventFormat] {
+        &self.events
+    }
+
+    /// An event's state (flags, filter, triggers) in an instance (`None` = top level).
+    pub fn event_file(&self, instance: Option<&str>, id: u16) -> Option<&EventFile> {
+        let i = match instance {
+            None => &self.top,
+            Some(n) => self.instances.get(n)?,
+        };
+        i.events.files.get(&id)
+    }
+
+    fn event(&self, id: u16) -> Result<&TraceEventFormat, Errno> {
+        self.events.iter().find(|e| e.id == id).ok_or(Errno::ENODEV)
     }
 
     /// The host.
@@ -334,6 +434,8 @@ impl<H: Host> Tracefs<H> {
             instances: &names,
             functions: functions.is_some(),
             profiler,
+            events: &self.events,
+            systems: &self.systems,
         };
         Ok(tree::entries(d, &cx))
     }
@@ -411,6 +513,9 @@ impl<H: Host> Tracefs<H> {
         let clock = self.host.default_trace_clock();
         let mut inst = Instance::new(backend, flags, clock, nr, true);
         inst.backend.set_param(Param::Flags(flags))?;
+        for e in &self.events {
+            inst.events.files.insert(e.id, EventFile::default());
+        }
         self.instances.insert((*name).to_owned(), inst);
         Ok(())
     }
@@ -454,7 +559,10 @@ impl<H: Host> Tracefs<H> {
         };
         let nr = self.host.nr_cpus();
         let state = {
-            let i = self.inst_mut(&inst)?;
+            let i = match &inst {
+                None => &mut self.top,
+                Some(n) => self.instances.get_mut(n).ok_or(Errno::ENODEV)?,
+            };
             match file {
                 File::Trace(cpu) => {
                     if flags.write && flags.truncate {
@@ -513,6 +621,37 @@ impl<H: Host> Tracefs<H> {
                 File::ErrorLog => {
                     if flags.write && flags.truncate {
                         i.error_log.clear();
+                    }
+                    OpenState::Text(None)
+                }
+                File::SetEvent => {
+                    if flags.write && flags.truncate && !flags.append {
+                        // `ftrace_clear_events()`.
+                        let mut set = i.events.clone();
+                        for f in set.files.values_mut() {
+                            f.enable_disable(false, false);
+                        }
+                        commit_events(i, &self.events, set)?;
+                    }
+                    OpenState::Text(None)
+                }
+                File::TraceEventTrigger(id) => {
+                    if flags.write && flags.truncate {
+                        // The commands with `unreg_all`: `hist`, `enable_hist`, `disable_hist`.
+                        let mut set = i.events.clone();
+                        let f = set.files.get_mut(&id).ok_or(Errno::ENODEV)?;
+                        let (gone, kept): (Vec<Trigger>, Vec<Trigger>) =
+                            f.triggers.drain(..).partition(|t| {
+                                matches!(
+                                    t.trigger_type(),
+                                    TriggerType::Hist | TriggerType::HistEnable
+                                )
+                            });
+                        f.triggers = kept;
+                        for t in &gone {
+                            detach_trigger(&mut set, id, t);
+                        }
+                        commit_events(i, &self.events, set)?;
                     }
                     OpenState::Text(None)
                 }
@@ -802,6 +941,41 @@ impl<H: Host> Tracefs<H> {
             File::HeaderEvent => write_header_event(w),
             File::EventFormat(n) => FORMATS[n].write_to(w),
             File::EventIdFile(n) => writeln!(w, "{}", FORMATS[n].id.as_u16()),
+            File::AvailableEvents => {
+                for e in &self.events {
+                    let _ = writeln!(w, "{}:{}", e.system, e.name);
+                }
+                Ok(())
+            }
+            File::SetEvent => {
+                for e in &self.events {
+                    if i.events.files.get(&e.id).is_some_and(|f| f.flags.enabled) {
+                        let _ = writeln!(w, "{}:{}", e.system, e.name);
+                    }
+                }
+                Ok(())
+            }
+            File::EventsEnable => {
+                writeln!(w, "{}", enable_summary(i.events.files.values()))
+            }
+            File::SystemEnable(sys) => {
+                let name = self.systems.get(usize::from(sys)).copied().unwrap_or("");
+                let files = self
+                    .events
+                    .iter()
+                    .filter(|e| e.system == name)
+                    .filter_map(|e| i.events.files.get(&e.id));
+                writeln!(w, "{}", enable_summary(files))
+            }
+            File::SystemFilter(sys) => match i.events.system_filters.get(&sys) {
+                Some(t) => writeln!(w, "{t}"),
+                None => w.write_str(DEFAULT_SYS_FILTER_MESSAGE),
+            },
+            File::TraceEventEnable(id) => event_file(i, id)?.write_enable(w),
+            File::TraceEventFilter(id) => event_file(i, id)?.write_filter(w),
+            File::TraceEventTrigger(id) => event_file(i, id)?.write_triggers(w),
+            File::TraceEventFormat(id) => self.event(id)?.write_to(w),
+            File::TraceEventId(id) => writeln!(w, "{}", self.event(id)?.id),
             File::Readme => write_readme(w, self.host.functions().is_some()),
             File::SavedCmdlines => self.top.backend.write_saved_cmdlines(w),
             File::SavedTgids => self.top.backend.write_saved_tgids(w),
@@ -1083,6 +1257,209 @@ impl<H: Host> Tracefs<H> {
                 }
                 Ok(cnt)
             }
+            File::SetEvent => {
+                if cnt == 0 {
+                    return Ok(0);
+                }
+                expand(i, trace_buf_size)?;
+                let (read, tok) = crate::parse::trace_get_user(data, EVENT_BUF_SIZE + 1)?;
+                if tok.is_empty() {
+                    return Ok(read);
+                }
+                let tok = core::str::from_utf8(tok).map_err(|_| Errno::EINVAL)?;
+                let (set, name) = match tok.strip_prefix('!') {
+                    Some(rest) => (false, rest),
+                    None => (true, tok),
+                };
+                set_clr_event(i, &self.events, set_event_matcher(name), set)?;
+                Ok(read)
+            }
+            File::EventsEnable | File::SystemEnable(_) => {
+                let v = kstrtoul_from_user(data, 10)?;
+                expand(i, trace_buf_size)?;
+                if v > 1 {
+                    return Err(Errno::EINVAL);
+                }
+                let sys = match of.file {
+                    File::SystemEnable(s) => {
+                        Some(self.systems.get(usize::from(s)).copied().unwrap_or(""))
+                    }
+                    _ => None,
+                };
+                set_clr_event(
+                    i,
+                    &self.events,
+                    |e| sys.is_none_or(|s| s == e.system),
+                    v == 1,
+                )?;
+                Ok(cnt)
+            }
+            File::TraceEventEnable(id) => {
+                let v = kstrtoul_from_user(data, 10)?;
+                if v > 1 {
+                    return Err(Errno::EINVAL);
+                }
+                expand(i, trace_buf_size)?;
+                let mut set = i.events.clone();
+                set.files
+                    .get_mut(&id)
+                    .ok_or(Errno::ENODEV)?
+                    .enable_disable(v == 1, false);
+                commit_events(i, &self.events, set)?;
+                Ok(cnt)
+            }
+            File::TraceEventFilter(id) => {
+                let ev = *self
+                    .events
+                    .iter()
+                    .find(|e| e.id == id)
+                    .ok_or(Errno::ENODEV)?;
+                let text = filter_text(data)?;
+                let mut set = i.events.clone();
+                let f = set.files.get_mut(&id).ok_or(Errno::ENODEV)?;
+                let r = apply_filter(f, &ev, &text, &mut |m, pos| {
+                    i.error_log
+                        .log(now, event_filter::ERROR_LOCATION, m, &text, pos as u16)
+                });
+                commit_events(i, &self.events, set)?;
+                r.map(|()| cnt)
+            }
+            File::SystemFilter(sys) => {
+                let name = self.systems.get(usize::from(sys)).copied().unwrap_or("");
+                let text = filter_text(data)?;
+                let mut set = i.events.clone();
+                let mut logs: Vec<(&'static str, usize)> = Vec::new();
+                let evs: Vec<TraceEventFormat> = self
+                    .events
+                    .iter()
+                    .filter(|e| e.system == name)
+                    .copied()
+                    .collect();
+                if evs.is_empty() {
+                    return Err(Errno::ENODEV);
+                }
+                if text.trim_end() == "0" {
+                    for e in &evs {
+                        if let Some(f) = set.files.get_mut(&e.id) {
+                            f.filter = None;
+                        }
+                    }
+                    set.system_filters.remove(&sys);
+                } else {
+                    for e in &evs {
+                        let Some(f) = set.files.get_mut(&e.id) else {
+                            continue;
+                        };
+                        f.filter = Some(match event_filter::parse(e, &text) {
+                            Ok(flt) => FilterSlot::Active(flt),
+                            Err(_) => {
+                                let err = event_filter::FilterError {
+                                    errno: Errno::EINVAL,
+                                    msg: Some(event_filter::msg::BAD_SUBSYS_FILTER),
+                                    pos: 0,
+                                };
+                                logs.push(err.log_entry());
+                                FilterSlot::Failed(err.annotate(&text))
+                            }
+                        });
+                    }
+                    set.system_filters.remove(&sys);
+                }
+                commit_events(i, &self.events, set)?;
+                for (m, pos) in logs {
+                    i.error_log
+                        .log(now, event_filter::ERROR_LOCATION, m, &text, pos as u16);
+                }
+                Ok(cnt)
+            }
+            File::TraceEventTrigger(id) => {
+                let ev = *self
+                    .events
+                    .iter()
+                    .find(|e| e.id == id)
+                    .ok_or(Errno::ENODEV)?;
+                if cnt == 0 {
+                    return Ok(0);
+                }
+                let registry = &self.events;
+                let find = |sys: &str, name: &str| {
+                    registry
+                        .iter()
+                        .find(|e| e.system == sys && e.name == name)
+                        .copied()
+                };
+                let existing = i
+                    .events
+                    .files
+                    .get(&id)
+                    .map(|f| f.triggers.clone())
+                    .unwrap_or_default();
+                let all = &i.events;
+                let var_defined = |name: &str| {
+                    all.files
+                        .values()
+                        .flat_map(|f| &f.triggers)
+                        .any(|t| match &t.kind {
+                            TriggerKind::Hist(h) => h.var_names.iter().any(|n| n == name),
+                            _ => false,
+                        })
+                };
+                let tcx = TriggerCtx {
+                    event: &ev,
+                    find_event: &find,
+                    existing: &existing,
+                    var_defined: &var_defined,
+                    clocks,
+                };
+                let mut logs = Vec::new();
+                let cmd = triggers::parse(data, &tcx, &mut |loc: &str, m, cmd: &str, pos| {
+                    logs.push((String::from(loc), m, String::from(cmd), pos));
+                });
+                for (loc, m, c, pos) in &logs {
+                    i.error_log.log(now, loc, m, c, *pos);
+                }
+                let cmd = cmd?;
+                let mut set = i.events.clone();
+                let mut clock = None;
+                match cmd {
+                    TriggerCmd::Add(t) => {
+                        let f = set.files.get_mut(&id).ok_or(Errno::ENODEV)?;
+                        if t.trigger_type() != TriggerType::Hist
+                            && f.triggers.iter().any(|x| x.same_as(&t))
+                        {
+                            return Err(Errno::EEXIST);
+                        }
+                        if let TriggerKind::Hist(h) = &t.kind {
+                            clock = h.clock.clone();
+                        }
+                        attach_trigger(&mut set, id, t);
+                    }
+                    TriggerCmd::Remove(t) => {
+                        let f = set.files.get_mut(&id).ok_or(Errno::ENODEV)?;
+                        if let Some(pos) = f.triggers.iter().position(|x| x.same_as(&t)) {
+                            let old = f.triggers.remove(pos);
+                            detach_trigger(&mut set, id, &old);
+                        }
+                    }
+                    TriggerCmd::Update(t, paused) => {
+                        let f = set.files.get_mut(&id).ok_or(Errno::ENODEV)?;
+                        if let (Some(p), Some(x)) =
+                            (paused, f.triggers.iter_mut().find(|x| x.same_as(&t)))
+                        {
+                            x.paused = p;
+                        }
+                    }
+                }
+                if let Some(c) = clock {
+                    // A hist trigger on `common_timestamp` sets the instance's clock
+                    // (`tracing_set_clock()`, which resets the buffers even for the same clock).
+                    let idx = clocks.iter().position(|x| *x == c).ok_or(Errno::EINVAL)?;
+                    i.backend.set_param(Param::Clock(clocks[idx]))?;
+                    i.clock = idx;
+                }
+                commit_events(i, &self.events, set)?;
+                Ok(cnt)
+            }
             File::KprobeEvents | File::DynamicEvents => {
                 let kprobe_only = of.file == File::KprobeEvents;
                 let syms = self.host.symbols();
@@ -1160,4 +1537,146 @@ fn set_flag(i: &mut Instance, bit: usize, on: bool) -> Result<(), Errno> {
     i.backend.set_param(Param::Flags(new))?;
     i.flags = new;
     Ok(())
+}
+
+fn event_file(i: &Instance, id: u16) -> Result<&EventFile, Errno> {
+    i.events.files.get(&id).ok_or(Errno::ENODEV)
+}
+
+/// `tracing_update_buffers()`: the first use of an event expands the boot-minimum buffers.
+fn expand(i: &mut Instance, trace_buf_size: u64) -> Result<(), Errno> {
+    if !i.expanded {
+        i.expanded = true;
+        i.backend.resize(None, trace_buf_size)?;
+    }
+    Ok(())
+}
+
+/// Makes `new` the instance's event state, telling the backend what changed; if the backend
+/// refuses a change, the changes already told are undone and nothing changes.
+fn commit_events(
+    i: &mut Instance,
+    registry: &[TraceEventFormat],
+    new: EventSet,
+) -> Result<(), Errno> {
+    let mut told: Vec<&TraceEventFormat> = Vec::new();
+    for e in registry {
+        let (Some(old), Some(nf)) = (i.events.files.get(&e.id), new.files.get(&e.id)) else {
+            continue;
+        };
+        if old.state() != nf.state() {
+            if let Err(err) = i.backend.set_event_state(e, nf.state()) {
+                for e in told.into_iter().rev() {
+                    if let Some(of) = i.events.files.get(&e.id) {
+                        let _ = i.backend.set_event_state(e, of.state());
+                    }
+                }
+                return Err(err);
+            }
+            told.push(e);
+        }
+    }
+    for e in registry {
+        let (Some(old), Some(nf)) = (i.events.files.get(&e.id), new.files.get(&e.id)) else {
+            continue;
+        };
+        if old.active_filter() != nf.active_filter() {
+            i.backend.set_event_filter(e, nf.active_filter());
+        }
+        if old.triggers != nf.triggers {
+            i.backend.set_event_triggers(e, &nf.triggers);
+        }
+    }
+    i.events = new;
+    Ok(())
+}
+
+/// `__ftrace_set_clr_event()`: (un)sets every event `matches` selects; `EINVAL` if none.
+fn set_clr_event(
+    i: &mut Instance,
+    registry: &[TraceEventFormat],
+    matches: impl Fn(&TraceEventFormat) -> bool,
+    on: bool,
+) -> Result<(), Errno> {
+    let mut set = i.events.clone();
+    let mut any = false;
+    for e in registry.iter().filter(|e| matches(e)) {
+        if let Some(f) = set.files.get_mut(&e.id) {
+            f.enable_disable(on, false);
+            any = true;
+        }
+    }
+    if !any {
+        return Err(Errno::EINVAL);
+    }
+    commit_events(i, registry, set)
+}
+
+/// The text of a `filter` write: at most a page, up to a NUL, trailing blanks stripped (the
+/// kernel's `strstrip` cuts the end in place and keeps the leading blanks).
+fn filter_text(data: &[u8]) -> Result<String, Errno> {
+    if data.len() >= 4096 {
+        return Err(Errno::EINVAL);
+    }
+    let text = core::str::from_utf8(crate::parse::c_str(data)).map_err(|_| Errno::EINVAL)?;
+    Ok(String::from(text.trim_end_matches(|c: char| {
+        c.is_ascii() && is_space(c as u8)
+    })))
+}
+
+/// `apply_event_filter()`: `0` clears; otherwise the new filter replaces the old one even
+/// when it is rejected (the file then shows the error and filtering is off), as in Linux.
+fn apply_filter(
+    f: &mut EventFile,
+    ev: &TraceEventFormat,
+    text: &str,
+    log: &mut dyn FnMut(&'static str, usize),
+) -> Result<(), Errno> {
+    if text.trim_start_matches(|c: char| c.is_ascii() && is_space(c as u8)) == "0" {
+        f.filter = None;
+        return Ok(());
+    }
+    match event_filter::parse(ev, text) {
+        Ok(flt) => {
+            f.filter = Some(FilterSlot::Active(flt));
+            Ok(())
+        }
+        Err(e) => {
+            let (m, pos) = e.log_entry();
+            log(m, pos);
+            f.filter = Some(FilterSlot::Failed(e.annotate(text)));
+            Err(e.errno)
+        }
+    }
+}
+
+/// Registers a trigger on event `id`: an enable trigger puts its target in soft mode, the
+/// event enters trigger mode; `hist` triggers go last, the others first (`list_add_tail_rcu`
+/// vs `list_add_rcu`).
+fn attach_trigger(set: &mut EventSet, id: u16, t: Trigger) {
+    if let Some(target) = t.target() {
+        if let Some(tf) = set.files.get_mut(&target) {
+            tf.enable_disable(true, true);
+        }
+    }
+    if let Some(f) = set.files.get_mut(&id) {
+        if t.trigger_type() == TriggerType::Hist {
+            f.triggers.push(t);
+        } else {
+            f.triggers.insert(0, t);
+        }
+        f.trigger_enable_disable(true);
+    }
+}
+
+/// Undoes [`attach_trigger`] for a trigger already taken off the list.
+fn detach_trigger(set: &mut EventSet, id: u16, t: &Trigger) {
+    if let Some(f) = set.files.get_mut(&id) {
+        f.trigger_enable_disable(false);
+    }
+    if let Some(target) = t.target() {
+        if let Some(tf) = set.files.get_mut(&target) {
+            tf.enable_disable(false, true);
+        }
+    }
 }

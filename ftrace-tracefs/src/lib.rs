@@ -15,6 +15,10 @@
 //! of [`backend`], which a backend binds to ftrace-tracers, ftrace-ringbuf, the ftrace-core
 //! dispatcher and ftrace-patch; what only the server knows comes from [`Host`].
 //!
+//! Trace events are registered by the host ([`Tracefs::register_event`]); [`events`] keeps
+//! their per-instance state, [`event_filter`] and [`triggers`] parse what users write into
+//! their `filter` and `trigger` files with the kernel's errors.
+//!
 //! Without the `alloc` feature only the allocation-free parsers are built.
 #![no_std]
 #![warn(missing_docs)]
@@ -33,6 +37,10 @@ pub mod dynevent;
 #[cfg(feature = "alloc")]
 pub mod error_log;
 #[cfg(feature = "alloc")]
+pub mod event_filter;
+#[cfg(feature = "alloc")]
+pub mod events;
+#[cfg(feature = "alloc")]
 pub mod filters;
 #[cfg(feature = "alloc")]
 mod fs;
@@ -42,11 +50,13 @@ pub mod readme;
 pub mod records;
 #[cfg(feature = "alloc")]
 pub mod tree;
+#[cfg(feature = "alloc")]
+pub mod triggers;
 
 #[cfg(feature = "alloc")]
 pub use backend::{
-    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TRACE_BUF_SIZE_DEFAULT,
-    TraceBackend, TracerOption, ring_buffer_pages,
+    EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader,
+    TRACE_BUF_SIZE_DEFAULT, TraceBackend, TracerOption, ring_buffer_pages,
 };
 #[cfg(feature = "alloc")]
 pub use fs::{

@@ -110,6 +110,43 @@ pub fn short_name(data: &[u8], max: usize) -> Result<&[u8], Errno> {
     Ok(strstrip(c_str(data)))
 }
 
+/// `trace_get_user()` for a parser of `size` bytes that is fresh for every `write` (as
+/// `set_event` uses it): skips leading whitespace, takes one token that ends at whitespace, a
+/// NUL or the end of the data, and returns how many bytes it used and the token (empty if
+/// there was only whitespace). A token longer than `size - 1` bytes is `EINVAL`.
+pub fn trace_get_user(data: &[u8], size: usize) -> Result<(usize, &[u8]), Errno> {
+    let Some(&first) = data.first() else {
+        return Ok((0, &[]));
+    };
+    let mut ch = first;
+    let mut read = 1;
+    while read < data.len() && is_space(ch) {
+        ch = data[read];
+        read += 1;
+    }
+    if is_space(ch) || ch == 0 {
+        return Ok((read, &[]));
+    }
+    let start = read - 1;
+    let mut idx = 0;
+    while read < data.len() && !is_space(ch) && ch != 0 {
+        if idx + 1 < size {
+            idx += 1;
+        } else {
+            return Err(Errno::EINVAL);
+        }
+        ch = data[read];
+        read += 1;
+    }
+    if is_space(ch) || ch == 0 {
+        Ok((read, &data[start..start + idx]))
+    } else if idx + 1 < size {
+        Ok((read, &data[start..=start + idx]))
+    } else {
+        Err(Errno::EINVAL)
+    }
+}
+
 /// Parses a cpumask the way `bitmap_parse_user()` does: comma-separated groups of at most 8 hex
 /// digits, least significant group last, ending at the first `\n`. Sets bits in `words`
 /// (64-bit words, bit `n` = CPU `n`); a bit at or above `nbits` is `EOVERFLOW`.
@@ -205,6 +242,21 @@ mod tests {
         );
         assert_eq!(kstrtoul_from_user(b"0000000000000000000001xyz", 10), Ok(1));
         assert_eq!(kstrtoul_from_user(b"1\0garbage", 10), Ok(1));
+    }
+
+    #[test]
+    fn get_user_takes_one_token_per_write() {
+        assert_eq!(trace_get_user(b"a:b c\n", 128), Ok((4, &b"a:b"[..])));
+        assert_eq!(trace_get_user(b"c\n", 128), Ok((2, &b"c"[..])));
+        assert_eq!(trace_get_user(b"  \n", 128), Ok((3, &b""[..])));
+        assert_eq!(trace_get_user(b"  xy", 128), Ok((4, &b"xy"[..])));
+        assert_eq!(trace_get_user(b"x\0y", 128), Ok((2, &b"x"[..])));
+        assert_eq!(
+            trace_get_user(&[b'a'; 127], 128),
+            Ok((127, &[b'a'; 127][..]))
+        );
+        assert_eq!(trace_get_user(&[b'a'; 128], 128), Err(Errno::EINVAL));
+        assert_eq!(trace_get_user(b"", 128), Ok((0, &b""[..])));
     }
 
     #[test]

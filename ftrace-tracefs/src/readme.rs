@@ -90,10 +90,35 @@ pub const README: &str = "tracing mini-HOWTO:
   set_graph_notrace\t- Do not trace the nested calls of a function (function_graph)
   max_graph_depth\t- Trace a limited depth of nested calls (0 is unlimited)
 
+  available_events\t- list of events that can be enabled (the host registers them)
+  set_event\t\t- Enables events by name written into it
+\t\t\t  Format: [<system>:][<event>|*] ; prefix '!' to disable
   events/\t\t- Directory containing all trace event subsystems:
+      enable\t\t- Write 0/1 to enable/disable tracing of all events
       ftrace/\t\t- The internal events of the tracers (format and id of each)
       header_page\t- The layout of a ring-buffer sub-buffer header
       header_event\t- The layout of a ring-buffer event header
+  events/<system>/\t- Directory containing all trace events for <system>:
+      enable\t\t- Write 0/1 to enable/disable tracing of all <system>
+\t\t\t  events
+      filter\t\t- If set, only events passing filter are traced
+  events/<system>/<event>/\t- Directory containing control files for
+\t\t\t  <event>: enable, filter, format, id and
+      trigger\t\t- If set, a command to perform when event is hit
+\t    Format: <trigger>[:count][if <filter>]
+\t   trigger: traceon, traceoff, snapshot, stacktrace
+\t            enable_event:<system>:<event>
+\t            disable_event:<system>:<event>
+\t            enable_hist:<system>:<event>
+\t            disable_hist:<system>:<event>
+\t\t    hist:keys=<field1[,field2,...]>[:values=<field1[,field2,...]>]
+\t\t      [:sort=<field1[,field2,...]>][:size=#entries][:name=histname1]
+\t\t      [:<var1>=<field|var_ref|numeric_literal>][,<var2>=...]
+\t\t      [:clock=<clock>][:pause][:continue][:clear][:nohitcount]
+\t\t      [if <filter>]
+\t   To remove a trigger: echo '!<trigger>' > <system>/<event>/trigger
+\t   Triggers are checked and listed as Linux does; which of them run is
+\t   up to the platform that records the events.
 
   kprobe_events\t\t- Present for tools; ftrace-rs has no kprobes: commands are
 \t\t\t  checked and rejected as Linux rejects them

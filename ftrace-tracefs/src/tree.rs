@@ -9,7 +9,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use ftrace_core::format::FORMATS;
+use ftrace_core::format::{FORMATS, TraceEventFormat};
 
 use crate::backend::{FilterFile, PidFile, TracerOption};
 use crate::options::FLAGS;
@@ -31,6 +31,10 @@ pub enum Dir {
     EventsFtrace,
     /// `events/ftrace/<event>/` (index into `ftrace_core::format::FORMATS`).
     Event(usize),
+    /// `events/<system>/` of registered events (index into the registry's systems).
+    EventSystem(u16),
+    /// `events/<system>/<event>/` of a registered event (its id).
+    TraceEvent(u16),
     /// `instances/` (top level only).
     Instances,
     /// `trace_stat/` (top level, only with a profiler).
@@ -96,6 +100,26 @@ pub enum File {
     EventFormat(usize),
     /// `events/ftrace/<event>/id`.
     EventIdFile(usize),
+    /// `available_events` (top level).
+    AvailableEvents,
+    /// `set_event`.
+    SetEvent,
+    /// `events/enable`.
+    EventsEnable,
+    /// `events/<system>/enable`.
+    SystemEnable(u16),
+    /// `events/<system>/filter`.
+    SystemFilter(u16),
+    /// `events/<system>/<event>/enable`.
+    TraceEventEnable(u16),
+    /// `events/<system>/<event>/filter`.
+    TraceEventFilter(u16),
+    /// `events/<system>/<event>/trigger`.
+    TraceEventTrigger(u16),
+    /// `events/<system>/<event>/format`.
+    TraceEventFormat(u16),
+    /// `events/<system>/<event>/id`.
+    TraceEventId(u16),
     /// `README` (top level).
     Readme,
     /// `saved_cmdlines` (top level).
@@ -175,6 +199,10 @@ pub struct ListCtx<'a> {
     pub functions: bool,
     /// A profiler exists (`function_profile_enabled`, `trace_stat/`).
     pub profiler: bool,
+    /// The registered trace events.
+    pub events: &'a [TraceEventFormat],
+    /// The subsystems of registered events (a subsystem without events is not listed).
+    pub systems: &'a [&'static str],
 }
 
 fn file(name: &'static str, f: File, mode: u16) -> DirEntry {
@@ -236,10 +264,12 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
                 file("tracing_max_latency", File::TracingMaxLatency, MODE_RW),
                 file("error_log", File::ErrorLog, MODE_RW),
                 dir("events", Dir::Events, MODE_EVENTS_DIR),
+                file("set_event", File::SetEvent, MODE_RW),
             ]);
             if cx.top_level {
                 v.extend([
                     file("README", File::Readme, MODE_RO),
+                    file("available_events", File::AvailableEvents, MODE_RO),
                     file("saved_cmdlines", File::SavedCmdlines, MODE_RO),
                     file("saved_cmdlines_size", File::SavedCmdlinesSize, MODE_RW),
                     file("saved_tgids", File::SavedTgids, MODE_RO),
@@ -310,10 +340,35 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
             file("trace_pipe", File::TracePipe(Some(cpu)), MODE_RO),
             file("trace_pipe_raw", File::TracePipeRaw(cpu), MODE_RO),
         ]),
-        Dir::Events => v.extend([
-            file("header_page", File::HeaderPage, MODE_RO),
-            file("header_event", File::HeaderEvent, MODE_RO),
-            dir("ftrace", Dir::EventsFtrace, MODE_EVENTS_DIR),
+        Dir::Events => {
+            v.extend([
+                file("header_page", File::HeaderPage, MODE_RO),
+                file("header_event", File::HeaderEvent, MODE_RO),
+                dir("ftrace", Dir::EventsFtrace, MODE_EVENTS_DIR),
+                file("enable", File::EventsEnable, MODE_RW),
+            ]);
+            for (i, sys) in cx.systems.iter().enumerate() {
+                if cx.events.iter().any(|e| e.system == *sys) {
+                    v.push(dir(*sys, Dir::EventSystem(i as u16), MODE_EVENTS_DIR));
+                }
+            }
+        }
+        Dir::EventSystem(i) => {
+            let sys = cx.systems.get(usize::from(i)).copied().unwrap_or("");
+            v.extend([
+                file("enable", File::SystemEnable(i), MODE_RW),
+                file("filter", File::SystemFilter(i), MODE_RW),
+            ]);
+            for e in cx.events.iter().filter(|e| e.system == sys) {
+                v.push(dir(e.name, Dir::TraceEvent(e.id), MODE_EVENTS_DIR));
+            }
+        }
+        Dir::TraceEvent(id) => v.extend([
+            file("enable", File::TraceEventEnable(id), MODE_RW),
+            file("filter", File::TraceEventFilter(id), MODE_RW),
+            file("format", File::TraceEventFormat(id), MODE_RO),
+            file("id", File::TraceEventId(id), MODE_RO),
+            file("trigger", File::TraceEventTrigger(id), MODE_RW),
         ]),
         Dir::EventsFtrace => {
             for (i, f) in FORMATS.iter().enumerate() {

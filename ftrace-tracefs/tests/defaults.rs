@@ -24,6 +24,7 @@ const TREE_OWNED: &[&str] = &[
     "per_cpu/cpu0/buffer_size_kb",
     "per_cpu/cpu1/buffer_size_kb",
     "saved_cmdlines_size",
+    "set_event",
     "set_ftrace_pid",
     "timestamp_mode",
     "trace_clock",
@@ -42,13 +43,11 @@ const BACKEND_OWNED: &[&str] = &[
     "set_graph_notrace",
 ];
 
-/// `02-files` entries for files ftrace-rs does not have (trace events, stack tracer, probes
-/// other than the rejecting `kprobe_events`/`dynamic_events`).
+/// `02-files` entries for files ftrace-rs does not have (event pid filters, stack tracer,
+/// probes other than the rejecting `kprobe_events`/`dynamic_events`), and the `sched` events,
+/// which exist only once a host registers them.
 const ABSENT: &[&str] = &[
-    "available_events",
-    "events/enable",
     "events/ftrace/enable",
-    "set_event",
     "set_event_pid",
     "stack_max_size",
     "stack_trace",
@@ -144,10 +143,8 @@ fn root_listing_is_linux_minus_the_features_we_lack() {
         names(&fs, ""),
         &golden("01-ls/root_ls.txt"),
         &[
-            "available_events",
             "kprobe_profile",
             "printk_formats",
-            "set_event",
             "set_event_notrace_pid",
             "set_event_pid",
             "snapshot",
@@ -332,4 +329,58 @@ fn trace_files_and_tracers_at_boot() {
         cat(&mut fs, "available_tracers").unwrap(),
         format!("{}\n", expected.join(" "))
     );
+}
+
+/// With the `sched` events registered (as a Linux-like host does), their `format` and `id`
+/// files are the kernel's byte for byte, and the event files have the kernel's modes.
+#[test]
+fn registered_sched_events_match_linux() {
+    let mut fs = common::tracefs_with_sched();
+    for ev in ["sched_switch", "sched_wakeup"] {
+        let path = format!("events/sched/{ev}/format");
+        let text = cat(&mut fs, &path).unwrap();
+        assert_eq!(text, golden_file(&path), "{path}");
+        let id = text.lines().find_map(|l| l.strip_prefix("ID: ")).unwrap();
+        assert_eq!(
+            cat(&mut fs, &format!("events/sched/{ev}/id")).unwrap(),
+            format!("{id}\n")
+        );
+        for (file, mode) in [
+            ("enable", 0o640),
+            ("filter", 0o640),
+            ("format", 0o440),
+            ("id", 0o440),
+            ("trigger", 0o640),
+        ] {
+            let st = fs.stat(&format!("events/sched/{ev}/{file}")).unwrap();
+            assert_eq!(st.mode, mode, "{ev}/{file}");
+        }
+    }
+    assert_eq!(
+        names(&fs, "events/sched"),
+        ["enable", "filter", "sched_switch", "sched_wakeup"]
+    );
+    // Boot defaults: nothing enabled, no filters, no triggers.
+    assert_eq!(
+        cat(&mut fs, "events/enable").unwrap(),
+        golden_file("events/enable")
+    );
+    assert_eq!(cat(&mut fs, "set_event").unwrap(), golden_file("set_event"));
+    assert_eq!(cat(&mut fs, "events/sched/enable").unwrap(), "0\n");
+    assert_eq!(
+        cat(&mut fs, "events/sched/sched_switch/filter").unwrap(),
+        "none\n"
+    );
+    assert_eq!(
+        cat(&mut fs, "events/sched/sched_switch/trigger").unwrap(),
+        "# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event disable_event enable_hist disable_hist hist\n"
+    );
+    // `available_events` lists them as the kernel does (`system:event`).
+    let avail = cat(&mut fs, "available_events").unwrap();
+    assert_eq!(avail, "sched:sched_switch\nsched:sched_wakeup\n");
+    let linux_count: usize = golden_file("available_events_count")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(linux_count > 2);
 }

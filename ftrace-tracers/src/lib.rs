@@ -10,6 +10,8 @@
 //! - [`ringbuf`]: the tracers' [`EntrySink`](tracer::EntrySink) over `ftrace-ringbuf`, and
 //!   reading a ring buffer back for the formatter.
 //! - [`options`]: `trace_options`; [`clock`]: `trace_clock`.
+//! - [`trace_event`]: lines of registered trace events (`sched_switch`, ...) from their
+//!   print formats.
 //!
 //! The crate is `#![no_std]`; the registry, the profiler's tables and the in-memory event lists
 //! need the `alloc` feature. Formatting uses no floating point and no 128-bit arithmetic, so a
@@ -32,6 +34,7 @@ pub mod output;
 pub mod profiler;
 pub mod ringbuf;
 mod sync;
+pub mod trace_event;
 pub mod tracer;
 
 pub use clock::ClockId;

@@ -33,6 +33,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("clang", "clang"),
     ("uftrace", "uftrace"),
     ("trace-cmd", "trace-cmd"),
+    ("fusermount3", "fuse3"),
 ];
 
 fn main() -> ExitCode {

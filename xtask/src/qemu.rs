@@ -336,6 +336,12 @@ fn run_session(boot: &Boot<'_>, expectation: Expectation) -> Result<(), String> 
         let _ = stdin.flush();
     }
     let (code, log) = vm.finish();
+    // Kept for reading after a run (the pass path prints none of it).
+    let kept = boot.kernel.with_extension(match expectation {
+        Expectation::Right => "session.log",
+        Expectation::Wrong => "session-wrong.log",
+    });
+    let _ = std::fs::write(&kept, &log);
     let result = log
         .lines()
         .find(|l| l.starts_with("RESULT: "))
@@ -411,6 +417,21 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     let on = vm.command("cat tracing_on")?;
     check(on == "1\n", || format!("tracing_on: {on:?}"))?;
 
+    // The call-site records: one per patchable entry found at boot, in address order, named
+    // after the functions holding them; none enabled yet.
+    let nsites: usize = boot_log
+        .lines()
+        .find_map(|l| l.strip_prefix("sites: ")?.split(' ').next()?.parse().ok())
+        .ok_or("boot log lacks the site count")?;
+    let sites = Sites::read(vm, nsites)?;
+    let total = vm.command("cat dyn_ftrace_total_info")?;
+    // 16-byte records, 256 to a 4 KiB page: one page in one group for up to 256 sites
+    check(
+        nsites <= 256 && total == format!("{nsites} pages:1 groups: 1\n"),
+        || format!("dyn_ftrace_total_info: {total:?} for {nsites} sites"),
+    )?;
+    sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+
     // A filter naming no function is refused, as Linux does, and changes nothing.
     let bad = vm.command("echo no_such_function > set_ftrace_filter")?;
     check(bad == "sh: write error: Invalid argument\n", || {
@@ -434,17 +455,8 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     // function: the workload runs with interrupts enabled, then disabled (the `d` flag)
     let set = vm.command("echo function > current_tracer")?;
     check(set.is_empty(), || format!("setting function: {set:?}"))?;
-    // exactly the filtered functions are patched
-    let enabled = vm.command("cat enabled_functions")?;
-    let mut patched: Vec<&str> = enabled
-        .lines()
-        .map(|l| l.split(' ').next().unwrap_or(""))
-        .collect();
-    patched.sort_unstable();
-    check(
-        patched == ["bm_leaf", "bm_middle", "bm_outer", "bm_workload"],
-        || format!("enabled_functions: {enabled:?}"),
-    )?;
+    // exactly the filtered functions are patched, each used by one ops
+    sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
     let clock = vm.command("cat trace_clock")?;
     check(clock == "[local]\n", || format!("trace_clock: {clock:?}"))?;
     run_workload(vm, ROUNDS, "")?;
@@ -453,6 +465,7 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
         cpu: 0,
         flags,
         rounds,
+        calls: BM,
     };
     check_function_trace(&trace, &[on_cpu0(".....", ROUNDS)], expectation)?;
     let clear = vm.command("echo > trace")?;
@@ -470,6 +483,7 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
         cpu: 1,
         flags: ".....",
         rounds: 1,
+        calls: BM,
     };
     check_function_trace(&trace, &[on_cpu1, on_cpu0(".....", 1)], Expectation::Right)?;
     // tracing_on=0 leaves the buffer as it is
@@ -483,35 +497,241 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     let on = vm.command("echo 1 > tracing_on")?;
     check(on.is_empty(), || format!("tracing_on=1: {on:?}"))?;
 
-    // function_graph
-    check(
-        vm.command("echo function_graph > current_tracer")?
-            .is_empty(),
-        || "setting function_graph".into(),
+    // set_ftrace_notrace: bm_leaf's site goes back to its NOP and its calls leave the trace
+    echo_ok(vm, "echo bm_leaf > set_ftrace_notrace")?;
+    let notrace = vm.command("cat set_ftrace_notrace")?;
+    check(notrace == "bm_leaf\n", || {
+        format!("set_ftrace_notrace: {notrace:?}")
+    })?;
+    sites.expect_enabled(
+        vm,
+        "enabled_functions",
+        &["bm_workload", "bm_outer", "bm_middle"],
+        1,
     )?;
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, 1, "")?;
+    let trace = vm.command("cat trace")?;
+    let no_leaf = Traced {
+        leaf: false,
+        other_work: false,
+    };
+    check_function_trace(
+        &trace,
+        &[Segment {
+            calls: no_leaf,
+            ..on_cpu0(".....", 1)
+        }],
+        Expectation::Right,
+    )?;
+    echo_ok(vm, "echo > set_ftrace_notrace")?;
+    let notrace = vm.command("cat set_ftrace_notrace")?;
+    check(notrace == "#### no functions disabled ####\n", || {
+        format!("cleared set_ftrace_notrace: {notrace:?}")
+    })?;
+
+    // a suffix glob appended to the filter: `*_work` adds other_work (and nothing else)
+    echo_ok(vm, "echo '*_work' >> set_ftrace_filter")?;
+    let filter = vm.command("cat set_ftrace_filter")?;
+    let mut names: Vec<&str> = filter.lines().collect();
+    names.sort_unstable();
+    check(
+        names
+            == [
+                "bm_leaf",
+                "bm_middle",
+                "bm_outer",
+                "bm_workload",
+                "other_work",
+            ],
+        || format!("set_ftrace_filter after >> '*_work': {filter:?}"),
+    )?;
+    sites.expect_enabled(vm, "enabled_functions", &ALL_FUNCS, 1)?;
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, 1, "")?;
+    let trace = vm.command("cat trace")?;
+    let with_other = Traced {
+        leaf: true,
+        other_work: true,
+    };
+    check_function_trace(
+        &trace,
+        &[Segment {
+            calls: with_other,
+            ..on_cpu0(".....", 1)
+        }],
+        Expectation::Right,
+    )?;
+    echo_ok(vm, "echo 'bm_*' > set_ftrace_filter")?;
+    sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
+
+    // function_graph, on the same filter
+    echo_ok(vm, "echo function_graph > current_tracer")?;
+    sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
     run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
-    check_graph_trace(&trace)?;
+    check_graph_trace(&trace, &full_graph())?;
+
+    // set_graph_function: only bm_middle's subtrees (the patched sites stay the filter's);
+    // an appended name matching nothing is refused and changes nothing
+    echo_ok(vm, "echo bm_middle > set_graph_function")?;
+    let bad = vm.command("echo no_such_function >> set_graph_function")?;
+    check(bad == "sh: write error: Invalid argument\n", || {
+        format!("bad graph filter: {bad:?}")
+    })?;
+    let graph = vm.command("cat set_graph_function")?;
+    check(graph == "bm_middle\n", || {
+        format!("set_graph_function: {graph:?}")
+    })?;
+    sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, ROUNDS, "")?;
+    let trace = vm.command("cat trace")?;
+    let middles = |n: u64, body: &[&str]| -> Vec<String> {
+        (0..n)
+            .flat_map(|_| body.iter().map(|l| l.to_string()))
+            .collect()
+    };
+    check_graph_trace(
+        &trace,
+        &middles(2 * ROUNDS, &["bm_middle() {", "  bm_leaf();", "}"]),
+    )?;
+    // set_graph_notrace: bm_leaf is cut out of the graph, bm_middle becomes a leaf
+    echo_ok(vm, "echo bm_leaf > set_graph_notrace")?;
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, ROUNDS, "")?;
+    let trace = vm.command("cat trace")?;
+    check_graph_trace(&trace, &middles(2 * ROUNDS, &["bm_middle();"]))?;
+    echo_ok(vm, "echo > set_graph_function")?;
+    echo_ok(vm, "echo > set_graph_notrace")?;
 
     // back to nop: sites restored, buffer empty, a new workload leaves nothing
-    check(vm.command("echo nop > current_tracer")?.is_empty(), || {
-        "setting nop".into()
-    })?;
+    echo_ok(vm, "echo nop > current_tracer")?;
     let current = vm.command("cat current_tracer")?;
     check(current == "nop\n", || {
         format!("current_tracer: {current:?}")
     })?;
-    let enabled = vm.command("cat enabled_functions")?;
-    check(enabled.is_empty(), || {
-        format!("sites still patched under nop: {enabled:?}")
-    })?;
+    sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+    // every site that was ever patched, none in use
+    sites.expect_enabled(vm, "touched_functions", &ALL_FUNCS, 0)?;
     run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
     let (entries, events) = function_header(&trace, "nop")?;
     check(entries == (0, 0) && events.is_empty(), || {
         format!("nop trace not empty:\n{trace}")
     })?;
-    Ok(1)
+
+    // trace_marker and trace_marker_raw write print / raw_data entries (the shell runs with
+    // interrupts off: `d`); the raw entry's bytes are those of Linux's capture for the same
+    // 8-byte payload (09-marker: `# 1 buf: 41 42 43 44 45 46 47 48 00 00 00 00 00 00 00 00`)
+    echo_ok(vm, "echo hello from the shell > trace_marker")?;
+    echo_ok(vm, "echo -n abcdABCDEFGH > trace_marker_raw")?;
+    let trace = vm.command("cat trace")?;
+    let (entries, events) = function_header(&trace, "nop")?;
+    let linux_raw = reference("09-marker/trace_pipe.txt")?;
+    let raw_tail = linux_raw
+        .lines()
+        .find_map(|l| l.split_once(": # 1 buf: ").map(|(_, t)| t))
+        .ok_or("09-marker/trace_pipe.txt has no raw marker line")?;
+    let line = |i: usize, what: &str| -> Option<bool> {
+        let rest = events
+            .get(i)?
+            .strip_prefix("          <idle>-0       [000] d.... ")?;
+        let (ts, text) = rest.split_once(": ")?;
+        Some(ts.trim_start().len() >= 8 && text == what)
+    };
+    check(
+        entries == (2, 2)
+            && events.len() == 2
+            && line(0, "tracing_mark_write: hello from the shell") == Some(true)
+            // the id is the first four bytes ("abcd", native endian), then the payload
+            && line(1, &format!("# 64636261 buf: {raw_tail}")) == Some(true),
+        || format!("marker entries:\n{trace}"),
+    )?;
+    // with recording off the ring buffer refuses the entry: EBADF, as Linux
+    echo_ok(vm, "echo 0 > tracing_on")?;
+    let off = vm.command("echo lost > trace_marker")?;
+    check(off == "sh: write error: Bad file descriptor\n", || {
+        format!("trace_marker with tracing_on=0: {off:?}")
+    })?;
+    echo_ok(vm, "echo 1 > tracing_on")?;
+    // three writes were meant to fail: the two unknown names and the marker with tracing off
+    Ok(3)
+}
+
+/// The workload functions `bm_*` selects.
+const BM_FUNCS: [&str; 4] = ["bm_workload", "bm_outer", "bm_middle", "bm_leaf"];
+/// Every workload function.
+const ALL_FUNCS: [&str; 5] = [
+    "bm_workload",
+    "bm_outer",
+    "bm_middle",
+    "bm_leaf",
+    "other_work",
+];
+
+/// Sends a command that must print nothing (a write that succeeds).
+fn echo_ok(vm: &mut Vm, line: &str) -> Result<(), String> {
+    let out = vm.command(line)?;
+    check(out.is_empty(), || format!("{line}: {out:?}"))
+}
+
+/// The kernel's call-site records as `available_filter_functions_addrs` lists them.
+struct Sites {
+    /// (address, name), ascending.
+    sites: Vec<(u64, String)>,
+}
+
+impl Sites {
+    /// Reads the records and checks them against `available_filter_functions` and the number
+    /// of sites the boot found.
+    fn read(vm: &mut Vm, nsites: usize) -> Result<Sites, String> {
+        let text = vm.command("cat available_filter_functions_addrs")?;
+        let mut sites = Vec::new();
+        for line in text.lines() {
+            let parsed = line
+                .split_once(' ')
+                .and_then(|(a, n)| Some((u64::from_str_radix(a, 16).ok()?, n.to_string())));
+            sites
+                .push(parsed.ok_or_else(|| format!("available_filter_functions_addrs: {line:?}"))?);
+        }
+        check(
+            sites.len() == nsites && sites.windows(2).all(|w| w[0].0 < w[1].0),
+            || format!("{nsites} sites, but available_filter_functions_addrs is:\n{text}"),
+        )?;
+        let names = vm.command("cat available_filter_functions")?;
+        let want: String = sites.iter().map(|(_, n)| format!("{n}\n")).collect();
+        check(names == want, || {
+            format!("available_filter_functions:\n{names}\nwant:\n{want}")
+        })?;
+        for f in ALL_FUNCS {
+            check(sites.iter().any(|(_, n)| n == f), || {
+                format!("no call site for {f}")
+            })?;
+        }
+        Ok(Sites { sites })
+    }
+
+    /// Requires `file` (`enabled_functions` or `touched_functions`) to list exactly `names`,
+    /// in address order, each with reference count `count` and no flags (Linux 6.12's
+    /// `"%ps (%ld)%s%s%s%s%s"` columns for a record no ops needs registers or a trampoline
+    /// for).
+    fn expect_enabled(
+        &self,
+        vm: &mut Vm,
+        file: &str,
+        names: &[&str],
+        count: u32,
+    ) -> Result<(), String> {
+        let got = vm.command(&format!("cat {file}"))?;
+        let want: String = self
+            .sites
+            .iter()
+            .filter(|(_, n)| names.contains(&n.as_str()))
+            .map(|(_, n)| format!("{n} ({count})           \n"))
+            .collect();
+        check(got == want, || format!("{file}:\n{got}want:\n{want}"))
+    }
 }
 
 /// Runs `workload ROUNDS MODE` and checks its result.
@@ -535,21 +755,40 @@ fn expected_checksum(rounds: u64) -> u64 {
     })
 }
 
-/// The calls the workload makes, as (function, parent) pairs; `None` for the builtin that
-/// calls `bm_workload`.
+/// Which of the workload's functions the filters let through: always `bm_workload`,
+/// `bm_outer` and `bm_middle`; `bm_leaf` unless `set_ftrace_notrace` holds it; `other_work`
+/// when `set_ftrace_filter` holds it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Traced {
+    leaf: bool,
+    other_work: bool,
+}
+
+/// `bm_*`.
+const BM: Traced = Traced {
+    leaf: true,
+    other_work: false,
+};
+
+/// The calls the workload makes that `traced` admits, as (function, parent) pairs; `None`
+/// for the builtin that calls `bm_workload`.
 fn expected_calls(
     rounds: u64,
+    traced: Traced,
     expectation: Expectation,
 ) -> Vec<(&'static str, Option<&'static str>)> {
     let mut v = vec![("bm_workload", None)];
     for _ in 0..rounds {
-        v.extend([
-            ("bm_outer", Some("bm_workload")),
-            ("bm_middle", Some("bm_outer")),
-            ("bm_leaf", Some("bm_middle")),
-            ("bm_middle", Some("bm_outer")),
-            ("bm_leaf", Some("bm_middle")),
-        ]);
+        v.push(("bm_outer", Some("bm_workload")));
+        for _ in 0..2 {
+            v.push(("bm_middle", Some("bm_outer")));
+            if traced.leaf {
+                v.push(("bm_leaf", Some("bm_middle")));
+            }
+        }
+        if traced.other_work {
+            v.push(("other_work", Some("bm_outer")));
+        }
     }
     if expectation == Expectation::Wrong {
         v[3].1 = Some("bm_outer");
@@ -592,6 +831,7 @@ struct Segment {
     cpu: u32,
     flags: &'static str,
     rounds: u64,
+    calls: Traced,
 }
 
 /// Checks a function trace: the header, the context columns of each segment's events in
@@ -605,7 +845,7 @@ fn check_function_trace(
     let mut want = Vec::new();
     let mut prefixes = Vec::new();
     for seg in segments {
-        let calls = expected_calls(seg.rounds, expectation);
+        let calls = expected_calls(seg.rounds, seg.calls, expectation);
         let prefix = format!("          <idle>-0       [{:03}] {} ", seg.cpu, seg.flags);
         prefixes.extend(std::iter::repeat_n(prefix, calls.len()));
         want.extend(calls);
@@ -655,14 +895,9 @@ fn check_function_trace(
     })
 }
 
-fn check_graph_trace(trace: &str) -> Result<(), String> {
-    let reference = reference("05-function-graph/trace.txt")?;
-    let want_head: Vec<&str> = reference.lines().take(4).collect();
-    let lines: Vec<&str> = trace.lines().collect();
-    check(lines.len() > 4 && lines[..4] == want_head[..], || {
-        format!("function_graph header differs from Linux's:\n{trace}")
-    })?;
-    // Expected tree, rendered the way Linux prints it: leaves fold into `f();`.
+/// The function_graph tree of `workload ROUNDS` under `bm_*`, as Linux prints it (leaves
+/// fold into `f();`).
+fn full_graph() -> Vec<String> {
     let mut want = vec!["bm_workload() {".to_string()];
     for _ in 0..ROUNDS {
         want.push("  bm_outer() {".into());
@@ -676,6 +911,18 @@ fn check_graph_trace(trace: &str) -> Result<(), String> {
         want.push("  }".into());
     }
     want.push("}".into());
+    want
+}
+
+/// Checks a function_graph trace: Linux's header, the line format, and exactly the `want`
+/// call lines.
+fn check_graph_trace(trace: &str, want: &[String]) -> Result<(), String> {
+    let reference = reference("05-function-graph/trace.txt")?;
+    let want_head: Vec<&str> = reference.lines().take(4).collect();
+    let lines: Vec<&str> = trace.lines().collect();
+    check(lines.len() > 4 && lines[..4] == want_head[..], || {
+        format!("function_graph header differs from Linux's:\n{trace}")
+    })?;
     let mut got = Vec::new();
     for line in &lines[4..] {
         // " 0)   0.212 us    |        bm_leaf();"  /  " 0)               |  bm_outer() {"

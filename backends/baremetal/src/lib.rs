@@ -14,8 +14,10 @@
 //! - [`serial`], [`shell`]: COM1 and a command shell serving a tracefs tree;
 //! - [`qemu`]: the pass/fail exit protocol (`isa-debug-exit`: 33 pass, 35 fail);
 //! - [`pages`]: the ring buffer's page provider (a static arena);
-//! - `tracefs` (feature `tracefs`, default): ftrace-tracefs's tree bound to this backend;
-//! - [`interim`]: TEMPORARY glue standing in for the core crates that have not landed yet;
+//! - [`tracing`]: the tracing instance: dispatcher, tracers, ring buffer, marker writes;
+//! - [`functions`]: its call-site records and filter files, wired as the kernel wires them
+//!   (ftrace-patch's record table, ftrace-tracefs's filter state, the ops' hashes);
+//! - [`tracefs`]: ftrace-tracefs's tree bound to this backend;
 //! - `rt` (feature `rt`): `mem*` and a bump heap for a freestanding image.
 //!
 //! The crate is `#![no_std]` and x86_64-only. It compiles on the (x86_64) host so that its unit
@@ -24,7 +26,6 @@
 #![no_std]
 #![cfg(target_arch = "x86_64")]
 
-#[cfg(feature = "tracefs")]
 extern crate alloc;
 #[cfg(test)]
 extern crate std;
@@ -32,8 +33,8 @@ extern crate std;
 pub mod apic;
 pub mod clock;
 pub mod cpu;
+pub mod functions;
 pub mod idt;
-pub mod interim;
 pub mod pages;
 pub mod port;
 pub mod qemu;
@@ -45,8 +46,8 @@ pub mod sites;
 pub mod smp;
 pub mod sync;
 pub mod text;
-#[cfg(feature = "tracefs")]
 pub mod tracefs;
+pub mod tracing;
 pub mod trampoline;
 
 pub use cpu::BareMetal;

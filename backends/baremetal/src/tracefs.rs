@@ -4,37 +4,81 @@
 //! tracing machinery of the top-level instance, both thin adapters over the backend's tracing
 //! instance ([`TRACING`]); [`SerialTracefs`] lets the serial shell serve the tree.
 //!
+//! The four filter files are ftrace-tracefs's [`FilterWriter`] over the instance's
+//! `FilterState` ([`BmFilters`]: its release republishes the hashes and re-patches), the
+//! call-site files ftrace-tracefs's [`PatchRecords`] over the instance's record table
+//! ([`BmRecords`]); `trace_marker` and `trace_marker_raw` write `print` / `raw_data` entries.
+//! `saved_cmdlines` and `saved_tgids` read empty, as Linux's do when only pid 0 ran: every
+//! event here is pid 0 (`<idle>`), which the kernel never saves.
+//!
 //! What the tree asks and this backend cannot do yet is refused with an errno, never
 //! pretended: instances (`mkdir instances/x`: `ENODEV`), resizing the buffers (`ENOMEM`),
-//! another sub-buffer size or trace clock (`EINVAL`), tracer options, `trace_marker`
-//! (`ENOSYS`), the notrace and graph filter files (`ENODEV`); `trace_pipe` and
-//! `trace_pipe_raw` read as empty. Invariant: every refusal changes nothing.
+//! another sub-buffer size or trace clock (`EINVAL`), tracer options, trace options other than
+//! the defaults (`EINVAL`); `trace_pipe` and `trace_pipe_raw` read as empty. Invariant: every
+//! refusal changes nothing.
 
 use alloc::boxed::Box;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
 use ftrace_core::Errno;
 use ftrace_core::platform::{CpuId, TraceClock};
-use ftrace_core::symbols::SymbolTable;
+use ftrace_core::symbols::{Symbol, SymbolTable};
+use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
+use ftrace_tracefs::records::{CallSites, PatchRecords, RecordSource};
 use ftrace_tracefs::{
     FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
     TracerOption,
 };
+use ftrace_tracers::TraceOptions;
 
 use crate::cpu::BareMetal;
-use crate::interim::{TRACING, glob_match};
 use crate::shell::FileTree;
 use crate::sync::SpinLock;
+use crate::tracing::TRACING;
 
 /// The clocks `trace_clock` offers.
 const CLOCKS: &[&str] = &["local"];
 
 /// What only the server knows.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BmHost {
-    functions: BmFunctions,
+    functions: PatchRecords<BmRecords>,
+}
+
+impl BmHost {
+    /// The host over [`TRACING`] (call after `TRACING.install`: the call-site files name the
+    /// sites with its symbols).
+    pub fn new() -> Self {
+        let symbols: Arc<dyn SymbolTable + Send + Sync> = Arc::new(KernelSymbols);
+        Self {
+            functions: PatchRecords::new(BmRecords, symbols),
+        }
+    }
+}
+
+impl Default for BmHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The kernel's symbol table as handed to `TRACING.install` (none before).
+#[derive(Clone, Copy, Debug, Default)]
+struct KernelSymbols;
+
+impl SymbolTable for KernelSymbols {
+    fn lookup(&self, addr: u64) -> Option<Symbol<'_>> {
+        TRACING.symbols()?.lookup(addr)
+    }
+
+    fn for_each(&self, f: &mut dyn FnMut(Symbol<'_>)) {
+        if let Some(s) = TRACING.symbols() {
+            s.for_each(f);
+        }
+    }
 }
 
 impl Host for BmHost {
@@ -75,21 +119,30 @@ impl Host for BmHost {
     }
 }
 
-/// The call-site records (`available_filter_functions` & co).
-#[derive(Debug, Default)]
-pub struct BmFunctions;
+/// The instance's call-site records, for ftrace-tracefs's [`PatchRecords`]
+/// (`available_filter_functions`, `enabled_functions`, `touched_functions`,
+/// `dyn_ftrace_total_info`...).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BmRecords;
 
-impl FunctionRecords for BmFunctions {
-    fn write_available(&self, w: &mut dyn fmt::Write, addrs: bool) -> fmt::Result {
-        TRACING.read_available(w, addrs)
+impl RecordSource for BmRecords {
+    fn with_records(&self, f: &mut dyn FnMut(CallSites<'_>)) {
+        TRACING.with_call_sites(f);
+    }
+}
+
+/// The instance's filter files, for ftrace-tracefs's [`FilterWriter`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BmFilters;
+
+impl FilterStore for BmFilters {
+    fn with_state(&self, f: &mut dyn FnMut(&mut FilterState)) {
+        // Writers are only opened after `install` (`open_filter` checks), so this runs `f`.
+        let _ = TRACING.with_filters(f);
     }
 
-    fn write_enabled(&self, w: &mut dyn fmt::Write, _touched: bool) -> fmt::Result {
-        TRACING.write_enabled(w)
-    }
-
-    fn write_total_info(&self, w: &mut dyn fmt::Write) -> fmt::Result {
-        TRACING.write_total_info(w)
+    fn publish(&self, _which: FilterFile) -> Result<(), Errno> {
+        TRACING.republish_filters()
     }
 }
 
@@ -119,34 +172,6 @@ impl fmt::Write for VecText<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.0.extend_from_slice(s.as_bytes());
         Ok(())
-    }
-}
-
-/// An open `set_ftrace_filter`: tokens are checked as they are written and applied at close.
-struct FilterSession {
-    pending: String,
-    append: bool,
-}
-
-impl FilterEdit for FilterSession {
-    fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
-        let text = core::str::from_utf8(data).map_err(|_| Errno::EINVAL)?;
-        for pat in text.split_whitespace() {
-            let mut hit = false;
-            if let Some(syms) = TRACING.symbols() {
-                syms.for_each(&mut |s| hit |= glob_match(pat, s.name));
-            }
-            if !hit {
-                return Err(Errno::EINVAL);
-            }
-            self.pending.push_str(pat);
-            self.pending.push(' ');
-        }
-        Ok(data.len())
-    }
-
-    fn release(self: Box<Self>) -> Result<(), Errno> {
-        TRACING.write_filter(&self.pending, self.append)
     }
 }
 
@@ -185,6 +210,7 @@ impl TraceBackend for BmBackend {
             // The tree hands its flag word over when it is built; the formatter here prints
             // with the defaults, so only the defaults are accepted.
             Param::Flags(f) if f == ftrace_tracefs::options::TraceFlags::top_level_default() => {
+                TRACING.set_options(TraceOptions::from_bits_retain(f.0));
                 Ok(())
             }
             _ => Err(Errno::EINVAL),
@@ -204,7 +230,7 @@ impl TraceBackend for BmBackend {
     }
 
     fn subbuf_size(&self) -> u32 {
-        crate::interim::PAGE_SIZE as u32
+        crate::tracing::PAGE_SIZE as u32
     }
 
     fn set_subbuf_size(&mut self, bytes: u32) -> Result<(), Errno> {
@@ -237,12 +263,12 @@ impl TraceBackend for BmBackend {
         Box::new(TextReader(None))
     }
 
-    fn write_marker(&mut self, _text: &[u8]) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
+    fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno> {
+        TRACING.write_marker(text)
     }
 
-    fn write_marker_raw(&mut self, _id: u32, _data: &[u8]) -> Result<(), Errno> {
-        Err(Errno::ENOSYS)
+    fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno> {
+        TRACING.write_marker_raw(id, data)
     }
 
     fn open_filter(
@@ -250,26 +276,21 @@ impl TraceBackend for BmBackend {
         which: FilterFile,
         truncate: bool,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        match which {
-            FilterFile::Filter => Ok(Box::new(FilterSession {
-                pending: String::new(),
-                append: !truncate,
-            })),
-            _ => Err(Errno::ENODEV),
-        }
+        // No records before `install`: nothing to filter.
+        TRACING.with_filters(&mut |_| {})?;
+        Ok(FilterWriter::open(BmFilters, which, truncate))
     }
 
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
-        match which {
-            FilterFile::Filter => TRACING.read_filter(w),
-            _ => Ok(()),
-        }
+        TRACING.read_filter(which, w)
     }
 
+    /// Every event is pid 0 (`<idle>`), which Linux never saves: empty, as the kernel's.
     fn write_saved_cmdlines(&self, _w: &mut dyn fmt::Write) -> fmt::Result {
         Ok(())
     }
 
+    /// As `saved_cmdlines`.
     fn write_saved_tgids(&self, _w: &mut dyn fmt::Write) -> fmt::Result {
         Ok(())
     }
@@ -284,7 +305,7 @@ impl SerialTracefs {
     /// Builds the tree over [`TRACING`] (call after `TRACING.install`).
     pub fn new() -> Result<Self, Errno> {
         Ok(Self {
-            tree: SpinLock::new(Tracefs::new(BmHost::default())?),
+            tree: SpinLock::new(Tracefs::new(BmHost::new())?),
         })
     }
 }
@@ -306,5 +327,123 @@ impl FileTree for SerialTracefs {
 
     fn write(&self, path: &str, data: &str, append: bool) -> Result<(), Errno> {
         self.tree.lock().write_all(path, data.as_bytes(), append)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The tree over the real tracing instance on the host: install on a static "text" of
+    //! three functions, then the call-site and filter files as the shell uses them. (What
+    //! patches text or masks interrupts only runs in the kernel: these paths stay under `nop`.)
+
+    use super::*;
+    use crate::sites::SiteTable;
+    use crate::tracing::GRAPH_FILTER;
+    use ftrace_core::symbols::SortedSymbols;
+    use ftrace_patch::x86::NOP5_DISP8;
+    use std::format;
+
+    const FUNC: usize = 16;
+    /// Three functions of 16 bytes, each starting with rustc's patchable-entry NOP.
+    static TEXT: [u8; 3 * FUNC] = {
+        let mut t = [0xcc; 3 * FUNC];
+        let mut f = 0;
+        while f < 3 {
+            let mut i = 0;
+            while i < 5 {
+                t[f * FUNC + i] = NOP5_DISP8[i];
+                i += 1;
+            }
+            f += 1;
+        }
+        t
+    };
+    const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+
+    fn read(fs: &SerialTracefs, path: &str) -> Result<String, Errno> {
+        let mut s = String::new();
+        fs.read(path, &mut s).map(|()| s)
+    }
+
+    #[test]
+    fn the_files_run_on_the_record_table_and_the_filter_state() {
+        let base = TEXT.as_ptr() as u64;
+        let addr = |i: usize| base + (i * FUNC) as u64;
+        let mut syms = SortedSymbols::new();
+        for (i, n) in NAMES.iter().enumerate() {
+            syms.push(n, addr(i), FUNC as u64, None);
+        }
+        syms.finish();
+        let syms: &'static SortedSymbols = Box::leak(Box::new(syms));
+        let records = Box::leak(Box::new([addr(2), addr(0), addr(1)]));
+        // SAFETY: the records point into a readable static.
+        let sites: &'static SiteTable = Box::leak(Box::new(unsafe { SiteTable::new(records) }));
+        TRACING.install(sites, syms).unwrap();
+        let fs = SerialTracefs::new().unwrap();
+
+        assert_eq!(
+            read(&fs, "available_filter_functions").unwrap(),
+            "alpha\nbeta\ngamma\n"
+        );
+        let addrs: String = (0..3)
+            .map(|i| format!("{:x} {}\n", addr(i), NAMES[i]))
+            .collect();
+        assert_eq!(
+            read(&fs, "available_filter_functions_addrs").unwrap(),
+            addrs
+        );
+        assert_eq!(
+            read(&fs, "dyn_ftrace_total_info").unwrap(),
+            "3 pages:1 groups: 1\n"
+        );
+        assert_eq!(read(&fs, "enabled_functions").unwrap(), "");
+
+        // the filter language: globs, append, `!`; a rejected token adds nothing (with `>`
+        // the truncating open still empties the file at close, as in Linux: 07-errors/03)
+        fs.write("set_ftrace_filter", "b*\n", false).unwrap();
+        assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "beta\n");
+        assert_eq!(
+            fs.write("set_ftrace_filter", "nothing_here\n", true),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "beta\n");
+        assert_eq!(
+            fs.write("set_ftrace_filter", "nothing_here\n", false),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            read(&fs, "set_ftrace_filter").unwrap(),
+            "#### all functions enabled ####\n"
+        );
+        fs.write("set_ftrace_filter", "beta\n", false).unwrap();
+        fs.write("set_ftrace_filter", "*a\n", true).unwrap();
+        assert_eq!(
+            read(&fs, "set_ftrace_filter").unwrap(),
+            "alpha\nbeta\ngamma\n"
+        );
+        fs.write("set_ftrace_filter", "!gamma\n", true).unwrap();
+        assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "alpha\nbeta\n");
+        fs.write("set_ftrace_notrace", "gamma\n", false).unwrap();
+        assert_eq!(read(&fs, "set_ftrace_notrace").unwrap(), "gamma\n");
+
+        // the graph files reach the graph filter the entry hook reads
+        fs.write("set_graph_function", "alpha\n", false).unwrap();
+        fs.write("set_graph_notrace", "beta\n", false).unwrap();
+        assert_eq!(read(&fs, "set_graph_function").unwrap(), "alpha\n");
+        GRAPH_FILTER.with(|g| {
+            assert_eq!(g.functions, [addr(0)]);
+            assert_eq!(g.notrace, [addr(1)]);
+        });
+        fs.write("set_graph_function", "", false).unwrap();
+        fs.write("set_graph_notrace", "", false).unwrap();
+        GRAPH_FILTER.with(|g| assert!(g.functions.is_empty() && g.notrace.is_empty()));
+
+        // under nop no ops is enabled: nothing patched, nothing touched, text unchanged
+        assert_eq!(read(&fs, "enabled_functions").unwrap(), "");
+        assert_eq!(read(&fs, "touched_functions").unwrap(), "");
+        for i in 0..3 {
+            assert_eq!(TEXT[i * FUNC..i * FUNC + 5], NOP5_DISP8);
+        }
+        assert_eq!(read(&fs, "saved_cmdlines").unwrap(), "");
     }
 }

@@ -107,6 +107,11 @@ pub struct RecordArgs {
     /// The recording directory (`live`: kept only when given).
     #[arg(short = 'o', value_name = "DIR")]
     pub output: Option<PathBuf>,
+    /// Serve the program's tracefs at this directory (FUSE, type `fuse.tracefs`) while it
+    /// runs: `cat DIR/trace`, `echo function > DIR/current_tracer`... Unmounted when the
+    /// program exits or the tool gets SIGINT/SIGTERM/SIGHUP.
+    #[arg(long = "mount", value_name = "DIR")]
+    pub mount: Option<PathBuf>,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "PROG")]
     pub command: Vec<String>,
@@ -129,6 +134,7 @@ impl RecordArgs {
                 .output
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("ftrace.data")),
+            mount: self.mount.clone(),
         }
     }
 }

@@ -8,12 +8,18 @@
 //! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
 //! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU;
 //! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads;
+//! - [`live`], [`livefs`], [`agentctl`]: a running program's tracefs (`--mount`): its buffers
+//!   read live, the tree's backend, the agent's control channel;
 //! - [`export`]: a capture as trace-cmd's `trace.dat`, a `uftrace.data` directory or Chrome JSON.
 
+pub mod agentctl;
 pub mod capture;
 pub mod cli;
 pub mod export;
+pub mod fuse;
 pub mod launch;
+pub mod live;
+pub mod livefs;
 pub mod record;
 pub mod recording;
 pub mod report;

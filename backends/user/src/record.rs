@@ -29,6 +29,8 @@ pub struct RecordOptions {
     pub clock: ClockKind,
     /// `-o`.
     pub output: PathBuf,
+    /// `--mount DIR`: serve the program's tracefs at DIR while it runs ([`crate::fuse`]).
+    pub mount: Option<PathBuf>,
 }
 
 impl Default for RecordOptions {
@@ -43,6 +45,7 @@ impl Default for RecordOptions {
             overwrite: true,
             clock: ClockKind::Local,
             output: PathBuf::from("ftrace.data"),
+            mount: None,
         }
     }
 }
@@ -63,7 +66,10 @@ impl RecordOptions {
 }
 
 /// Records `prog args...` into `opts.output`, then writes the capture files `ftrace report`
-/// reads ([`crate::capture`]); returns the program's exit status.
+/// reads ([`crate::capture`]); returns the program's exit status. With `opts.mount`, the
+/// program's tracefs is served while it runs and the capture is what its `trace` file shows
+/// when the program ends (a tracer switch or `echo > trace` starts it afresh, as in the
+/// kernel).
 pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitStatus, String> {
     let out = &opts.output;
     if out.exists() {
@@ -76,10 +82,215 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitS
             ));
         }
     }
+    if let Some(dir) = &opts.mount {
+        return run_mounted(opts, dir, prog, args);
+    }
     let status = crate::launch::run(&opts.config(), prog, args)?;
     let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
     crate::capture::write_capture(&rec, out)?;
     Ok(status)
+}
+
+/// The signals that end a mounted run: the tool unmounts, then passes them on to the program.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Blocks [`STOP_SIGNALS`] in the calling thread (and the threads it starts) until dropped,
+/// so that they are taken with `sigtimedwait` instead of killing the tool with a mount up.
+struct BlockedSignals {
+    set: libc::sigset_t,
+    old: libc::sigset_t,
+}
+
+impl BlockedSignals {
+    fn new() -> Self {
+        // SAFETY: plain sigset manipulation on local values.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in STOP_SIGNALS {
+                libc::sigaddset(&mut set, s);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            BlockedSignals { set, old }
+        }
+    }
+
+    /// Waits up to `ms` for one of the signals: the signal, and whether the kernel sent it (a
+    /// terminal's Ctrl-C or hangup, sent to the whole foreground process group) rather than a
+    /// process (`kill`, sent to the tool alone).
+    fn wait(&self, ms: i64) -> Option<(libc::c_int, bool)> {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: ms * 1_000_000,
+        };
+        // SAFETY: valid set, info and timeout.
+        unsafe {
+            let mut info: libc::siginfo_t = core::mem::zeroed();
+            let s = libc::sigtimedwait(&self.set, &mut info, &ts);
+            (s > 0).then_some((s, info.si_code == libc::SI_KERNEL))
+        }
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // Take what arrived meanwhile, then restore the mask.
+        while self.wait(0).is_some() {}
+        // SAFETY: restoring the mask saved at creation.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, core::ptr::null_mut()) };
+    }
+}
+
+/// A child that is killed (and reaped) if the run ends before it does.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Runs the program with its tracefs served at `dir` until it exits (or the tool is asked to
+/// stop): the control socket, the live tree, the FUSE mount, then the wait.
+fn run_mounted(
+    opts: &RecordOptions,
+    dir: &std::path::Path,
+    prog: &str,
+    args: &[String],
+) -> Result<ExitStatus, String> {
+    use crate::agentctl::AgentLink;
+    use crate::fuse::{TracefsFs, fuse_unavailable, mount};
+    use crate::live::LiveRecording;
+    use crate::livefs::UserHost;
+
+    if let Some(why) = fuse_unavailable() {
+        return Err(why);
+    }
+    if !dir.is_dir() {
+        return Err(format!(
+            "{}: not a directory (the mount point)",
+            dir.display()
+        ));
+    }
+    let agent = crate::launch::find_agent()?;
+    std::fs::create_dir_all(&opts.output).map_err(|e| format!("{}: {e}", opts.output.display()))?;
+    let signals = BlockedSignals::new();
+    // The socket lives in a directory only this user can enter.
+    let sock_dir = std::env::temp_dir().join(format!(
+        "ftrace-ctl-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&sock_dir)
+            .map_err(|e| format!("{}: {e}", sock_dir.display()))?;
+    }
+    let sock = sock_dir.join("control");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).map_err(|e| {
+        let _ = std::fs::remove_dir(&sock_dir);
+        format!("{}: {e}", sock.display())
+    })?;
+    let mut cfg = opts.config();
+    cfg.control = Some(sock.clone());
+    let base = ftrace_agent::clock::TscPair::now();
+    let mut cmd = crate::launch::traced_command(&agent, &cfg, prog, args);
+    // SAFETY: only an async-signal-safe mask change between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            crate::fuse::unblock_all_signals();
+            Ok(())
+        })
+    };
+    let child = cmd.spawn().map_err(|e| format!("{prog}: {e}"));
+    let remove_sock = || {
+        let _ = std::fs::remove_file(&sock);
+        let _ = std::fs::remove_dir(&sock_dir);
+    };
+    let mut child = Reaped(child.inspect_err(|_| remove_sock())?);
+    let link = AgentLink::accept(&listener, &mut child.0, std::time::Duration::from_secs(20));
+    drop(listener);
+    remove_sock();
+    let link = link?;
+    let live = LiveRecording::new(&cfg.output, cfg.clock, base);
+    let host = UserHost::new(link, live, cfg.tracer, cfg.clock, cfg.buffer_kb * 1024)?;
+    let handle = host.handle();
+    let mut tree = ftrace_tracefs::Tracefs::new(host).map_err(|e| format!("tracefs: {e:?}"))?;
+    seed_tree(&mut tree, opts);
+    let m = mount(TracefsFs::new(tree), dir)?;
+    eprintln!(
+        "ftrace: tracefs of {prog} (pid {}) mounted at {}",
+        child.0.id(),
+        dir.display()
+    );
+    let mut m = Some(m);
+    let mut stops = 0;
+    let status = loop {
+        match child.0.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(e) => return Err(format!("{prog}: {e}")),
+        }
+        if let Some((sig, from_terminal)) = signals.wait(50) {
+            // Unmount first (the tool's promise), then let the program decide: it got a
+            // terminal's signal itself (same process group); a `kill` of the tool is passed on.
+            if let Some(m) = m.take() {
+                m.unmount();
+            }
+            stops += 1;
+            if stops > 1 {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGKILL) };
+            } else if !from_terminal {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(child.0.id() as libc::pid_t, sig) };
+            }
+        }
+    };
+    if let Some(m) = m.take() {
+        m.unmount();
+    }
+    drop(signals);
+    handle.write_capture(&opts.output)?;
+    Ok(status)
+}
+
+/// Writes the command line's `-F`, `-N`, `-G` and `--max-depth` into the tree's files, so that
+/// they read back and stay in force when other files change. A glob the filter language
+/// refuses (no function matches) is reported, and the run goes on.
+fn seed_tree<H: ftrace_tracefs::Host>(tree: &mut ftrace_tracefs::Tracefs<H>, opts: &RecordOptions) {
+    let files = [
+        ("set_ftrace_filter", &opts.filter),
+        ("set_ftrace_notrace", &opts.notrace),
+        ("set_graph_function", &opts.graph_functions),
+    ];
+    for (file, globs) in files {
+        for g in globs {
+            if let Err(e) = tree.write_all(file, g.as_bytes(), true) {
+                eprintln!(
+                    "ftrace: {file}: {g:?}: {}",
+                    e.description().unwrap_or("error")
+                );
+            }
+        }
+    }
+    if opts.max_depth > 0 {
+        let v = opts.max_depth.to_string();
+        if let Err(e) = tree.write_all("max_graph_depth", v.as_bytes(), false) {
+            eprintln!(
+                "ftrace: max_graph_depth: {}",
+                e.description().unwrap_or("error")
+            );
+        }
+    }
 }
 
 /// Whether `dir` holds a recording (some `<pid>.<n>/meta`).

@@ -143,7 +143,7 @@ pub fn parse_symbols(text: &str) -> SortedSymbols {
     t
 }
 
-fn entry_bytes(s: &Slot, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
+pub(crate) fn entry_bytes(s: &Slot, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
     let ent = |id: EventId| TraceEntry {
         type_: id.as_u16(),
         flags: 0,

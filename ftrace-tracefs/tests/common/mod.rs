@@ -12,16 +12,19 @@ use std::fmt;
 use std::sync::{Arc as Rc, Mutex, MutexGuard};
 
 use ftrace_core::event::{TraceCtx, TraceFlags};
+use ftrace_core::format::TraceEventFormat;
 use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{DynFtrace, PageStats, RecordTable, SiteForm};
 use ftrace_ringbuf::CpuBuffer;
 use ftrace_ringbuf::{At, HeapPages};
+use ftrace_tracefs::event_filter::EventFilter;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{PatchRecords, StaticRecords};
+use ftrace_tracefs::triggers::Trigger;
 use ftrace_tracefs::{
-    Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
-    TracerOption, ring_buffer_pages,
+    Errno, EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend,
+    Tracefs, TracerOption, ring_buffer_pages,
 };
 use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
 use ftrace_tracers::function_graph::FunctionGraphTracer;
@@ -30,7 +33,8 @@ use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
-use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
+use ftrace_tracers::trace_event;
 use ftrace_tracers::tracer::{EntrySink, Registry, Tracer};
 use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
 
@@ -93,6 +97,14 @@ pub struct State {
     pub filters: FilterState,
     pub params: Vec<String>,
     pub comms: BTreeMap<i32, String>,
+    /// What the tree told about each trace event (by id): state, filter, triggers.
+    pub event_states: BTreeMap<u16, EventState>,
+    pub event_filters: BTreeMap<u16, Option<String>>,
+    pub event_triggers: BTreeMap<u16, Vec<String>>,
+    /// Refuse every event state change (a backend that cannot arm tracepoints).
+    pub refuse_events: bool,
+    /// The trace events the tree told about (their formats print their records).
+    pub event_formats: Vec<TraceEventFormat>,
 }
 
 struct CpuSink<'a> {
@@ -156,6 +168,41 @@ impl State {
         }
         self.writer.ts += 1000;
     }
+    /// Writes a whole entry (header and fields) into `cpu`'s buffer at time `ts`, as a
+    /// tracepoint of an enabled trace event does; `false` if the buffer refused it.
+    pub fn write_raw(&mut self, cpu: u32, ts: u64, entry: &[u8]) -> bool {
+        let Some(buf) = self.bufs.get(cpu as usize) else {
+            return false;
+        };
+        match buf.reserve(entry.len(), &At(ts)) {
+            Some(mut r) => {
+                r.data()[..entry.len()].copy_from_slice(entry);
+                r.commit();
+                true
+            }
+            None => false,
+        }
+    }
+    /// A tracepoint of a registered event fires: the entry is recorded only if the tree has
+    /// the event enabled (and not soft-disabled) and its filter, if any, passes it.
+    pub fn tracepoint(&mut self, cpu: u32, ts: u64, entry: &[u8]) -> bool {
+        let id = u16::from_le_bytes([entry[0], entry[1]]);
+        let on = self
+            .event_states
+            .get(&id)
+            .is_some_and(|s| s.enabled && !s.soft_disabled);
+        let format = self.event_formats.iter().find(|f| f.id == id).copied();
+        let passes = match (self.event_filters.get(&id), format) {
+            (Some(Some(text)), Some(f)) => ftrace_tracefs::event_filter::parse(&f, text)
+                .expect("the tree only passes valid filters")
+                .matches(
+                    entry,
+                    &ftrace_tracefs::event_filter::RecordCtx { cpu, comm: b"" },
+                ),
+            _ => true,
+        };
+        on && passes && self.write_raw(cpu, ts, entry)
+    }
     /// Every event of the buffers (of `cpu`, or all), copied out, oldest first per CPU.
     fn snapshot(&self) -> Vec<(u32, u64, Vec<u8>)> {
         let mut out = Vec::new();
@@ -201,8 +248,18 @@ impl State {
         let mut w = TraceWriter::new(self.style(), &mut state, false);
         let mut iter = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
-        w.write_trace(&mut out, &self.env(syms), Some(&info), &mut iter)
+        let env = self.env(syms);
+        let empty = iter.is_empty();
+        w.write_header(&mut TextToBytes(&mut out), &env, &info, empty)
             .expect("formats");
+        // Registered trace events print through their formats; the rest as ftrace prints them.
+        while let Some(ev) = iter.next_event() {
+            match trace_event::find(&self.event_formats, &ev) {
+                Some(f) => trace_event::write_event_line(&mut TextToBytes(&mut out), &env, &ev, f),
+                None => w.write_line(&mut out, &env, &mut iter, &ev),
+            }
+            .expect("formats");
+        }
         out
     }
 }
@@ -265,6 +322,15 @@ impl ModelHost {
     }
 }
 
+/// The tree with the `sched` events of Linux 6.12 registered, as a Linux-like host does.
+pub fn tracefs_with_sched() -> Tracefs<ModelHost> {
+    let mut fs = tracefs();
+    for ev in ftrace_core::format::sched::SCHED_EVENTS {
+        fs.register_event(*ev).unwrap();
+    }
+    fs
+}
+
 pub fn tracefs() -> Tracefs<ModelHost> {
     Tracefs::new(ModelHost::new(2)).expect("tree builds")
 }
@@ -321,6 +387,11 @@ impl Host for ModelHost {
             filters: FilterState::with_symbols(self.syms.clone()),
             params: Vec::new(),
             comms,
+            event_states: BTreeMap::new(),
+            event_filters: BTreeMap::new(),
+            event_triggers: BTreeMap::new(),
+            refuse_events: false,
+            event_formats: Vec::new(),
         };
         for _ in 0..self.cpus {
             let b = st.new_buffer(bytes)?;
@@ -393,8 +464,14 @@ impl Reader for PipeReader {
             let e = c.next().expect("peeked");
             (e.ts, e.payload.to_vec())
         };
+        let ev = EventRef::new(cpu as u32, ts, &data);
+        if let Some(f) = trace_event::find(&st.event_formats, &ev) {
+            trace_event::write_event_line(&mut TextToBytes(out), &st.env(&self.syms), &ev, f)
+                .expect("formats");
+            return true;
+        }
         let mut lists = EventLists::new(st.cpus);
-        lists.push(EventRef::new(cpu as u32, ts, &data));
+        lists.push(ev);
         let mut state = vec![GraphCpuState::INIT; st.cpus as usize];
         let mut w = TraceWriter::new(st.style(), &mut state, false);
         let mut iter = TraceIter::new(&mut lists, None);
@@ -623,6 +700,33 @@ impl TraceBackend for ModelBackend {
     }
     fn write_saved_tgids(&self, _w: &mut dyn fmt::Write) -> fmt::Result {
         Ok(())
+    }
+    fn set_event_state(
+        &mut self,
+        event: &TraceEventFormat,
+        state: EventState,
+    ) -> Result<(), Errno> {
+        let mut st = self.st.borrow_mut();
+        if st.refuse_events {
+            return Err(Errno::ENODEV);
+        }
+        st.event_states.insert(event.id, state);
+        if !st.event_formats.contains(event) {
+            st.event_formats.push(*event);
+        }
+        Ok(())
+    }
+    fn set_event_filter(&mut self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
+        self.st
+            .borrow_mut()
+            .event_filters
+            .insert(event.id, filter.map(|f| f.text().to_owned()));
+    }
+    fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
+        self.st
+            .borrow_mut()
+            .event_triggers
+            .insert(event.id, triggers.iter().map(|t| t.to_string()).collect());
     }
 }
 

@@ -18,7 +18,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
-use ftrace_baremetal::interim::TRACING;
+use ftrace_baremetal::tracing::TRACING;
 use ftrace_baremetal::qemu::{self, Verdict};
 use ftrace_baremetal::rt::BumpHeap;
 use ftrace_baremetal::serial::{self, Com1};
@@ -171,6 +171,11 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         qemu::exit(Verdict::Fail, "install");
     }
     println!(
+        "tracing: {} call-site records, heap {} KiB used",
+        sites.sites().len(),
+        HEAP.used() / 1024
+    );
+    println!(
         "tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; poweroff pass [N]|fail)"
     );
     run_shell()
@@ -179,7 +184,8 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
 /// The tracer's own code must carry no call site: only this crate is instrumented.
 fn check_uninstrumented(sites: &SiteTable, syms: &SortedSymbols) -> bool {
     let hot = [
-        "ftrace_baremetal::interim",
+        "ftrace_baremetal::tracing",
+        "ftrace_baremetal::functions",
         "ftrace_baremetal::trampoline",
         "ftrace_baremetal::clock",
         "ftrace_baremetal::cpu",
@@ -545,6 +551,12 @@ fn run_shell() -> ! {
             sh.execute(text, &tree, &mut k, c);
         });
         if let Some((v, expected)) = k.poweroff {
+            // The bump heap never reuses freed blocks: how much a session takes is worth seeing.
+            println!(
+                "heap: {} KiB of {} KiB used",
+                HEAP.used() / 1024,
+                ftrace_baremetal::rt::HEAP_SIZE / 1024
+            );
             let why = alloc::format!(
                 "{} commands, {} failed, {} expected to",
                 sh.commands,

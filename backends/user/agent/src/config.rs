@@ -30,6 +30,10 @@ pub const ENV_CLOCK: &str = "FTRACE_AGENT_CLOCK";
 /// `1` (default): sites are enabled at start; `0`: the program turns tracing on itself
 /// (`ftrace_agent_tracing_on`).
 pub const ENV_TRACING_ON: &str = "FTRACE_AGENT_TRACING_ON";
+/// A unix socket the `ftrace` tool listens on: the agent connects at start and serves live
+/// control requests on it (tracer, filters, `tracing_on`) from one control thread
+/// ([`crate::control`]). Unset or empty: no control channel.
+pub const ENV_CONTROL: &str = "FTRACE_AGENT_CONTROL";
 
 /// Which tracer records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -121,6 +125,8 @@ pub struct Config {
     pub clock: ClockKind,
     /// Enable the sites at start.
     pub tracing_on: bool,
+    /// The live control socket ([`ENV_CONTROL`]), if the tool serves one.
+    pub control: Option<PathBuf>,
 }
 
 /// The default per-thread buffer size (the kernel's default per-CPU `buffer_size_kb`).
@@ -140,6 +146,7 @@ impl Config {
             overwrite: true,
             clock: ClockKind::Local,
             tracing_on: true,
+            control: None,
         }
     }
 
@@ -156,6 +163,13 @@ impl Config {
             (ENV_OVERWRITE, u8::from(self.overwrite).to_string()),
             (ENV_CLOCK, self.clock.name().to_string()),
             (ENV_TRACING_ON, u8::from(self.tracing_on).to_string()),
+            (
+                ENV_CONTROL,
+                self.control
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
         ]
     }
 
@@ -201,6 +215,9 @@ impl Config {
         c.buffer_kb = num(ENV_BUFFER_KB, DEFAULT_BUFFER_KB)?.max(4);
         c.overwrite = num(ENV_OVERWRITE, 1)? != 0;
         c.tracing_on = num(ENV_TRACING_ON, 1)? != 0;
+        c.control = get(ENV_CONTROL)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
         if let Some(s) = get(ENV_CLOCK) {
             c.clock = ClockKind::parse(&s).ok_or(ConfigError(ENV_CLOCK, s))?;
         }
@@ -236,6 +253,7 @@ mod tests {
         c.overwrite = false;
         c.clock = ClockKind::Mono;
         c.tracing_on = false;
+        c.control = Some("/tmp/ctl.sock".into());
         let env: HashMap<&str, String> = c.to_env().into_iter().collect();
         let back = Config::from_env_vars(|k| env.get(k).cloned())
             .unwrap()

@@ -23,6 +23,7 @@
 pub mod buffer;
 pub mod clock;
 pub mod config;
+pub mod control;
 pub mod dispatch;
 pub mod elf;
 pub mod glob;
@@ -51,6 +52,13 @@ pub struct SiteInfo {
     pub name: String,
     /// Whether the filters select it.
     pub selected: bool,
+    /// Whether it is a function_graph root (`set_graph_function`): its call goes to the root
+    /// stub.
+    pub root: bool,
+    /// The object it lies in (`module` of the symbols file).
+    pub module: String,
+    /// The stubs its calls go to.
+    pub stubs: tramp::Stubs,
 }
 
 /// The agent's state (control paths only; the hot path reads the statics in [`handler`]).
@@ -209,11 +217,7 @@ fn scan_new_objects(a: &mut Agent) {
                     && !glob::any_matches(&cfg.notrace, &name);
                 let root = cfg.tracer == TracerKind::FunctionGraph
                     && glob::any_matches(&cfg.graph_functions, &name);
-                let target = match (cfg.tracer, root) {
-                    (TracerKind::Function, _) => stubs.func(),
-                    (TracerKind::FunctionGraph, true) => stubs.root(),
-                    (TracerKind::FunctionGraph, false) => stubs.graph(),
-                };
+                let target = call_target(cfg.tracer, root, stubs);
                 let Ok(call) = init.form.call(addr, target) else {
                     warn(&format!("site {addr:#x} ({name}): stub out of reach"));
                     continue;
@@ -226,6 +230,9 @@ fn scan_new_objects(a: &mut Agent) {
                         addr,
                         name,
                         selected,
+                        root,
+                        module: module.to_string(),
+                        stubs,
                     },
                 );
             }
@@ -241,6 +248,15 @@ fn scan_new_objects(a: &mut Agent) {
         .open(a.dir.join("symbols"))
     {
         let _ = f.write_all(sym_text.as_bytes());
+    }
+}
+
+/// Where a site calls under `tracer` (a `-G` root calls the root stub).
+pub fn call_target(tracer: TracerKind, root: bool, stubs: tramp::Stubs) -> u64 {
+    match (tracer, root) {
+        (TracerKind::Function, _) => stubs.func(),
+        (TracerKind::FunctionGraph, true) => stubs.root(),
+        (TracerKind::FunctionGraph, false) => stubs.graph(),
     }
 }
 
@@ -330,7 +346,22 @@ fn start(cfg: Config) -> std::io::Result<()> {
         let _ = writeln!(list, "{:x} {} {}", s.addr, u8::from(s.selected), s.name);
     }
     let _ = std::fs::write(a.dir.join("sites"), list);
+    let control = a.config.control.clone();
+    let dir = a.dir.clone();
     *agent() = Some(a);
+    if let Some(path) = control {
+        // Live control is for this process image only: children and exec'd images trace with
+        // the start-up configuration (an exec closes the socket; the tool removed its name).
+        // SAFETY: the agent's constructor runs before the program's `main`, while no other
+        // thread reads the environment.
+        unsafe { std::env::remove_var(config::ENV_CONTROL) };
+        if let Err(e) = control::start(&path, &dir) {
+            warn(&format!(
+                "live control {}: {e}; tracing with the start-up configuration",
+                path.display()
+            ));
+        }
+    }
     Ok(())
 }
 

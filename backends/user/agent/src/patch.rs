@@ -206,6 +206,22 @@ impl Patcher {
         self.sites.retain(|s| s.addr < lo || s.addr >= hi);
     }
 
+    /// Gives disabled sites new enabled bytes (another trampoline: a tracer switch, a
+    /// `set_graph_function` root): `call_of` answers the new bytes, or `None` to keep them.
+    /// Enabled sites are never touched (disable them first); returns how many changed.
+    pub fn retarget(&mut self, call_of: impl Fn(&Site) -> Option<SiteBytes>) -> usize {
+        let mut n = 0;
+        for s in self.sites.iter_mut().filter(|s| !s.enabled) {
+            if let Some(c) = call_of(s) {
+                if c != s.call {
+                    s.call = c;
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
     /// Enables or disables the sites `pick` selects; returns how many changed.
     pub fn set(&mut self, enable: bool, pick: impl Fn(&Site) -> bool) -> std::io::Result<usize> {
         let mut batch: Vec<PokeSite> = self

@@ -1,24 +1,28 @@
 //! The backend's tracing instance. Every traced call goes trampoline -> entry hook ->
-//! ftrace-core's `Dispatcher` (one static `FtraceOps` per tracer, registered while it is the
+//! ftrace-core's `Dispatcher` (one static `FtraceOps` per tracer, enabled while it is the
 //! current tracer) -> the tracer's ops callback.
 //!
-//! TEMPORARY glue left in it: `set_ftrace_filter` is kept here as a bitmap of patched sites
-//! with glob matching (the patched sites are the filter; the ops carry no filter hash), until
-//! ftrace-patch's `RecordTable` and the dispatcher's filter hashes are wired in.
+//! Which functions are traced is decided the kernel's way ([`crate::functions`]): the call
+//! sites are ftrace-patch's `RecordTable` records, the filter files ftrace-tracefs's
+//! `FilterState` (ftrace-core's filter language), whose `set_ftrace_filter` /
+//! `set_ftrace_notrace` hashes are published to the tracers' ops (the dispatcher filters by
+//! them) and whose graph files go to the graph filter the function_graph entry hook reads
+//! ([`GRAPH_FILTER`]); the records' reference counts follow the enabled ops' hashes, and the
+//! sites change in one batch per update through ftrace-patch's update pass and protocols on
+//! [`crate::text::KernelText`].
 //!
-//! Events are written by ftrace-tracers' `FunctionTracer` and
-//! `FunctionGraphTracer` (with its `ShadowStack`, one per CPU) into ftrace-ringbuf's per-CPU
-//! [`RingBuffer`] (pages from [`StaticPages`]), stamped by the backend's clock, and read back
-//! with its non-consuming iterators and formatted by ftrace-tracers' `TraceWriter` (the
-//! `trace` text is Linux's); the file tree is ftrace-tracefs's (`crate::tracefs`). Sites
-//! change in one batch per update through ftrace-patch's protocols ([`patch_batch`]: verify every window,
-//! then the breakpoint protocol on [`crate::text::KernelText`]).
+//! Events are written by ftrace-tracers' `FunctionTracer` and `FunctionGraphTracer` (with its
+//! `ShadowStack`, one per CPU), and by `trace_marker` / `trace_marker_raw`
+//! ([`Tracing::write_marker`]), into ftrace-ringbuf's per-CPU [`RingBuffer`] (pages from
+//! [`StaticPages`]), stamped by the backend's clock, read back with its non-consuming
+//! iterators and formatted by ftrace-tracers' `TraceWriter` (the `trace` text is Linux's); the
+//! file tree is ftrace-tracefs's (`crate::tracefs`).
 //!
 //! Invariant: a CPU's shadow stack is touched only by that CPU with interrupts off (the hooks
 //! disable them around their work), and each CPU writes only its own ring buffer, so writers
 //! nest strictly as the ring buffer requires.
 
-use core::cell::UnsafeCell;
+use core::cell::{Cell, UnsafeCell};
 use core::fmt::{self, Write};
 
 use ftrace_core::Errno;
@@ -29,12 +33,15 @@ use ftrace_core::platform::ExecContext;
 use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::reclaim::ReaderCount;
 use ftrace_core::symbols::SymbolTable;
+use ftrace_patch::{FixedTargets, FtraceBug, Protocol, UpdateStats};
 use ftrace_ringbuf::RingBuffer;
+use ftrace_tracefs::FilterFile;
+use ftrace_tracefs::filters::FilterState;
+use ftrace_tracefs::records::CallSites;
+use ftrace_tracers::TraceOptions;
 use ftrace_tracers::event::EventRef;
-use ftrace_tracers::function::FunctionTracer;
-use ftrace_tracers::function_graph::{
-    FunctionGraphTracer, GraphEntry, GraphFunctions, ShadowStack,
-};
+use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
+use ftrace_tracers::function_graph::{FunctionGraphTracer, GraphEntry, ShadowStack};
 use ftrace_tracers::iter::{EventSource, TraceIter};
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
@@ -43,17 +50,14 @@ use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
 use ftrace_tracers::tracer::{AdmitAll, EntrySink, Tracer as TracerImpl};
 
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
+use crate::functions::{FunctionSites, GraphFilterCell};
 use crate::pages::StaticPages;
 use crate::port::{irq_restore, irq_save};
-use crate::sites::{SiteTable, is_nop5};
-use crate::sync::{AtomicBool, AtomicU8, Ordering, SpinLock};
-use crate::text::{patch_batch, read_text};
+use crate::sites::SiteTable;
+use crate::sync::{AtomicBool, AtomicU8, AtomicU64, Ordering, SpinLock};
+use crate::text::KernelText;
 use crate::trampoline;
-use ftrace_patch::protocol::SiteStatus;
-use ftrace_patch::{Arch, PokeSite, Protocol};
 
-/// The most call sites the glue tracks.
-pub const MAX_SITES: usize = 1024;
 /// Ring-buffer pages per CPU (4 KiB each; overwrite mode, as Linux's default).
 pub const PAGES_PER_CPU: usize = 32;
 /// The ring buffer's page size.
@@ -61,7 +65,7 @@ pub const PAGE_SIZE: usize = 4096;
 /// Deepest function_graph nesting followed per CPU.
 pub const GRAPH_DEPTH: usize = 64;
 
-/// The tracers the glue offers, in `available_tracers` order.
+/// The tracers the instance offers, in `available_tracers` order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Tracer {
@@ -105,35 +109,21 @@ struct PerCpuTraces(UnsafeCell<[CpuTrace; MAX_CPUS]>);
 unsafe impl Sync for PerCpuTraces {}
 
 struct Control {
-    sites: Option<&'static SiteTable>,
-    symbols: Option<&'static (dyn SymbolTable + Sync)>,
-    /// `set_ftrace_filter` (empty: every function).
-    filter: [u64; MAX_SITES / 64],
-    /// Sites currently patched to call the trampoline.
-    patched: [u64; MAX_SITES / 64],
-    /// Each site's NOP, to restore it.
-    nops: [[u8; 5]; MAX_SITES],
-    /// The patch batch being built (ftrace-patch's sites).
-    batch: [PokeSite; MAX_SITES],
+    /// The records, the filter files and the enabled ops (set by `install`).
+    sites: Option<FunctionSites>,
 }
 
-fn bit(set: &[u64], i: usize) -> bool {
-    set[i / 64] & (1 << (i % 64)) != 0
-}
-
-fn set_bit(set: &mut [u64], i: usize, on: bool) {
-    if on {
-        set[i / 64] |= 1 << (i % 64);
-    } else {
-        set[i / 64] &= !(1 << (i % 64));
-    }
-}
-
-/// The one tracing instance of the glue.
-pub struct Interim {
+/// The one tracing instance of the backend.
+pub struct Tracing {
     tracer: AtomicU8,
     tracing_on: AtomicBool,
+    /// The trace option flag word (ftrace-tracers' `TraceOptions` bits), as `trace_options`
+    /// set it.
+    options: AtomicU64,
     control: SpinLock<Control>,
+    /// The kernel's symbols (set by `install`). A lock of its own, held only to copy the
+    /// reference out: the call-site files resolve names while the control lock is held.
+    symbols: SpinLock<Option<&'static (dyn SymbolTable + Sync)>>,
     cpus: PerCpuTraces,
     /// Set once by `install`; read-only afterwards except `reset`, which runs with recording
     /// off and every CPU synced (no writer inside).
@@ -144,22 +134,17 @@ pub struct Interim {
 // SAFETY: `buffer` is written once before `buffer_ready` is published and afterwards only
 // under the quiescence described on the field; everything else is atomics, a lock, or per-CPU
 // state under the module invariant.
-unsafe impl Sync for Interim {}
+unsafe impl Sync for Tracing {}
 
 static PAGES: StaticPages = StaticPages::new();
 
-/// The backend's tracing instance (TEMPORARY glue, see the module docs).
-pub static TRACING: Interim = Interim {
+/// The backend's tracing instance.
+pub static TRACING: Tracing = Tracing {
     tracer: AtomicU8::new(Tracer::Nop as u8),
     tracing_on: AtomicBool::new(true),
-    control: SpinLock::new(Control {
-        sites: None,
-        symbols: None,
-        filter: [0; MAX_SITES / 64],
-        patched: [0; MAX_SITES / 64],
-        nops: [[0; 5]; MAX_SITES],
-        batch: [const { PokeSite::empty() }; MAX_SITES],
-    }),
+    options: AtomicU64::new(TraceOptions::MARKERS.bits()),
+    control: SpinLock::new(Control { sites: None }),
+    symbols: SpinLock::new(None),
     cpus: PerCpuTraces(UnsafeCell::new(
         [const {
             CpuTrace {
@@ -230,12 +215,8 @@ impl TaskContext for Sampled {
     }
 }
 
-/// Every function is a graph root (no `set_graph_function` here): the patched sites are the
-/// filter.
-const ALL_GRAPH: GraphFunctions<'static> = GraphFunctions {
-    functions: &[],
-    notrace: &[],
-};
+/// `set_graph_function` / `set_graph_notrace`, as the graph entry hook reads them.
+pub static GRAPH_FILTER: GraphFilterCell = GraphFilterCell::new();
 
 /// The ops dispatcher (ftrace-core): the entry hook hands every traced call to it.
 static DISPATCHER: Dispatcher<ReaderCount, BareMetal> =
@@ -244,7 +225,9 @@ static DISPATCHER: Dispatcher<ReaderCount, BareMetal> =
 /// The function tracer's ops.
 static FUNCTION_OPS: FtraceOps = FtraceOps::new(function_call, OpsFlags::empty());
 /// function_graph's entry ops (`graph_ops`).
-static GRAPH_OPS: FtraceOps = FtraceOps::new(graph_entry, OpsFlags::empty());
+static GRAPH_OPS: FtraceOps = FtraceOps::new(graph_entry, OpsFlags::GRAPH);
+/// The ops the global filter files (`set_ftrace_filter`, `set_ftrace_notrace`) apply to.
+static TRACER_OPS: [&FtraceOps; 2] = [&FUNCTION_OPS, &GRAPH_OPS];
 
 /// `function_trace_call`: the function tracer's ops callback.
 fn function_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
@@ -252,7 +235,7 @@ fn function_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut Ft
     let task = Sampled(BareMetal.trace_ctx());
     let irq = irq_save();
     if TRACING.tracing_on.load(Ordering::Relaxed) {
-        // The patched sites are the filter (only admitted functions are patched).
+        // The dispatcher applied the ops' hashes (`AdmitAll`: nothing more to check here).
         FUNCTION.trace_call(
             ip,
             parent_ip,
@@ -278,7 +261,8 @@ fn graph_entry(ip: u64, parent_ip: u64, _op: &FtraceOps, regs: Option<&mut Ftrac
         let t = unsafe { &mut *cpu_trace(cpu) };
         let now = BareMetal.now_ns();
         let sink = CpuSink(cpu);
-        let hooked = GRAPH.entry(&mut t.shadow, ip, parent_ip, now, &ALL_GRAPH, &task, &sink);
+        let hooked = GRAPH_FILTER
+            .with(|filter| GRAPH.entry(&mut t.shadow, ip, parent_ip, now, filter, &task, &sink));
         if hooked == GraphEntry::Hooked {
             // SAFETY: the trampoline passes the address of the traced function's return
             // slot in `sp`; the return hook gives `parent_ip` back when it returns.
@@ -324,47 +308,78 @@ extern "C" fn return_hook() -> u64 {
     exit.ret
 }
 
-/// Whether `name` matches a `set_ftrace_filter` glob (`*` anywhere, any number of times).
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let (p, n) = (pattern.as_bytes(), name.as_bytes());
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && p[pi] == b'*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if pi < p.len() && p[pi] == n[ni] {
-            pi += 1;
-            ni += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == b'*')
+/// Prints an `ftrace_bug()` report on the console (unlocked: the shell holds the console lock
+/// while it runs the write that patches).
+fn report_bug(bug: &FtraceBug, symbols: Option<&'static (dyn SymbolTable + Sync)>) {
+    let mut out = crate::serial::Com1::force();
+    let _ = match symbols {
+        Some(s) => bug.write_report(&mut out, s),
+        None => write!(out, "{bug}"),
+    };
+    let _ = writeln!(out);
 }
 
-impl Interim {
-    /// Hands the glue its sites and symbols and registers the trampolines' hooks. Sites are
-    /// left as NOPs until a tracer is set.
+/// An update that could not rewrite every site it had to (each one reported and disabled) is
+/// the write's `EIO`.
+fn update_result(st: UpdateStats) -> Result<(), Errno> {
+    if st.failed > 0 {
+        Err(Errno::EIO)
+    } else {
+        Ok(())
+    }
+}
+
+/// `trace_marker`'s writer, named as Linux's: the entries carry an address inside it, so the
+/// `trace` text reads `tracing_mark_write: ...` as the kernel's does.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub fn tracing_mark_write(text: &[u8], options: TraceOptions) -> Result<(), Errno> {
+    let ip = tracing_mark_write as *const () as u64;
+    TRACING.write_event(|task, sink| trace_marker_write(text, ip, options, task, sink))
+}
+
+/// An entry sink that remembers whether the ring buffer took the entry.
+struct Taken<'a> {
+    sink: CpuSink,
+    taken: &'a Cell<bool>,
+}
+
+impl EntrySink for Taken<'_> {
+    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        let ok = self.sink.write_entry(len, fill);
+        self.taken.set(ok);
+        ok
+    }
+}
+
+impl Tracing {
+    /// Hands the instance its sites and symbols and registers the trampolines' hooks: one
+    /// call-site record per site (ftrace-patch's `init_records`; a site that is not a NOP is
+    /// reported and disabled), empty filter files resolving against them. Sites stay NOPs
+    /// until a tracer is set.
     pub fn install(
         &'static self,
         sites: &'static SiteTable,
         symbols: &'static (dyn SymbolTable + Sync),
     ) -> Result<(), Errno> {
         let mut c = self.control.lock();
-        if sites.sites().len() > MAX_SITES {
-            return Err(Errno::ENOSPC);
-        }
-        for (i, &s) in sites.sites().iter().enumerate() {
-            // SAFETY: SiteTable only lists mapped text.
-            c.nops[i] = unsafe { read_text::<5>(s as usize) };
-        }
-        c.sites = Some(sites);
-        c.symbols = Some(symbols);
+        let targets = FixedTargets {
+            caller: trampoline::caller_addr(),
+            regs_caller: trampoline::caller_addr(),
+            list_ops: 0,
+            nop_ops: 0,
+        };
+        let records = FunctionSites::new(
+            &mut KernelText,
+            sites.sites(),
+            symbols,
+            &TRACER_OPS,
+            targets,
+            Protocol::Auto,
+            &mut |b| report_bug(b, Some(symbols)),
+        )?;
+        c.sites = Some(records);
+        *self.symbols.lock() = Some(symbols);
         if !self.buffer_ready.load(Ordering::Acquire) {
             let rb = RingBuffer::new(&PAGES, MAX_CPUS, PAGES_PER_CPU, PAGE_SIZE)
                 .map_err(|e| e.errno())?;
@@ -382,12 +397,16 @@ impl Interim {
         Tracer::from_u8(self.tracer.load(Ordering::Relaxed))
     }
 
-    /// Switches tracers: clears the buffers and patches or restores sites.
+    /// Switches tracers (`tracing_set_tracer`): the old tracer's ops is disabled (its sites
+    /// restored, then unregistered), the buffers are cleared, the new tracer's ops enabled
+    /// (registered, then the sites its hashes admit patched). `ENODEV` before `install`.
     pub fn set_tracer(&self, t: Tracer) -> Result<(), Errno> {
         let mut c = self.control.lock();
         if t == self.tracer() {
             return Ok(());
         }
+        let symbols = self.symbols();
+        let sites = c.sites.as_mut().ok_or(Errno::ENODEV)?;
         let tracer_of = |t: Tracer| -> Option<(&'static dyn TracerImpl, &'static FtraceOps)> {
             match t {
                 Tracer::Function => Some((&FUNCTION, &FUNCTION_OPS)),
@@ -398,74 +417,24 @@ impl Interim {
         if let Some((new, _)) = tracer_of(t) {
             new.init()?;
         }
+        let mut r = Ok(());
         if let Some((old, ops)) = tracer_of(self.tracer()) {
             old.reset();
-            DISPATCHER.unregister(ops)?;
+            let st = sites.disable(&DISPATCHER, ops, &mut KernelText, &mut |b| {
+                report_bug(b, symbols)
+            })?;
+            r = update_result(st);
         }
-        if let Some((_, ops)) = tracer_of(t) {
-            DISPATCHER.register(ops)?;
-        }
-        self.tracer.store(t as u8, Ordering::Relaxed);
+        self.tracer.store(Tracer::Nop as u8, Ordering::Relaxed);
         self.reset_buffers();
-        Self::sync_sites(&mut c, t != Tracer::Nop)
-    }
-
-    /// Patches (when `active`) the filtered sites and restores the others.
-    fn sync_sites(c: &mut Control, active: bool) -> Result<(), Errno> {
-        let Some(sites) = c.sites else {
-            return Ok(());
-        };
-        let all = c.filter.iter().all(|w| *w == 0);
-        let target = trampoline::caller_addr();
-        // One batch of every site that changes, in address order (the table is sorted), for
-        // ftrace-patch's protocol: every window is verified before anything is written.
-        let mut n = 0;
-        for (i, &s) in sites.sites().iter().enumerate() {
-            let want = active && (all || bit(&c.filter, i));
-            if want == bit(&c.patched, i) {
-                continue;
-            }
-            let call = ftrace_patch::x86::encode_call(s, target).map_err(|_| Errno::ERANGE)?;
-            let (old, new) = if want {
-                (c.nops[i], call)
-            } else {
-                (call, c.nops[i])
-            };
-            debug_assert!(is_nop5(c.nops[i]));
-            c.batch[n] = PokeSite::insn(Arch::X86_64, s, &old, &new, i as u32);
-            n += 1;
+        if let Some((_, ops)) = tracer_of(t) {
+            let st = sites.enable(&DISPATCHER, ops, &mut KernelText, &mut |b| {
+                report_bug(b, symbols)
+            })?;
+            self.tracer.store(t as u8, Ordering::Relaxed);
+            r = r.and(update_result(st));
         }
-        if n == 0 {
-            return Ok(());
-        }
-        let stats = patch_batch(&mut c.batch[..n], Protocol::Auto);
-        let mut failed = false;
-        for k in 0..n {
-            let site = &c.batch[k];
-            let i = site.tag() as usize;
-            if site.status() == SiteStatus::Done {
-                let on = !bit(&c.patched, i);
-                set_bit(&mut c.patched, i, on);
-            } else {
-                failed = true;
-                // ftrace_bug(): the site was left alone (or as the protocol says).
-                // (Unlocked: the shell holds the console lock while it runs a write.)
-                let _ = writeln!(
-                    crate::serial::Com1::force(),
-                    "ftrace failed to modify [<{:#x}>]: {:?}, actual: {:02x?}",
-                    site.addr(),
-                    site.status(),
-                    &site.actual()[..]
-                );
-            }
-        }
-        for slot in &mut c.batch[..n] {
-            *slot = PokeSite::empty();
-        }
-        if failed || stats.failed > 0 {
-            return Err(Errno::EIO);
-        }
-        Ok(())
+        r
     }
 
     /// Empties the ring buffer (`tracing_reset_online_cpus`): recording off, every CPU synced
@@ -487,75 +456,90 @@ impl Interim {
         rb.set_record_on(self.tracing_on.load(Ordering::Relaxed));
     }
 
-    fn site_name(c: &Control, addr: u64) -> Option<&str> {
-        c.symbols?
-            .lookup(addr)
-            .filter(|s| s.addr == addr)
-            .map(|s| s.name)
-    }
-
-    /// Sets (`append`: adds to) `set_ftrace_filter` from whitespace-separated globs; a glob
-    /// matching no function is refused with `EINVAL` and nothing changes.
-    pub fn write_filter(&self, data: &str, append: bool) -> Result<(), Errno> {
+    /// Runs `f` on the filter files under the instance's lock (ftrace-tracefs's
+    /// `FilterStore::with_state`). `ENODEV` before `install` (and `f` does not run).
+    pub fn with_filters(&self, f: &mut dyn FnMut(&mut FilterState)) -> Result<(), Errno> {
         let mut c = self.control.lock();
-        let Some(sites) = c.sites else {
-            return Err(Errno::ENODEV);
-        };
-        let mut new = if append {
-            c.filter
-        } else {
-            [0; MAX_SITES / 64]
-        };
-        for pat in data.split_whitespace() {
-            let mut hit = false;
-            for (i, &s) in sites.sites().iter().enumerate() {
-                if Self::site_name(&c, s).is_some_and(|n| glob_match(pat, n)) {
-                    set_bit(&mut new, i, true);
-                    hit = true;
-                }
-            }
-            if !hit {
-                return Err(Errno::EINVAL);
-            }
-        }
-        c.filter = new;
-        let active = self.tracer() != Tracer::Nop;
-        Self::sync_sites(&mut c, active)
-    }
-
-    /// `set_ftrace_filter`'s read-back text.
-    pub fn read_filter(&self, out: &mut dyn Write) -> fmt::Result {
-        let c = self.control.lock();
-        if c.filter.iter().all(|w| *w == 0) {
-            return out.write_str("#### all functions enabled ####\n");
-        }
-        if let Some(sites) = c.sites {
-            for (i, &s) in sites.sites().iter().enumerate() {
-                if bit(&c.filter, i) {
-                    write_sym(&c, out, s)?;
-                    out.write_str("\n")?;
-                }
-            }
-        }
+        let sites = c.sites.as_mut().ok_or(Errno::ENODEV)?;
+        f(sites.filters_mut());
         Ok(())
     }
 
-    /// `available_filter_functions` (`addrs`: with addresses, as
-    /// `available_filter_functions_addrs`).
-    pub fn read_available(&self, out: &mut dyn Write, addrs: bool) -> fmt::Result {
+    /// A filter file was written: the hashes go to the ops and the graph filter, the records
+    /// and sites follow (`EIO` if a site could not be rewritten; it is reported).
+    pub fn republish_filters(&self) -> Result<(), Errno> {
+        let mut c = self.control.lock();
+        let symbols = self.symbols();
+        let sites = c.sites.as_mut().ok_or(Errno::ENODEV)?;
+        let st = sites.republish(&DISPATCHER, &GRAPH_FILTER, &mut KernelText, &mut |b| {
+            report_bug(b, symbols)
+        })?;
+        update_result(st)
+    }
+
+    /// The read-back text of filter file `which`.
+    pub fn read_filter(&self, which: FilterFile, out: &mut dyn Write) -> fmt::Result {
         let c = self.control.lock();
-        if let Some(sites) = c.sites {
-            for &s in sites.sites() {
-                if let Some(n) = Self::site_name(&c, s) {
-                    if addrs {
-                        writeln!(out, "{s:x} {n}")?;
-                    } else {
-                        writeln!(out, "{n}")?;
-                    }
-                }
-            }
+        match &c.sites {
+            Some(s) => s.filters().write_filter(which, out),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Runs `f` on the call-site records (ftrace-tracefs's `RecordSource`), under the lock.
+    /// Before `install` there are none and `f` does not run.
+    pub fn with_call_sites(&self, f: &mut dyn FnMut(CallSites<'_>)) {
+        let c = self.control.lock();
+        if let Some(s) = &c.sites {
+            s.with_call_sites(f);
+        }
+    }
+
+    /// The trace option flag word (`trace_options`).
+    pub fn set_options(&self, options: TraceOptions) {
+        self.options.store(options.bits(), Ordering::Relaxed);
+    }
+
+    /// Writes one event from the current CPU with `write` (interrupts off around it, as a
+    /// nested writer of that CPU's buffer); `EBADF` if the ring buffer refused it (recording
+    /// off), as Linux's marker writes answer.
+    fn write_event(
+        &self,
+        write: impl FnOnce(&Sampled, &Taken<'_>) -> Result<usize, Errno>,
+    ) -> Result<(), Errno> {
+        let task = Sampled(BareMetal.trace_ctx());
+        let taken = Cell::new(false);
+        let irq = irq_save();
+        let sink = Taken {
+            sink: CpuSink(this_cpu().index()),
+            taken: &taken,
+        };
+        let r = write(&task, &sink);
+        irq_restore(irq);
+        match r {
+            Ok(0) => Ok(()),
+            Ok(_) if taken.get() => Ok(()),
+            Ok(_) => Err(Errno::EBADF),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `trace_marker`: `text` as a `print` entry (ftrace-tracers' `trace_marker_write`).
+    pub fn write_marker(&self, text: &[u8]) -> Result<(), Errno> {
+        tracing_mark_write(text, self.trace_options())
+    }
+
+    /// `trace_marker_raw`: `id` and `data` as a `raw_data` entry.
+    pub fn write_marker_raw(&self, id: u32, data: &[u8]) -> Result<(), Errno> {
+        let mut all = alloc::vec::Vec::with_capacity(4 + data.len());
+        all.extend_from_slice(&id.to_ne_bytes());
+        all.extend_from_slice(data);
+        let options = self.trace_options();
+        self.write_event(|task, sink| trace_marker_raw_write(&all, options, task, sink))
+    }
+
+    fn trace_options(&self) -> TraceOptions {
+        TraceOptions::from_bits_retain(self.options.load(Ordering::Relaxed))
     }
 
     /// Copies every held event of every CPU into the snapshot (`trace` opens a snapshot
@@ -583,11 +567,11 @@ impl Interim {
     /// The `trace` text of every CPU (`None`) or one (`per_cpu/cpuN/trace`), formatted by
     /// ftrace-tracers' `TraceWriter` (Linux's `s_show`).
     pub fn format_trace(&self, cpu_file: Option<u32>, out: &mut dyn Write) -> fmt::Result {
-        let c = self.control.lock();
+        let _snapshot_owner = self.control.lock();
         // SAFETY: the snapshot is only used here, under the control lock.
         let snap = unsafe { &mut *SNAPSHOT.0.get() };
         let (entries, written) = self.take_snapshot(snap);
-        let symbols: &dyn SymbolTable = match c.symbols {
+        let symbols: &dyn SymbolTable = match self.symbols() {
             Some(s) => s,
             None => &NoSymbols,
         };
@@ -725,15 +709,7 @@ impl SymbolTable for NoSymbols {
     fn for_each(&self, _f: &mut dyn FnMut(ftrace_core::symbols::Symbol<'_>)) {}
 }
 
-/// `%ps`: the symbol's name, or the address in hex.
-fn write_sym(c: &Control, out: &mut dyn Write, addr: u64) -> fmt::Result {
-    match c.symbols.and_then(|s| s.lookup(addr)) {
-        Some(s) => out.write_str(s.name),
-        None => write!(out, "{addr:#x}"),
-    }
-}
-
-impl Interim {
+impl Tracing {
     /// `tracing_on`.
     pub fn tracing_on(&self) -> bool {
         self.tracing_on.load(Ordering::Relaxed)
@@ -778,30 +754,9 @@ impl Interim {
         (PAGES_PER_CPU * (PAGE_SIZE - ftrace_core::format::BUF_PAGE_HDR_SIZE)) as u64
     }
 
-    /// `enabled_functions`: the patched sites.
-    pub fn write_enabled(&self, out: &mut dyn Write) -> fmt::Result {
-        let c = self.control.lock();
-        if let Some(sites) = c.sites {
-            for (i, &s) in sites.sites().iter().enumerate() {
-                if bit(&c.patched, i) {
-                    write_sym(&c, out, s)?;
-                    out.write_str(" (1)           \n")?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `dyn_ftrace_total_info`: the number of call-site records.
-    pub fn write_total_info(&self, out: &mut dyn Write) -> fmt::Result {
-        let c = self.control.lock();
-        let n = c.sites.map_or(0, |s| s.sites().len());
-        writeln!(out, "{n} pages:0 groups: 0")
-    }
-
     /// The symbol table handed to `install`.
     pub fn symbols(&self) -> Option<&'static (dyn SymbolTable + Sync)> {
-        self.control.lock().symbols
+        *self.symbols.lock()
     }
 }
 
@@ -829,21 +784,5 @@ impl<const N: usize> Write for Buf<N> {
         self.b[self.len..end].copy_from_slice(s.as_bytes());
         self.len = end;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("bm_*", "bm_leaf"));
-        assert!(glob_match("*leaf", "bm_leaf"));
-        assert!(glob_match("*_m*e", "bm_middle"));
-        assert!(glob_match("bm_leaf", "bm_leaf"));
-        assert!(!glob_match("bm_leaf", "bm_leaf2"));
-        assert!(!glob_match("bm_*", "other_work"));
-        assert!(glob_match("*", ""));
     }
 }

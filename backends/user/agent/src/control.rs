@@ -1,0 +1,268 @@
+//! The live control channel: how the `ftrace` tool (serving the program's tracefs through
+//! FUSE) changes tracer, filters and `tracing_on` while the program runs.
+//!
+//! When [`crate::config::ENV_CONTROL`] names a unix socket, the agent connects to it at start
+//! (before the program's `main`), says `HELLO <pid> <instance dir>`, and one control thread
+//! serves line requests on it:
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//!
+//! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
+//! `tracing_on` (0/1), `max_graph_depth`, the trace clock (`local`, `mono`, `x86-tsc`), and
+//! comma-separated hex site addresses (`-` for none):
+//! the sites to enable (the filter files resolved by the tool) and the function_graph roots
+//! (`set_graph_function`). The agent patches with its usual protocols ([`crate::patch`]):
+//! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
+//! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
+//! fast-path switches), and a site is only retargeted while disabled. The thread never runs
+//! instrumented code and exits when the tool closes the socket (the program keeps its last
+//! state). A forked child has no control thread: it keeps recording with its parent's state.
+
+use core::sync::atomic::Ordering;
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use crate::config::{ClockKind, TracerKind};
+use crate::{Agent, agent, apply, call_target, dispatch, handler};
+
+/// The state the tool asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wanted {
+    /// The tracer; `None` is `nop` (every site disabled).
+    pub tracer: Option<TracerKind>,
+    /// `tracing_on`: events are recorded.
+    pub on: bool,
+    /// `max_graph_depth` (0: unlimited).
+    pub depth: u32,
+    /// The trace clock.
+    pub clock: ClockKind,
+    /// The sites to enable.
+    pub sel: HashSet<u64>,
+    /// The function_graph roots (`set_graph_function`).
+    pub roots: HashSet<u64>,
+}
+
+fn parse_addrs(s: &str) -> Option<HashSet<u64>> {
+    if s == "-" {
+        return Some(HashSet::new());
+    }
+    s.split(',')
+        .map(|a| u64::from_str_radix(a, 16).ok())
+        .collect()
+}
+
+fn fmt_addrs(set: &HashSet<u64>) -> String {
+    if set.is_empty() {
+        return "-".into();
+    }
+    let mut v: Vec<u64> = set.iter().copied().collect();
+    v.sort_unstable();
+    let mut s = String::new();
+    for (i, a) in v.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{a:x}");
+    }
+    s
+}
+
+impl Wanted {
+    /// The `STATE` request line (without the newline).
+    pub fn to_request(&self) -> String {
+        format!(
+            "STATE {} {} {} {} {} {}",
+            self.tracer.map_or("nop", TracerKind::name),
+            u8::from(self.on),
+            self.depth,
+            self.clock.name(),
+            fmt_addrs(&self.sel),
+            fmt_addrs(&self.roots)
+        )
+    }
+
+    /// Parses a `STATE` request line.
+    pub fn parse(line: &str) -> Option<Wanted> {
+        let mut it = line.split_ascii_whitespace();
+        if it.next()? != "STATE" {
+            return None;
+        }
+        let tracer = match it.next()? {
+            "nop" => None,
+            t => Some(TracerKind::parse(t)?),
+        };
+        let on = it.next()? != "0";
+        let depth = it.next()?.parse().ok()?;
+        let clock = ClockKind::parse(it.next()?)?;
+        let sel = parse_addrs(it.next()?)?;
+        let roots = parse_addrs(it.next()?)?;
+        if it.next().is_some() {
+            return None;
+        }
+        Some(Wanted {
+            tracer,
+            on,
+            depth,
+            clock,
+            sel,
+            roots,
+        })
+    }
+}
+
+/// Connects to the tool's socket, says hello and starts the control thread.
+pub fn start(path: &Path, dir: &Path) -> std::io::Result<()> {
+    let mut sock = UnixStream::connect(path)?;
+    writeln!(sock, "HELLO {} {}", std::process::id(), dir.display())?;
+    let reader = sock.try_clone()?;
+    std::thread::Builder::new()
+        .name("ftrace-control".into())
+        .spawn(move || serve(BufReader::new(reader), sock))?;
+    Ok(())
+}
+
+fn serve(mut r: BufReader<UnixStream>, mut w: UnixStream) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match r.read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let answer = answer(line.trim_end());
+        if w.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn answer(req: &str) -> String {
+    let mut g = agent();
+    let Some(a) = g.as_mut() else {
+        return "ERR 19 agent not active\n".into();
+    };
+    if req == "SITES" {
+        let mut out = String::new();
+        let enabled: HashSet<u64> = a
+            .patcher
+            .sites()
+            .iter()
+            .filter(|s| s.enabled)
+            .map(|s| s.addr)
+            .collect();
+        for s in &a.sites {
+            let on = u8::from(enabled.contains(&s.addr));
+            let _ = writeln!(out, "{:x}\t{on}\t{}\t{}", s.addr, s.module, s.name);
+        }
+        out.push_str(".\n");
+        return out;
+    }
+    match Wanted::parse(req) {
+        Some(w) => match apply_wanted(a, &w) {
+            Ok(n) => format!("OK {n}\n"),
+            Err(e) => format!("ERR {} {e}\n", e.raw_os_error().unwrap_or(libc::EIO)),
+        },
+        None => format!("ERR {} bad request\n", libc::EINVAL),
+    }
+}
+
+/// Brings the agent to `w`: returns the number of site writes (disables and enables).
+pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
+    let old = (handler::TRACER.load(Ordering::Relaxed), a.on);
+    let old_tracer = match old {
+        (1, true) => Some(TracerKind::Function),
+        (2, true) => Some(TracerKind::FunctionGraph),
+        _ => None,
+    };
+    // The call each site needs under the new state (only tracers that trace).
+    let want_call = |addr: u64, stubs: crate::tramp::Stubs, form: ftrace_patch::SiteForm| {
+        let t = w.tracer?;
+        let root = t == TracerKind::FunctionGraph && w.roots.contains(&addr);
+        form.call(addr, call_target(t, root, stubs)).ok()
+    };
+    let info: std::collections::HashMap<u64, crate::tramp::Stubs> =
+        a.sites.iter().map(|s| (s.addr, s.stubs)).collect();
+    // 1. Disable what must go off or change its call.
+    let mut changed = a.patcher.set(false, |s| {
+        !w.sel.contains(&s.addr)
+            || w.tracer.is_none()
+            || info
+                .get(&s.addr)
+                .and_then(|&st| want_call(s.addr, st, s.form))
+                .is_some_and(|c| c != s.call)
+    })?;
+    // 2. The handlers' statics.
+    if old_tracer == Some(TracerKind::Function) && w.tracer != Some(TracerKind::Function) {
+        let _ = dispatch::DISPATCHER.unregister(&dispatch::FUNCTION_OPS);
+    }
+    if w.tracer == Some(TracerKind::Function) && old_tracer != Some(TracerKind::Function) {
+        dispatch::DISPATCHER
+            .register(&dispatch::FUNCTION_OPS)
+            .map_err(|e| std::io::Error::other(format!("registering the function ops: {e:?}")))?;
+    }
+    handler::TRACER.store(
+        match w.tracer {
+            None => 0,
+            Some(TracerKind::Function) => 1,
+            Some(TracerKind::FunctionGraph) => 2,
+        },
+        Ordering::Relaxed,
+    );
+    handler::MAX_DEPTH.store(w.depth, Ordering::Relaxed);
+    handler::GRAPH_FILTERED.store(
+        w.tracer == Some(TracerKind::FunctionGraph) && !w.roots.is_empty(),
+        Ordering::Relaxed,
+    );
+    handler::TRACING_ON.store(w.on, Ordering::Relaxed);
+    handler::CLOCK_TSC.store(w.clock.is_tsc(), Ordering::Relaxed);
+    a.config.clock = w.clock;
+    handler::update_fast_path();
+    // 3. Retarget (disabled sites only) and record the selection.
+    a.patcher.retarget(|s| {
+        info.get(&s.addr)
+            .and_then(|&st| want_call(s.addr, st, s.form))
+    });
+    for s in &mut a.sites {
+        s.selected = w.sel.contains(&s.addr);
+        s.root = w.tracer == Some(TracerKind::FunctionGraph) && w.roots.contains(&s.addr);
+    }
+    if let Some(t) = w.tracer {
+        a.config.tracer = t;
+    }
+    a.on = w.tracer.is_some();
+    // 4. Enable the wanted sites.
+    changed += apply(a)?;
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_request_round_trip() {
+        let w = Wanted {
+            tracer: Some(TracerKind::FunctionGraph),
+            on: true,
+            depth: 3,
+            clock: ClockKind::Mono,
+            sel: [0x401000u64, 0x401100].into_iter().collect(),
+            roots: [0x401100u64].into_iter().collect(),
+        };
+        let line = w.to_request();
+        assert_eq!(line, "STATE function_graph 1 3 mono 401000,401100 401100");
+        assert_eq!(Wanted::parse(&line), Some(w));
+        let nop = Wanted::default();
+        assert_eq!(nop.to_request(), "STATE nop 0 0 local - -");
+        assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
+        assert_eq!(Wanted::parse("STATE bogus 1 0 local - -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 perf - -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local zz -"), None);
+    }
+}

@@ -1,0 +1,189 @@
+//! The tool's end of the agent's live control channel ([`ftrace_agent::control`]): a unix
+//! socket the tool listens on, which the agent connects to when the program starts.
+//!
+//! Invariant: every request gets exactly one answer or an error (the program exited, the agent
+//! did not answer within [`ANSWER_TIMEOUT`]); after an unanswered request the link refuses
+//! every later one (`ENODEV`), so that a late answer is never taken for another request's.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use ftrace_agent::control::Wanted;
+use ftrace_core::Errno;
+
+/// How long a request may take (a stop-the-world batch waits up to 10 s for threads).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One call site as the agent lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteLine {
+    /// The patched address.
+    pub addr: u64,
+    /// Whether it is enabled now.
+    pub enabled: bool,
+    /// The object it lies in.
+    pub module: String,
+    /// The function's name.
+    pub name: String,
+}
+
+/// The process at the other end of a unix socket (`SO_PEERCRED`).
+fn peer_pid(sock: &UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed ucred is valid; getsockopt fills it and its length.
+    unsafe {
+        let mut cred: libc::ucred = core::mem::zeroed();
+        let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        if libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(cred.pid as u32)
+    }
+}
+
+/// A connected agent.
+pub struct AgentLink {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    /// A request went unanswered: a late answer would be taken for the next one's.
+    broken: bool,
+    /// The traced process.
+    pub pid: u32,
+    /// Its instance directory.
+    pub dir: PathBuf,
+}
+
+impl AgentLink {
+    /// Waits for the agent of `child` to connect to `listener` (and say hello). Fails when the
+    /// program exits first or nothing connects within `timeout`.
+    pub fn accept(
+        listener: &UnixListener,
+        child: &mut Child,
+        timeout: Duration,
+    ) -> Result<AgentLink, String> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("control socket: {e}"))?;
+        let start = Instant::now();
+        let sock = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(format!("control socket: {e}")),
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                return Err(format!(
+                    "the program exited ({st}) before the agent started (is it built with call sites, and the agent loaded?)"
+                ));
+            }
+            if start.elapsed() > timeout {
+                return Err("the agent did not connect to the control socket".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        // Only the program we started may drive it.
+        let peer = peer_pid(&sock).map_err(|e| format!("control socket: {e}"))?;
+        if peer != child.id() {
+            return Err(format!(
+                "control socket: a process other than the program ({peer}) connected"
+            ));
+        }
+        sock.set_nonblocking(false)
+            .and_then(|()| sock.set_read_timeout(Some(ANSWER_TIMEOUT)))
+            .map_err(|e| format!("control socket: {e}"))?;
+        let writer = sock
+            .try_clone()
+            .map_err(|e| format!("control socket: {e}"))?;
+        let mut reader = BufReader::new(sock);
+        let mut hello = String::new();
+        reader
+            .read_line(&mut hello)
+            .map_err(|e| format!("control socket: {e}"))?;
+        let mut it = hello.trim_end().splitn(3, ' ');
+        let (Some("HELLO"), Some(pid), Some(dir)) = (it.next(), it.next(), it.next()) else {
+            return Err(format!("control socket: unexpected greeting {hello:?}"));
+        };
+        Ok(AgentLink {
+            reader,
+            writer,
+            broken: false,
+            pid: pid.parse().map_err(|_| format!("bad pid in {hello:?}"))?,
+            dir: PathBuf::from(dir),
+        })
+    }
+
+    fn line(&mut self) -> Result<String, Errno> {
+        let mut s = String::new();
+        match self.reader.read_line(&mut s) {
+            Ok(0) => {
+                self.broken = true;
+                Err(Errno::ENODEV)
+            }
+            Ok(_) => Ok(s.trim_end_matches('\n').to_string()),
+            Err(_) => {
+                self.broken = true;
+                Err(Errno::EIO)
+            }
+        }
+    }
+
+    fn send(&mut self, req: &[u8]) -> Result<(), Errno> {
+        if self.broken {
+            return Err(Errno::ENODEV);
+        }
+        self.writer.write_all(req).map_err(|_| {
+            self.broken = true;
+            Errno::ENODEV
+        })
+    }
+
+    /// Lists the call sites.
+    pub fn sites(&mut self) -> Result<Vec<SiteLine>, Errno> {
+        self.send(b"SITES\n")?;
+        let mut v = Vec::new();
+        loop {
+            let l = self.line()?;
+            if l == "." {
+                return Ok(v);
+            }
+            let mut it = l.splitn(4, '\t');
+            let (Some(a), Some(e), Some(m), Some(n)) = (it.next(), it.next(), it.next(), it.next())
+            else {
+                return Err(Errno::EIO);
+            };
+            v.push(SiteLine {
+                addr: u64::from_str_radix(a, 16).map_err(|_| Errno::EIO)?,
+                enabled: e == "1",
+                module: m.to_string(),
+                name: n.to_string(),
+            });
+        }
+    }
+
+    /// Asks for the whole state `w`; returns the number of site writes.
+    pub fn set_state(&mut self, w: &Wanted) -> Result<usize, Errno> {
+        let mut req = w.to_request();
+        req.push('\n');
+        self.send(req.as_bytes())?;
+        let l = self.line()?;
+        if let Some(n) = l.strip_prefix("OK ") {
+            return n.trim().parse().map_err(|_| Errno::EIO);
+        }
+        let code = l
+            .strip_prefix("ERR ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|c| c.parse::<i32>().ok())
+            .unwrap_or(libc::EIO);
+        Err(Errno(code))
+    }
+}

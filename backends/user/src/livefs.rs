@@ -1,0 +1,982 @@
+//! The tracefs tree (ftrace-tracefs's [`Tracefs`](ftrace_tracefs::Tracefs)) bound to a running traced program: what
+//! `ftrace record --mount` serves.
+//!
+//! [`UserHost`] and the top-level [`UserBackend`] live in the tool, never in the program. Reads
+//! come from the program's buffer files ([`crate::live`]) formatted by ftrace-tracers (the same
+//! printers as `ftrace report`); control writes (tracer, the function-filter files,
+//! `tracing_on`, `max_graph_depth`) are resolved here (ftrace-core's filter language over the
+//! program's call sites) and sent to the agent as one whole wanted state
+//! ([`crate::agentctl`]), which it applies with its live patching protocols.
+//!
+//! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
+//! and the writer's pid) and merged with the program's events. Instances (`mkdir
+//! instances/x`) get their own buffers of marker events and only the `nop` tracer: the agent
+//! has one set of call sites and one tracer. What the tree asks and this backend cannot do is
+//! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
+//! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
+//! filters and cpumasks other than "all" (`EINVAL`), `set_graph_notrace` writes (`ENODEV`), and
+//! function commands such as `f:traceoff` (`EINVAL`). Invariant: a refused write changes
+//! nothing, here or in the program.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ftrace_agent::config::{ClockKind, TracerKind};
+use ftrace_agent::control::Wanted;
+use ftrace_core::Errno;
+use ftrace_core::event::{TraceCtx, TraceFlags as CtxFlags};
+use ftrace_core::platform::{ExecContext, TaskContext};
+use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+use ftrace_patch::PageStats;
+use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
+use ftrace_tracefs::{
+    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TraceBackend,
+    TracerOption,
+};
+use ftrace_tracers::function::{
+    FunctionTracer, trace_marker_raw_write as marker_raw, trace_marker_write as marker,
+};
+use ftrace_tracers::function_graph::FunctionGraphTracer;
+use ftrace_tracers::iter::EventLists;
+use ftrace_tracers::nop::NopTracer;
+use ftrace_tracers::output::graph::GraphCpuState;
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::TraceWriter;
+use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::tracer::{EntrySink, Tracer};
+use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
+
+use crate::agentctl::{AgentLink, SiteLine};
+use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
+
+/// The pid of the process whose request the server is handling (set by the FUSE layer under
+/// the tree's lock): `trace_marker` events carry it, as the kernel records `current`.
+pub static CALLER_PID: AtomicU32 = AtomicU32::new(0);
+
+/// The tracers, in `available_tracers` order.
+const TRACERS: [&str; 3] = ["function_graph", "function", "nop"];
+
+/// The clocks `trace_clock` lists (the agent stamps with these three).
+const CLOCKS: [&str; 3] = ["local", "mono", "x86-tsc"];
+
+static NOP: NopTracer = NopTracer;
+static FUNCTION: FunctionTracer = FunctionTracer::new();
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+
+fn tracer_obj(name: &str) -> &'static dyn Tracer {
+    match name {
+        "function" => &FUNCTION,
+        "function_graph" => &GRAPH,
+        _ => &NOP,
+    }
+}
+
+/// The program side of the top level: the link to the agent, its buffers and call sites.
+struct AgentPart {
+    link: AgentLink,
+    /// The executable's file name (its functions print without a module).
+    exe: String,
+    live: LiveRecording,
+    sites: Vec<SiteLine>,
+    filters: FilterState,
+}
+
+/// Events recorded by the tool itself (`trace_marker`), in one instance.
+#[derive(Default)]
+struct Markers {
+    next: u64,
+    events: VecDeque<LiveEvent>,
+}
+
+/// One instance's state.
+struct State {
+    agent: Option<AgentPart>,
+    tracer: &'static str,
+    on: bool,
+    depth: u32,
+    flags: u64,
+    tracer_flags: HashMap<&'static str, u32>,
+    markers: Markers,
+    comms: HashMap<u32, String>,
+    clock: ClockKind,
+    nr_cpus: u32,
+    buffer_bytes: u64,
+    read_events: HashMap<u32, u64>,
+    marker_syms: SortedSymbols,
+}
+
+/// The tasks a trace names: the program's threads and the marker writers.
+struct Tasks(HashMap<i32, (String, u32)>);
+
+impl TaskNames for Tasks {
+    fn comm(&self, pid: i32) -> Option<&str> {
+        self.0.get(&pid).map(|t| t.0.as_str())
+    }
+    fn tgid(&self, pid: i32) -> Option<u32> {
+        self.0.get(&pid).map(|t| t.1)
+    }
+}
+
+/// The marker writer as ftrace-tracers' task context.
+struct Caller;
+
+impl TaskContext for Caller {
+    fn current_pid(&self) -> i32 {
+        CALLER_PID.load(Ordering::Relaxed) as i32
+    }
+    fn trace_ctx(&self) -> TraceCtx {
+        TraceCtx::new(CtxFlags::empty(), 0, 0)
+    }
+    fn exec_context(&self) -> ExecContext {
+        ExecContext::Normal
+    }
+}
+
+/// Collects the one entry a marker write makes.
+#[derive(Default)]
+struct Collect(std::cell::RefCell<Option<Vec<u8>>>);
+
+impl EntrySink for Collect {
+    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        let mut v = vec![0u8; len];
+        fill(&mut v);
+        *self.0.borrow_mut() = Some(v);
+        true
+    }
+}
+
+fn now_clock(clock: ClockKind) -> u64 {
+    match clock {
+        ClockKind::X86Tsc => ftrace_agent::clock::rdtsc(),
+        _ => ftrace_agent::clock::mono_ns(),
+    }
+}
+
+fn this_cpu() -> u32 {
+    // SAFETY: no preconditions.
+    unsafe { libc::sched_getcpu() }.max(0) as u32
+}
+
+impl State {
+    fn new(agent: Option<AgentPart>, clock: ClockKind, nr_cpus: u32, buffer_bytes: u64) -> Self {
+        let tracer_flags = [&NOP as &dyn Tracer, &FUNCTION, &GRAPH]
+            .iter()
+            .map(|t| (t.name(), t.default_flags()))
+            .collect();
+        let mut marker_syms = SortedSymbols::new();
+        marker_syms.push(MARKER_SYMBOL.0, MARKER_SYMBOL.1, 16, None);
+        marker_syms.finish();
+        State {
+            agent,
+            tracer: "nop",
+            on: true,
+            depth: 0,
+            flags: 0,
+            tracer_flags,
+            markers: Markers::default(),
+            comms: HashMap::new(),
+            clock,
+            nr_cpus,
+            buffer_bytes,
+            read_events: HashMap::new(),
+            marker_syms,
+        }
+    }
+
+    /// The state the agent must be in.
+    fn wanted(&self) -> Option<Wanted> {
+        let a = self.agent.as_ref()?;
+        let f = a.filters.set(FilterFile::Filter);
+        let n = a.filters.set(FilterFile::Notrace);
+        let g = a.filters.set(FilterFile::GraphFunction);
+        Some(Wanted {
+            tracer: TracerKind::parse(self.tracer),
+            on: self.on,
+            depth: self.depth,
+            clock: self.clock,
+            sel: a
+                .sites
+                .iter()
+                .map(|s| s.addr)
+                .filter(|&ip| (f.is_empty() || f.contains(ip)) && !n.contains(ip))
+                .collect(),
+            roots: g.ips().collect(),
+        })
+    }
+
+    /// Sends the wanted state (top level only).
+    fn push(&mut self) -> Result<(), Errno> {
+        let Some(w) = self.wanted() else {
+            return Ok(());
+        };
+        let a = self.agent.as_mut().expect("wanted() saw it");
+        a.link.set_state(&w).map(|_| ())
+    }
+
+    /// The events in the buffers, oldest first (`pipe`: what a consumer may take now).
+    fn events(&mut self, cpu: Option<u32>, pipe: bool) -> Vec<LiveEvent> {
+        let mut evs = match &mut self.agent {
+            Some(a) => a.live.events(cpu, pipe),
+            None => Vec::new(),
+        };
+        evs.extend(
+            self.markers
+                .events
+                .iter()
+                .filter(|e| cpu.is_none_or(|c| c == e.cpu))
+                .cloned(),
+        );
+        evs.sort_by_key(|e| (e.ts, e.cpu));
+        evs
+    }
+
+    fn consume(&mut self, evs: &[LiveEvent]) {
+        for e in evs {
+            *self.read_events.entry(e.cpu).or_default() += 1;
+        }
+        if let Some(a) = &mut self.agent {
+            a.live.consume(evs);
+        }
+        self.markers.events.retain(|m| {
+            !evs.iter()
+                .any(|e| e.buf == usize::MAX && e.index == m.index)
+        });
+    }
+
+    fn clear(&mut self, cpu: Option<u32>) {
+        if let Some(a) = &mut self.agent {
+            a.live.clear(cpu);
+        }
+        self.markers
+            .events
+            .retain(|m| cpu.is_some_and(|c| c != m.cpu));
+    }
+
+    fn tasks(&self) -> Tasks {
+        let mut m: HashMap<i32, (String, u32)> = self
+            .comms
+            .iter()
+            .map(|(&p, c)| (p as i32, (c.clone(), p)))
+            .collect();
+        if let Some(a) = &self.agent {
+            for (tid, pid, comm) in a.live.threads() {
+                m.insert(tid as i32, (comm, pid));
+            }
+        }
+        Tasks(m)
+    }
+
+    /// Formats `evs` as the `trace` file (with `header`) or `trace_pipe` text.
+    fn render(
+        &self,
+        evs: &[LiveEvent],
+        header: bool,
+        cpu: Option<u32>,
+        gstate: &mut [GraphCpuState],
+    ) -> Vec<u8> {
+        let syms: &SortedSymbols = match &self.agent {
+            Some(a) => a.live.symbols(),
+            None => &self.marker_syms,
+        };
+        let tasks = self.tasks();
+        let t = tracer_obj(self.tracer);
+        let mut env = OutputEnv::new(syms, &tasks, self.nr_cpus);
+        env.options = TraceOptions::from_bits_retain(self.flags);
+        env.time_in_ns = self.clock != ClockKind::X86Tsc;
+        env.time_start = evs.first().map_or(0, |e| e.ts);
+        let mut lists = EventLists::new(self.nr_cpus);
+        let mut lost = 0;
+        for e in evs {
+            let mut r = EventRef::new(e.cpu, e.ts, &e.data);
+            if e.missed > 0 {
+                r.missed = Missed::Count(e.missed);
+                lost += e.missed;
+            }
+            lists.push(r);
+        }
+        let info = HeaderInfo {
+            tracer: t.name(),
+            entries: evs.len() as u64,
+            written: evs.len() as u64 + lost,
+            online_cpus: self.nr_cpus,
+            latency: LatencyInfo::default(),
+        };
+        let style = t.output_style(self.tracer_flags.get(t.name()).copied().unwrap_or(0));
+        let mut w = TraceWriter::new(style, gstate, lost > 0);
+        let mut it = TraceIter::new(&mut lists, cpu);
+        let mut out = Vec::new();
+        let _ = w.write_trace(&mut out, &env, header.then_some(&info), &mut it);
+        out
+    }
+
+    fn add_marker(&mut self, data: Vec<u8>) {
+        let pid = CALLER_PID.load(Ordering::Relaxed);
+        if let std::collections::hash_map::Entry::Vacant(v) = self.comms.entry(pid) {
+            if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                v.insert(c.trim_end().to_string());
+            }
+        }
+        let m = &mut self.markers;
+        m.events.push_back(LiveEvent {
+            buf: usize::MAX,
+            index: m.next,
+            cpu: this_cpu(),
+            ts: now_clock(self.clock),
+            tid: pid,
+            data,
+            missed: 0,
+            lost_below: 0,
+        });
+        m.next += 1;
+    }
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(s: &Shared) -> MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One prepared text, then the end (the `trace` snapshot).
+struct Once(Option<Vec<u8>>);
+
+impl Reader for Once {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        match self.0.take() {
+            Some(t) => {
+                out.extend_from_slice(&t);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// `trace_pipe`: consumes what is there, keeping the graph printer's state between reads.
+struct Pipe {
+    state: Shared,
+    cpu: Option<u32>,
+    gstate: Vec<GraphCpuState>,
+}
+
+impl Reader for Pipe {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        let mut st = lock(&self.state);
+        let evs = st.events(self.cpu, true);
+        if evs.is_empty() {
+            return false;
+        }
+        st.consume(&evs);
+        let text = st.render(&evs, false, self.cpu, &mut self.gstate);
+        out.extend_from_slice(&text);
+        true
+    }
+}
+
+/// `trace_pipe_raw`: consumes one CPU's events as the kernel's sub-buffer pages.
+struct RawPipe {
+    state: Shared,
+    cpu: u32,
+    pages: VecDeque<Vec<u8>>,
+}
+
+impl Reader for RawPipe {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        if self.pages.is_empty() {
+            let mut st = lock(&self.state);
+            let evs = st.events(Some(self.cpu), true);
+            if evs.is_empty() {
+                return false;
+            }
+            st.consume(&evs);
+            let recs: Vec<crate::recording::Event> = evs
+                .iter()
+                .map(|e| crate::recording::Event {
+                    cpu: e.cpu,
+                    ts: e.ts,
+                    pid: e.tid,
+                    tid: e.tid,
+                    data: e.data.clone(),
+                    missed: e.missed,
+                    seq: e.index,
+                    process: 0,
+                })
+                .collect();
+            let Ok(raw) = crate::capture::cpu_pages(&recs) else {
+                return false;
+            };
+            self.pages = raw.chunks(4096).map(<[u8]>::to_vec).collect();
+        }
+        match self.pages.pop_front() {
+            Some(p) => {
+                out.extend_from_slice(&p);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The filter files' store: the top-level state, republished to the agent at release.
+#[derive(Clone)]
+struct Filters(Shared);
+
+impl FilterStore for Filters {
+    fn with_state(&self, f: &mut dyn FnMut(&mut FilterState)) {
+        if let Some(a) = &mut lock(&self.0).agent {
+            f(&mut a.filters)
+        }
+    }
+
+    fn publish(&self, _which: FilterFile) -> Result<(), Errno> {
+        lock(&self.0).push()
+    }
+}
+
+/// A filter-file write session that refuses function commands (`f:traceoff`): the agent runs
+/// no probes, so accepting one would pretend.
+struct NoCommands(Box<dyn FilterEdit>);
+
+impl FilterEdit for NoCommands {
+    fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
+        let first = data
+            .split(|b| b.is_ascii_whitespace() || *b == 0)
+            .find(|t| !t.is_empty());
+        if let Some(tok) = first {
+            let text = String::from_utf8_lossy(tok);
+            if text.contains(':') && !text.contains(":mod:") {
+                return Err(Errno::EINVAL);
+            }
+        }
+        self.0.write(data)
+    }
+
+    fn release(self: Box<Self>) -> Result<(), Errno> {
+        self.0.release()
+    }
+}
+
+/// The tracing machinery of one instance.
+pub struct UserBackend {
+    state: Shared,
+}
+
+impl TraceBackend for UserBackend {
+    fn tracers(&self) -> Vec<&'static str> {
+        if lock(&self.state).agent.is_some() {
+            TRACERS.to_vec()
+        } else {
+            vec!["nop"]
+        }
+    }
+
+    fn current_tracer(&self) -> &'static str {
+        lock(&self.state).tracer
+    }
+
+    fn set_tracer(&mut self, name: &str) -> Result<(), Errno> {
+        let mut st = lock(&self.state);
+        let Some(&new) = TRACERS.iter().find(|&&t| t == name) else {
+            return Err(Errno::EINVAL);
+        };
+        if new == st.tracer {
+            return Ok(());
+        }
+        if st.agent.is_none() && new != "nop" {
+            return Err(Errno::EINVAL);
+        }
+        let old = st.tracer;
+        st.tracer = new;
+        if let Err(e) = st.push() {
+            st.tracer = old;
+            return Err(e);
+        }
+        // `tracer_init` starts the new tracer on empty buffers.
+        st.clear(None);
+        Ok(())
+    }
+
+    fn tracer_options(&self) -> Vec<TracerOption> {
+        let st = lock(&self.state);
+        [&NOP as &dyn Tracer, &FUNCTION, &GRAPH]
+            .iter()
+            .flat_map(|t| {
+                let flags = st.tracer_flags.get(t.name()).copied().unwrap_or(0);
+                t.options().iter().map(move |o| TracerOption {
+                    name: o.name,
+                    tracer: t.name(),
+                    value: flags & o.bit != 0,
+                })
+            })
+            .collect()
+    }
+
+    fn set_tracer_option(&mut self, name: &str, on: bool) -> Result<(), Errno> {
+        let mut st = lock(&self.state);
+        for t in [&NOP as &dyn Tracer, &FUNCTION, &GRAPH] {
+            if let Some(o) = t.options().iter().find(|o| o.name == name) {
+                let cur = st.tracer_flags.get(t.name()).copied().unwrap_or(0);
+                t.set_flag(cur, o.bit, on)?;
+                let new = if on { cur | o.bit } else { cur & !o.bit };
+                st.tracer_flags.insert(t.name(), new);
+                return Ok(());
+            }
+        }
+        Err(Errno::EINVAL)
+    }
+
+    fn set_param(&mut self, param: Param<'_>) -> Result<(), Errno> {
+        let mut st = lock(&self.state);
+        match param {
+            Param::TracingOn(on) => {
+                let old = st.on;
+                st.on = on;
+                st.push().inspect_err(|_| st.on = old)
+            }
+            Param::MaxGraphDepth(d) => {
+                let old = st.depth;
+                st.depth = d;
+                st.push().inspect_err(|_| st.depth = old)
+            }
+            Param::Flags(f) => {
+                st.flags = f.0;
+                Ok(())
+            }
+            Param::Clock(c) => {
+                let new = ClockKind::parse(c).ok_or(Errno::EINVAL)?;
+                if new == st.clock {
+                    return Ok(());
+                }
+                let old = st.clock;
+                st.clock = new;
+                st.push().inspect_err(|_| st.clock = old)?;
+                // Stamps of two clocks do not mix: the buffers start empty (Linux).
+                if let Some(a) = &mut st.agent {
+                    a.live.set_clock(new);
+                }
+                st.clear(None);
+                Ok(())
+            }
+            Param::CpuMask(m) => {
+                let nr = st.nr_cpus;
+                let all = (0..nr).all(|c| {
+                    m.get((c / 64) as usize)
+                        .is_some_and(|w| w >> (c % 64) & 1 == 1)
+                });
+                if all { Ok(()) } else { Err(Errno::EINVAL) }
+            }
+            Param::Pids(PidFile::Ftrace | PidFile::FtraceNotrace, []) => Ok(()),
+            // Values that change nothing this backend does: the reader wake-up watermark
+            // (blocked readers are polled), the latency value (the tree keeps it), how many
+            // task names to keep (all are kept).
+            Param::BufferPercent(_) | Param::MaxLatency(_) | Param::SavedCmdlines(_) => Ok(()),
+            Param::TracingThresh(0) | Param::ProfileEnabled(false) => Ok(()),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn resize(&mut self, _cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
+        if bytes == lock(&self.state).buffer_bytes {
+            Ok(())
+        } else {
+            Err(Errno::ENOMEM)
+        }
+    }
+
+    fn buffer_bytes(&self, _cpu: u32) -> u64 {
+        lock(&self.state).buffer_bytes
+    }
+
+    fn subbuf_size(&self) -> u32 {
+        4096
+    }
+
+    fn set_subbuf_size(&mut self, bytes: u32) -> Result<(), Errno> {
+        if bytes == 4096 {
+            Ok(())
+        } else {
+            Err(Errno::EINVAL)
+        }
+    }
+
+    fn clear(&mut self, cpu: Option<u32>) {
+        lock(&self.state).clear(cpu);
+    }
+
+    fn write_stats(&self, cpu: u32, w: &mut dyn fmt::Write) -> fmt::Result {
+        let mut st = lock(&self.state);
+        let evs = st.events(Some(cpu), false);
+        let overrun: u64 = evs.iter().map(|e| e.missed).sum();
+        let bytes: usize = evs.iter().map(|e| e.data.len()).sum();
+        let in_ns = st.clock != ClockKind::X86Tsc;
+        let ts = |w: &mut dyn fmt::Write, t: u64| {
+            if in_ns {
+                write!(w, "{:5}.{:06}", t / 1_000_000_000, t % 1_000_000_000 / 1000)
+            } else {
+                write!(w, "{t}")
+            }
+        };
+        writeln!(w, "entries: {}", evs.len())?;
+        writeln!(w, "overrun: {overrun}")?;
+        writeln!(w, "commit overrun: 0")?;
+        writeln!(w, "bytes: {bytes}")?;
+        if let Some(first) = evs.first() {
+            w.write_str("oldest event ts: ")?;
+            ts(w, first.ts)?;
+            w.write_str("\n")?;
+        }
+        w.write_str("now ts: ")?;
+        ts(w, now_clock(st.clock))?;
+        w.write_str("\n")?;
+        writeln!(w, "dropped events: 0")?;
+        let read = *st.read_events.entry(cpu).or_default();
+        writeln!(w, "read events: {read}")
+    }
+
+    fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
+        let mut st = lock(&self.state);
+        let evs = st.events(cpu, false);
+        let mut g = vec![GraphCpuState::INIT; st.nr_cpus.max(1) as usize];
+        Box::new(Once(Some(st.render(&evs, true, cpu, &mut g))))
+    }
+
+    fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
+        let n = lock(&self.state).nr_cpus.max(1) as usize;
+        Box::new(Pipe {
+            state: self.state.clone(),
+            cpu,
+            gstate: vec![GraphCpuState::INIT; n],
+        })
+    }
+
+    fn open_pipe_raw(&mut self, cpu: u32) -> Box<dyn Reader> {
+        Box::new(RawPipe {
+            state: self.state.clone(),
+            cpu,
+            pages: VecDeque::new(),
+        })
+    }
+
+    fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno> {
+        let mut st = lock(&self.state);
+        // A buffer not recording refuses the write as if not open for writing (Linux).
+        if !st.on {
+            return Err(Errno::EBADF);
+        }
+        let sink = Collect::default();
+        let opts = TraceOptions::from_bits_retain(st.flags);
+        marker(text, MARKER_SYMBOL.1, opts, &Caller, &sink)?;
+        if let Some(d) = sink.0.into_inner() {
+            st.add_marker(d);
+        }
+        Ok(())
+    }
+
+    fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno> {
+        let mut st = lock(&self.state);
+        if !st.on {
+            return Err(Errno::EBADF);
+        }
+        let sink = Collect::default();
+        let opts = TraceOptions::from_bits_retain(st.flags);
+        let mut all = id.to_ne_bytes().to_vec();
+        all.extend_from_slice(data);
+        marker_raw(&all, opts, &Caller, &sink)?;
+        if let Some(d) = sink.0.into_inner() {
+            st.add_marker(d);
+        }
+        Ok(())
+    }
+
+    fn open_filter(
+        &mut self,
+        which: FilterFile,
+        truncate: bool,
+    ) -> Result<Box<dyn FilterEdit>, Errno> {
+        if lock(&self.state).agent.is_none() || which == FilterFile::GraphNotrace {
+            return Err(Errno::ENODEV);
+        }
+        Ok(Box::new(NoCommands(FilterWriter::open(
+            Filters(self.state.clone()),
+            which,
+            truncate,
+        ))))
+    }
+
+    fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
+        match &lock(&self.state).agent {
+            Some(a) => a.filters.write_filter(which, w),
+            None => Ok(()),
+        }
+    }
+
+    fn write_saved_cmdlines(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        let tasks = lock(&self.state).tasks();
+        let mut v: Vec<_> = tasks.0.iter().collect();
+        v.sort();
+        for (pid, (comm, _)) in v {
+            writeln!(w, "{pid} {comm}")?;
+        }
+        Ok(())
+    }
+
+    fn write_saved_tgids(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        let tasks = lock(&self.state).tasks();
+        let mut v: Vec<_> = tasks.0.iter().collect();
+        v.sort();
+        for (pid, (_, tgid)) in v {
+            writeln!(w, "{pid} {tgid}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The call-site files, from the agent's site list.
+pub struct SiteRecords {
+    state: Shared,
+}
+
+impl SiteRecords {
+    fn with_sites(&self, f: &mut dyn FnMut(&[SiteLine], &str) -> fmt::Result) -> fmt::Result {
+        let mut st = lock(&self.state);
+        let Some(a) = &mut st.agent else {
+            return Ok(());
+        };
+        // The agent's current list (enabled states change), or the one taken at the mount.
+        match a.link.sites() {
+            Ok(s) => f(&s, &a.exe),
+            Err(_) => f(&a.sites, &a.exe),
+        }
+    }
+}
+
+fn write_name(w: &mut dyn fmt::Write, s: &SiteLine, main: &str) -> fmt::Result {
+    if s.module.is_empty() || s.module == main {
+        w.write_str(&s.name)
+    } else {
+        write!(w, "{} [{}]", s.name, s.module)
+    }
+}
+
+impl FunctionRecords for SiteRecords {
+    fn write_available(&self, w: &mut dyn fmt::Write, addrs: bool) -> fmt::Result {
+        self.with_sites(&mut |sites, main| {
+            for s in sites {
+                if addrs {
+                    write!(w, "{:x} ", s.addr)?;
+                }
+                write_name(w, s, main)?;
+                w.write_str("\n")?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_enabled(&self, w: &mut dyn fmt::Write, _touched: bool) -> fmt::Result {
+        self.with_sites(&mut |sites, main| {
+            for s in sites.iter().filter(|s| s.enabled) {
+                write_name(w, s, main)?;
+                // `(count)` then the R I D O M columns, all blank: one ops, a plain call.
+                w.write_str(" (1)           \n")?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_total_info(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        self.with_sites(&mut |sites, _| {
+            let mut p = PageStats::kernel();
+            p.add_text(sites.len(), 0);
+            p.write_total_info(w)
+        })
+    }
+}
+
+/// What only the server knows, and the top-level backend until the tree takes it.
+pub struct UserHost {
+    top: Shared,
+    taken: bool,
+    records: SiteRecords,
+    clock: ClockKind,
+    nr_cpus: u32,
+    buffer_bytes: u64,
+}
+
+impl UserHost {
+    /// A host over the program the agent behind `link` traces, recording into `live`.
+    /// Reads the call sites once (the filter files resolve against them).
+    pub fn new(
+        mut link: AgentLink,
+        mut live: LiveRecording,
+        tracer: TracerKind,
+        clock: ClockKind,
+        buffer_bytes: u64,
+    ) -> Result<Self, String> {
+        let sites = link
+            .sites()
+            .map_err(|e| format!("listing the call sites: {e:?}"))?;
+        live.refresh();
+        let exe = crate::live::exe_name(&link.dir);
+        let mut syms = SortedSymbols::new();
+        for s in &sites {
+            syms.push(
+                &s.name,
+                s.addr,
+                1,
+                Some(s.module.as_str()).filter(|m| *m != exe),
+            );
+        }
+        syms.finish();
+        let syms: Arc<dyn SymbolTable + Send + Sync> = Arc::new(syms);
+        // SAFETY: no preconditions.
+        let nr_cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as u32;
+        let mut st = State::new(
+            Some(AgentPart {
+                link,
+                exe,
+                live,
+                sites,
+                filters: FilterState::with_symbols(syms),
+            }),
+            clock,
+            nr_cpus,
+            buffer_bytes,
+        );
+        st.tracer = tracer.name();
+        let top = Arc::new(Mutex::new(st));
+        Ok(UserHost {
+            records: SiteRecords { state: top.clone() },
+            top,
+            taken: false,
+            clock,
+            nr_cpus,
+            buffer_bytes,
+        })
+    }
+
+    /// A handle on the top level that outlives the tree (the tool writes the capture with it
+    /// when the program has exited).
+    pub fn handle(&self) -> LiveHandle {
+        LiveHandle(self.top.clone())
+    }
+}
+
+/// The top level's state, held beside the tree.
+pub struct LiveHandle(Shared);
+
+impl LiveHandle {
+    /// The current tracer.
+    pub fn current_tracer(&self) -> &'static str {
+        lock(&self.0).tracer
+    }
+
+    /// Writes what `trace` shows now as a capture ([`crate::capture`]) into `dir`: every
+    /// event not cleared or consumed, the symbols, task names and clock, and the current
+    /// tracer, so that `ftrace report -i dir` prints the `trace` file as it was.
+    pub fn write_capture(&self, dir: &std::path::Path) -> Result<(), String> {
+        use crate::recording::{Event, Process, Recording, Thread};
+        let mut st = lock(&self.0);
+        let evs = st.events(None, false);
+        let tasks = st.tasks();
+        let symbols = match &st.agent {
+            Some(a) => a.live.symbols().clone(),
+            None => st.marker_syms.clone(),
+        };
+        let mut threads: Vec<Thread> = tasks
+            .0
+            .iter()
+            .map(|(&tid, (comm, pid))| Thread {
+                pid: *pid,
+                tid: tid as u32,
+                comm: comm.clone(),
+                overrun: 0,
+                dropped: 0,
+                entries: evs.iter().filter(|e| e.tid == tid as u32).count() as u64,
+            })
+            .collect();
+        threads.sort_by_key(|t| t.tid);
+        let mut rec = Recording {
+            clock: st.clock,
+            processes: vec![Process {
+                dir: dir.to_path_buf(),
+                pid: threads.first().map_or(0, |t| t.pid),
+                exe: String::new(),
+                tracer: st.tracer.to_string(),
+                symbols,
+                threads,
+            }],
+            per_cpu: Default::default(),
+            nr_cpus: st.nr_cpus,
+            tsc_khz: None,
+        };
+        for e in evs {
+            rec.per_cpu.entry(e.cpu).or_default().push(Event {
+                cpu: e.cpu,
+                ts: e.ts,
+                pid: e.tid,
+                tid: e.tid,
+                data: e.data,
+                missed: e.missed,
+                seq: e.index,
+                process: 0,
+            });
+        }
+        drop(st);
+        crate::capture::write_capture(&rec, dir)
+    }
+}
+
+impl Host for UserHost {
+    fn nr_cpus(&self) -> u32 {
+        self.nr_cpus
+    }
+
+    fn local_clock_ns(&self) -> u64 {
+        ftrace_agent::clock::mono_ns()
+    }
+
+    fn trace_clocks(&self) -> &[&'static str] {
+        &CLOCKS
+    }
+
+    fn default_trace_clock(&self) -> usize {
+        CLOCKS
+            .iter()
+            .position(|c| *c == self.clock.name())
+            .unwrap_or(0)
+    }
+
+    fn trace_buf_size(&self) -> u64 {
+        self.buffer_bytes
+    }
+
+    fn create_backend(
+        &mut self,
+        instance: Option<&str>,
+        _bytes_per_cpu: u64,
+    ) -> Result<Box<dyn TraceBackend>, Errno> {
+        match instance {
+            None if !self.taken => {
+                self.taken = true;
+                Ok(Box::new(UserBackend {
+                    state: self.top.clone(),
+                }))
+            }
+            None => Err(Errno::EBUSY),
+            Some(_) => Ok(Box::new(UserBackend {
+                state: Arc::new(Mutex::new(State::new(
+                    None,
+                    self.clock,
+                    self.nr_cpus,
+                    self.buffer_bytes,
+                ))),
+            })),
+        }
+    }
+
+    fn functions(&self) -> Option<&dyn FunctionRecords> {
+        Some(&self.records)
+    }
+}

@@ -1,0 +1,719 @@
+//! `ftrace record --mount DIR`: a running multi-threaded program's tracefs, served through FUSE,
+//! driven with plain file reads and writes as a shell would (`std::fs`, `sh -c 'echo ... >
+//! file'`), and unmounted without a trace when the program exits or the tool is stopped.
+//!
+//! Needs gcc, `/dev/fuse` and `fusermount3` (`cargo xtask test` installs the `fuse3` package);
+//! nothing here is skipped when they are missing: it fails. The traced program runs until its
+//! stdin closes, so the test decides when it ends; every wait for the program to produce
+//! events is bounded (a failure names what never came), never a timing assertion.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ftrace_core::EventId;
+use ftrace_core::entry::{FtraceEntry, Pod, TraceEntry};
+use ftrace_ringbuf::Page;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("ftrace-mount-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The traced program, built with the kernel-style gcc flags.
+fn build_target(dir: &Path) -> PathBuf {
+    let out = dir.join("mount_target");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mount_target.c");
+    let st = Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-pthread",
+            "-pg",
+            "-mfentry",
+            "-mrecord-mcount",
+        ])
+        .args(["-mnop-mcount", "-fno-pie", "-no-pie", "-o"])
+        .arg(&out)
+        .arg(src)
+        .output()
+        .expect("gcc");
+    assert!(
+        st.status.success(),
+        "gcc: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    out
+}
+
+/// Polls `f` until it answers, for at most a minute (a loaded CI machine is slow, never this
+/// slow); the panic names what never happened.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The mount entries (`/proc/self/mountinfo`) at `dir`: (fs type, source, super options).
+fn mounts_at(dir: &Path) -> Vec<(String, String, String)> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            (Path::new(f[4]) == dir).then(|| {
+                (
+                    f[sep + 1].to_string(),
+                    f[sep + 2].to_string(),
+                    f.get(sep + 3).unwrap_or(&"").to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `sh -c CMD` (the shell's own `>` and `>>`), returning its output. The error checks use
+/// coreutils' `/bin/echo`, which prints the errno's text (dash's builtin says "I/O error"
+/// whatever the errno).
+fn sh(cmd: &str) -> Output {
+    Command::new("sh").arg("-c").arg(cmd).output().unwrap()
+}
+
+/// `sh -c CMD` that must succeed.
+fn sh_ok(cmd: &str) {
+    let o = sh(cmd);
+    assert!(
+        o.status.success(),
+        "`{cmd}` failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A running `ftrace record --mount`.
+struct Mounted {
+    tool: Child,
+    stdin: Option<ChildStdin>,
+    mnt: PathBuf,
+    rec: PathBuf,
+}
+
+impl Mounted {
+    fn start(name: &str, tracer: &str) -> Mounted {
+        Mounted::start_with(name, &["record", "-t", tracer])
+    }
+
+    /// `ftrace ARGS --mount DIR -o DIR -- program`.
+    fn start_with(name: &str, args: &[&str]) -> Mounted {
+        let dir = scratch(name);
+        let prog = build_target(&dir);
+        let mnt = dir.join("tracing");
+        std::fs::create_dir(&mnt).unwrap();
+        let rec = dir.join("rec");
+        let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+            // The program's working directory (gcc's -pg runtime writes gmon.out there).
+            .current_dir(&dir)
+            .args(args)
+            .arg("--mount")
+            .arg(&mnt)
+            .arg("-o")
+            .arg(&rec)
+            .arg("--")
+            .arg(&prog)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = tool.stdin.take();
+        let m = Mounted {
+            tool,
+            stdin,
+            mnt,
+            rec,
+        };
+        wait_for("the tracefs mount", || {
+            m.path("available_tracers").exists().then_some(())
+        });
+        m
+    }
+
+    fn path(&self, f: &str) -> PathBuf {
+        self.mnt.join(f)
+    }
+
+    fn read(&self, f: &str) -> String {
+        std::fs::read_to_string(self.path(f)).unwrap_or_else(|e| panic!("reading {f}: {e}"))
+    }
+
+    /// `echo TEXT > FILE` through the shell.
+    fn echo(&self, text: &str, f: &str) {
+        sh_ok(&format!("echo '{text}' > {}", self.path(f).display()));
+    }
+
+    /// Ends the program (closes its stdin) and waits for the tool.
+    fn finish(mut self) -> (Output, PathBuf, PathBuf) {
+        drop(self.stdin.take());
+        self.wait_exit()
+    }
+
+    /// Waits for the tool to exit (the program still has its stdin).
+    fn wait_exit(mut self) -> (Output, PathBuf, PathBuf) {
+        let mnt = self.mnt.clone();
+        let rec = self.rec.clone();
+        wait_for("the tool to exit", || {
+            self.tool.try_wait().unwrap().map(|_| ())
+        });
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        self.tool
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_end(&mut stdout)
+            .unwrap();
+        self.tool
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_end(&mut stderr)
+            .unwrap();
+        let status = self.tool.wait().unwrap();
+        (
+            Output {
+                status,
+                stdout,
+                stderr,
+            },
+            mnt,
+            rec,
+        )
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        // A failed assertion: stop the tool (it unmounts) rather than leave it running.
+        if let Ok(None) = self.tool.try_wait() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.tool.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = self.tool.wait();
+        }
+    }
+}
+
+/// The event lines of a `trace` text (not the `#` header).
+fn events(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect()
+}
+
+/// The thread id of a function-tracer line (`comm-tid [cpu] ...`).
+fn tid_of(line: &str) -> &str {
+    let task = line.split_whitespace().next().unwrap_or("");
+    task.rsplit('-').next().unwrap_or("")
+}
+
+#[test]
+fn mounted_tracefs_drives_a_live_program() {
+    let m = Mounted::start("drive", "function");
+
+    // The mount: fuse.tracefs, the owner's only.
+    let mounts = mounts_at(&m.mnt);
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    assert_eq!(mounts[0].0, "fuse.tracefs");
+    assert_eq!(mounts[0].1, "tracefs");
+    assert!(!mounts[0].2.contains("allow_other"), "{mounts:?}");
+    let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(m.mnt.clone()), 0o700);
+    assert_eq!(mode(m.path("available_tracers")), 0o400);
+    assert_eq!(mode(m.path("current_tracer")), 0o600);
+    assert_eq!(mode(m.path("trace_marker")), 0o200);
+
+    assert_eq!(m.read("available_tracers"), "function_graph function nop\n");
+    assert_eq!(m.read("current_tracer"), "function\n");
+    let funcs: BTreeSet<String> = m
+        .read("available_filter_functions")
+        .lines()
+        .map(String::from)
+        .collect();
+    for f in ["main", "worker", "tick_alpha", "tick_beta"] {
+        assert!(funcs.contains(f), "{f} not in {funcs:?}");
+    }
+
+    // set_ftrace_filter, as a shell writes it, read back; only those sites are enabled.
+    m.echo("tick_*", "set_ftrace_filter");
+    let lines = |s: String| s.lines().map(String::from).collect::<BTreeSet<_>>();
+    let want: BTreeSet<String> = ["tick_alpha", "tick_beta"].map(String::from).into();
+    assert_eq!(lines(m.read("set_ftrace_filter")), want);
+    let enabled: BTreeSet<String> = m
+        .read("enabled_functions")
+        .lines()
+        .map(|l| l.split(" (").next().unwrap().to_string())
+        .collect();
+    assert_eq!(enabled, want);
+    // `>>` appends (O_APPEND reaches the tree), `>` starts afresh (O_TRUNC).
+    sh_ok(&format!(
+        "echo worker >> {}",
+        m.path("set_ftrace_filter").display()
+    ));
+    assert_eq!(
+        lines(m.read("set_ftrace_filter")),
+        ["tick_alpha", "tick_beta", "worker"]
+            .map(String::from)
+            .into()
+    );
+    m.echo("tick_*", "set_ftrace_filter");
+    assert_eq!(lines(m.read("set_ftrace_filter")), want);
+    // A name no site has is refused and changes nothing.
+    let o = sh(&format!(
+        "/bin/echo no_such_function >> {}",
+        m.path("set_ftrace_filter").display()
+    ));
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Invalid argument"));
+    assert_eq!(lines(m.read("set_ftrace_filter")), want);
+
+    // The function trace names the program's functions, from both worker threads.
+    m.echo("", "trace");
+    let text = wait_for("function events of both workers", || {
+        let t = m.read("trace");
+        let tids: BTreeSet<String> = events(&t)
+            .iter()
+            .filter(|l| l.ends_with("tick_alpha <-worker"))
+            .map(|l| tid_of(l).to_string())
+            .collect();
+        (tids.len() >= 2 && t.contains("tick_beta <-tick_alpha")).then_some(t)
+    });
+    assert!(text.starts_with("# tracer: function\n"), "{text}");
+    for l in events(&text) {
+        assert!(l.trim_start().starts_with("mount_target-"), "{l}");
+        assert!(
+            l.ends_with("tick_alpha <-worker") || l.ends_with("tick_beta <-tick_alpha"),
+            "an event the filter excludes: {l}"
+        );
+    }
+
+    // per_cpu/cpuN/trace: that CPU's events only.
+    for cpu in 0..std::fs::read_dir(m.path("per_cpu")).unwrap().count() {
+        let t = m.read(&format!("per_cpu/cpu{cpu}/trace"));
+        assert!(t.starts_with("# tracer: function\n"));
+        for l in events(&t) {
+            assert!(l.contains(&format!("[{cpu:03}]")), "cpu{cpu}: {l}");
+        }
+    }
+
+    // trace_clock: the agent stamps with the new clock, the buffers start empty.
+    m.echo("mono", "trace_clock");
+    assert_eq!(m.read("trace_clock"), "local [mono] x86-tsc\n");
+    let t = wait_for("events stamped with mono", || {
+        let t = m.read("trace");
+        t.contains("tick_alpha <-worker").then_some(t)
+    });
+    // The program stamps CLOCK_MONOTONIC now: its stamps read as our own clock does.
+    let now = {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as f64
+    };
+    for l in events(&t) {
+        let stamp: f64 = l
+            .split_whitespace()
+            .find_map(|f| f.strip_suffix(':')?.parse().ok())
+            .unwrap_or_else(|| panic!("no time stamp in {l}"));
+        assert!((stamp - now).abs() < 600.0, "{stamp} vs {now}: {l}");
+    }
+    m.echo("local", "trace_clock");
+    assert_eq!(m.read("trace_clock"), "[local] mono x86-tsc\n");
+
+    // trace_pipe_raw: the kernel's sub-buffer pages, one CPU at a time, without blocking.
+    let nr_cpus = std::fs::read_dir(m.path("per_cpu")).unwrap().count();
+    assert!(nr_cpus >= 1);
+    let funcs_in_pages = wait_for("pages in trace_pipe_raw", || {
+        let mut n = 0;
+        for cpu in 0..nr_cpus {
+            let mut f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(m.path(&format!("per_cpu/cpu{cpu}/trace_pipe_raw")))
+                .unwrap();
+            let mut page = vec![0u8; 4096];
+            loop {
+                match f.read(&mut page) {
+                    Ok(0) => break,
+                    Ok(k) => {
+                        assert_eq!(k, 4096);
+                        let p = Page::new(&page).unwrap();
+                        for e in p.events() {
+                            let e = e.unwrap();
+                            let h = TraceEntry::read_from(e.payload).unwrap();
+                            assert_eq!(h.type_, EventId::Function.as_u16());
+                            assert!(FtraceEntry::read_from(e.payload).is_some());
+                            n += 1;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("trace_pipe_raw: {e}"),
+                }
+            }
+        }
+        (n > 0).then_some(n)
+    });
+    assert!(funcs_in_pages > 0);
+
+    // function -> function_graph: the new tracer starts on empty buffers and shows durations.
+    sh_ok(&format!(
+        "echo function_graph > {}",
+        m.path("current_tracer").display()
+    ));
+    assert_eq!(m.read("current_tracer"), "function_graph\n");
+    let text = wait_for("a call graph", || {
+        let t = m.read("trace");
+        let leaf = events(&t)
+            .iter()
+            .any(|l| l.contains(" us ") && l.ends_with("tick_beta();"));
+        (t.contains("tick_alpha() {") && leaf).then_some(t)
+    });
+    assert!(text.starts_with("# tracer: function_graph\n"), "{text}");
+    // The switch emptied the buffers: at most the events in flight then (one per thread: the
+    // two workers and main) follow; without the reset there would be thousands.
+    assert!(
+        text.matches(" <-").count() <= 3,
+        "function-tracer lines survived the switch: {text}"
+    );
+
+    // The output options apply live: funcgraph-proc adds the task to every line.
+    m.echo("1", "options/funcgraph-proc");
+    let t = wait_for("lines with the task", || {
+        let t = m.read("trace");
+        events(&t)
+            .iter()
+            .any(|l| l.ends_with("tick_beta();"))
+            .then_some(t)
+    });
+    for l in events(&t).iter().filter(|l| l.ends_with("tick_beta();")) {
+        assert!(l.contains("mount_t"), "{l}");
+    }
+    m.echo("0", "options/funcgraph-proc");
+    assert_eq!(m.read("options/funcgraph-proc"), "0\n");
+
+    // trace_pipe blocks until events come, then returns them.
+    let pipe = m.path("trace_pipe");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut f = std::fs::File::open(pipe).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let n = f.read(&mut buf).unwrap();
+        let _ = tx.send(String::from_utf8_lossy(&buf[..n]).into_owned());
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a blocking trace_pipe read returns when events come");
+    assert!(got.contains("tick_"), "{got}");
+
+    // set_graph_function: only tick_beta and what it calls.
+    m.echo("tick_beta", "set_graph_function");
+    assert_eq!(m.read("set_graph_function"), "tick_beta\n");
+    m.echo("", "trace");
+    let text = wait_for("tick_beta as the graph's root", || {
+        let t = m.read("trace");
+        events(&t)
+            .iter()
+            .any(|l| l.ends_with("tick_beta();"))
+            .then_some(t)
+    });
+    // No call of tick_alpha is recorded (an exit of one in flight at the clear may be).
+    assert!(!text.contains("tick_alpha()"), "{text}");
+    sh_ok(&format!(
+        "echo > {}",
+        m.path("set_graph_function").display()
+    ));
+    assert_eq!(
+        m.read("set_graph_function"),
+        "#### all functions enabled ####\n"
+    );
+
+    // tracing_on reads back; function_graph's notrace file is refused, not pretended.
+    m.echo("0", "tracing_on");
+    assert_eq!(m.read("tracing_on"), "0\n");
+    // A buffer that is not recording refuses markers as the kernel does.
+    let o = sh(&format!(
+        "/bin/echo nothing > {}",
+        m.path("trace_marker").display()
+    ));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Bad file descriptor"),
+        "{o:?}"
+    );
+    m.echo("1", "tracing_on");
+    assert_eq!(m.read("tracing_on"), "1\n");
+    let o = sh(&format!(
+        "/bin/echo tick_beta > {}",
+        m.path("set_graph_notrace").display()
+    ));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("No such device"));
+
+    // function_graph -> nop: every site back to its NOP, the buffers empty.
+    m.echo("nop", "current_tracer");
+    assert_eq!(m.read("current_tracer"), "nop\n");
+    assert_eq!(m.read("enabled_functions"), "");
+    m.echo("", "trace");
+    m.echo("hello from the test", "trace_marker");
+    let text = m.read("trace");
+    assert!(text.starts_with("# tracer: nop\n"), "{text}");
+    let evs = events(&text);
+    let marks: Vec<&&str> = evs
+        .iter()
+        .filter(|l| l.contains("tracing_mark_write"))
+        .collect();
+    assert_eq!(marks.len(), 1, "{text}");
+    assert!(marks[0].ends_with("tracing_mark_write: hello from the test"));
+    // No call is recorded any more (only the exit of a call in flight at the clear may be).
+    assert!(
+        !evs.iter()
+            .any(|l| l.contains(" <-") || l.contains("funcgraph_entry")),
+        "{text}"
+    );
+
+    // A consuming read takes the marker; the next one, O_NONBLOCK, finds nothing: EAGAIN.
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(m.path("trace_pipe"))
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = f.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("hello from the test"));
+    let e = f.read(&mut buf).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+    drop(f);
+    // ...and a tracer that does not exist is refused with the kernel's errno.
+    let o = sh(&format!(
+        "/bin/echo bogus > {}",
+        m.path("current_tracer").display()
+    ));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Invalid argument"));
+    assert_eq!(m.read("current_tracer"), "nop\n");
+
+    // error_log: a refused probe definition is explained there (no kprobes in a process).
+    let o = sh(&format!(
+        "/bin/echo 'p:myprobe tick_alpha' > {}",
+        m.path("kprobe_events").display()
+    ));
+    assert!(!o.status.success());
+    let log = m.read("error_log");
+    assert!(log.contains("trace_kprobe: error:"), "{log}");
+    assert!(log.contains("Command: p:myprobe tick_alpha"), "{log}");
+    m.echo("", "error_log");
+    assert_eq!(m.read("error_log"), "");
+
+    // Instances: mkdir / rmdir, their own buffers.
+    std::fs::create_dir(m.path("instances/foo")).unwrap();
+    let names: Vec<String> = std::fs::read_dir(m.path("instances"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["foo"]);
+    assert_eq!(m.read("instances/foo/available_tracers"), "nop\n");
+    m.echo("in the instance", "instances/foo/trace_marker");
+    assert!(
+        m.read("instances/foo/trace")
+            .contains("tracing_mark_write: in the instance")
+    );
+    assert!(!m.read("trace").contains("in the instance"));
+    m.echo("", "instances/foo/trace");
+    assert!(events(&m.read("instances/foo/trace")).is_empty());
+    std::fs::remove_dir(m.path("instances/foo")).unwrap();
+    assert!(!m.path("instances/foo").exists());
+
+    // The program ends: the tool exits with its status and the mount is gone; the recording
+    // holds what `trace` showed at the end.
+    m.echo("last words", "trace_marker");
+    let (out, mnt, rec) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        calls.starts_with("calls ") && calls.ends_with(" wrong 0\n"),
+        "{calls}"
+    );
+    assert_eq!(mounts_at(&mnt), vec![], "stale mount at {}", mnt.display());
+    let report = ftrace_user::report::report(&ftrace_user::report::ReportArgs::new(&rec)).unwrap();
+    let report = String::from_utf8(report).unwrap();
+    assert!(report.starts_with("# tracer: nop\n"), "{report}");
+    let evs = events(&report);
+    assert_eq!(evs.len(), 1, "{report}");
+    assert!(
+        evs[0].ends_with("tracing_mark_write: last words"),
+        "{report}"
+    );
+}
+
+#[test]
+fn stop_signal_unmounts_and_stops_the_program() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let m = Mounted::start(&format!("sig{sig}"), "function_graph");
+        wait_for("graph events", || {
+            m.read("trace").contains("tick_").then_some(())
+        });
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(m.tool.id() as libc::pid_t, sig) };
+        let (out, mnt, rec) = m.wait_exit();
+        // The program died of the signal the tool passed on; the shell's code says which.
+        assert_eq!(out.status.code(), Some(128 + sig), "{out:?}");
+        assert_eq!(mounts_at(&mnt), vec![], "stale mount at {}", mnt.display());
+        // What it recorded is kept.
+        assert!(rec.join("kallsyms").is_file());
+    }
+}
+
+#[test]
+fn killed_tool_leaves_no_mount() {
+    let mut m = Mounted::start("kill", "function");
+    // SIGKILL: the tool runs no code; fusermount3's auto_unmount helper unmounts.
+    m.tool.kill().unwrap();
+    m.tool.wait().unwrap();
+    let mnt = m.mnt.clone();
+    wait_for("the auto-unmount", || {
+        mounts_at(&mnt).is_empty().then_some(())
+    });
+    // The program, orphaned with its stdin open, ends when the test closes it.
+    drop(m.stdin.take());
+}
+
+#[test]
+fn fuse_unavailable_is_a_clear_error() {
+    let dir = scratch("nofuse");
+    let mnt = dir.join("tracing");
+    std::fs::create_dir(&mnt).unwrap();
+    // No fusermount3 on PATH.
+    let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .env("PATH", dir.join("empty"))
+        .args(["record", "--mount"])
+        .arg(&mnt)
+        .arg("-o")
+        .arg(dir.join("rec"))
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("FUSE is not available: fusermount3 not found"),
+        "{err}"
+    );
+    assert!(!dir.join("rec").exists(), "the program must not have run");
+}
+
+#[test]
+fn exit_ends_a_blocked_reader() {
+    let m = Mounted::start("blocked", "function");
+    m.echo("nop", "current_tracer");
+    // Opened here, read in a thread: it blocks (nop records nothing) until the program ends.
+    let mut f = std::fs::File::open(m.path("trace_pipe")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 4096];
+        let mut got = 0;
+        let r = loop {
+            match f.read(&mut buf) {
+                Ok(0) => break Ok(got),
+                Ok(n) => got += n,
+                Err(e) => break Err(e.kind()),
+            }
+        };
+        let _ = tx.send(r);
+    });
+    let (out, mnt, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mounts_at(&mnt), vec![], "stale mount at {}", mnt.display());
+    let r = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the blocked reader was answered");
+    assert!(r.is_ok(), "{r:?}");
+}
+
+#[test]
+fn live_mount_keeps_the_command_line_filters() {
+    let m = Mounted::start_with(
+        "live",
+        &["live", "-t", "function", "-F", "tick_*", "-N", "tick_beta"],
+    );
+    assert_eq!(
+        m.read("set_ftrace_filter").lines().collect::<BTreeSet<_>>(),
+        ["tick_alpha", "tick_beta"].into()
+    );
+    assert_eq!(m.read("set_ftrace_notrace"), "tick_beta\n");
+    m.echo("function_graph", "current_tracer");
+    wait_for("graph events", || {
+        m.read("trace").contains("tick_alpha();").then_some(())
+    });
+    let (out, mnt, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(mounts_at(&mnt), vec![]);
+    // `live` prints the trace as it was at the end: the graph of tick_alpha alone.
+    let text = String::from_utf8(out.stdout).unwrap();
+    let report = &text[text.find("# tracer:").expect("a report")..];
+    assert!(report.starts_with("# tracer: function_graph\n"), "{report}");
+    let evs = events(report);
+    assert!(evs.iter().any(|l| l.ends_with("tick_alpha();")), "{report}");
+    assert!(!report.contains("tick_beta"), "{report}");
+}
+
+#[test]
+fn tracer_switches_under_load() {
+    let m = Mounted::start("switch", "function");
+    // Both workers call traced functions all along; each switch re-patches every site live.
+    for round in 0..30 {
+        for t in ["function_graph", "function", "nop"] {
+            std::fs::write(m.path("current_tracer"), format!("{t}\n")).unwrap();
+            assert_eq!(m.read("current_tracer"), format!("{t}\n"), "round {round}");
+        }
+    }
+    m.echo("function_graph", "current_tracer");
+    let text = wait_for("graph events after the switches", || {
+        let t = m.read("trace");
+        t.contains("tick_beta();").then_some(t)
+    });
+    assert!(text.starts_with("# tracer: function_graph\n"));
+    let (out, mnt, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The program computed what it does untraced and ended normally.
+    let calls = String::from_utf8_lossy(&out.stdout);
+    assert!(calls.starts_with("calls "), "{calls}");
+    assert!(calls.ends_with(" wrong 0\n"), "{calls}");
+    assert_eq!(mounts_at(&mnt), vec![]);
+}

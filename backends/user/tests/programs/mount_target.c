@@ -1,0 +1,46 @@
+/* The traced program of the FUSE tracefs test: two worker threads call tick_alpha(), which
+ * calls tick_beta(), about a thousand times a second each, checking the result, until stdin
+ * reaches end of file. Then it prints the number of calls and of wrong results, and exits.
+ * The test controls when it ends by closing its stdin.
+ *
+ * `noipa`: without it gcc -O2 (`-fipa-stack-alignment`) calls these functions with an
+ * 8-byte-aligned stack, as it knows they need no more; the agent's full-save trampoline
+ * (taken with `set_graph_function`) assumes the ABI's 16 bytes at a function's entry and
+ * faults on its `movaps` there. Reported; fixed in the trampolines, not here. */
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static volatile int stop;
+static volatile long sink;
+static long calls[2];
+static long wrong[2];
+
+__attribute__((noinline, noipa)) long tick_beta(long x) { sink += x; return x * 3 + 1; }
+
+__attribute__((noinline, noipa)) long tick_alpha(long x) { return tick_beta(x) + 1; }
+
+__attribute__((noinline, noipa)) void *worker(void *arg) {
+    long id = (long)arg;
+    while (!stop) {
+        if (tick_alpha(id) != id * 3 + 2)
+            wrong[id]++;
+        calls[id]++;
+        usleep(1000);
+    }
+    return NULL;
+}
+
+int main(void) {
+    pthread_t t[2];
+    char buf[64];
+    for (long i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, worker, (void *)i);
+    while (read(0, buf, sizeof buf) > 0) {
+    }
+    stop = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    printf("calls %ld %ld wrong %ld\n", calls[0], calls[1], wrong[0] + wrong[1]);
+    return 0;
+}
