@@ -167,8 +167,8 @@ L
   # byte of a call site the other vCPU is running (the tick's update_process_times), that vCPU
   # keeps executing the int3 after the patch is over and the kernel dies with "Oops: int3".
   # Seen with no module loaded at all (echo function/nop > current_tracer with the tick's
-  # functions in set_ftrace_filter: Oops after ~450 toggles under MTTCG, none in 2000 toggles
-  # single-threaded); see backends/rfl/README.md.
+  # functions in set_ftrace_filter: Oops after 100-450 toggles under MTTCG in 4 of 4 boots, none
+  # in 2000 toggles single-threaded; scripts/rfl/smc-race.sh); see backends/rfl/README.md.
   timeout "${RFL_QEMU_TIMEOUT:-300}" qemu-system-x86_64 -accel "$RFL_QEMU_ACCEL" -m 512 -smp 2 -nographic \
     -no-reboot -kernel "$KOUT/arch/x86/boot/bzImage" -initrd "$RFL_WORK/initramfs.cpio.gz" \
     -serial mon:stdio -serial "file:$RFL_WORK/ttyS1.log" \
