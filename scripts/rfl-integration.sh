@@ -160,15 +160,14 @@ L
   "$KOUT/usr/gen_init_cpio" "$list" | gzip -1 > "$RFL_WORK/initramfs.cpio.gz" || return 1
   rm -f "$RFL_WORK/ttyS1.log"
   # KVM does not work on these hosts (nested virtualisation): TCG, and single-threaded TCG
-  # (both vCPUs interleaved on one host thread). Multi-threaded TCG has a cross-vCPU
-  # self-modifying-code race: a store into translated code invalidates the page's translations
-  # *before* the store lands, so another vCPU that re-translates in that window keeps a stale
-  # translation of the old bytes. When ftrace's text_poke_bp replaces its int3 with the final
-  # byte of a call site the other vCPU is running (the tick's update_process_times), that vCPU
-  # keeps executing the int3 after the patch is over and the kernel dies with "Oops: int3".
-  # Seen with no module loaded at all (echo function/nop > current_tracer with the tick's
-  # functions in set_ftrace_filter: Oops after 100-450 toggles under MTTCG in 4 of 4 boots, none
-  # in 2000 toggles single-threaded; scripts/rfl/smc-race.sh); see backends/rfl/README.md.
+  # (both vCPUs interleaved on one host thread). Under multi-threaded TCG the guest dies now and
+  # then with "Oops: int3" in the tick's update_process_times while ftrace live-patches it: the
+  # vCPUs execute an int3 that text_poke_bp has already replaced (most likely QEMU's cross-vCPU
+  # self-modifying-code window: a store into translated code invalidates the translations
+  # before it lands, and a vCPU re-translating in between keeps the old byte). Seen with no
+  # module loaded at all (echo function/nop > current_tracer, the tick's functions in
+  # set_ftrace_filter): Oops after 100-450 toggles in 4 of 4 MTTCG boots, none in 2000 toggles
+  # in 4 of 4 single-threaded boots (scripts/rfl/smc-race.sh; backends/rfl/README.md).
   timeout "${RFL_QEMU_TIMEOUT:-300}" qemu-system-x86_64 -accel "$RFL_QEMU_ACCEL" -m 512 -smp 2 -nographic \
     -no-reboot -kernel "$KOUT/arch/x86/boot/bzImage" -initrd "$RFL_WORK/initramfs.cpio.gz" \
     -serial mon:stdio -serial "file:$RFL_WORK/ttyS1.log" \
