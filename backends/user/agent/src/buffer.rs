@@ -1,10 +1,14 @@
 //! Per-thread event buffers: one file-backed ring per thread, the format the `ftrace` tool reads.
 //!
-//! TEMPORARY GLUE: this fixed-slot ring stands in for `ftrace-ringbuf`'s page-format writer
-//! until that crate lands; the agent then writes kernel pages and the tool reads them with
-//! `ftrace_ringbuf::Page`. The contract it keeps is the ring buffer's: writers of one buffer are
-//! strictly nested (one buffer per thread; a signal handler nests inside the thread it
-//! interrupts), a writer never locks, allocates or blocks, and every lost event is counted.
+//! Why not `ftrace-ringbuf` pages here: every event a userspace thread writes is one of three
+//! fixed-size kinds, and the assembly fast paths (`tramp.rs`) must reserve and commit with a
+//! couple of instructions and no call. A fixed-slot ring does that with one `xadd` and one
+//! store; the kernel's page format (variable-length events, time deltas, page commits) is
+//! written by the `ftrace` tool when it turns a recording into `trace_pipe_raw` pages or a
+//! trace.dat, with `ftrace-ringbuf`'s writer. The contract this ring keeps is the ring buffer's:
+//! writers of one buffer are strictly nested (one buffer per thread; a signal handler nests
+//! inside the thread it interrupts), a writer never locks, allocates or blocks, and every lost
+//! event is counted.
 //!
 //! How: a writer reserves its slot with ONE non-locked `xadd` on `head` (a signal can only land
 //! before or after it, so nested writers get distinct slots), fills the slot, and writes the
