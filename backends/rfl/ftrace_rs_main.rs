@@ -17,7 +17,7 @@
 
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_ulong, c_void};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use kernel::prelude::*;
 
@@ -33,8 +33,8 @@ mod symbols;
 mod tracing;
 
 use ftrace_core::dispatch::Dispatcher;
-use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::event::TraceCtx;
+use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::platform::{CpuId, ExecContext, TaskContext, TraceClock};
 use ftrace_core::recursion::TraceRecursion;
 use ftrace_tracers::function::FunctionTracer;
@@ -56,11 +56,23 @@ module! {
 pub(crate) const MAX_CPUS: usize = 64;
 /// Ring-buffer page size: the kernel's sub-buffer size on x86_64.
 const PAGE_SIZE: usize = 4096;
+/// [`PerCpu::snapshot`]: attempts in all, and how many of them spin before it sleeps.
+const SNAPSHOT_TRIES: u32 = 20_000;
+const SNAPSHOT_SPINS: u32 = 100;
 
 /// What one CPU owns besides its ring buffer.
+///
+/// The counters are written only by callbacks running on this CPU (interrupts may nest one
+/// callback inside another) and read from any CPU by `stats` while callbacks keep running
+/// (the tick's functions are traced). `calls` counts callbacks begun, `done` callbacks
+/// finished; [`PerCpu::snapshot`] uses the pair as a sequence count, so that it returns the
+/// counters and ring-buffer stats of a moment when no callback was in flight on this CPU, and
+/// the identities between them (`calls == hits`, `hits == entries + ...`) hold exactly.
 struct PerCpu {
-    /// Calls of the kernel ftrace_ops callback on this CPU.
+    /// Calls of the kernel ftrace_ops callback on this CPU (bumped first, on entry).
     calls: AtomicU64,
+    /// Callbacks on this CPU that have finished (bumped last, on exit).
+    done: AtomicU64,
     /// Calls the dispatcher delivered to the module's counter ops.
     hits: AtomicU64,
     /// Calls the function tracer's own recursion guard refused.
@@ -78,10 +90,85 @@ struct PerCpu {
     comms: comms::CommTable,
 }
 
+/// One CPU's counters and ring-buffer stats at one moment (see [`PerCpu::snapshot`]).
+struct CpuSnapshot {
+    calls: u64,
+    hits: u64,
+    recursion: u64,
+    stopped: u64,
+    refused: u64,
+    ring: Option<ftrace_ringbuf::Stats>,
+    /// False if no quiet moment was found within the retry budget (the values are then a
+    /// best effort and may not add up).
+    consistent: bool,
+}
+
 impl PerCpu {
+    /// Marks a callback as begun on this CPU. Everything the callback writes afterwards (its
+    /// counters, the ring buffer) is ordered after this increment (the release fence), so a
+    /// reader that sees any of those writes and then re-reads `calls` sees the increment.
+    #[inline]
+    fn begin(&self) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+
+    /// Marks a callback as finished: a reader whose acquire load sees this count also sees
+    /// every write the callback made.
+    #[inline]
+    fn end(&self) {
+        self.done.fetch_add(1, Ordering::Release);
+    }
+
+    /// The counters and `buf`'s stats at a moment when no callback was in flight on this CPU:
+    /// `calls == done` before the reads, and neither changed across them (a seqcount whose
+    /// "writer active" test is `calls != done`, which also works when callbacks nest). Retries
+    /// while callbacks run; process context (it may sleep between retries).
+    fn snapshot(&self, buf: Option<&tracing::CpuBuf>, now: u64) -> CpuSnapshot {
+        let mut snap = CpuSnapshot {
+            calls: 0,
+            hits: 0,
+            recursion: 0,
+            stopped: 0,
+            refused: 0,
+            ring: None,
+            consistent: false,
+        };
+        for attempt in 0..SNAPSHOT_TRIES {
+            if attempt >= SNAPSHOT_SPINS {
+                // A callback was preempted by the host mid-way (or the tick keeps landing):
+                // let the CPU that runs it make progress.
+                // SAFETY: process context (a read of the stats file).
+                unsafe { shim::rfl_shim_sleep_us(50) };
+            } else if attempt > 0 {
+                core::hint::spin_loop();
+            }
+            let calls = self.calls.load(Ordering::Acquire);
+            let done = self.done.load(Ordering::Acquire);
+            snap.calls = calls;
+            snap.hits = self.hits.load(Ordering::Relaxed);
+            snap.recursion = self.recursion.load(Ordering::Relaxed);
+            snap.stopped = self.stopped.load(Ordering::Relaxed);
+            snap.refused = self.refused.load(Ordering::Relaxed);
+            snap.ring = buf.map(|b| b.stats(now));
+            // Pairs with the release fence in `begin`: if a read above saw a write of a
+            // callback begun after the first load of `calls`, the load below sees it begun.
+            fence(Ordering::Acquire);
+            if calls == done
+                && self.done.load(Ordering::Relaxed) == done
+                && self.calls.load(Ordering::Relaxed) == calls
+            {
+                snap.consistent = true;
+                break;
+            }
+        }
+        snap
+    }
+
     const fn new() -> Self {
         PerCpu {
             calls: AtomicU64::new(0),
+            done: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             recursion: AtomicU64::new(0),
             recursion_word: TraceRecursion::new(),
@@ -164,10 +251,11 @@ pub unsafe extern "C" fn rfl_rs_ftrace_callback(
     unsafe { shim::rfl_shim_preempt_disable() };
     let cpu = platform::KernelCpu.current_cpu() as usize;
     if let Some(pc) = CPUS.get(cpu) {
-        pc.calls.fetch_add(1, Ordering::Relaxed);
+        pc.begin();
         let ec = platform::exec_context_from(&raw);
         pc.ctx[ec as usize].store(platform::trace_ctx_from(&raw).0, Ordering::Relaxed);
         DISPATCHER.call(ip as u64, parent_ip as u64, None);
+        pc.end();
     }
     // SAFETY: paired with the disable above.
     unsafe { shim::rfl_shim_preempt_enable() };
@@ -289,14 +377,21 @@ pub unsafe extern "C" fn rfl_rs_show_trace(m: *mut shim::SeqFile) {
     let mut writer = TraceWriter::new(OutputStyle::Default, &mut [], written > entries);
     let _ = writer.write_trace(&mut w, &env, Some(&info), &mut iter);
     if snap.truncated != 0 {
-        let _ = writeln!(w, "# ftrace_rs: {} events did not fit the snapshot", snap.truncated);
+        let _ = writeln!(
+            w,
+            "# ftrace_rs: {} events did not fit the snapshot",
+            snap.truncated
+        );
     }
 }
 
 /// `<debugfs>/ftrace_rs/stats`: per CPU, `cpu: N`, the ring buffer's `per_cpu/cpuN/stats`
 /// lines, then the module's counters: `calls` (kernel callback), `hits` (delivered by the
 /// dispatcher), `recursion` (refused by the tracer's recursion bit), `stopped` (recording
-/// stopped by a reader), `refused` (refused by the ring buffer).
+/// stopped by a reader), `refused` (refused by the ring buffer). Each CPU's block is one
+/// [`PerCpu::snapshot`]: taken while no callback was in flight there, so its numbers add up
+/// even while the traced functions keep running (an `inconsistent:` line says when no such
+/// moment was found).
 ///
 /// # Safety
 /// `m` is the seq_file of the show callback.
@@ -307,15 +402,19 @@ pub unsafe extern "C" fn rfl_rs_show_stats(m: *mut shim::SeqFile) {
     let Some(t) = instance() else { return };
     let now = platform::LocalClock.now_ns();
     for (cpu, pc) in CPUS.iter().enumerate().take(nr_cpus()) {
+        let s = pc.snapshot(t.buffer.cpu(cpu), now);
         let _ = writeln!(w, "cpu: {cpu}");
-        if let Some(buf) = t.buffer.cpu(cpu) {
-            let _ = buf.stats(now).write_to(&mut w, true);
+        if let Some(ring) = &s.ring {
+            let _ = ring.write_to(&mut w, true);
         }
-        let _ = writeln!(w, "calls: {}", pc.calls.load(Ordering::Relaxed));
-        let _ = writeln!(w, "hits: {}", pc.hits.load(Ordering::Relaxed));
-        let _ = writeln!(w, "recursion: {}", pc.recursion.load(Ordering::Relaxed));
-        let _ = writeln!(w, "stopped: {}", pc.stopped.load(Ordering::Relaxed));
-        let _ = writeln!(w, "refused: {}", pc.refused.load(Ordering::Relaxed));
+        let _ = writeln!(w, "calls: {}", s.calls);
+        let _ = writeln!(w, "hits: {}", s.hits);
+        let _ = writeln!(w, "recursion: {}", s.recursion);
+        let _ = writeln!(w, "stopped: {}", s.stopped);
+        let _ = writeln!(w, "refused: {}", s.refused);
+        if !s.consistent {
+            let _ = writeln!(w, "inconsistent: callbacks kept running on this CPU");
+        }
     }
 }
 
@@ -331,7 +430,11 @@ impl kernel::Module for FtraceRs {
         // SAFETY: reads a compile-time constant of the shim.
         let ksym_len = unsafe { shim::rfl_shim_ksym_symbol_len() } as usize;
         if ksym_len > symbols::KSYM_SYMBOL_LEN {
-            pr_err!("KSYM_SYMBOL_LEN {} > {}\n", ksym_len, symbols::KSYM_SYMBOL_LEN);
+            pr_err!(
+                "KSYM_SYMBOL_LEN {} > {}\n",
+                ksym_len,
+                symbols::KSYM_SYMBOL_LEN
+            );
             return Err(EINVAL);
         }
         // SAFETY: reads a module parameter.

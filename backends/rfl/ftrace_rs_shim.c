@@ -6,6 +6,7 @@
  * The tracing logic itself is Rust: see ftrace_rs_main.rs.
  */
 #include <linux/debugfs.h>
+#include <linux/delay.h>
 #include <linux/ftrace.h>
 #include <linux/gfp.h>
 #include <linux/hardirq.h>
@@ -62,9 +63,11 @@ notrace int rfl_shim_register(void)
 		reset = 0;
 	}
 	kfree(buf);
+	if (!ret)
+		ret = register_ftrace_function(&rfl_ops);
 	if (ret)
-		return ret;
-	return register_ftrace_function(&rfl_ops);
+		ftrace_free_filter(&rfl_ops); /* the hash the patterns above allocated */
+	return ret;
 }
 
 notrace int rfl_shim_unregister(void)
@@ -161,6 +164,11 @@ notrace void rfl_shim_synchronize(void)
 	synchronize_rcu();
 }
 
+notrace void rfl_shim_sleep_us(unsigned int us)
+{
+	usleep_range(us, 2 * us);
+}
+
 notrace void rfl_shim_rcu_read_lock(void)
 {
 	rcu_read_lock();
@@ -191,16 +199,22 @@ notrace void rfl_shim_seq_write(struct seq_file *m, const void *data, size_t len
 	seq_write(m, data, len);
 }
 
-/* debugfs: <debugfs>/ftrace_rs/trace and <debugfs>/ftrace_rs/stats. */
+/*
+ * debugfs: <debugfs>/ftrace_rs/trace and <debugfs>/ftrace_rs/stats. notrace like everything
+ * else here: the module has no call site of its own for ftrace to patch (its Rust code has none
+ * either: 6.12 builds Rust without -mfentry), so no tracer, ours or the kernel's, ever rewrites
+ * the module's text, and rmmod never races with such a patch (the integration test checks that
+ * the .ko has no __mcount_loc entries).
+ */
 static struct dentry *rfl_dir;
 
-static int rfl_trace_show(struct seq_file *m, void *v)
+static notrace int rfl_trace_show(struct seq_file *m, void *v)
 {
 	rfl_rs_show_trace(m);
 	return 0;
 }
 
-static int rfl_trace_open(struct inode *inode, struct file *file)
+static notrace int rfl_trace_open(struct inode *inode, struct file *file)
 {
 	int ret = rfl_rs_trace_open();
 
@@ -213,7 +227,7 @@ static int rfl_trace_open(struct inode *inode, struct file *file)
 	return ret;
 }
 
-static int rfl_trace_release(struct inode *inode, struct file *file)
+static notrace int rfl_trace_release(struct inode *inode, struct file *file)
 {
 	int ret = single_release(inode, file);
 
@@ -229,13 +243,13 @@ static const struct file_operations rfl_trace_fops = {
 	.release = rfl_trace_release,
 };
 
-static int rfl_stats_show(struct seq_file *m, void *v)
+static notrace int rfl_stats_show(struct seq_file *m, void *v)
 {
 	rfl_rs_show_stats(m);
 	return 0;
 }
 
-static int rfl_stats_open(struct inode *inode, struct file *file)
+static notrace int rfl_stats_open(struct inode *inode, struct file *file)
 {
 	return single_open(file, rfl_stats_show, NULL);
 }

@@ -54,6 +54,7 @@ void rfl_shim_current_comm(char out[16]);
 void *rfl_shim_alloc(size_t size, size_t align);
 void rfl_shim_free(void *ptr, size_t size);
 void rfl_shim_synchronize(void);
+void rfl_shim_sleep_us(unsigned int us); /* process context: usleep_range(us, 2 * us) */
 void rfl_shim_rcu_read_lock(void);
 void rfl_shim_rcu_read_unlock(void);
 int rfl_shim_rcu_is_watching(void);

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static atomic_long n_fib, n_sum6, n_fadd, n_leaf, n_worker, bad;
+static atomic_long n_fib, n_sum6, n_fadd, n_leaf, n_pair, n_worker, bad;
 static atomic_int stop;
 
 __attribute__((noinline)) long leaf(long x) { atomic_fetch_add_explicit(&n_leaf, 1, memory_order_relaxed); return x * 3 + 1; }
@@ -28,6 +28,13 @@ __attribute__((noinline)) long fib(long n) {
     long b = fib(n - 2);
     __asm__ volatile("" : "+r"(b));
     return a + b;
+}
+/* Keeps two registers and calls leaf with rsp 8 off a multiple of 16: gcc knows leaf needs no
+ * aligned stack (-fipa-stack-alignment), so a tracer's trampoline must align for itself. */
+__attribute__((noinline)) long pair(long x) {
+    atomic_fetch_add_explicit(&n_pair, 1, memory_order_relaxed);
+    long a = leaf(x);
+    return a + leaf(x + 1);
 }
 __attribute__((noinline)) long sum6(long a, long b, long c, long d, long e, long f) {
     atomic_fetch_add_explicit(&n_sum6, 1, memory_order_relaxed);
@@ -46,6 +53,7 @@ __attribute__((noinline)) void *worker(void *arg) {
     for (long i = 0; j->forever ? !atomic_load(&stop) : i < j->iters; i++) {
         if (fib(10) != 55) atomic_fetch_add(&bad, 1);
         if (sum6(1, 2, 3, 4, 5, i) != 55 + 6 * i) atomic_fetch_add(&bad, 1);
+        if (pair(i) != 6 * i + 5) atomic_fetch_add(&bad, 1);
         if (fadd(1.5, 2.25, (double)i) != 5.25 - (double)i / 4.0) atomic_fetch_add(&bad, 1);
     }
     return NULL;
@@ -75,8 +83,9 @@ int main(int argc, char **argv) {
         atomic_store(&stop, 1);
     }
     for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
-    printf("calls fib %ld\ncalls sum6 %ld\ncalls fadd %ld\ncalls leaf %ld\ncalls worker %ld\n",
-           (long)n_fib, (long)n_sum6, (long)n_fadd, (long)n_leaf, (long)n_worker);
+    printf("calls fib %ld\ncalls sum6 %ld\ncalls fadd %ld\ncalls leaf %ld\ncalls pair %ld\n"
+           "calls worker %ld\n",
+           (long)n_fib, (long)n_sum6, (long)n_fadd, (long)n_leaf, (long)n_pair, (long)n_worker);
     if (bad) printf("result BAD %ld\n", (long)bad); else printf("result ok\n");
     return bad != 0;
 }

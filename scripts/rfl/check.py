@@ -124,6 +124,10 @@ def check_buffers(c, tag, files, trace_name, stats_name, filt):
     if all(re.fullmatch(r"[A-Za-z0-9_.]+", n) for n in names):
         other = [ev["line"] for ev in events if ev["func"] not in names]
         c.check(f"{tag}only {filt} recorded (the filter)", not other, repr(other[:3]))
+    # Every task that wrote an event still has its name in the module's comm table (a
+    # direct-mapped table once lost pid 129's name to pid 1, the init shell: 129 % 128 == 1).
+    nameless = [ev["line"] for ev in events if ev["comm"] == "<...>"]
+    c.check(f"{tag}every line names its task (no '<...>')", not nameless, repr(nameless[:3]))
     hexparents = [ev["line"] for ev in events if ev["parent"].startswith("0x")]
     c.check(f"{tag}parents resolve to symbols", not hexparents, repr(hexparents[:3]))
 
@@ -209,6 +213,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--flood", type=int, default=3000)
     ap.add_argument("--cfilter", default=C_DEFAULT)
+    ap.add_argument("--stats-reads", type=int, default=100)
     ap.add_argument("--expect-wrong", action="store_true",
                     help="expect the workload's events under a wrong comm: must fail")
     a = ap.parse_args()
@@ -219,6 +224,12 @@ def main():
 
     m = [s for s in status if s.startswith("kernel ")]
     c.check("guest runs with 2 CPUs", m and m[0].endswith("cpus 2"), str(m))
+
+    c.check("a filter matching no function makes insmod fail", "bad-filter insmod refused" in status,
+            repr([s for s in status if s.startswith("bad-filter insmod")]))
+    c.check("the failed insmod leaves nothing patched and no debugfs dir",
+            "bad-filter leftovers: 0 patched, 0 dirs" in status,
+            repr([s for s in status if s.startswith("bad-filter leftovers")]))
 
     # Pass 1: the workload in a roomy buffer.
     c.check("insmod ftrace_rs", "insmod ok" in status, "no 'insmod ok'")
@@ -410,8 +421,62 @@ def main():
             f"{len(wl)} lines for {len(cpids)} tasks")
     c.check("compare: rmmod", "compare rmmod ok" in status, "no 'compare rmmod ok'")
 
-    c.check("unregister_ftrace_function returned 0 (all three loads)",
-            len(re.findall(r"ftrace_rs: unregister=0 ", console)) == 3,
+    # Pass 4: `stats` read many times while the tick and two read loops kept calling the
+    # traced functions on both CPUs. Each CPU's block is a snapshot at a moment with no
+    # callback in flight: its numbers add up exactly in every read, and they only grow.
+    c.check("stress: insmod", "stress insmod ok" in status, "no 'stress insmod ok'")
+    reads = [parse_stats(files[f"stress-stats-{i}"]) for i in range(a.stats_reads)
+             if f"stress-stats-{i}" in files]
+    c.check(f"stress: stats read {a.stats_reads} times", len(reads) == a.stats_reads,
+            f"{len(reads)} reads")
+    bad_calls, bad_sum, bad_refused, incons, shrank = [], [], [], [], []
+    last = {}
+    for i, st in enumerate(reads):
+        for cpu, s in sorted(st.items()):
+            try:
+                v = {k: int(s[k]) for k in ("calls", "hits", "entries", "overrun", "read events",
+                                            "recursion", "stopped", "refused",
+                                            "dropped events", "commit overrun")}
+            except (KeyError, ValueError) as e:
+                bad_sum.append((i, cpu, f"fields: {e}"))
+                continue
+            if "inconsistent" in s:
+                incons.append((i, cpu))
+            if v["calls"] != v["hits"]:
+                bad_calls.append((i, cpu, v["calls"], v["hits"]))
+            total = (v["entries"] + v["overrun"] + v["read events"] + v["recursion"]
+                     + v["stopped"] + v["refused"])
+            if v["hits"] != total:
+                bad_sum.append((i, cpu, v["hits"], total))
+            if v["refused"] != v["dropped events"] + v["commit overrun"]:
+                bad_refused.append((i, cpu, v))
+            if cpu in last and (v["calls"] < last[cpu]["calls"]
+                                or v["entries"] + v["overrun"]
+                                < last[cpu]["entries"] + last[cpu]["overrun"]):
+                shrank.append((i, cpu))
+            last.setdefault(f"first{cpu}", v)
+            last[cpu] = v
+    c.check("stress: both CPUs in every read", all(sorted(st) == [0, 1] for st in reads),
+            repr([sorted(st) for st in reads if sorted(st) != [0, 1]][:3]))
+    c.check("stress: every read has calls == hits on each CPU", not bad_calls,
+            f"{len(bad_calls)} mismatches: {bad_calls[:3]}")
+    c.check("stress: every read has hits == entries + overrun + read + recursion + stopped "
+            "+ refused on each CPU", not bad_sum, f"{len(bad_sum)} mismatches: {bad_sum[:3]}")
+    c.check("stress: every read has refused == dropped + commit overrun", not bad_refused,
+            repr(bad_refused[:2]))
+    c.check("stress: every read found a moment with no callback in flight", not incons,
+            repr(incons[:3]))
+    c.check("stress: counters never go back between reads", not shrank, repr(shrank[:3]))
+    # The reads raced with callbacks: calls grew on both CPUs while they ran.
+    grew = {cpu: last[cpu]["calls"] - last[f"first{cpu}"]["calls"]
+            for cpu in (0, 1) if cpu in last}
+    c.check("stress: the traced functions kept running on both CPUs during the reads",
+            len(grew) == 2 and all(g > 0 for g in grew.values()), repr(grew))
+    print(f"# stress: calls during the {len(reads)} reads, per CPU: {grew}")
+    c.check("stress: rmmod", "stress rmmod ok" in status, "no 'stress rmmod ok'")
+
+    c.check("unregister_ftrace_function returned 0 (all four loads)",
+            len(re.findall(r"ftrace_rs: unregister=0 ", console)) == 4,
             repr(re.findall(r"ftrace_rs: unregister=.*", console)))
     splat = [ln for ln in console.split("\n")
              if re.search(r"BUG|Oops|WARNING|Call Trace|general protection|panic", ln)]

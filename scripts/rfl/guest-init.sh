@@ -2,7 +2,7 @@
 # /init of the rfl integration guest (busybox-static). Loads ftrace_rs.ko, runs a workload pinned
 # to each CPU, dumps the module's debugfs files to the second serial port (/dev/ttyS1, a file on
 # the host) and unloads the module. Status lines on the console start with "RFL: ".
-# /rfl.conf (written by the host) sets FILTER, CFILTER, ROUNDS and FLOOD.
+# /rfl.conf (written by the host) sets FILTER, CFILTER, ROUNDS, FLOOD and STATS_READS.
 /bin/busybox --install -s /bin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -14,6 +14,16 @@ OUT=/dev/ttyS1
 stty -F $OUT raw -echo 2>/dev/null
 D=/sys/kernel/debug/ftrace_rs
 echo "RFL: kernel $(uname -r) cpus $(grep -c ^processor /proc/cpuinfo)"
+
+# A filter that matches nothing: ftrace_set_filter() fails, so init must fail cleanly (the filter
+# hash freed, nothing registered, the debugfs files gone) and leave nothing patched.
+if insmod /lib/modules/ftrace_rs.ko filter=no_such_function_rfl 2>/dev/null; then
+  echo "RFL: bad-filter insmod accepted"
+  rmmod ftrace_rs
+else
+  echo "RFL: bad-filter insmod refused"
+fi
+echo "RFL: bad-filter leftovers: $(cat /sys/kernel/tracing/enabled_functions | wc -l) patched, $(ls -d $D 2>/dev/null | wc -l) dirs"
 
 if insmod /lib/modules/ftrace_rs.ko filter="$FILTER"; then
   echo "RFL: insmod ok"
@@ -107,6 +117,27 @@ else
 fi
 echo nop > $T/current_tracer   # (this also empties the kernel's buffer)
 if rmmod ftrace_rs; then echo "RFL: compare rmmod ok"; else echo "RFL: compare rmmod FAILED"; fi
+
+# Pass 4: `stats` read over and over while the traced functions keep running: the tick's on
+# both CPUs, and vfs_read from a read loop pinned to each CPU. Every read must add up.
+if insmod /lib/modules/ftrace_rs.ko filter="$CFILTER"; then
+  echo "RFL: stress insmod ok"
+else
+  echo "RFL: stress insmod FAILED"
+fi
+: > /tmp/stress
+for cpu in 0 1; do
+  taskset $((1 << cpu)) sh -c 'while [ -e /tmp/stress ]; do dd if=/proc/version of=/dev/null bs=64 2>/dev/null; done' &
+done
+n=0
+while [ $n -lt "$STATS_READS" ]; do
+  { echo "RFL-FILE stress-stats-$n"; cat $D/stats; echo "RFL-END"; } > $OUT
+  n=$((n + 1))
+done
+rm -f /tmp/stress
+wait
+echo "RFL: stress reads $n"
+if rmmod ftrace_rs; then echo "RFL: stress rmmod ok"; else echo "RFL: stress rmmod FAILED"; fi
 dmesg | grep -E "ftrace_rs|BUG|Oops|WARNING|Call Trace" | sed 's/^/RFL-DMESG: /'
 echo "RFL: DONE"
 reboot -f

@@ -2,8 +2,10 @@
 //!
 //! - `cargo xtask test`: every check CI runs, on a fresh machine. It installs the Debian packages
 //!   the tests need (when run as root and they are missing), then runs formatting, clippy,
-//!   no_std builds, docs, unit/property/integration tests, and the loom models, and ends with a
-//!   `N passed, N failed` line. `--skip STAGE` leaves a stage out (for local iteration only).
+//!   no_std builds, docs, unit/property/integration tests, the loom models, the bare-metal
+//!   kernel in QEMU and the Rust-for-Linux module in QEMU (`rfl.rs`, which installs its own
+//!   toolchain and caches its kernel build), and ends with a `N passed, N failed` line.
+//!   `--skip STAGE` leaves a stage out (for local iteration only).
 //! - `cargo xtask demo`, `cargo xtask bench-vs-uftrace`: the userspace backend's main job and
 //!   its comparison with uftrace (see `user.rs`).
 
@@ -54,7 +56,7 @@ fn main() -> ExitCode {
             eprintln!("       cargo xtask rfl-test [NAME=value]...  (scripts/rfl-integration.sh)");
             eprintln!("       cargo xtask demo");
             eprintln!("       cargo xtask bench-vs-uftrace [N] [ROUNDS]");
-            eprintln!("stages: apt fmt clippy no-std package doc test loom qemu");
+            eprintln!("stages: apt fmt clippy no-std package doc test loom qemu rfl");
             ExitCode::from(2)
         }
     }
@@ -271,6 +273,11 @@ fn test(args: &[String]) -> ExitCode {
         "qemu",
         "bare-metal kernel in QEMU (cargo xtask qemu-test)",
         || qemu::qemu_test(&[]),
+    );
+    st.run(
+        "rfl",
+        "Rust-for-Linux module in QEMU (cargo xtask rfl-test, 30 min budget)",
+        rfl::rfl_stage,
     );
 
     let mins = started.elapsed().as_secs_f64() / 60.0;

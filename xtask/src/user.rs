@@ -3,9 +3,11 @@
 //! - `cargo xtask demo`: builds the `ftrace` tool, the agent and the C example, and shows the
 //!   example's function_graph trace (`ftrace live -t function_graph -- calls 1 1`).
 //! - `cargo xtask bench-vs-uftrace [N] [ROUNDS]`: one call-heavy C benchmark (recursive fib(N),
-//!   default 27) built uninstrumented, with our flags and with `-pg` for uftrace; runs it
-//!   uninstrumented, with the sites off, under our function and function_graph tracers and
-//!   under `uftrace record`, and prints ns per traced call and the ratios (best of ROUNDS).
+//!   default 27) built uninstrumented (also with the body shifted as the instrumented build
+//!   has it, to tell code layout from the NOP), with our flags and with `-pg` for uftrace; runs
+//!   it uninstrumented, with the sites off, under our function and function_graph tracers
+//!   (also without their clock reads, for measurement only) and under `uftrace record`, and
+//!   prints ns per traced call and the ratios (minimum over ROUNDS interleaved rounds).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -108,64 +110,82 @@ fn rdtsc_ns() -> f64 {
 }
 
 /// `cargo xtask bench-vs-uftrace [N] [ROUNDS]`.
+///
+/// Every configuration runs once per round (the cheap ones, whose differences are a fraction of
+/// a nanosecond, three times), interleaved so that load changes hit them alike; each run
+/// prints the best of 5 timed `fib(N)` calls, and the table shows the minimum over all runs
+/// (and the median, to show the spread). Address-space randomisation gives each run another
+/// stack placement, so the minimum is also over layouts of the stack.
 pub fn bench_vs_uftrace(args: &[String]) -> Result<(), String> {
     let n: u32 = args.first().and_then(|a| a.parse().ok()).unwrap_or(27);
-    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(3);
+    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(7);
     status(cargo().args(["build", "--release", "-p", "ftrace-agent"]))?;
     let agent = release_dir().join("libftrace_agent.so");
     let src = root().join("examples/c/fib_bench.c");
     let dir = scratch();
     let plain = dir.join("fib_plain");
+    let shifted = dir.join("fib_shifted");
     let ours = dir.join("fib_mcount");
     let pg = dir.join("fib_pg");
     cc(&plain, &src, &["-fno-pie", "-no-pie"])?;
+    // The instrumented build's layout without executing anything more: the five NOP bytes go
+    // before the entry (`-fpatchable-function-entry=5,5`), so the body sits at the same
+    // address modulo the alignment as in `fib_mcount`, whose NOP is at the entry.
+    cc(
+        &shifted,
+        &src,
+        &["-fno-pie", "-no-pie", "-fpatchable-function-entry=5,5"],
+    )?;
     cc(&ours, &src, GCC_MCOUNT)?;
     cc(&pg, &src, &["-pg"])?;
     let reps = "5".to_string();
     let nstr = n.to_string();
     let out_dir = dir.join("bench.data");
-    let agent_run = |exe: &Path, tracer: &str, on: bool| {
-        let _ = std::fs::remove_dir_all(&out_dir);
+    let plain_run = |exe: &Path| {
         let mut c = Command::new(exe);
-        c.args([&nstr, &reps])
-            .env("LD_PRELOAD", &agent)
+        c.args([&nstr, &reps]);
+        c
+    };
+    let agent_run = |tracer: &str, on: bool, noclock: bool| {
+        let _ = std::fs::remove_dir_all(&out_dir);
+        let mut c = plain_run(&ours);
+        c.env("LD_PRELOAD", &agent)
             .env("FTRACE_AGENT_OUTPUT", &out_dir)
             .env("FTRACE_AGENT_TRACER", tracer)
             .env("FTRACE_AGENT_TRACING_ON", if on { "1" } else { "0" });
+        if noclock {
+            c.env("FTRACE_AGENT_BENCH_NOCLOCK", "1");
+        }
         c
     };
-    type Config<'a> = (&'a str, Box<dyn Fn() -> Command + 'a>);
+    // (name, runs per round, command)
+    type Config<'a> = (&'a str, usize, Box<dyn Fn() -> Command + 'a>);
     let configs: Vec<Config> = vec![
+        ("uninstrumented", 3, Box::new(|| plain_run(&plain))),
         (
-            "uninstrumented",
-            Box::new(|| {
-                let mut c = Command::new(&plain);
-                c.args([&nstr, &reps]);
-                c
-            }),
+            "uninstrumented, body shifted",
+            3,
+            Box::new(|| plain_run(&shifted)),
         ),
-        (
-            "instrumented, no agent",
-            Box::new(|| {
-                let mut c = Command::new(&ours);
-                c.args([&nstr, &reps]);
-                c
-            }),
-        ),
+        ("instrumented, no agent", 3, Box::new(|| plain_run(&ours))),
         (
             "sites off (agent loaded)",
-            Box::new(|| agent_run(&ours, "function", false)),
+            3,
+            Box::new(|| agent_run("function", false, false)),
         ),
         (
             "ftrace-rs function",
-            Box::new(|| agent_run(&ours, "function", true)),
+            1,
+            Box::new(|| agent_run("function", true, false)),
         ),
         (
             "ftrace-rs function_graph",
-            Box::new(|| agent_run(&ours, "function_graph", true)),
+            1,
+            Box::new(|| agent_run("function_graph", true, false)),
         ),
         (
             "uftrace record (-pg)",
+            1,
             Box::new(|| {
                 let mut c = Command::new("uftrace");
                 c.args(["record", "-d"])
@@ -175,35 +195,91 @@ pub fn bench_vs_uftrace(args: &[String]) -> Result<(), String> {
                 c
             }),
         ),
+        (
+            "function, no clock read *",
+            1,
+            Box::new(|| agent_run("function", true, true)),
+        ),
+        (
+            "function_graph, no clock *",
+            1,
+            Box::new(|| agent_run("function_graph", true, true)),
+        ),
     ];
-    let mut best = vec![f64::MAX; configs.len()];
+    let mut samples = vec![Vec::new(); configs.len()];
     for round in 0..rounds {
-        for (i, (name, mk)) in configs.iter().enumerate() {
-            // (-pg programs write gmon.out into their working directory.)
-            let v = ns_per_call(mk().current_dir(&dir))?;
-            println!("round {round}: {name:<28} {v:8.3} ns/call");
-            best[i] = best[i].min(v);
+        for (i, (name, runs, mk)) in configs.iter().enumerate() {
+            for _ in 0..*runs {
+                // (-pg programs write gmon.out into their working directory.)
+                let v = ns_per_call(mk().current_dir(&dir))?;
+                samples[i].push(v);
+            }
+            let last = samples[i][samples[i].len() - runs..]
+                .iter()
+                .fold(f64::MAX, |a, &b| a.min(b));
+            println!("round {round}: {name:<30} {last:8.3} ns/call");
         }
     }
     let _ = std::fs::remove_dir_all(&out_dir);
     let _ = std::fs::remove_dir_all(dir.join("uftrace.data"));
+    let best: Vec<f64> = samples
+        .iter()
+        .map(|s| s.iter().fold(f64::MAX, |a, &b| a.min(b)))
+        .collect();
+    let median = |s: &[f64]| {
+        let mut s = s.to_vec();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    };
     let base = best[0];
     let calls = 2 * fib(n + 1) - 1;
-    println!("\nfib({n}): {calls} calls per run, best of {rounds} rounds x {reps} runs");
     println!(
-        "{:<28} {:>10} {:>12}",
-        "configuration", "ns/call", "overhead"
+        "\nfib({n}): {calls} calls per run, {rounds} rounds (x3 for the first four), best of {reps} \
+         calls per run"
     );
-    for (i, (name, _)) in configs.iter().enumerate() {
-        println!("{name:<28} {:>10.3} {:>12.3}", best[i], best[i] - base);
+    println!(
+        "{:<30} {:>10} {:>10} {:>10} {:>5}",
+        "configuration", "ns/call", "overhead", "median", "runs"
+    );
+    for (i, (name, _, _)) in configs.iter().enumerate() {
+        println!(
+            "{name:<30} {:>10.3} {:>10.3} {:>10.3} {:>5}",
+            best[i],
+            best[i] - base,
+            median(&samples[i]),
+            samples[i].len()
+        );
     }
+    println!("* measurement only: the TSC read replaced by zero (FTRACE_AGENT_BENCH_NOCLOCK=1)");
     let tsc = rdtsc_ns();
-    let (nop, off, func, graph, uf) = (best[1], best[2], best[3], best[4], best[5]);
-    println!(
-        "\nsites off vs uninstrumented: {:+.1}%; vs the same binary without the agent: {:+.1}%",
-        (off / base - 1.0) * 100.0,
-        (off / nop - 1.0) * 100.0
-    );
+    let (func, graph, uf, func_nc, graph_nc) = (best[4], best[5], best[6], best[7], best[8]);
+    let pct = |a: f64, b: f64| (a / b - 1.0) * 100.0;
+    // The sub-nanosecond comparisons, on the minimum and on the median (which one run's luck
+    // moves less).
+    let med: Vec<f64> = samples.iter().map(|s| median(s)).collect();
+    println!();
+    for (what, a, b, note) in [
+        (
+            "sites off vs the same binary without the agent",
+            3,
+            2,
+            "what the agent costs while off",
+        ),
+        (
+            "NOP executed vs the same layout without it",
+            2,
+            1,
+            "instrumented vs body shifted",
+        ),
+        ("layout alone", 1, 0, "body shifted vs uninstrumented"),
+        ("sites off vs uninstrumented", 3, 0, "NOP and layout"),
+    ] {
+        println!(
+            "{what:<48} {:+5.1}% (median {:+5.1}%): {note}",
+            pct(best[a], best[b]),
+            pct(med[a], med[b])
+        );
+    }
     println!(
         "uftrace / function:        {:.1}x per call, {:.1}x in overhead",
         uf / func,
@@ -213,6 +289,14 @@ pub fn bench_vs_uftrace(args: &[String]) -> Result<(), String> {
         "uftrace / function_graph:  {:.1}x per call, {:.1}x in overhead",
         uf / graph,
         (uf - base) / (graph - base)
+    );
+    println!(
+        "clock reads: function {:.1} ns per call (one TSC read), function_graph {:.1} ns (two); \
+         without them function costs {:.1} ns, function_graph {:.1} ns",
+        func - func_nc,
+        graph - graph_nc,
+        func_nc,
+        graph_nc
     );
     println!(
         "one rdtsc on this machine (back to back): {tsc:.1} ns; function reads the clock once \

@@ -6,6 +6,13 @@
 //! in the table at read time (so a task's events before its exec() show its later name). This
 //! module records the comm of the task that wrote an event, on every event, in the table of
 //! the CPU it ran on, from the ftrace callback: the latest name wins, as in the kernel.
+//!
+//! A table is set-associative: a pid lives in one of the [`WAYS`] slots of set `pid % SETS`,
+//! and a new pid takes a free slot of its set or the one recorded longest ago, so a pid's name
+//! is only forgotten after `WAYS` other pids of its set wrote events since (the kernel forgets
+//! names the same way once its 128 `saved_cmdlines` are used up). A direct-mapped table (slot
+//! `pid % SLOTS`) lost names as soon as two live pids met in a slot: `sh` (pid 1) reading its
+//! script overwrote pid 129's `dd`, which then printed as `<...>`.
 //! Invariant: a CPU's table is written only by that CPU with preemption disabled, and a writer
 //! that interrupts another writer on the same CPU skips its update (the `busy` flag), so a slot
 //! is never half-written; readers only read while recording is stopped and every writer has
@@ -16,8 +23,12 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::shim;
 
-/// Slots per CPU (a power of two; the slot is `pid % SLOTS`).
+/// Slots per CPU, as the kernel's default `saved_cmdlines_size`.
 const SLOTS: usize = 128;
+/// Slots per set.
+const WAYS: usize = 8;
+/// Sets per CPU: the set of `pid` is `pid % SETS`.
+const SETS: usize = SLOTS / WAYS;
 /// `TASK_COMM_LEN`.
 pub(crate) const COMM_LEN: usize = 16;
 
@@ -66,7 +77,16 @@ impl CommTable {
             return; // we interrupted this CPU's writer: let it finish, skip ours
         }
         // SAFETY: exclusive: owning CPU, preemption off, `busy` held (module invariant).
-        let slot = unsafe { &mut (*self.slots.get())[pid as usize % SLOTS] };
+        let slots = unsafe { &mut *self.slots.get() };
+        let set = &mut slots[set_range(pid)];
+        // The pid's own slot, else the one recorded longest ago (a free slot has stamp 0).
+        let victim = set.iter().position(|s| s.pid == pid).unwrap_or_else(|| {
+            set.iter()
+                .enumerate()
+                .min_by_key(|(_, s)| s.stamp)
+                .map_or(0, |(i, _)| i)
+        });
+        let slot = &mut set[victim];
         slot.pid = pid;
         slot.stamp = stamp;
         // SAFETY: writes TASK_COMM_LEN bytes into the slot's array of that size.
@@ -83,11 +103,16 @@ impl CommTable {
             return None;
         }
         // SAFETY: the caller guarantees no concurrent writer.
-        let slot = unsafe { &(*self.slots.get())[pid as usize % SLOTS] };
-        if slot.pid != pid {
-            return None;
-        }
+        let slots = unsafe { &*self.slots.get() };
+        let slot = slots[set_range(pid)].iter().find(|s| s.pid == pid)?;
         let len = slot.comm.iter().position(|&b| b == 0).unwrap_or(COMM_LEN);
         Some((slot.stamp, core::str::from_utf8(&slot.comm[..len]).ok()?))
     }
+}
+
+/// The slots of `pid`'s set (`pid` > 0).
+#[inline]
+fn set_range(pid: i32) -> core::ops::Range<usize> {
+    let set = pid as usize % SETS;
+    set * WAYS..(set + 1) * WAYS
 }

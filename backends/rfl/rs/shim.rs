@@ -46,6 +46,7 @@ extern "C" {
     pub(crate) fn rfl_shim_alloc(size: usize, align: usize) -> *mut c_void;
     pub(crate) fn rfl_shim_free(ptr: *mut c_void, size: usize);
     pub(crate) fn rfl_shim_synchronize();
+    pub(crate) fn rfl_shim_sleep_us(us: c_uint);
     pub(crate) fn rfl_shim_rcu_read_lock();
     pub(crate) fn rfl_shim_rcu_read_unlock();
     pub(crate) fn rfl_shim_rcu_is_watching() -> c_int;

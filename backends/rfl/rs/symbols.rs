@@ -177,7 +177,10 @@ impl SymbolTable for KallsymsCache {
         // SAFETY: entries below nsyms are never written again while `self` is shared; only
         // that prefix is borrowed.
         let syms = unsafe { core::slice::from_raw_parts(self.syms.get().cast::<Sym>(), n) };
-        if let Some(s) = syms.iter().find(|s| addr.wrapping_sub(s.addr) < s.size.max(1)) {
+        if let Some(s) = syms
+            .iter()
+            .find(|s| addr.wrapping_sub(s.addr) < s.size.max(1))
+        {
             return Some(self.sym(s));
         }
         let s = self.resolve(addr)?;

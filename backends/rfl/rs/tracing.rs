@@ -41,6 +41,8 @@ unsafe impl PageProvider for KernelPages {
 
 /// The module's ring buffer type.
 pub(crate) type Buffer = RingBuffer<KernelPages>;
+/// One CPU's buffer of [`Buffer`].
+pub(crate) type CpuBuf = CpuBuffer<KernelPages>;
 
 /// The function tracer's [`EntrySink`]: one CPU's buffer, stamped with clock `C`.
 pub(crate) struct CpuSink<'a, C: TraceClock> {
@@ -90,7 +92,11 @@ impl Snapshot {
         // A buffer holds at most (nr_pages + 1) pages of events (the reader page included); an
         // event takes at least 8 bytes there and at most REC_HDR + its 8-aligned payload here,
         // i.e. at most 3 times as much: room enough for full buffers.
-        let per_cpu: usize = rb.cpus().iter().map(|c| (c.nr_pages() + 1) * page * 3).max()?;
+        let per_cpu: usize = rb
+            .cpus()
+            .iter()
+            .map(|c| (c.nr_pages() + 1) * page * 3)
+            .max()?;
         let size = page + per_cpu * nr_cpus;
         // SAFETY: process context (a read of the trace file).
         let mem = NonNull::new(unsafe { shim::rfl_shim_alloc(size, 8) }.cast::<u8>())?;
@@ -134,7 +140,10 @@ impl Snapshot {
     fn records(&self) -> &[u8] {
         // SAFETY: the records area (after the scratch page) is ours and no longer written.
         unsafe {
-            core::slice::from_raw_parts(self.mem.as_ptr().add(self.scratch), self.size - self.scratch)
+            core::slice::from_raw_parts(
+                self.mem.as_ptr().add(self.scratch),
+                self.size - self.scratch,
+            )
         }
     }
 

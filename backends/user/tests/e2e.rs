@@ -339,11 +339,57 @@ fn overwrite_mode_keeps_newest_and_counts_the_rest() {
 }
 
 #[test]
+fn full_save_paths_align_a_misaligned_stack() {
+    // calls.c's `pair` calls `leaf` with rsp 8 off 16 (gcc -O2 knows leaf needs no alignment).
+    // A filter, a graph filter and the non-TSC clocks take the trampolines' full-save paths,
+    // which save vector registers with aligned stores: they must align the stack themselves.
+    let exe = build_c("calls.c", "gcc-pfe");
+    let run = run_traced(&exe, &["2", "50"], |c| {
+        c.filter = vec!["pair".into(), "leaf".into()]
+    });
+    assert_result_ok(&run.out);
+    let t = traced_counts(&run.rec, EventId::Function, "");
+    let own = own_counts(&run.out);
+    assert_eq!(
+        (t.get("pair"), t.get("leaf")),
+        (own.get("pair"), own.get("leaf"))
+    );
+    for clock in [ClockKind::Mono, ClockKind::Local] {
+        let run = run_traced(&exe, &["2", "50"], |c| {
+            graph(c);
+            c.clock = clock;
+        });
+        check_counts(&run, EventId::FuncgraphEntry, "");
+        check_counts(&run, EventId::FuncgraphExit, "");
+        check_graph_pairs(&run.rec);
+    }
+    let run = run_traced(&exe, &["2", "50"], |c| {
+        graph(c);
+        c.graph_functions = vec!["pair".into()];
+    });
+    assert_result_ok(&run.out);
+    let t = traced_counts(&run.rec, EventId::FuncgraphEntry, "");
+    let own = own_counts(&run.out);
+    assert_eq!(
+        (t.get("pair"), t.get("leaf").copied()),
+        (own.get("pair"), own.get("pair").map(|n| 2 * n))
+    );
+    check_graph_pairs(&run.rec);
+}
+
+#[test]
 fn toggle_all_sites_1000_times_under_load() {
     // clang: single-instruction sites (breakpoint protocol); gcc pfe: five NOPs (stop-the-world).
-    for variant in ["clang-pfe", "gcc-pfe", "gcc-mcount"] {
+    // function_graph too: its sites jump to per-site thunks, and a toggle may land while a
+    // thread is inside a traced body that will return through the return trampoline.
+    let runs = ["clang-pfe", "gcc-pfe", "gcc-mcount"]
+        .map(|v| (v, TracerKind::Function))
+        .into_iter()
+        .chain(["clang-pfe", "gcc-pfe"].map(|v| (v, TracerKind::FunctionGraph)));
+    for (variant, tracer) in runs {
         let exe = build_c("calls.c", variant);
         let run = run_traced(&exe, &["2", "0", "toggle", "1000"], |c| {
+            c.tracer = tracer;
             c.overwrite = true;
             c.buffer_kb = 256;
         });
@@ -351,10 +397,10 @@ fn toggle_all_sites_1000_times_under_load() {
         let stdout = String::from_utf8_lossy(&run.out.stdout);
         let line = stdout.lines().find(|l| l.starts_with("toggled")).unwrap();
         let changed: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
-        assert!(changed >= 2000 * 5, "{variant}: {line}");
+        assert!(changed >= 2000 * 5, "{variant} {tracer:?}: {line}");
         assert!(
             run.rec.merged().len() > 100,
-            "{variant}: events were recorded while on"
+            "{variant} {tracer:?}: events were recorded while on"
         );
     }
 }
@@ -517,8 +563,9 @@ fn ftrace_cli_live_record_report() {
     assert!(text.contains("leaf();"), "{text}");
     let leaf_lines = text.lines().filter(|l| l.ends_with("leaf();")).count();
     assert_eq!(
-        leaf_lines, 89,
-        "fib(10) calls leaf 89 times, each a leaf line"
+        leaf_lines,
+        89 + 2,
+        "fib(10) calls leaf 89 times and pair(0) twice, each a leaf line"
     );
     // record + report, function tracer with a filter.
     let dir = scratch().join("cli-record");

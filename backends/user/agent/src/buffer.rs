@@ -1,10 +1,14 @@
 //! Per-thread event buffers: one file-backed ring per thread, the format the `ftrace` tool reads.
 //!
-//! TEMPORARY GLUE: this fixed-slot ring stands in for `ftrace-ringbuf`'s page-format writer
-//! until that crate lands; the agent then writes kernel pages and the tool reads them with
-//! `ftrace_ringbuf::Page`. The contract it keeps is the ring buffer's: writers of one buffer are
-//! strictly nested (one buffer per thread; a signal handler nests inside the thread it
-//! interrupts), a writer never locks, allocates or blocks, and every lost event is counted.
+//! Why not `ftrace-ringbuf` pages here: every event a userspace thread writes is one of three
+//! fixed-size kinds, and the assembly fast paths (`tramp.rs`) must reserve and commit with a
+//! couple of instructions and no call. A fixed-slot ring does that with one `xadd` and one
+//! store; the kernel's page format (variable-length events, time deltas, page commits) is
+//! written by the `ftrace` tool when it turns a recording into `trace_pipe_raw` pages or a
+//! trace.dat, with `ftrace-ringbuf`'s writer. The contract this ring keeps is the ring buffer's:
+//! writers of one buffer are strictly nested (one buffer per thread; a signal handler nests
+//! inside the thread it interrupts), a writer never locks, allocates or blocks, and every lost
+//! event is counted.
 //!
 //! How: a writer reserves its slot with ONE non-locked `xadd` on `head` (a signal can only land
 //! before or after it, so nested writers get distinct slots), fills the slot, and writes the
@@ -114,6 +118,9 @@ pub struct Writer {
     pub shift: u32,
     /// 1 in overwrite mode.
     pub overwrite: u32,
+    /// The highest slot index that may be written: `u64::MAX` in overwrite mode, `mask`
+    /// otherwise (one compare decides "dropped" on the fast paths).
+    pub limit: u64,
 }
 
 impl Writer {
@@ -128,7 +135,7 @@ impl Writer {
         // SAFETY: the header is live (caller's contract); `head` is a plain u64 in memory
         // shared only with nested writers of this thread.
         let index = unsafe { reserve(&(*self.header).head) };
-        if self.overwrite == 0 && index > self.mask {
+        if index > self.limit {
             return; // dropped: counted as head - capacity
         }
         // SAFETY: `index & mask` is below the capacity the mapping holds.
@@ -302,6 +309,7 @@ pub unsafe fn init(
         mask: cap - 1,
         shift: cap.trailing_zeros(),
         overwrite: u32::from(overwrite),
+        limit: if overwrite { u64::MAX } else { cap - 1 },
     }
 }
 

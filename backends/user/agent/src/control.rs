@@ -184,7 +184,7 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     let want_call = |addr: u64, stubs: crate::tramp::Stubs, form: ftrace_patch::SiteForm| {
         let t = w.tracer?;
         let root = t == TracerKind::FunctionGraph && w.roots.contains(&addr);
-        form.call(addr, call_target(t, root, stubs)).ok()
+        crate::tramp::site_bytes(&stubs, form, addr, call_target(t, root, stubs)).ok()
     };
     let info: std::collections::HashMap<u64, crate::tramp::Stubs> =
         a.sites.iter().map(|s| (s.addr, s.stubs)).collect();

@@ -87,10 +87,11 @@ pub struct Frame {
 pub struct ThreadState {
     /// The thread's buffer (valid when `state == 1`).
     pub writer: Writer,
-    /// Non-zero while a handler runs on this thread.
-    pub guard: u32,
     /// 0: no buffer yet, 1: registered, 2: registration failed.
     pub state: u32,
+    /// Non-zero while a handler runs on this thread. Follows `state`, so the fast paths test
+    /// "registered and not nested" with one 64-bit compare against 1.
+    pub guard: u32,
     /// Where the current CPU number is read (rseq `cpu_id_start`, or `fallback_cpu`).
     pub cpu: *const u32,
     /// The CPU at registration, when rseq is not available.
@@ -256,7 +257,7 @@ fn lost_return() -> ! {
 
 #[cold]
 #[inline(never)]
-fn alloc_shadow(st: &mut ThreadState) -> bool {
+pub(crate) fn alloc_shadow(st: &mut ThreadState) -> bool {
     let len = SHADOW_FRAMES as usize * core::mem::size_of::<Frame>();
     // SAFETY: anonymous private mapping.
     let p = unsafe {
@@ -298,6 +299,13 @@ fn register(st: &mut ThreadState) -> bool {
     }
     // SAFETY: instances are leaked, never freed.
     let inst = unsafe { &*inst };
+    // The shadow stack exists whenever the thread is registered (the function_graph fast path
+    // relies on it); a forked child keeps its parent's, whose frames it still returns through.
+    if st.shadow.is_null() && !alloc_shadow(st) {
+        st.state = 2;
+        FAILED_THREADS.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
     match create_buffer(inst) {
         Some(w) => {
             st.writer = w;

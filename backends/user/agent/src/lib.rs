@@ -218,7 +218,7 @@ fn scan_new_objects(a: &mut Agent) {
                 let root = cfg.tracer == TracerKind::FunctionGraph
                     && glob::any_matches(&cfg.graph_functions, &name);
                 let target = call_target(cfg.tracer, root, stubs);
-                let Ok(call) = init.form.call(addr, target) else {
+                let Ok(call) = tramp::site_bytes(&stubs, init.form, addr, target) else {
                     warn(&format!("site {addr:#x} ({name}): stub out of reach"));
                     continue;
                 };

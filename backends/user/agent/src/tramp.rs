@@ -1,23 +1,43 @@
 //! The trampolines (assembly) and the stub pages that put them within reach of every site.
 //!
-//! A patched site is `call rel32`, which reaches ±2 GiB; the agent's own text may be anywhere.
-//! So each object gets a stub page mapped within reach (shared by objects close to each other),
-//! holding `jmp *abs64` thunks to [`entry_trampoline`] (normal sites) and its `-G` root variant.
+//! A patched site is `call rel32` (or `jmp rel32`), which reaches ±2 GiB; the agent's own text
+//! may be anywhere. So each object gets a stub page mapped within reach (shared by objects close
+//! to each other), holding `jmp *abs64` thunks to the full-save trampolines and copies of the
+//! fast paths (position-independent templates with a data block: TLS offset, switch,
+//! fallbacks), so that the hot path takes no extra jump.
 //!
-//! Entry trampoline: entered from the site's `call` with `(%rsp)` = the address after the site
-//! and `8(%rsp)` = the traced function's return address; rsp is 16-byte aligned. It saves every
-//! caller-saved register (rax, rcx, rdx, rsi, rdi, r8–r11 and xmm0–15: argument registers, the
-//! varargs count, the static chain, and whatever a caller compiled with inter-procedural
-//! register allocation keeps live across the call), passes the thread's state block
-//! (initial-exec TLS, no `__tls_get_addr`), calls the handler and restores everything: the
-//! traced function computes exactly what it would untraced.
+//! Entry trampoline (the full-save path): entered from the site's `call` with `(%rsp)` = the
+//! address after the site and `8(%rsp)` = the traced function's return address; rsp is 16-byte
+//! aligned. It saves every caller-saved register (rax, rcx, rdx, rsi, rdi, r8–r11 and xmm0–15:
+//! argument registers, the varargs count, the static chain, and whatever a caller compiled with
+//! inter-procedural register allocation keeps live across the call), passes the thread's state
+//! block (initial-exec TLS, no `__tls_get_addr`), calls the handler and restores everything:
+//! the traced function computes exactly what it would untraced.
 //!
-//! Return trampoline (function_graph): the traced function `ret`s into it; it saves the return
-//! registers (rax, rdx, xmm0, xmm1) and every other caller-saved register, asks the handler for the original return address (popped
-//! from the per-thread shadow stack) and `ret`s there.
+//! Fast paths (assembly only, no call into Rust, no vector register touched, every general
+//! register restored): the function tracer's, and function_graph's in two forms. Whenever they
+//! cannot record (thread not registered yet, nesting, clock not the TSC, `-G`, `--max-depth`,
+//! shadow stack full, frames skipped by `longjmp`) they continue in the full-save path.
+//! function_graph's entry pushes the shadow frame, records, then *calls* the body from the
+//! return-address slot, so the body's `ret` into the return trampoline is predicted by the
+//! CPU's return stack buffer; an ordinary function_graph site is patched to `jmp` to a thunk
+//! of its own ([`site_bytes`]) rather than to `call`, so that no return-stack entry is left
+//! unpopped and every `ret` of the traced program stays predicted (a `call`-form site costs
+//! one mispredicted return per traced call, which the return trampoline limits by leaving with
+//! `jmp`).
+//!
+//! Return trampoline (function_graph): pops the shadow frame whose return-address slot is the
+//! one it was entered through, records the exit and returns to the original return address;
+//! anything else (roots, frames skipped by `longjmp`) goes to the full-save return path, which
+//! asks the handler.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use ftrace_patch::site::{Arch, SiteBytes, SiteForm};
+
+use crate::handler;
+use ftrace_patch::x86::{self, OutOfRange};
 
 /// Bytes of per-thread state reserved in the TLS block (see `ThreadState`).
 pub const TLS_BYTES: usize = 256;
@@ -52,6 +72,9 @@ ftrace_agent_root_tramp:
 1:
     pushq %rbp
     movq %rsp, %rbp
+    // gcc may call a function that needs no aligned stack with rsp 8 off (-fipa-stack-alignment):
+    // align for the movaps saves and the Rust call; everything above is addressed from rbp.
+    andq $-16, %rsp
     pushq %rax
     pushq %rdi
     pushq %rsi
@@ -109,177 +132,182 @@ ftrace_agent_root_tramp:
     popq %rsi
     popq %rdi
     popq %rax
+    movq %rbp, %rsp
     popq %rbp
     popq %r11
     ret
     .size ftrace_agent_entry_tramp, .-ftrace_agent_entry_tramp
 
 
-    .p2align 4
-    .globl ftrace_agent_func_tramp
-    .hidden ftrace_agent_func_tramp
-    .type ftrace_agent_func_tramp,@function
-ftrace_agent_func_tramp:
+    // The fast paths, generated twice: with the clock (what sites use) and, for measuring
+    // the cost of everything but the clock only, with the TSC read replaced by zero
+    // (`FTRACE_AGENT_BENCH_NOCLOCK=1`; never the default).
+
+    // rdx = the timestamp; clobbers rax.
+    .macro FTRACE_AGENT_CLOCK noclock
+    .if \noclock
+    xorl %eax, %eax
+    xorl %edx, %edx
+    .else
+    rdtsc
+    .endif
+    shlq $32, %rdx
+    orq %rax, %rdx
+    .endm
+
+    // The function tracer's and function_graph's `jmp`-form fast paths are TEMPLATES: never
+    // run where they are assembled, copied into each stub page (no `jmp *abs64` on the way)
+    // with the data block at their end filled in: +0 the TLS block's offset from the thread
+    // pointer (the GOTTPOFF value), +8 the address of the fast-path switch, +16 the full-save
+    // entry trampoline, +24 the full-save return path. Everything else they reference is
+    // inside the template.
+    .macro FTRACE_AGENT_TEMPLATE_DATA name
+    .p2align 3
+\name\()_data:
+    .quad 0, 0, 0, 0
+    .globl \name\()_end
+    .hidden \name\()_end
+\name\()_end:
+    .size \name, .-\name
+    .endm
+
+    // Function tracer: entered from the site's call; touches rax, rcx, rdx, rsi (restored).
+    .macro FTRACE_AGENT_FUNC name, noclock
+    .p2align 5
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
     pushq %rax
     pushq %rcx
     pushq %rdx
     pushq %rsi
-    pushq %r8
-    cmpb $0, {fast_ok}(%rip)
+    // 0: rsi, 8: rdx, 16: rcx, 24: rax, 32: the address after the site, 40: parent
+    movq \name\()_data+8(%rip), %rsi
+    cmpb $0, (%rsi)
     je 8f
-    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    movq \name\()_data(%rip), %rsi
     addq %fs:0, %rsi
-    cmpl $0, {off_guard}(%rsi)
+    cmpq $1, {off_state}(%rsi)
     jne 8f
-    cmpl $1, {off_state}(%rsi)
-    jne 8f
-    rdtsc
-    shlq $32, %rdx
-    orq %rdx, %rax
-    movq %rax, %r8
+    FTRACE_AGENT_CLOCK \noclock
     movq {off_header}(%rsi), %rcx
     movl $1, %eax
     xaddq %rax, {off_head}(%rcx)
-    cmpl $0, {off_overwrite}(%rsi)
-    jne 1f
-    cmpq {off_mask}(%rsi), %rax
+    cmpq {off_limit}(%rsi), %rax
     ja 9f
-1:
-    movq %rax, %rdx
     movl {off_shift}(%rsi), %ecx
-    shrq %cl, %rdx
-    andl $1, %edx
-    shll $7, %edx
-    orl ${kind_func}, %edx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    orl ${kind_func}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
     addq {off_slots}(%rsi), %rax
-    movq %r8, 0(%rax)
+    movq %rdx, 0(%rax)
+    movq 32(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 40(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+9:
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+8:
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp *\name\()_data+16(%rip)
+    FTRACE_AGENT_TEMPLATE_DATA \name
+    .endm
+
+    // function_graph entry, then (at \ret_name) its return trampoline. The entry pushes the
+    // shadow frame and records, then CALLS the function body (the site's address + 5) from
+    // the return-address slot: the traced function sees the same stack as untraced with
+    // \ret_name as its return address, and the return stack buffer predicts its `ret`.
+    // The return path pops the frame, records, and jumps (not `ret`) to the original return
+    // address, which keeps the return stack buffer's other entries in step.
+    .macro FTRACE_AGENT_GRAPH name, ret_name, noclock
+    .p2align 5
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
+    cmpb $0, {graph_ok}(%rip)
+    je ftrace_agent_entry_tramp
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    // 0: rdi, 8: rsi, 16: rdx, 24: rcx, 32: rax, 40: the address after the site, 48: parent
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    cmpq $1, {off_state}(%rsi)
+    jne 8f
+    movq {off_depth}(%rsi), %rdi
+    cmpq ${shadow_frames}, %rdi
+    jae 8f
+    leaq 1(%rdi), %rcx
+    movq %rcx, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq %rdi, %rax
+    shlq $5, %rax
+    addq {off_shadow}(%rsi), %rax
+    movq 48(%rsp), %rcx
+    movq %rcx, 0(%rax)
     movq 40(%rsp), %rcx
     subq $5, %rcx
     movq %rcx, 8(%rax)
-    movq 48(%rsp), %rcx
-    movq %rcx, 16(%rax)
-    movq {off_cpu}(%rsi), %rcx
-    movl (%rcx), %ecx
-    movl %ecx, 28(%rax)
-    movl %edx, 24(%rax)
-9:
-    popq %r8
-    popq %rsi
-    popq %rdx
-    popq %rcx
-    popq %rax
-    ret
-8:
-    popq %r8
-    popq %rsi
-    popq %rdx
-    popq %rcx
-    popq %rax
-    jmp ftrace_agent_entry_tramp
-    .size ftrace_agent_func_tramp, .-ftrace_agent_func_tramp
-
-
-    .p2align 4
-    .globl ftrace_agent_graph_tramp
-    .hidden ftrace_agent_graph_tramp
-    .type ftrace_agent_graph_tramp,@function
-ftrace_agent_graph_tramp:
-    pushq %rax
-    pushq %rcx
-    pushq %rdx
-    pushq %rsi
-    pushq %rdi
-    pushq %r8
-    pushq %r9
-    cmpb $0, {graph_ok}(%rip)
-    je 8f
-    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
-    addq %fs:0, %rsi
-    cmpl $0, {off_guard}(%rsi)
-    jne 8f
-    cmpl $1, {off_state}(%rsi)
-    jne 8f
-    movq {off_shadow}(%rsi), %rdi
-    testq %rdi, %rdi
-    jz 8f
-    movq {off_depth}(%rsi), %r8
-    cmpq ${shadow_frames}, %r8
-    jae 8f
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
+    movq %rdx, 16(%rax)
+    leaq 48(%rsp), %rcx
+    movq %rcx, 24(%rax)
     movq {off_header}(%rsi), %rcx
     movl $1, %eax
     xaddq %rax, {off_head}(%rcx)
-    cmpl $0, {off_overwrite}(%rsi)
-    jne 1f
-    cmpq {off_mask}(%rsi), %rax
+    cmpq {off_limit}(%rsi), %rax
     ja 2f
-1:
-    movq %rax, %r9
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    shll $8, %edi
+    orl %edi, %ecx
+    orl ${kind_ent}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
     addq {off_slots}(%rsi), %rax
     movq %rdx, 0(%rax)
-    movq 56(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rax)
-    movq 64(%rsp), %rcx
-    movq %rcx, 16(%rax)
-    movq {off_cpu}(%rsi), %rcx
-    movl (%rcx), %ecx
-    movl %ecx, 28(%rax)
-    movl {off_shift}(%rsi), %ecx
-    shrq %cl, %r9
-    andl $1, %r9d
-    shll $7, %r9d
-    orl ${kind_ent}, %r9d
-    movl %r8d, %ecx
-    shll $8, %ecx
-    orl %ecx, %r9d
-    movl %r9d, 24(%rax)
+    movq 40(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 48(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
 2:
-    leaq 1(%r8), %rcx
-    movq %rcx, {off_depth}(%rsi)
-    shlq $5, %r8
-    addq %r8, %rdi
-    movq 64(%rsp), %rcx
-    movq %rcx, 0(%rdi)
-    movq 56(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rdi)
-    movq %rdx, 16(%rdi)
-    leaq 64(%rsp), %rcx
-    movq %rcx, 24(%rdi)
-    leaq ftrace_agent_return_tramp(%rip), %rcx
-    movq %rcx, 64(%rsp)
-    popq %r9
-    popq %r8
     popq %rdi
     popq %rsi
     popq %rdx
     popq %rcx
     popq %rax
-    ret
-8:
-    popq %r9
-    popq %r8
-    popq %rdi
-    popq %rsi
-    popq %rdx
-    popq %rcx
-    popq %rax
-    jmp ftrace_agent_entry_tramp
-    .size ftrace_agent_graph_tramp, .-ftrace_agent_graph_tramp
-
-    .p2align 4
-    .globl ftrace_agent_return_tramp
-    .hidden ftrace_agent_return_tramp
-    .type ftrace_agent_return_tramp,@function
-ftrace_agent_return_tramp:
-    subq $8, %rsp
+    // rsp at the parent slot + 8; the body's address sits 16 below (red zone: a signal frame
+    // starts 128 bytes below rsp). `call` reads it, then pushes \ret_name into the slot.
+    leaq 16(%rsp), %rsp
+    call *-16(%rsp)
+    .globl \ret_name
+    .hidden \ret_name
+\ret_name:
     pushq %rax
     pushq %rcx
     pushq %rdx
@@ -287,55 +315,50 @@ ftrace_agent_return_tramp:
     pushq %rdi
     pushq %r8
     pushq %r9
+    // 0: r9, 8: r8, 16: rdi, 24: rsi, 32: rdx, 40: rcx, 48: rax (in the return-address slot)
     cmpb $0, {graph_ok}(%rip)
-    je 8f
+    je 7f
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
     addq %fs:0, %rsi
-    movq {off_depth}(%rsi), %r8
-    testq %r8, %r8
-    jz 8f
-    movq %r8, %rcx
-    shlq $5, %rcx
-    movq {off_shadow}(%rsi), %rdi
-    leaq -32(%rdi,%rcx), %rdi
-    leaq 56(%rsp), %rcx
-    cmpq 24(%rdi), %rcx
-    jne 8f
-    movq 0(%rdi), %r9
-    movq 16(%rdi), %rcx
-    movq 8(%rdi), %rdi
-    subq $1, %r8
-    movq %r8, {off_depth}(%rsi)
-    movq %r9, 56(%rsp)
-    rdtsc
-    shlq $32, %rdx
-    orq %rax, %rdx
-    movq {off_header}(%rsi), %r9
+    movq {off_depth}(%rsi), %rdi
+    testq %rdi, %rdi
+    jz 7f
+    leaq -1(%rdi), %r9
+    shlq $5, %rdi
+    addq {off_shadow}(%rsi), %rdi
+    leaq 48(%rsp), %rcx
+    cmpq -8(%rdi), %rcx
+    jne 7f
+    // The original return address goes 8 below our saves, where the final jmp reads it.
+    movq -32(%rdi), %rax
+    movq %rax, -8(%rsp)
+    movq -24(%rdi), %rcx
+    movq -16(%rdi), %r8
+    // Popped only once read: a signal handler nesting from here on may reuse the frame.
+    movq %r9, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq {off_header}(%rsi), %rdi
     movl $1, %eax
-    xaddq %rax, {off_head}(%r9)
-    cmpl $0, {off_overwrite}(%rsi)
-    jne 1f
-    cmpq {off_mask}(%rsi), %rax
+    xaddq %rax, {off_head}(%rdi)
+    cmpq {off_limit}(%rsi), %rax
     ja 9f
-1:
-    movq %rax, %r9
+    movl {off_shift}(%rsi), %edi
+    btq %rdi, %rax
+    sbbl %edi, %edi
+    andl ${lap_bit}, %edi
+    shll $8, %r9d
+    orl %r9d, %edi
+    orl ${kind_ret}, %edi
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
     addq {off_slots}(%rsi), %rax
     movq %rdx, 0(%rax)
-    movq %rdi, 8(%rax)
-    movq %rcx, 16(%rax)
+    movq %rcx, 8(%rax)
+    movq %r8, 16(%rax)
     movq {off_cpu}(%rsi), %rcx
     movl (%rcx), %ecx
     movl %ecx, 28(%rax)
-    movl {off_shift}(%rsi), %ecx
-    shrq %cl, %r9
-    andl $1, %r9d
-    shll $7, %r9d
-    orl ${kind_ret}, %r9d
-    shll $8, %r8d
-    orl %r8d, %r9d
-    movl %r9d, 24(%rax)
+    movl %edi, 24(%rax)
 9:
     popq %r9
     popq %r8
@@ -344,8 +367,9 @@ ftrace_agent_return_tramp:
     popq %rdx
     popq %rcx
     popq %rax
-    ret
-8:
+    // rsp at the slot + 8: the target is 64 below, inside the red zone.
+    jmp *-64(%rsp)
+7:
     popq %r9
     popq %r8
     popq %rdi
@@ -353,15 +377,199 @@ ftrace_agent_return_tramp:
     popq %rdx
     popq %rcx
     popq %rax
-    addq $8, %rsp
     jmp ftrace_agent_return_slow
-    .size ftrace_agent_return_tramp, .-ftrace_agent_return_tramp
+8:
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp ftrace_agent_entry_tramp
+    .size \name, .-\name
+    .endm
+
+    // function_graph entry for sites patched to `jmp` to their own thunk (`push %rax;
+    // lea body(%rip), %rax; jmp here`): rax = the body (the site's address + 5), (%rsp) =
+    // the caller's rax, 8(%rsp) = parent. No return-stack-buffer entry was pushed for the
+    // site, so after the body is CALLED from the return-address slot the buffer holds exactly
+    // the caller's entry and \ret_name's: the body's `ret` and \ret_name's `ret` are both
+    // predicted.
+    .macro FTRACE_AGENT_GRAPHJ name, ret_name, noclock
+    .p2align 5
+    .globl \name
+    .hidden \name
+    .type \name,@function
+\name:
+    pushq %rcx
+    movq \name\()_data+8(%rip), %rcx
+    cmpb $0, (%rcx)
+    je 5f
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rax
+    // 0: body, 8: rdi, 16: rsi, 24: rdx, 32: rcx, 40: rax, 48: parent
+    movq \name\()_data(%rip), %rsi
+    addq %fs:0, %rsi
+    cmpq $1, {off_state}(%rsi)
+    jne 8f
+    movq {off_depth}(%rsi), %rdi
+    cmpq ${shadow_frames}, %rdi
+    jae 8f
+    leaq 1(%rdi), %rcx
+    movq %rcx, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq %rdi, %rax
+    shlq $5, %rax
+    addq {off_shadow}(%rsi), %rax
+    movq 48(%rsp), %rcx
+    movq %rcx, 0(%rax)
+    movq 0(%rsp), %rcx
+    subq $5, %rcx
+    movq %rcx, 8(%rax)
+    movq %rdx, 16(%rax)
+    leaq 48(%rsp), %rcx
+    movq %rcx, 24(%rax)
+    movq {off_header}(%rsi), %rcx
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rcx)
+    cmpq {off_limit}(%rsi), %rax
+    ja 2f
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    shll $8, %edi
+    orl %edi, %ecx
+    orl ${kind_ent}, %ecx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq 0(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 48(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+2:
+    leaq 8(%rsp), %rsp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    // rsp at the parent slot; the body's address sits 48 below (red zone: a signal frame
+    // starts 128 bytes below rsp). `call` reads it, then pushes \ret_name into the slot.
+    leaq 8(%rsp), %rsp
+    call *-56(%rsp)
+\ret_name:
+    leaq -8(%rsp), %rsp
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    // 0: rdi, 8: rsi, 16: rdx, 24: rcx, 32: rax, 40: the return-address slot
+    movq \name\()_data+8(%rip), %rsi
+    cmpb $0, (%rsi)
+    je 7f
+    movq \name\()_data(%rip), %rsi
+    addq %fs:0, %rsi
+    movq {off_depth}(%rsi), %rdi
+    testq %rdi, %rdi
+    jz 7f
+    shlq $5, %rdi
+    addq {off_shadow}(%rsi), %rdi
+    // rdi: one past the top frame (ret -32, ip -24, calltime -16, slot -8)
+    leaq 40(%rsp), %rcx
+    cmpq -8(%rdi), %rcx
+    jne 7f
+    movq -32(%rdi), %rax
+    movq %rax, 40(%rsp)
+    FTRACE_AGENT_CLOCK \noclock
+    // The frame stays pushed until its fields are in the event: a signal handler nesting
+    // meanwhile pushes and pops above it.
+    movq {off_header}(%rsi), %rcx
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rcx)
+    cmpq {off_limit}(%rsi), %rax
+    ja 9f
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    orl ${kind_ret}, %ecx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    // depth << 8 of the popped frame: (rdi - shadow - 32) << 3
+    movq %rdi, %rdx
+    subq {off_shadow}(%rsi), %rdx
+    shll $3, %edx
+    subl $256, %edx
+    orl %edx, %ecx
+    movq -24(%rdi), %rdx
+    movq %rdx, 8(%rax)
+    movq -16(%rdi), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+9:
+    subq $1, {off_depth}(%rsi)
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+7:
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    leaq 8(%rsp), %rsp
+    jmp *\name\()_data+24(%rip)
+8:
+    popq %rax
+    popq %rdi
+    popq %rsi
+    popq %rdx
+5:
+    popq %rcx
+    // Not recorded here: continue as a call-form site would, in the full-save path
+    // (stack: the body, then parent; rax restored).
+    pushq %rax
+    movq 8(%rsp), %rax
+    popq (%rsp)
+    jmp *\name\()_data+16(%rip)
+    FTRACE_AGENT_TEMPLATE_DATA \name
+    .endm
+
+    FTRACE_AGENT_FUNC ftrace_agent_func_tramp, 0
+    FTRACE_AGENT_FUNC ftrace_agent_func_tramp_noclock, 1
+    FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp, ftrace_agent_return_tramp, 0
+    FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp_noclock, ftrace_agent_return_tramp_noclock, 1
+    FTRACE_AGENT_GRAPHJ ftrace_agent_graphj_tramp, ftrace_agent_returnj_tramp, 0
+    FTRACE_AGENT_GRAPHJ ftrace_agent_graphj_tramp_noclock, ftrace_agent_returnj_tramp_noclock, 1
 
     .p2align 4
+    .globl ftrace_agent_return_slow
     .hidden ftrace_agent_return_slow
     .type ftrace_agent_return_slow,@function
 ftrace_agent_return_slow:
+    // rbp+16: the caller's stack as the body's ret left it; rbp+8: the slot the final ret reads.
     subq $8, %rsp
+    pushq %rbp
+    movq %rsp, %rbp
+    andq $-16, %rsp
     pushq %rax
     pushq %rdx
     pushq %rcx
@@ -371,7 +579,7 @@ ftrace_agent_return_slow:
     pushq %r9
     pushq %r10
     pushq %r11
-    subq $256, %rsp
+    subq $264, %rsp
     movaps %xmm0, 0(%rsp)
     movaps %xmm1, 16(%rsp)
     movaps %xmm2, 32(%rsp)
@@ -390,9 +598,9 @@ ftrace_agent_return_slow:
     movaps %xmm15, 240(%rsp)
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rdi
     addq %fs:0, %rdi
-    leaq 336(%rsp), %rsi
+    leaq 16(%rbp), %rsi
     call {on_return}
-    movq %rax, 328(%rsp)
+    movq %rax, 8(%rbp)
     movaps 0(%rsp), %xmm0
     movaps 16(%rsp), %xmm1
     movaps 32(%rsp), %xmm2
@@ -409,7 +617,7 @@ ftrace_agent_return_slow:
     movaps 208(%rsp), %xmm13
     movaps 224(%rsp), %xmm14
     movaps 240(%rsp), %xmm15
-    addq $256, %rsp
+    addq $264, %rsp
     popq %r11
     popq %r10
     popq %r9
@@ -419,35 +627,52 @@ ftrace_agent_return_slow:
     popq %rcx
     popq %rdx
     popq %rax
+    movq %rbp, %rsp
+    popq %rbp
     ret
     .size ftrace_agent_return_slow, .-ftrace_agent_return_slow
     .text
 "#,
     on_entry = sym crate::handler::on_entry,
     on_return = sym crate::handler::on_return,
-    fast_ok = sym crate::handler::FAST_OK,
     graph_ok = sym crate::handler::GRAPH_OK,
     off_shadow = const core::mem::offset_of!(crate::handler::ThreadState, shadow),
     off_depth = const core::mem::offset_of!(crate::handler::ThreadState, depth),
     shadow_frames = const crate::handler::SHADOW_FRAMES,
     kind_ent = const crate::buffer::KIND_GRAPH_ENT,
     kind_ret = const crate::buffer::KIND_GRAPH_RET,
-    off_guard = const core::mem::offset_of!(crate::handler::ThreadState, guard),
     off_state = const core::mem::offset_of!(crate::handler::ThreadState, state),
     off_header = const core::mem::offset_of!(crate::handler::ThreadState, writer),
     off_slots = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, slots),
     off_mask = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, mask),
     off_shift = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, shift),
-    off_overwrite = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, overwrite),
+    off_limit = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, limit),
+    lap_bit = const crate::buffer::KIND_LAP_BIT,
     off_cpu = const core::mem::offset_of!(crate::handler::ThreadState, cpu),
     off_head = const core::mem::offset_of!(crate::buffer::BufHeader, head),
     kind_func = const crate::buffer::KIND_FUNC,
     options(att_syntax)
 );
 
+// The fast paths test `state == 1 && guard == 0` as one 64-bit compare with 1.
+const _: () = assert!(
+    core::mem::offset_of!(crate::handler::ThreadState, guard)
+        == core::mem::offset_of!(crate::handler::ThreadState, state) + 4
+        && core::mem::offset_of!(crate::handler::ThreadState, state) % 8 == 0
+);
+
 unsafe extern "C" {
     fn ftrace_agent_graph_tramp();
+    fn ftrace_agent_graph_tramp_noclock();
+    fn ftrace_agent_graphj_tramp();
+    fn ftrace_agent_graphj_tramp_end();
+    fn ftrace_agent_graphj_tramp_noclock();
+    fn ftrace_agent_graphj_tramp_noclock_end();
     fn ftrace_agent_func_tramp();
+    fn ftrace_agent_func_tramp_end();
+    fn ftrace_agent_func_tramp_noclock();
+    fn ftrace_agent_func_tramp_noclock_end();
+    fn ftrace_agent_return_slow();
     fn ftrace_agent_entry_tramp();
     fn ftrace_agent_root_tramp();
     fn ftrace_agent_return_tramp();
@@ -458,19 +683,79 @@ pub fn entry_trampoline() -> u64 {
     ftrace_agent_entry_tramp as *const () as u64
 }
 
-/// The function tracer's entry trampoline: records in assembly (no register beyond rax, rcx,
-/// rdx, rsi and r8 is touched, all restored) when the thread is registered, the clock is the
-/// TSC and nothing nests; else it continues in [`entry_trampoline`].
-pub fn func_trampoline() -> u64 {
-    ftrace_agent_func_tramp as *const () as u64
+/// The function_graph entry trampoline for `call`-form sites (see [`site_bytes`] for the
+/// faster `jmp` form): pushes the shadow frame and records in assembly when the thread is
+/// registered, the clock is the TSC, no `-G`/`--max-depth` applies and nothing nests; else it
+/// continues in [`entry_trampoline`]. Its return counterpart falls back to the full-save return
+/// path for frames it cannot pop (roots, frames skipped by `longjmp`).
+pub fn graph_trampoline() -> u64 {
+    if bench_noclock() {
+        ftrace_agent_graph_tramp_noclock as *const () as u64
+    } else {
+        ftrace_agent_graph_tramp as *const () as u64
+    }
 }
 
-/// The function_graph entry trampoline: pushes the shadow frame and records in assembly when
-/// the thread is registered, the clock is the TSC, no `-G`/`--max-depth` applies and nothing
-/// nests; else it continues in [`entry_trampoline`]. Its return counterpart falls back to the
-/// full-save return path for frames it cannot pop (roots, frames skipped by `longjmp`).
-pub fn graph_trampoline() -> u64 {
-    ftrace_agent_graph_tramp as *const () as u64
+/// A fast-path template: its bytes (code, then the 32-byte data block) as assembled.
+fn template(start: unsafe extern "C" fn(), end: unsafe extern "C" fn()) -> &'static [u8] {
+    let (a, b) = (start as *const () as usize, end as *const () as usize);
+    assert!(b > a + TEMPLATE_DATA && b - a < 2048, "template bounds");
+    // SAFETY: both labels are in the agent's text, `start` before `end`.
+    unsafe { core::slice::from_raw_parts(a as *const u8, b - a) }
+}
+
+/// Bytes of a template's data block.
+const TEMPLATE_DATA: usize = 32;
+
+/// The function tracer's fast path (template): records in assembly (no register beyond rax,
+/// rcx, rdx and rsi is touched, all restored) when the thread is registered, the clock is the
+/// TSC and nothing nests; else it continues in [`entry_trampoline`].
+fn func_template() -> &'static [u8] {
+    if bench_noclock() {
+        template(
+            ftrace_agent_func_tramp_noclock,
+            ftrace_agent_func_tramp_noclock_end,
+        )
+    } else {
+        template(ftrace_agent_func_tramp, ftrace_agent_func_tramp_end)
+    }
+}
+
+/// function_graph's fast path for `jmp`-form sites (template), with its return trampoline.
+fn graph_jmp_template() -> &'static [u8] {
+    if bench_noclock() {
+        template(
+            ftrace_agent_graphj_tramp_noclock,
+            ftrace_agent_graphj_tramp_noclock_end,
+        )
+    } else {
+        template(ftrace_agent_graphj_tramp, ftrace_agent_graphj_tramp_end)
+    }
+}
+
+/// The TLS block's offset from the thread pointer (what `ftrace_agent_tls@GOTTPOFF` holds).
+fn tls_offset() -> u64 {
+    let off: u64;
+    // SAFETY: reads our GOT entry.
+    unsafe {
+        core::arch::asm!(
+            "mov {o}, qword ptr [rip + ftrace_agent_tls@GOTTPOFF]",
+            o = out(reg) off,
+            options(nostack, readonly, preserves_flags)
+        );
+    }
+    off
+}
+
+/// Environment variable that makes the fast paths record a zero timestamp instead of reading
+/// the TSC: for measuring what the trampolines cost beyond the clock (`cargo xtask
+/// bench-vs-uftrace` reports it). Never set by the `ftrace` tool; the recording's timestamps
+/// are meaningless with it.
+pub const ENV_BENCH_NOCLOCK: &str = "FTRACE_AGENT_BENCH_NOCLOCK";
+
+fn bench_noclock() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(ENV_BENCH_NOCLOCK).is_some_and(|v| v == "1"))
 }
 
 /// The entry trampoline for `set_graph_function` roots.
@@ -499,8 +784,10 @@ pub fn tls_block() -> *mut u8 {
     p
 }
 
-/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root), 32 (function fast path)
-/// and 48 (function_graph fast path).
+/// A stub page: `jmp *abs64` thunks at offset 0 (entry), 16 (root) and 48 (function_graph
+/// fast path, `call` form), then copies of the function tracer's fast path (at 128) and of
+/// function_graph's `jmp`-form fast path (at 1024, where the per-site thunks of
+/// [`site_bytes`] jump).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stubs {
     /// Page address.
@@ -520,23 +807,219 @@ impl Stubs {
 
     /// Where sites call under the function tracer.
     pub fn func(&self) -> u64 {
-        self.page + 32
+        self.page + FUNC_OFF
     }
 
-    /// Where ordinary sites call under the function_graph tracer.
+    /// Where ordinary sites call under the function_graph tracer (see [`site_bytes`] for the
+    /// faster `jmp` form).
     pub fn graph(&self) -> u64 {
         self.page + 48
     }
+
+    /// Where the function_graph site thunks jump.
+    fn graph_jmp(&self) -> u64 {
+        self.page + GRAPH_JMP_OFF
+    }
 }
 
+/// The enabled bytes of the site at `ip` whose trampoline is `target` (one of `stubs`'
+/// addresses): `call target`, except for ordinary function_graph sites on x86_64, which get
+/// `jmp` to a thunk of their own (`push %rax; lea ip+5(%rip), %rax; jmp` to the stub page's
+/// function_graph `jmp`-form entry) when one can be made. A site that calls pushes an entry
+/// on the CPU's return stack buffer that no `ret` ever pops (the trampoline calls the body
+/// itself, so that the body's `ret` is predicted); a site that jumps pushes nothing, and
+/// every `ret` of the traced program stays predicted.
+pub fn site_bytes(
+    stubs: &Stubs,
+    form: SiteForm,
+    ip: u64,
+    target: u64,
+) -> Result<SiteBytes, OutOfRange> {
+    if target == stubs.graph() && form.arch() == Arch::X86_64 && !THUNKS_OFF.load(Ordering::Relaxed)
+    {
+        if let Some(thunk) = graph_thunk(stubs, ip) {
+            return Ok(SiteBytes::new(&x86::encode_jmp(ip, thunk)?));
+        }
+    }
+    form.call(ip, target)
+}
+
+/// Bytes per function_graph site thunk.
+const THUNK: u64 = 16;
+/// Bytes per thunk region (a memfd mapped twice: R-X near the sites, RW anywhere).
+const THUNK_REGION: u64 = 64 * 1024;
+
+/// A region of site thunks: executed through `exec` (never writable), written through `write`
+/// (never executable), so no mapping is ever writable and executable at once.
+struct ThunkRegion {
+    exec: u64,
+    write: u64,
+    used: u64,
+}
+
+/// The thunk regions, and the thunk made for each `(site, stub page)` (a site encoded again,
+/// e.g. when the tracer is switched back to function_graph, gets the same thunk).
+struct Thunks {
+    regions: Vec<ThunkRegion>,
+    made: std::collections::BTreeMap<(u64, u64), u64>,
+}
+
+static THUNKS: Mutex<Thunks> = Mutex::new(Thunks {
+    regions: Vec::new(),
+    made: std::collections::BTreeMap::new(),
+});
+
+/// The thunk of the function_graph site at `ip`: the one made before, or a new one in a
+/// region within `rel32` reach of both the site and the stub page.
+fn graph_thunk(stubs: &Stubs, ip: u64) -> Option<u64> {
+    let (lo, hi) = (ip.min(stubs.page), (ip + 5).max(stubs.page + PAGE));
+    let mut thunks = THUNKS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&t) = thunks.made.get(&(ip, stubs.page)) {
+        return Some(t);
+    }
+    let regions = &mut thunks.regions;
+    let i = match regions.iter().position(|r| {
+        r.used + THUNK <= THUNK_REGION && span_reaches(r.exec, r.exec + THUNK_REGION, lo, hi)
+    }) {
+        Some(i) => i,
+        None => match new_thunk_region(lo, hi) {
+            Some(r) => {
+                regions.push(r);
+                regions.len() - 1
+            }
+            None => {
+                // Not again for every site: from now on sites use the `call` form.
+                THUNKS_OFF.store(true, Ordering::Relaxed);
+                return None;
+            }
+        },
+    };
+    let r = &mut regions[i];
+    let thunk = r.exec + r.used;
+    let mut code = [0xccu8; THUNK as usize];
+    code[0] = 0x50; // push %rax
+    code[1..4].copy_from_slice(&[0x48, 0x8d, 0x05]); // lea rel32(%rip), %rax
+    code[4..8].copy_from_slice(&rel32(thunk + 8, ip + 5)?.to_le_bytes());
+    code[8] = 0xe9; // jmp rel32
+    code[9..13].copy_from_slice(&rel32(thunk + 13, stubs.graph_jmp())?.to_le_bytes());
+    // SAFETY: `write + used` is inside the region's writable view, THUNK bytes free.
+    unsafe {
+        core::ptr::copy_nonoverlapping(code.as_ptr(), (r.write + r.used) as *mut u8, code.len())
+    };
+    r.used += THUNK;
+    thunks.made.insert((ip, stubs.page), thunk);
+    Some(thunk)
+}
+
+fn rel32(next: u64, target: u64) -> Option<i32> {
+    i32::try_from(target.wrapping_sub(next) as i64).ok()
+}
+
+/// Whether every address of `[a_lo, a_hi)` is within `rel32` reach of every address of
+/// `[b_lo, b_hi)`.
+fn span_reaches(a_lo: u64, a_hi: u64, b_lo: u64, b_hi: u64) -> bool {
+    a_hi.max(b_hi) - a_lo.min(b_lo) < REACH
+}
+
+fn new_thunk_region(lo: u64, hi: u64) -> Option<ThunkRegion> {
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registers a plain function; no preconditions.
+        unsafe { libc::pthread_atfork(None, None, Some(thunks_after_fork)) };
+    });
+    // SAFETY: plain syscalls on a descriptor we own; every failure path closes it.
+    unsafe {
+        let fd = libc::memfd_create(c"ftrace-agent-thunks".as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let len = THUNK_REGION as usize;
+        if libc::ftruncate(fd, len as libc::off_t) != 0 {
+            libc::close(fd);
+            return None;
+        }
+        let write = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        if write == libc::MAP_FAILED {
+            libc::close(fd);
+            return None;
+        }
+        // Executable memfd mappings may be forbidden (`vm.memfd_noexec`): find out once,
+        // rather than at every candidate address.
+        let probe = libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        if probe == libc::MAP_FAILED {
+            libc::munmap(write, len);
+            libc::close(fd);
+            return None;
+        }
+        libc::munmap(probe, len);
+        let exec = map_near(lo, hi, THUNK_REGION, |cand| {
+            libc::mmap(
+                cand as *mut _,
+                len,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+                fd,
+                0,
+            )
+        });
+        libc::close(fd);
+        let Some(exec) = exec else {
+            libc::munmap(write, len);
+            return None;
+        };
+        Some(ThunkRegion {
+            exec,
+            write: write as u64,
+            used: 0,
+        })
+    }
+}
+
+/// In a forked child: the thunk regions are shared with the parent (`MAP_SHARED`), which may
+/// go on filling them; the child only uses the thunks it inherited and makes new ones in new
+/// regions of its own.
+extern "C" fn thunks_after_fork() {
+    // The forking thread held no lock of ours across fork unless it was inside
+    // `graph_thunk`; then the child makes no thunks (try_lock fails) rather than deadlock.
+    if let Ok(mut thunks) = THUNKS.try_lock() {
+        for r in thunks.regions.iter_mut() {
+            r.used = THUNK_REGION;
+        }
+    } else {
+        THUNKS_OFF.store(true, Ordering::Relaxed);
+    }
+}
+
+/// No more thunks are made (a region could not be mapped, or a forked child could not take
+/// the regions' lock): new function_graph sites use the `call` form.
+static THUNKS_OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 const PAGE: u64 = 4096;
+/// Offset of the function tracer's fast path in a stub page.
+const FUNC_OFF: u64 = 128;
+/// Offset of function_graph's `jmp`-form fast path in a stub page.
+const GRAPH_JMP_OFF: u64 = 1024;
 const REACH: u64 = (1 << 31) - 2 * PAGE;
 
 static STUB_PAGES: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 static STUBS_MADE: AtomicU64 = AtomicU64::new(0);
 
 fn reaches(page: u64, lo: u64, hi: u64) -> bool {
-    page.abs_diff(lo) < REACH && (page + PAGE).abs_diff(hi) < REACH
+    span_reaches(page, page + PAGE, lo, hi)
 }
 
 /// Stubs within `call rel32` reach of every address in `[lo, hi)`: an existing page if one is
@@ -546,16 +1029,51 @@ pub fn stubs_near(lo: u64, hi: u64) -> Option<Stubs> {
     if let Some(&p) = pages.iter().find(|&&p| reaches(p, lo, hi)) {
         return Some(Stubs { page: p });
     }
-    let page = map_near(lo, hi)?;
-    let mut code = [0xccu8; 64];
+    // SAFETY: an anonymous private mapping at a free address (MAP_FIXED_NOREPLACE).
+    let page = map_near(lo, hi, PAGE, |cand| unsafe {
+        libc::mmap(
+            cand as *mut _,
+            PAGE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    })?;
+    let mut code = vec![0xccu8; PAGE as usize];
     for (off, target) in [
         (0, entry_trampoline()),
         (16, root_trampoline()),
-        (32, func_trampoline()),
         (48, graph_trampoline()),
     ] {
         code[off..off + 6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
         code[off + 6..off + 14].copy_from_slice(&target.to_le_bytes());
+    }
+    let slow_return = ftrace_agent_return_slow as *const () as u64;
+    for (off, tpl, switch, next) in [
+        (FUNC_OFF, func_template(), &handler::FAST_OK, GRAPH_JMP_OFF),
+        (
+            GRAPH_JMP_OFF,
+            graph_jmp_template(),
+            &handler::GRAPH_OK,
+            PAGE,
+        ),
+    ] {
+        let (off, end) = (off as usize, off as usize + tpl.len());
+        assert!(end <= next as usize, "fast-path templates overlap");
+        code[off..end].copy_from_slice(tpl);
+        let data = &mut code[end - TEMPLATE_DATA..end];
+        for (i, v) in [
+            tls_offset(),
+            switch.as_ptr() as u64,
+            entry_trampoline(),
+            slow_return,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            data[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
     }
     // SAFETY: `page` is our fresh RW mapping.
     unsafe {
@@ -571,29 +1089,21 @@ pub fn stubs_near(lo: u64, hi: u64) -> Option<Stubs> {
     Some(Stubs { page })
 }
 
-fn map_near(lo: u64, hi: u64) -> Option<u64> {
+/// Maps `len` bytes within reach of `[lo, hi)` with `map(candidate)` (an `mmap` at that
+/// address with `MAP_FIXED_NOREPLACE`), trying addresses ever further below and above.
+fn map_near(lo: u64, hi: u64, len: u64, map: impl Fn(u64) -> *mut libc::c_void) -> Option<u64> {
     let lo_page = lo & !(PAGE - 1);
     let hi_page = hi.div_ceil(PAGE) * PAGE;
     for step in 0..2048u64 {
         let off = (step << 20) + PAGE * 16;
-        let below = lo_page.checked_sub(off);
+        let below = lo_page.checked_sub(off + len - PAGE);
         let above = hi_page.checked_add(off - PAGE);
         for cand in [below, above].into_iter().flatten() {
             let cand = cand & !(PAGE - 1);
-            if cand < 0x10000 || !reaches(cand, lo, hi) {
+            if cand < 0x10000 || !span_reaches(cand, cand + len, lo, hi) {
                 continue;
             }
-            // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
-            let p = unsafe {
-                libc::mmap(
-                    cand as *mut _,
-                    PAGE as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-                    -1,
-                    0,
-                )
-            };
+            let p = map(cand);
             if p == libc::MAP_FAILED {
                 continue;
             }
@@ -601,7 +1111,7 @@ fn map_near(lo: u64, hi: u64) -> Option<u64> {
                 return Some(cand);
             }
             // SAFETY: an old kernel ignored the flag and mapped elsewhere: undo it.
-            unsafe { libc::munmap(p, PAGE as usize) };
+            unsafe { libc::munmap(p, len as usize) };
         }
     }
     None
@@ -632,6 +1142,308 @@ mod tests {
             Some(s),
             "a close page is shared"
         );
+    }
+
+    fn thread_pointer() -> u64 {
+        let p: u64;
+        // SAFETY: reads the TCB self-pointer at %fs:0.
+        unsafe {
+            core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) p, options(nostack, readonly))
+        };
+        p
+    }
+
+    /// A traced function made at run time in a page near the stubs: the 5-byte window holds
+    /// `window(site)`, the body returns rax + rdi + rsi + rdx + rcx + r8 + r9.
+    fn make_function(stubs_for: impl Fn(&Stubs, u64) -> [u8; 5]) -> (u64, Stubs) {
+        make_caller(stubs_for, None)
+    }
+
+    /// As [`make_function`], or with a body that only calls `callee` (`call callee; ret`).
+    fn make_caller(
+        stubs_for: impl Fn(&Stubs, u64) -> [u8; 5],
+        callee: Option<u64>,
+    ) -> (u64, Stubs) {
+        let here = call_checked as *const () as u64;
+        // SAFETY: an anonymous private mapping at a free address.
+        let page = map_near(here, here + 100, PAGE, |cand| unsafe {
+            libc::mmap(
+                cand as *mut _,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        })
+        .unwrap();
+        let stubs = stubs_near(page, page + PAGE).unwrap();
+        let mut code = stubs_for(&stubs, page).to_vec();
+        if let Some(callee) = callee {
+            code.extend_from_slice(&x86::encode_call(page + 5, callee).unwrap());
+            code.push(0xc3);
+        }
+        code.extend_from_slice(&[
+            0x48, 0x01, 0xf8, // add %rdi, %rax
+            0x48, 0x01, 0xf0, // add %rsi, %rax
+            0x48, 0x01, 0xd0, // add %rdx, %rax
+            0x48, 0x01, 0xc8, // add %rcx, %rax
+            0x4c, 0x01, 0xc0, // add %r8, %rax
+            0x4c, 0x01, 0xc8, // add %r9, %rax
+            0xc3, // ret
+        ]);
+        // SAFETY: our fresh RW page, made R-X after the write.
+        unsafe {
+            core::ptr::copy_nonoverlapping(code.as_ptr(), page as *mut u8, code.len());
+            libc::mprotect(
+                page as *mut _,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_EXEC,
+            );
+        }
+        (page, stubs)
+    }
+
+    /// Calls `f` with distinct values in every caller-saved register; checks the result and
+    /// that every register but rax comes back unchanged; returns the address `f` returned to.
+    fn call_checked(f: u64) -> u64 {
+        let (rax, rdi, rsi, rdx, rcx, r8, r9, r10, r11): (
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+            u64,
+        );
+        let (x0, x15): (f64, f64);
+        let ret: u64;
+        // SAFETY: `f` is a function of the shape `make_function` builds; every register it
+        // may touch is declared.
+        unsafe {
+            core::arch::asm!(
+                "call {f}",
+                "2:",
+                "lea {ret}, [rip + 2b]",
+                f = in(reg) f,
+                ret = out(reg) ret,
+                inout("rax") 1u64 => rax,
+                inout("rdi") 2u64 => rdi,
+                inout("rsi") 4u64 => rsi,
+                inout("rdx") 8u64 => rdx,
+                inout("rcx") 16u64 => rcx,
+                inout("r8") 32u64 => r8,
+                inout("r9") 64u64 => r9,
+                inout("r10") 128u64 => r10,
+                inout("r11") 256u64 => r11,
+                inout("xmm0") 0.5f64 => x0,
+                inout("xmm15") 1.5f64 => x15,
+            );
+        }
+        assert_eq!(rax, 127, "the body saw every argument register and rax");
+        assert_eq!(
+            (rdi, rsi, rdx, rcx, r8, r9, r10, r11),
+            (2, 4, 8, 16, 32, 64, 128, 256),
+            "caller-saved registers come back as the body left them"
+        );
+        assert_eq!((x0, x15), (0.5, 1.5));
+        ret
+    }
+
+    #[test]
+    fn fast_paths_record_and_preserve_registers() {
+        // One test (the fast-path switches are process-wide), on a thread of its own (its
+        // state block is set up by hand).
+        std::thread::spawn(|| {
+            use crate::buffer::{self, HEADER_SIZE, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET};
+            use crate::handler::{self, FAST_OK, GRAPH_OK};
+            let len = HEADER_SIZE + 64 * buffer::SLOT_SIZE;
+            let mut mem = vec![0u64; len / 8];
+            // SAFETY: this thread's own block.
+            let st = unsafe { &mut *handler::current() };
+            // SAFETY: `mem` is zeroed, `len` bytes, and outlives every traced call below.
+            st.writer = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, true, 1, 2, b"t") };
+            st.fallback_cpu = 3;
+            st.cpu = &st.fallback_cpu;
+            assert!(handler::alloc_shadow(st));
+            st.state = 1;
+            FAST_OK.store(1, Ordering::Relaxed);
+            GRAPH_OK.store(1, Ordering::Relaxed);
+            type Window = fn(&Stubs, u64) -> [u8; 5];
+            let forms: [(&str, Window); 3] = [
+                ("function", |s, ip| x86::encode_call(ip, s.func()).unwrap()),
+                ("graph call", |s, ip| {
+                    x86::encode_call(ip, s.graph()).unwrap()
+                }),
+                ("graph jmp", |s, ip| {
+                    let b = site_bytes(s, SiteForm::X86Nop5, ip, s.graph()).unwrap();
+                    b.as_slice().try_into().unwrap()
+                }),
+            ];
+            for (name, window) in forms {
+                let (f, _) = make_function(window);
+                // SAFETY: the header lives in `mem`.
+                // SAFETY: the header lives in `mem`.
+                let before = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                let parent = call_checked(f);
+                let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                let ev = buffer::read(&bytes).unwrap().events;
+                let ev = &ev[before as usize..];
+                if name == "function" {
+                    assert_eq!(ev.len(), 1, "{name}");
+                    assert_eq!((ev[0].kind(), ev[0].ip, ev[0].arg), (KIND_FUNC, f, parent));
+                } else {
+                    assert_eq!(ev.len(), 2, "{name}");
+                    assert_eq!(
+                        (ev[0].kind(), ev[0].ip, ev[0].arg),
+                        (KIND_GRAPH_ENT, f, parent)
+                    );
+                    assert_eq!(
+                        (ev[1].kind(), ev[1].ip, ev[1].arg),
+                        (KIND_GRAPH_RET, f, ev[0].ts)
+                    );
+                    assert!(ev[1].ts >= ev[0].ts, "{name}");
+                    assert_eq!((ev[0].depth(), ev[1].depth()), (0, 0), "{name}");
+                    assert_eq!(st.depth, 0, "{name}: the shadow frame is popped");
+                }
+                assert!(ev.iter().all(|e| e.cpu == 3 && e.ts != 0), "{name}");
+                // Switched off: the sites go through the full-save path, which records nothing
+                // while tracing is off, and the function still computes the same.
+                FAST_OK.store(0, Ordering::Relaxed);
+                GRAPH_OK.store(0, Ordering::Relaxed);
+                call_checked(f);
+                // SAFETY: as above.
+                // SAFETY: as above.
+                let head = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                assert_eq!(
+                    head,
+                    before + ev.len() as u64,
+                    "{name}: nothing recorded when off"
+                );
+                FAST_OK.store(1, Ordering::Relaxed);
+                GRAPH_OK.store(1, Ordering::Relaxed);
+            }
+            // Nested: a traced function calling a traced function, both forms.
+            for (name, window) in &forms[1..] {
+                let (inner, _) = make_function(window);
+                let (outer, _) = make_caller(window, Some(inner));
+                // SAFETY: the header lives in `mem`.
+                let before = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                let parent = call_checked(outer);
+                let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                let ev = buffer::read(&bytes).unwrap().events;
+                let ev = &ev[before as usize..];
+                let got: Vec<_> = ev.iter().map(|e| (e.kind(), e.ip, e.depth())).collect();
+                assert_eq!(
+                    got,
+                    [
+                        (KIND_GRAPH_ENT, outer, 0),
+                        (KIND_GRAPH_ENT, inner, 1),
+                        (KIND_GRAPH_RET, inner, 1),
+                        (KIND_GRAPH_RET, outer, 0)
+                    ],
+                    "{name}"
+                );
+                assert_eq!(
+                    (ev[0].arg, ev[1].arg),
+                    (parent, outer + 10),
+                    "{name}: parents"
+                );
+                assert_eq!(
+                    (ev[2].arg, ev[3].arg),
+                    (ev[1].ts, ev[0].ts),
+                    "{name}: call times"
+                );
+                assert_eq!(st.depth, 0, "{name}");
+            }
+            FAST_OK.store(0, Ordering::Relaxed);
+            GRAPH_OK.store(0, Ordering::Relaxed);
+            st.state = 0;
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn graph_sites_jump_to_a_thunk_of_their_own() {
+        let here = graph_sites_jump_to_a_thunk_of_their_own as *const () as u64;
+        let s = stubs_near(here, here + 100).unwrap();
+        let decode = |ip: u64, b: &[u8]| x86::decode(ip, b).unwrap().insn;
+        let b = site_bytes(&s, SiteForm::X86Nop5, here, s.func()).unwrap();
+        assert_eq!(decode(here, &b), x86::Insn::Call { target: s.func() });
+        let mut thunks = Vec::new();
+        for ip in [here, here + 64] {
+            let b = site_bytes(&s, SiteForm::X86Nop5Disp8, ip, s.graph()).unwrap();
+            let x86::Insn::Jmp { target: thunk } = decode(ip, &b) else {
+                panic!("not a jmp: {b:?}");
+            };
+            // SAFETY: thunks are readable.
+            let t = unsafe { core::slice::from_raw_parts(thunk as *const u8, THUNK as usize) };
+            assert_eq!(
+                &t[..4],
+                &[0x50, 0x48, 0x8d, 0x05],
+                "push %rax; lea ...(%rip), %rax"
+            );
+            let lea = i32::from_le_bytes(t[4..8].try_into().unwrap()) as i64;
+            assert_eq!(
+                (thunk + 8).wrapping_add(lea as u64),
+                ip + 5,
+                "rax = the body"
+            );
+            assert_eq!(
+                decode(thunk + 8, &t[8..13]),
+                x86::Insn::Jmp {
+                    target: s.graph_jmp()
+                }
+            );
+            thunks.push(thunk);
+        }
+        assert_ne!(thunks[0], thunks[1]);
+        let again = site_bytes(&s, SiteForm::X86Nop5Disp8, here, s.graph()).unwrap();
+        assert_eq!(
+            decode(here, &again),
+            x86::Insn::Jmp { target: thunks[0] },
+            "a site encoded again keeps its thunk"
+        );
+        // The thunks' target: a copy of the template, its data block filled in.
+        let tpl = graph_jmp_template();
+        // SAFETY: the stub page is readable.
+        let copy = unsafe { core::slice::from_raw_parts(s.graph_jmp() as *const u8, tpl.len()) };
+        let code = tpl.len() - TEMPLATE_DATA;
+        assert_eq!(copy[..code], tpl[..code]);
+        let data: Vec<u64> = copy[code..]
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            data,
+            [
+                tls_offset(),
+                handler::GRAPH_OK.as_ptr() as u64,
+                entry_trampoline(),
+                ftrace_agent_return_slow as *const () as u64
+            ]
+        );
+        assert_eq!(
+            tls_offset().wrapping_add(thread_pointer()),
+            tls_block() as u64
+        );
+        // No mapping of ours is ever writable and executable.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let line = maps
+            .lines()
+            .find(|l| {
+                let (a, b) = l.split_once(' ').unwrap().0.split_once('-').unwrap();
+                let (a, b) = (
+                    u64::from_str_radix(a, 16).unwrap(),
+                    u64::from_str_radix(b, 16).unwrap(),
+                );
+                (a..b).contains(&thunks[0])
+            })
+            .unwrap();
+        assert!(line.contains(" r-xs "), "{line}");
     }
 
     #[test]
