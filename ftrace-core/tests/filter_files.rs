@@ -616,3 +616,247 @@ fn command_lines_follow_the_probe_hash_order() {
             .all(|l| l.ends_with(":traceoff:unlimited"))
     );
 }
+
+/// A backend's side of the probes for the tests: one tracing switch, counters.
+#[derive(Default)]
+struct Backend {
+    on: std::cell::Cell<bool>,
+    stacks: std::cell::Cell<u32>,
+    disabled: std::cell::Cell<bool>,
+}
+
+impl ftrace_core::filter::ProbeActions for Backend {
+    fn tracing_is_on(&self) -> bool {
+        self.on.get()
+    }
+    fn set_tracing_on(&self, on: bool) {
+        self.on.set(on);
+    }
+    fn stacktrace(&self, _ip: u64, _parent_ip: u64) {
+        self.stacks.set(self.stacks.get() + 1);
+    }
+    fn event_soft_disabled(&self, system: &str, event: &str) -> Option<bool> {
+        (system == "sched" && event == "sched_switch").then(|| self.disabled.get())
+    }
+    fn set_event_soft_disabled(&self, _system: &str, _event: &str, disabled: bool) {
+        self.disabled.set(disabled);
+    }
+}
+
+#[test]
+fn hits_decrement_the_counts_the_file_reads_back() {
+    let env = Events(module_symbols());
+    let mut p = ProbeTable::new();
+    let text = "vfs_read:traceoff:2 vfs_write:traceon vfs_write:stacktrace:1 \
+                vfs_read:disable_event:sched:sched_switch:1";
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        text,
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let runner = p.runner();
+    let (read, write) = (0x1000, 0x1010);
+    assert!(runner.hash().contains(read) && runner.hash().contains(write));
+    assert!(!runner.hash().contains(0x2000));
+    let b = Backend::default();
+    b.on.set(true);
+    // vfs_read: traceoff (2 -> 1) and disable_event (1 -> 0)
+    assert_eq!(runner.run(read, 0, &b), 2);
+    assert!(!b.on.get() && b.disabled.get());
+    // vfs_write: the newest probe runs first (the kernel's ops list order): the stacktrace
+    // is skipped while tracing is off, then traceon (unlimited) turns it on
+    assert_eq!(runner.run(write, 0, &b), 1);
+    assert_eq!(b.stacks.get(), 0);
+    assert!(b.on.get());
+    // now the stacktrace runs (1 -> 0); traceon has nothing to do
+    assert_eq!(runner.run(write, 0, &b), 1);
+    assert_eq!(b.stacks.get(), 1);
+    assert_eq!(runner.run(read, 0, &b), 1);
+    assert_eq!(runner.run(read, 0, &b), 0);
+    assert_eq!(runner.run(write, 0, &b), 1);
+    assert_eq!(runner.run(read, 0, &b), 0);
+    assert_eq!(b.stacks.get(), 1);
+    // the read-back shows what the runner used, in the kernel's words
+    let shown = set.show(FilterFile::Filter, env.symbols(), Some(&p));
+    let mut lines: Vec<&str> = shown.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "#### all functions enabled ####",
+            "vfs_read:disable_event:sched:sched_switch:count=0",
+            "vfs_read:traceoff:count=0",
+            "vfs_write:stacktrace:count=0",
+            "vfs_write:traceon:unlimited",
+        ]
+    );
+    // adding a function to a probe keeps the counts already used
+    let (_, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "vfs_write:traceoff:2",
+        false,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let e: Vec<_> = p
+        .at(read)
+        .filter(|e| e.cmd == ProbeCommand::Traceoff)
+        .collect();
+    assert_eq!(e[0].count, Some(0));
+    let e: Vec<_> = p
+        .at(write)
+        .filter(|e| e.cmd == ProbeCommand::Traceoff)
+        .collect();
+    assert_eq!(e[0].count, Some(2));
+}
+
+#[test]
+fn commands_a_backend_cannot_run_are_refused() {
+    struct NoStacks(SortedSymbols);
+    impl CommandEnv for NoStacks {
+        fn symbols(&self) -> &dyn SymbolTable {
+            &self.0
+        }
+        fn supports(&self, cmd: ProbeCommand) -> bool {
+            cmd != ProbeCommand::Stacktrace
+        }
+    }
+    let env = NoStacks(module_symbols());
+    let mut p = ProbeTable::new();
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_read:traceoff",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let before = p.clone();
+    for bad in [
+        "vfs_read:stacktrace",
+        "vfs_write:stacktrace:3",
+        "!vfs_read:stacktrace",
+    ] {
+        let (after, r) = echo(FilterFile::Filter, &set, bad, false, &env, &mut p);
+        assert_eq!(r, Err(Errno::EINVAL), "{bad}");
+        assert_eq!(p, before, "{bad}");
+        assert_eq!(after, set, "{bad}");
+    }
+}
+
+#[test]
+fn concurrent_hits_act_at_most_count_times() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    struct Shared {
+        on: AtomicBool,
+        stacks: AtomicU32,
+    }
+    impl ftrace_core::filter::ProbeActions for Shared {
+        fn tracing_is_on(&self) -> bool {
+            self.on.load(Ordering::SeqCst)
+        }
+        fn set_tracing_on(&self, on: bool) {
+            self.on.store(on, Ordering::SeqCst);
+        }
+        fn stacktrace(&self, _ip: u64, _parent_ip: u64) {
+            self.stacks.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let env = NoEvents(module_symbols());
+    let mut p = ProbeTable::new();
+    let (_, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_read:stacktrace:1000",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let runner = p.runner();
+    let b = Shared {
+        on: AtomicBool::new(true),
+        stacks: AtomicU32::new(0),
+    };
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..700 {
+                    runner.run(0x1000, 0, &b);
+                }
+            });
+        }
+    });
+    assert_eq!(b.stacks.load(Ordering::SeqCst), 1000);
+    assert_eq!(p.at(0x1000).next().unwrap().count, Some(0));
+}
+
+/// `dump` and `cpudump` run "only once" in the kernel's words: `ftrace_dump_callback` and
+/// `ftrace_cpudump_callback` register with the parameter "1" whatever was written; dump's
+/// probe ops counts it (`dump:count=1`, then `count=0`), cpudump's has no count map
+/// (`:unlimited`, and it runs on every hit).
+#[test]
+fn dump_counts_once_and_cpudump_is_unlimited() {
+    #[derive(Default)]
+    struct Dumps(std::cell::Cell<u32>, std::cell::Cell<u32>);
+    impl ftrace_core::filter::ProbeActions for Dumps {
+        fn tracing_is_on(&self) -> bool {
+            true
+        }
+        fn set_tracing_on(&self, _on: bool) {}
+        fn dump(&self, this_cpu_only: bool) {
+            let c = if this_cpu_only { &self.1 } else { &self.0 };
+            c.set(c.get() + 1);
+        }
+    }
+    let env = NoEvents(module_symbols());
+    let mut p = ProbeTable::new();
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &FilterSet::new(),
+        "vfs_read:dump:5 vfs_write:cpudump:7",
+        true,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    let show = |p: &ProbeTable| {
+        let t = set.show(FilterFile::Filter, env.symbols(), Some(p));
+        let mut l: Vec<String> = t.lines().skip(1).map(str::to_string).collect();
+        l.sort_unstable();
+        l
+    };
+    assert_eq!(
+        show(&p),
+        ["vfs_read:dump:count=1", "vfs_write:cpudump:unlimited"]
+    );
+    let runner = p.runner();
+    let d = Dumps::default();
+    for _ in 0..3 {
+        runner.run(0x1000, 0, &d);
+        runner.run(0x1010, 0, &d);
+    }
+    assert_eq!((d.0.get(), d.1.get()), (1, 3));
+    assert_eq!(
+        show(&p),
+        ["vfs_read:dump:count=0", "vfs_write:cpudump:unlimited"]
+    );
+    // removal without a count finds them (one probe ops each)
+    let (_, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "!vfs_read:dump !vfs_write:cpudump",
+        false,
+        &env,
+        &mut p,
+    );
+    r.unwrap();
+    assert!(p.is_empty());
+}

@@ -247,3 +247,93 @@ fn reader_count_grace_period() {
         }
     });
 }
+
+/// The probe actions of the count model: a tracing switch and a count of stack traces.
+struct ProbeBackend {
+    on: AtomicBool,
+    acted: AtomicUsize,
+}
+
+impl ftrace_core::filter::ProbeActions for ProbeBackend {
+    fn tracing_is_on(&self) -> bool {
+        self.on.load(Ordering::SeqCst)
+    }
+    fn set_tracing_on(&self, on: bool) {
+        self.on.store(on, Ordering::SeqCst);
+    }
+    fn stacktrace(&self, _ip: u64, _parent_ip: u64) {
+        self.acted.fetch_add(1, Ordering::SeqCst);
+    }
+    fn dump(&self, _this_cpu_only: bool) {
+        self.acted.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Two CPUs hit a function with a counted command at once: the command acts exactly `count`
+/// times in total (never more), and the count ends at zero.
+#[test]
+fn probe_count_is_never_overspent() {
+    use ftrace_core::filter::{ProbeCommand, ProbeCount, run_probe};
+    for cmd in [ProbeCommand::Stacktrace, ProbeCommand::Dump] {
+        builder().check(move || {
+            let count = Arc::new(ProbeCount::new(1));
+            let b = Arc::new(ProbeBackend {
+                on: AtomicBool::new(true),
+                acted: AtomicUsize::new(0),
+            });
+            let t = {
+                let (count, b) = (count.clone(), b.clone());
+                thread::spawn(move || run_probe(cmd, Some(&count), None, 1, 0, &*b))
+            };
+            let mine = run_probe(cmd, Some(&count), None, 1, 0, &*b);
+            let theirs = t.join().unwrap();
+            assert!(mine != theirs, "exactly one acts");
+            assert_eq!(b.acted.load(Ordering::SeqCst), 1);
+            assert_eq!(count.get(), 0);
+        });
+    }
+}
+
+/// `traceoff:1` hit on two CPUs while a third turns tracing back on: the count is spent at
+/// most once, and only by a call that really switched tracing off.
+#[test]
+fn traceoff_count_is_spent_once() {
+    use ftrace_core::filter::{ProbeCommand, ProbeCount, run_probe};
+    builder().check(|| {
+        let count = Arc::new(ProbeCount::new(1));
+        let b = Arc::new(ProbeBackend {
+            on: AtomicBool::new(true),
+            acted: AtomicUsize::new(0),
+        });
+        let t = {
+            let (count, b) = (count.clone(), b.clone());
+            thread::spawn(move || run_probe(ProbeCommand::Traceoff, Some(&count), None, 1, 0, &*b))
+        };
+        let mine = run_probe(ProbeCommand::Traceoff, Some(&count), None, 1, 0, &*b);
+        let theirs = t.join().unwrap();
+        assert!(!(mine && theirs));
+        assert!(mine || theirs);
+        assert_eq!(count.get(), 0);
+        assert!(!b.on.load(Ordering::SeqCst));
+    });
+}
+
+/// The event-command / event-trigger rule (`if (!count) return; if (count != -1) count--`)
+/// on two CPUs: a count of 1 is spent by exactly one of them, an unlimited one by neither.
+#[test]
+fn try_spend_is_never_overspent() {
+    use ftrace_core::filter::ProbeCount;
+    builder().check(|| {
+        let one = Arc::new(ProbeCount::new(1));
+        let unlimited = Arc::new(ProbeCount::new(-1));
+        let t = {
+            let (one, unlimited) = (one.clone(), unlimited.clone());
+            thread::spawn(move || (one.try_spend(), unlimited.try_spend()))
+        };
+        let mine = (one.try_spend(), unlimited.try_spend());
+        let theirs = t.join().unwrap();
+        assert!(mine.0 != theirs.0, "exactly one spends the unit");
+        assert!(mine.1 && theirs.1);
+        assert_eq!((one.get(), unlimited.get()), (0, -1));
+    });
+}

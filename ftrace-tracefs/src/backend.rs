@@ -124,6 +124,16 @@ pub trait TraceBackend: Send {
     /// Applies a validated parameter.
     fn set_param(&mut self, param: Param<'_>) -> Result<(), Errno>;
 
+    /// Whether the ring buffer records now (`tracer_tracing_is_on()`), for a backend whose
+    /// recording can change behind the tree: a `traceoff` function probe or event trigger
+    /// turns it off without a write of `tracing_on`, and the file must read what the buffer
+    /// does. `None` (the default): the backend has no such state, the tree's own copy (set
+    /// through [`Param::TracingOn`]) is the truth. A backend that answers `Some` still gets
+    /// every change through [`TraceBackend::set_param`].
+    fn tracing_on(&self) -> Option<bool> {
+        None
+    }
+
     /// Resizes one CPU's buffer (or all) to hold `bytes` of data (`ENOMEM` when impossible).
     fn resize(&mut self, cpu: Option<u32>, bytes: u64) -> Result<(), Errno>;
     /// The data bytes a CPU's buffer holds now (`ring_buffer_size()`).
@@ -180,8 +190,26 @@ pub trait TraceBackend: Send {
     /// The event's filter changed (`None`: no filter in force).
     fn set_event_filter(&mut self, _event: &TraceEventFormat, _filter: Option<&EventFilter>) {}
 
-    /// The event's triggers changed (the whole new list, in `trigger` file order).
+    /// The event's triggers changed (the whole new list, in `trigger` file order). A backend
+    /// that runs them builds a [`TriggerRunner`](crate::trigger_run::TriggerRunner) from it.
     fn set_event_triggers(&mut self, _event: &TraceEventFormat, _triggers: &[Trigger]) {}
+
+    /// Whether the event is soft-disabled now, for a backend whose triggers (or function
+    /// commands) flip that bit (`enable_event` / `disable_event`): the event's `enable` file
+    /// reads it (`1*` once an `enable_event` trigger fired) and the next edit of the events
+    /// starts from it. `None` (the default): only the tree changes it.
+    fn event_soft_disabled(&self, _event: &TraceEventFormat) -> Option<bool> {
+        None
+    }
+
+    /// The remaining counts of the event's triggers, in the order of the last
+    /// [`TraceBackend::set_event_triggers`] list, for a backend that runs them
+    /// ([`TriggerRunner::counts`](crate::trigger_run::TriggerRunner::counts)): the `trigger`
+    /// file reads them (`traceoff:count=0` after it fired) and the next edit starts from
+    /// them. `None` (the default): the counts never change behind the tree.
+    fn event_trigger_counts(&self, _event: &TraceEventFormat) -> Option<Vec<i64>> {
+        None
+    }
 }
 
 /// What a backend is told about a trace event in one instance (the kernel's

@@ -156,6 +156,14 @@ struct Instance {
     events: EventSet,
 }
 
+impl Instance {
+    /// `tracer_tracing_is_on()`: the backend's recording state when it owns one (a probe or
+    /// trigger may have switched it), else the tree's copy.
+    fn is_on(&self) -> bool {
+        self.backend.tracing_on().unwrap_or(self.tracing_on)
+    }
+}
+
 /// Top-level-only values.
 struct Globals {
     tracing_thresh_ns: u64,
@@ -570,6 +578,7 @@ impl<H: Host> Tracefs<H> {
                     }
                     if flags.read {
                         if i.flags.get(TraceFlags::PAUSE_ON_TRACE) {
+                            i.tracing_on = i.is_on();
                             i.backend.set_param(Param::TracingOn(false))?;
                         }
                         OpenState::Snapshot {
@@ -694,7 +703,7 @@ impl<H: Host> Tracefs<H> {
             }
             (File::Filter(_), OpenState::Filter(Some(edit))) => edit.release(),
             (File::FreeBuffer, _) if of.flags.write => {
-                if i.flags.get(TraceFlags::DISABLE_ON_FREE) && i.tracing_on {
+                if i.flags.get(TraceFlags::DISABLE_ON_FREE) && i.is_on() {
                     i.backend.set_param(Param::TracingOn(false))?;
                     i.tracing_on = false;
                 }
@@ -812,7 +821,7 @@ impl<H: Host> Tracefs<H> {
                 if buf.is_empty() {
                     return Ok(0);
                 }
-                let on = self.inst(&of.inst).is_some_and(|i| i.tracing_on);
+                let on = self.inst(&of.inst).is_some_and(Instance::is_on);
                 if *read_any && !on {
                     return Ok(0);
                 }
@@ -856,7 +865,7 @@ impl<H: Host> Tracefs<H> {
                 writeln!(w, "{}", t.join(" "))
             }
             File::CurrentTracer => writeln!(w, "{}", i.backend.current_tracer()),
-            File::TracingOn => writeln!(w, "{}", u8::from(i.tracing_on)),
+            File::TracingOn => writeln!(w, "{}", u8::from(i.is_on())),
             File::TraceOptions => {
                 for (bit, f) in FLAGS.iter().enumerate() {
                     let no = if i.flags.get(bit) { "" } else { "no" };
@@ -971,9 +980,29 @@ impl<H: Host> Tracefs<H> {
                 Some(t) => writeln!(w, "{t}"),
                 None => w.write_str(DEFAULT_SYS_FILTER_MESSAGE),
             },
-            File::TraceEventEnable(id) => event_file(i, id)?.write_enable(w),
+            File::TraceEventEnable(id) => {
+                let f = event_file(i, id)?;
+                match self
+                    .event(id)
+                    .ok()
+                    .and_then(|e| i.backend.event_soft_disabled(e))
+                {
+                    Some(d) if f.flags.soft_mode && d != f.flags.soft_disabled => {
+                        let mut live = f.clone();
+                        live.flags.soft_disabled = d;
+                        live.write_enable(w)
+                    }
+                    _ => f.write_enable(w),
+                }
+            }
             File::TraceEventFilter(id) => event_file(i, id)?.write_filter(w),
-            File::TraceEventTrigger(id) => event_file(i, id)?.write_triggers(w),
+            File::TraceEventTrigger(id) => {
+                let f = event_file(i, id)?;
+                match self.event(id).ok().and_then(|e| live_triggers(i, e, f)) {
+                    Some(live) => live.write_triggers(w),
+                    None => f.write_triggers(w),
+                }
+            }
             File::TraceEventFormat(id) => self.event(id)?.write_to(w),
             File::TraceEventId(id) => writeln!(w, "{}", self.event(id)?.id),
             File::Readme => write_readme(w, self.host.functions().is_some()),
@@ -1041,6 +1070,8 @@ impl<H: Host> Tracefs<H> {
             None => &mut self.top,
             Some(n) => self.instances.get_mut(n).ok_or(Errno::ENODEV)?,
         };
+        // Edits start from the soft-disabled bits the backend's triggers left.
+        sync_soft_disabled(i, &self.events);
         match of.file {
             File::CurrentTracer => {
                 let cnt = cnt.min(MAX_TRACER_SIZE);
@@ -1064,7 +1095,7 @@ impl<H: Host> Tracefs<H> {
             }
             File::TracingOn => {
                 let on = kstrtoul_from_user(data, 10)? != 0;
-                if on != i.tracing_on {
+                if on != i.is_on() {
                     i.backend.set_param(Param::TracingOn(on))?;
                     i.tracing_on = on;
                 }
@@ -1381,6 +1412,15 @@ impl<H: Host> Tracefs<H> {
                 if cnt == 0 {
                     return Ok(0);
                 }
+                // The counts the backend spent are the ones the edit starts from.
+                if let Some(live) = i
+                    .events
+                    .files
+                    .get(&id)
+                    .and_then(|f| live_triggers(i, &ev, f))
+                {
+                    i.events.files.insert(id, live);
+                }
                 let registry = &self.events;
                 let find = |sys: &str, name: &str| {
                     registry
@@ -1537,6 +1577,35 @@ fn set_flag(i: &mut Instance, bit: usize, on: bool) -> Result<(), Errno> {
     i.backend.set_param(Param::Flags(new))?;
     i.flags = new;
     Ok(())
+}
+
+/// Takes over the soft-disabled bits an `enable_event` / `disable_event` trigger or function
+/// command flipped in the backend (only events in soft mode can be flipped).
+fn sync_soft_disabled(i: &mut Instance, registry: &[TraceEventFormat]) {
+    for e in registry {
+        let Some(d) = i.backend.event_soft_disabled(e) else {
+            continue;
+        };
+        if let Some(f) = i.events.files.get_mut(&e.id) {
+            if f.flags.soft_mode {
+                f.flags.soft_disabled = d;
+            }
+        }
+    }
+}
+
+/// The event's file with its triggers' counts as the backend spent them, if it runs them
+/// (`None`: the tree's counts hold).
+fn live_triggers(i: &Instance, e: &TraceEventFormat, f: &EventFile) -> Option<EventFile> {
+    let counts = i.backend.event_trigger_counts(e)?;
+    if counts.len() != f.triggers.len() {
+        return None;
+    }
+    let mut live = f.clone();
+    for (t, c) in live.triggers.iter_mut().zip(counts) {
+        t.count = c;
+    }
+    Some(live)
 }
 
 fn event_file(i: &Instance, id: u16) -> Result<&EventFile, Errno> {

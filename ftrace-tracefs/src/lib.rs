@@ -51,6 +51,8 @@ pub mod records;
 #[cfg(feature = "alloc")]
 pub mod tree;
 #[cfg(feature = "alloc")]
+pub mod trigger_run;
+#[cfg(feature = "alloc")]
 pub mod triggers;
 
 #[cfg(feature = "alloc")]

@@ -644,3 +644,176 @@ fn subsystem_filter_that_fits_no_event() {
     let entry = "[    5.000000] event filter parse error: error: Couldn't find or set field in one of a subsystem's events\n  Command: nosuch == 1\n           ^\n";
     assert_eq!(cat(&mut fs, "error_log").unwrap(), entry.repeat(2));
 }
+
+/// The capture's sched events, as entries: `(cpu, ts, entry)`.
+fn capture_entries() -> Vec<(u32, u64, Vec<u8>)> {
+    golden("10-events/trace.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (cpu, ts, _, _, e) = entry_from_line(l);
+            (cpu, ts, e)
+        })
+        .collect()
+}
+
+/// How many events `trace` shows.
+fn trace_events(fs: &mut ftrace_tracefs::Tracefs<common::ModelHost>) -> usize {
+    cat(fs, "trace")
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .count()
+}
+
+/// `traceoff:1` on sched_switch, run by the backend through ftrace-tracefs's trigger runner:
+/// the first sched_switch is recorded and stops the buffer (`traceoff` is a post trigger: it
+/// runs after its event was written, as in Linux), `tracing_on` reads 0 (the backend's record
+/// switch), the `trigger` file reads `traceoff:count=0`; after `echo 1 > tracing_on` the spent
+/// trigger does nothing.
+#[test]
+fn traceoff_trigger_stops_the_buffer_and_reads_back_its_count() {
+    let mut fs = tracefs_with_sched();
+    echo(
+        &mut fs,
+        "sched:sched_switch sched:sched_wakeup",
+        "set_event",
+    )
+    .unwrap();
+    echo(&mut fs, "traceoff:1", &format!("{SWITCH}/trigger")).unwrap();
+    assert_eq!(
+        cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap(),
+        "traceoff:count=1\n"
+    );
+    let ev = capture_entries();
+    let (wakeup, switches): (Vec<_>, Vec<_>) = ev
+        .iter()
+        .partition(|e| e.2[0..2] == SCHED_WAKEUP.id.to_le_bytes());
+    let shared = fs.host().state(None);
+    assert!(
+        shared
+            .borrow_mut()
+            .tracepoint(wakeup[0].0, wakeup[0].1, &wakeup[0].2)
+    );
+    assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "1\n");
+    {
+        let mut st = shared.borrow_mut();
+        let (cpu, ts, e) = switches[0];
+        assert!(st.tracepoint(*cpu, *ts, e), "the first switch is recorded");
+        for (cpu, ts, e) in &switches[1..] {
+            assert!(!st.tracepoint(*cpu, *ts, e));
+        }
+        assert!(!st.tracepoint(wakeup[0].0, wakeup[0].1 + 1, &wakeup[0].2));
+    }
+    assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "0\n");
+    assert_eq!(trace_events(&mut fs), 2);
+    assert_eq!(
+        cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap(),
+        "traceoff:count=0\n"
+    );
+    // writing 0 now changes nothing (already off); 1 turns the buffer back on for good
+    echo(&mut fs, "0", "tracing_on").unwrap();
+    echo(&mut fs, "1", "tracing_on").unwrap();
+    {
+        let mut st = shared.borrow_mut();
+        for (cpu, ts, e) in &switches {
+            assert!(st.tracepoint(*cpu, *ts + 1_000_000_000, e));
+        }
+    }
+    assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "1\n");
+    assert_eq!(trace_events(&mut fs), 2 + switches.len());
+    // an edit keeps the spent count: adding a trigger lists both, traceoff still at 0
+    echo_append(&mut fs, "snapshot:3", &format!("{SWITCH}/trigger")).unwrap();
+    let t = cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap();
+    let mut lines: Vec<&str> = t.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["snapshot:count=3", "traceoff:count=0"]);
+}
+
+/// A conditional `traceoff` (`if next_pid == 18`) runs after its event is recorded, only for
+/// the events its filter passes; an unlimited `traceon` on sched_wakeup turns it back on.
+#[test]
+fn filtered_triggers_run_after_the_record() {
+    let mut fs = tracefs_with_sched();
+    echo(
+        &mut fs,
+        "sched:sched_switch sched:sched_wakeup",
+        "set_event",
+    )
+    .unwrap();
+    echo(
+        &mut fs,
+        "traceoff if next_pid == 18",
+        &format!("{SWITCH}/trigger"),
+    )
+    .unwrap();
+    echo(&mut fs, "traceon", &format!("{WAKEUP}/trigger")).unwrap();
+    let ev = capture_entries();
+    let shared = fs.host().state(None);
+    let mut st = shared.borrow_mut();
+    // switch, switch, wakeup (pid 18), then the switch to 18: recorded, then tracing stops
+    for (c, t, e) in &ev[..4] {
+        assert!(st.tracepoint(*c, *t, e));
+    }
+    let (c, t, e) = &ev[0];
+    assert!(!st.tracepoint(*c, *t + 1, e));
+    drop(st);
+    assert_eq!(trace_events(&mut fs), 4);
+    assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "0\n");
+    // the wakeup's traceon is unconditional: it runs before the wakeup is reserved
+    let wakeup = &ev[2];
+    assert!(
+        shared
+            .borrow_mut()
+            .tracepoint(wakeup.0, wakeup.1 + 1, &wakeup.2)
+    );
+    assert_eq!(cat(&mut fs, "tracing_on").unwrap(), "1\n");
+    assert_eq!(
+        cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap(),
+        "traceoff:unlimited if next_pid == 18\n"
+    );
+}
+
+/// `enable_event:sched:sched_wakeup:1` on sched_switch: the wakeup is soft-disabled (not
+/// recorded) until the first switch enables it; the count reads back spent.
+#[test]
+fn enable_event_trigger_turns_its_target_on_once() {
+    let mut fs = tracefs_with_sched();
+    echo(&mut fs, "1", &format!("{SWITCH}/enable")).unwrap();
+    echo(
+        &mut fs,
+        "enable_event:sched:sched_wakeup:1",
+        &format!("{SWITCH}/trigger"),
+    )
+    .unwrap();
+    let ev = capture_entries();
+    let wakeup = &ev[2];
+    let switch = &ev[0];
+    let shared = fs.host().state(None);
+    assert_eq!(cat(&mut fs, &format!("{WAKEUP}/enable")).unwrap(), "0*\n");
+    let mut st = shared.borrow_mut();
+    assert!(!st.tracepoint(wakeup.0, wakeup.1, &wakeup.2));
+    assert!(st.tracepoint(switch.0, switch.1, &switch.2));
+    assert!(st.tracepoint(wakeup.0, wakeup.1 + 1, &wakeup.2));
+    drop(st);
+    assert_eq!(
+        cat(&mut fs, &format!("{SWITCH}/trigger")).unwrap(),
+        "enable_event:sched:sched_wakeup:count=0\n"
+    );
+    // the target reads as the trigger left it: armed, recording, still in soft mode
+    assert_eq!(cat(&mut fs, &format!("{WAKEUP}/enable")).unwrap(), "1*\n");
+    // removing the trigger leaves it enabled (`__ftrace_event_enable_disable` only disarms
+    // a soft-mode event that is soft-disabled), as Linux does
+    echo(
+        &mut fs,
+        "!enable_event:sched:sched_wakeup",
+        &format!("{SWITCH}/trigger"),
+    )
+    .unwrap();
+    assert_eq!(cat(&mut fs, &format!("{WAKEUP}/enable")).unwrap(), "1\n");
+    assert!(
+        shared
+            .borrow_mut()
+            .tracepoint(wakeup.0, wakeup.1 + 2, &wakeup.2)
+    );
+}

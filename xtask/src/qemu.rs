@@ -655,8 +655,91 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
         format!("trace_marker with tracing_on=0: {off:?}")
     })?;
     echo_ok(vm, "echo 1 > tracing_on")?;
-    // three writes were meant to fail: the two unknown names and the marker with tracing off
-    Ok(3)
+
+    // function commands run from the probe ops: `bm_leaf:traceoff:1` stops the ring buffer at
+    // the first bm_leaf call, `tracing_on` (the backend's record switch) reads 0, the command
+    // reads back spent as Linux prints it (`ftrace_probe_print`: `count=0`)
+    echo_ok(vm, "echo function > current_tracer")?;
+    echo_ok(vm, "echo 'bm_*' > set_ftrace_filter")?;
+    // a command this backend cannot run is refused and changes nothing
+    let refused = vm.command("echo 'bm_leaf:stacktrace' >> set_ftrace_filter")?;
+    check(refused == "sh: write error: Invalid argument\n", || {
+        format!("bm_leaf:stacktrace: {refused:?}")
+    })?;
+    echo_ok(vm, "echo 'bm_leaf:traceoff:1' >> set_ftrace_filter")?;
+    let filter = vm.command("cat set_ftrace_filter")?;
+    let mut lines: Vec<&str> = filter.lines().collect();
+    let last = lines.pop();
+    lines.sort_unstable();
+    check(
+        lines == ["bm_leaf", "bm_middle", "bm_outer", "bm_workload"]
+            && last == Some("bm_leaf:traceoff:count=1"),
+        || format!("set_ftrace_filter with a command: {filter:?}"),
+    )?;
+    // bm_leaf's site serves two ops now (the tracer's and the probe ops)
+    let enabled = vm.command("cat enabled_functions")?;
+    check(
+        enabled.lines().any(|l| l.starts_with("bm_leaf (2)"))
+            && enabled.lines().any(|l| l.starts_with("bm_middle (1)")),
+        || format!("enabled_functions with a probe: {enabled:?}"),
+    )?;
+    let on = vm.command("cat tracing_on")?;
+    check(on == "1\n", || {
+        format!("tracing_on before the probe: {on:?}")
+    })?;
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, ROUNDS, "")?;
+    let on = vm.command("cat tracing_on")?;
+    check(on == "0\n", || {
+        format!("tracing_on after bm_leaf:traceoff:1: {on:?}")
+    })?;
+    let filter = vm.command("cat set_ftrace_filter")?;
+    check(filter.ends_with("\nbm_leaf:traceoff:count=0\n"), || {
+        format!("set_ftrace_filter after the probe ran: {filter:?}")
+    })?;
+    let stopped = vm.command("cat trace")?;
+    let (_, events) = function_header(&stopped, "function")?;
+    let names: Vec<&str> = events
+        .iter()
+        .filter_map(|l| l.split_once("]").map(|(_, r)| r))
+        .filter_map(|r| r.split_once(": ").map(|(_, f)| f))
+        .filter_map(|f| f.split_whitespace().next())
+        .collect();
+    // the trace ends at the first bm_leaf call (recorded or not, by ops order)
+    check(
+        names.len() == events.len()
+            && names.starts_with(&["bm_workload", "bm_outer", "bm_middle"])
+            && (names.len() == 3 || names[3..] == ["bm_leaf"]),
+        || format!("trace after bm_leaf:traceoff:1:\n{stopped}"),
+    )?;
+    // spent: another run leaves the buffer as it is, tracing stays off
+    run_workload(vm, ROUNDS, "")?;
+    let again = vm.command("cat trace")?;
+    check(again == stopped, || {
+        format!("the buffer recorded after traceoff:\n{again}")
+    })?;
+    let on = vm.command("cat tracing_on")?;
+    check(on == "0\n", || {
+        format!("tracing_on after a spent probe: {on:?}")
+    })?;
+    // `echo 1 > tracing_on` turns it back on for good
+    echo_ok(vm, "echo 1 > tracing_on")?;
+    run_workload(vm, 1, "")?;
+    let on = vm.command("cat tracing_on")?;
+    check(on == "1\n", || format!("tracing_on after echo 1: {on:?}"))?;
+    let resumed = vm.command("cat trace")?;
+    let (_, more) = function_header(&resumed, "function")?;
+    check(more.len() > events.len(), || {
+        format!("tracing did not resume:\n{resumed}")
+    })?;
+    // removing the command removes the probe ops from bm_leaf
+    echo_ok(vm, "echo '!bm_leaf:traceoff:0' >> set_ftrace_filter")?;
+    sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
+    echo_ok(vm, "echo nop > current_tracer")?;
+    sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+    // four writes were meant to fail: the two unknown names, the marker with tracing off and
+    // the stacktrace command
+    Ok(4)
 }
 
 /// The workload functions `bm_*` selects.

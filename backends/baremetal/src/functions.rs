@@ -15,9 +15,11 @@
 //! here: it follows from the hashes.
 //!
 //! Function commands (`bm_leaf:traceoff:3`...) are parsed, kept and listed in
-//! `set_ftrace_filter` as the kernel lists them, but no probe runs them yet: the tree has no
-//! way to learn that a `traceoff` probe turned `tracing_on` off, so its file would read
-//! stale. `snapshot` and the event commands are refused (no snapshot buffer, no events).
+//! `set_ftrace_filter` as the kernel lists them, and run by the probe ops (`trace_probe_ops`)
+//! the instance keeps enabled while it has any ([`FunctionSites::set_ops_filter`] gives that
+//! ops the probes' functions as its filter). Only `traceon` and `traceoff` run here; the
+//! other commands are refused at write time with `EINVAL` (no snapshot buffer, no events, no
+//! stack unwinder, no console dump from inside a traced function).
 //!
 //! Generic over the text ([`TextPoke`]) and the dispatcher's platform, so the logic runs on
 //! the host in unit tests (ftrace-patch's `SimText`) exactly as in the kernel (`KernelText`).
@@ -33,7 +35,7 @@ use alloc::vec::Vec;
 
 use ftrace_core::Errno;
 use ftrace_core::dispatch::Dispatcher;
-use ftrace_core::filter::CommandEnv;
+use ftrace_core::filter::{CommandEnv, FtraceHash, ProbeActions, ProbeCommand, ProbeRunner};
 use ftrace_core::ops::FtraceOps;
 use ftrace_core::platform::{Reclaim, RecursionState};
 use ftrace_core::reclaim::{Published, ReaderCount};
@@ -144,10 +146,90 @@ impl Drop for GraphFilterCell {
     }
 }
 
+/// The function commands the probe ops runs (`trace_probe_ops`' probe hash), published by
+/// pointer swap and freed after a grace period of its own reader count, as
+/// [`GraphFilterCell`]. The runner shares its counts with the filter state's probe table, so
+/// what the probe ops spends reads back in `set_ftrace_filter`.
+///
+/// Invariant: a non-null pointer is a live `Box<ProbeRunner>`; a replaced one is freed only
+/// after every reader that pinned before the swap has finished.
+pub struct ProbeCell {
+    runner: AtomicPtr<ProbeRunner>,
+    readers: ReaderCount,
+}
+
+impl core::fmt::Debug for ProbeCell {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ProbeCell")
+            .field("set", &!self.runner.load(Ordering::Relaxed).is_null())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for ProbeCell {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProbeCell {
+    /// No probes.
+    pub const fn new() -> Self {
+        Self {
+            runner: AtomicPtr::new(core::ptr::null_mut()),
+            readers: ReaderCount::new(),
+        }
+    }
+
+    /// The probe ops' callback body: runs the probes attached at `ip`; how many acted.
+    #[inline]
+    pub fn run(&self, ip: u64, parent_ip: u64, actions: &dyn ProbeActions) -> usize {
+        if self.runner.load(Ordering::Acquire).is_null() {
+            return 0;
+        }
+        let _guard = self.readers.pin();
+        // SAFETY: pinned before this load, so a runner swapped out after it is not freed
+        // before the guard is dropped (`publish` synchronizes first); non-null pointers come
+        // from `Box::into_raw`.
+        match unsafe { self.runner.load(Ordering::Acquire).as_ref() } {
+            Some(r) => r.run(ip, parent_ip, actions),
+            None => 0,
+        }
+    }
+
+    /// Publishes `runner` (empty: none) and frees the old one after a grace period. Writers
+    /// are serialised by the caller (the owner's lock).
+    pub fn publish(&self, runner: ProbeRunner) {
+        let new = if runner.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            Box::into_raw(Box::new(runner))
+        };
+        let old = self.runner.swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            self.readers.synchronize();
+            // SAFETY: `old` came from `Box::into_raw`, is unreachable for new readers (swapped
+            // out), and every reader that could hold it has finished (synchronize).
+            drop(unsafe { Box::from_raw(old) });
+        }
+    }
+}
+
+impl Drop for ProbeCell {
+    fn drop(&mut self) {
+        let p = *self.runner.get_mut();
+        if !p.is_null() {
+            // SAFETY: `&mut self`: no reader is left; the pointer came from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
 /// The filter language's environment here: the call sites as symbols (named after the
 /// functions holding them, at the site addresses the dispatcher is called with), no trace
-/// events (`enable_event` / `disable_event` are refused), and no snapshot buffer (`snapshot`
-/// is refused, as by a kernel without `CONFIG_TRACER_SNAPSHOT`).
+/// events (`enable_event` / `disable_event` are refused), no snapshot buffer (`snapshot` is
+/// refused, as by a kernel without `CONFIG_TRACER_SNAPSHOT`), and only the commands the
+/// probe ops can run (`traceon`, `traceoff`).
 struct SiteCommands(SortedSymbols);
 
 impl CommandEnv for SiteCommands {
@@ -157,6 +239,10 @@ impl CommandEnv for SiteCommands {
 
     fn has_snapshot(&self) -> bool {
         false
+    }
+
+    fn supports(&self, cmd: ProbeCommand) -> bool {
+        matches!(cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff)
     }
 }
 
@@ -344,6 +430,73 @@ impl FunctionSites {
         let st = self.update_calls(text, on_bug);
         dispatcher.unregister(op)?;
         Ok(st)
+    }
+
+    /// Gives `op` (an ops the global filter files do not apply to, such as the probe ops) the
+    /// filter hash `filter` (`ftrace_hash_move_and_update_ops` for one ops): if it is enabled
+    /// it is counted out of the records, its hash replaced, counted back in, and one update
+    /// pass patches and unpatches what changed.
+    pub fn set_ops_filter<T: TextPoke, R: Reclaim, P: RecursionState>(
+        &mut self,
+        dispatcher: &Dispatcher<R, P>,
+        op: &'static FtraceOps,
+        filter: FtraceHash,
+        text: &mut T,
+        on_bug: &mut dyn FnMut(&FtraceBug),
+    ) -> Result<UpdateStats, Errno> {
+        let Some(i) = self.enabled.iter().position(|o| core::ptr::eq(*o, op)) else {
+            dispatcher.set_filter(op, Published::Owned(Box::new(filter)));
+            return Ok(UpdateStats::default());
+        };
+        let others: Vec<&'static FtraceOps> = self
+            .enabled
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| k != i)
+            .map(|(_, o)| *o)
+            .collect();
+        let rest = views(&others);
+        let list: Vec<&dyn RecordOps> = rest.iter().map(|v| v as &dyn RecordOps).collect();
+        // SAFETY: inside a `&mut self` method (see `view`).
+        self.table.ops_disable(&unsafe { view(op) }, &list);
+        drop(list);
+        dispatcher.set_filter(op, Published::Owned(Box::new(filter)));
+        let all = views(&self.enabled);
+        let list: Vec<&dyn RecordOps> = all.iter().map(|v| v as &dyn RecordOps).collect();
+        // SAFETY: inside a `&mut self` method (see `view`).
+        let r = self.table.ops_enable(&unsafe { view(op) }, &list);
+        drop(list);
+        let st = self.update_calls(text, on_bug);
+        r.map(|_| st)
+    }
+
+    /// The function commands changed (`register_ftrace_function_probe` /
+    /// `unregister_ftrace_function_probe_func`): `cell` gets the new runner and `probe_op`
+    /// (the probe ops, whose callback runs `cell`) the probes' functions as its filter hash.
+    /// It is enabled while there is any probe (sites patched even under `nop`) and disabled
+    /// when the last one goes: an empty filter hash would admit every function.
+    pub fn republish_probes<T: TextPoke, R: Reclaim, P: RecursionState>(
+        &mut self,
+        dispatcher: &Dispatcher<R, P>,
+        probe_op: &'static FtraceOps,
+        cell: &ProbeCell,
+        text: &mut T,
+        on_bug: &mut dyn FnMut(&FtraceBug),
+    ) -> Result<UpdateStats, Errno> {
+        let runner = self.filters.probes().runner();
+        if runner.is_empty() {
+            let st = self.disable(dispatcher, probe_op, text, on_bug)?;
+            cell.publish(runner);
+            return Ok(st);
+        }
+        let hash = runner.hash().clone();
+        cell.publish(runner);
+        if self.is_enabled(probe_op) {
+            self.set_ops_filter(dispatcher, probe_op, hash, text, on_bug)
+        } else {
+            dispatcher.set_filter(probe_op, Published::Owned(Box::new(hash)));
+            self.enable(dispatcher, probe_op, text, on_bug)
+        }
     }
 
     /// A filter file changed (`ftrace_hash_move_and_update_ops`): the enabled ops are counted
@@ -633,6 +786,20 @@ mod tests {
             out
         }
 
+        /// The probe ops' republish, as the backend's filter release runs it after
+        /// [`FunctionSites::republish`].
+        fn probes(&mut self, op: &'static FtraceOps, cell: &ProbeCell) -> UpdateStats {
+            let bugs = &mut self.bugs;
+            self.sites
+                .0
+                .lock()
+                .unwrap()
+                .republish_probes(self.dispatcher, op, cell, &mut self.text, &mut |b| {
+                    bugs.push(std::format!("{b}"))
+                })
+                .unwrap()
+        }
+
         fn filter_text(&self, which: FilterFile) -> String {
             let mut s = String::new();
             self.sites().filters().write_filter(which, &mut s).unwrap();
@@ -806,6 +973,99 @@ mod tests {
         );
         assert_eq!(w.patched(), bm);
         assert_eq!(w.enabled_functions(false), lines(&bm, 1));
+    }
+
+    /// The tracing switch the probe test's commands act on.
+    struct Switch(std::sync::atomic::AtomicBool);
+
+    impl ProbeActions for Switch {
+        fn tracing_is_on(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+        fn set_tracing_on(&self, on: bool) {
+            self.0.store(on, Ordering::SeqCst);
+        }
+    }
+
+    static SWITCH: Switch = Switch(std::sync::atomic::AtomicBool::new(true));
+
+    /// The test probe ops' callback: its private value is its `&'static ProbeCell`.
+    fn probe_call(ip: u64, parent: u64, op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
+        // SAFETY: the only ops with this callback carry a leaked `ProbeCell` as private.
+        let cell = unsafe { &*(op.private() as *const ProbeCell) };
+        cell.run(ip, parent, &SWITCH);
+    }
+
+    #[test]
+    fn function_commands_run_from_the_probe_ops() {
+        let mut w = world();
+        let cell: &'static ProbeCell = Box::leak(Box::new(ProbeCell::new()));
+        let op: &'static FtraceOps = Box::leak(Box::new(FtraceOps::with_private(
+            probe_call,
+            OpsFlags::empty(),
+            cell as *const ProbeCell as *const (),
+            None,
+        )));
+        // commands the probe ops cannot run are refused, nothing changes
+        for bad in ["bm_leaf:stacktrace", "bm_leaf:dump", "bm_leaf:cpudump:2"] {
+            assert_eq!(
+                w.echo(bad, FilterFile::Filter, false),
+                Err(Errno::EINVAL),
+                "{bad}"
+            );
+        }
+        assert!(w.sites().filters().probes().is_empty());
+        w.echo("bm_leaf:traceoff:1", FilterFile::Filter, false)
+            .unwrap();
+        w.probes(op, cell);
+        // no tracer: only the probe's site calls the trampoline
+        assert_eq!(w.patched(), ["bm_leaf"]);
+        assert!(w.sites().is_enabled(op));
+        SWITCH.0.store(true, Ordering::SeqCst);
+        w.dispatcher.call(addr("bm_middle"), 0, None);
+        assert!(SWITCH.0.load(Ordering::SeqCst));
+        w.dispatcher.call(addr("bm_leaf"), addr("bm_middle"), None);
+        assert!(!SWITCH.0.load(Ordering::SeqCst));
+        assert_eq!(
+            w.filter_text(FilterFile::Filter),
+            "#### all functions enabled ####\nbm_leaf:traceoff:count=0\n"
+        );
+        // spent: turning tracing back on sticks
+        SWITCH.0.store(true, Ordering::SeqCst);
+        w.dispatcher.call(addr("bm_leaf"), 0, None);
+        assert!(SWITCH.0.load(Ordering::SeqCst));
+
+        // a tracer beside the probes; a second command moves the probe ops' hash
+        w.echo("bm_*", FilterFile::Filter, false).unwrap();
+        w.enable(w.a);
+        w.echo("bm_middle:traceon", FilterFile::Filter, false)
+            .unwrap();
+        w.probes(op, cell);
+        let bm = ["bm_workload", "bm_outer", "bm_middle", "bm_leaf"];
+        assert_eq!(w.patched(), bm);
+        SWITCH.0.store(false, Ordering::SeqCst);
+        assert_eq!(
+            w.run(),
+            bm.iter().map(|n| (0, *n)).collect::<Vec<_>>(),
+            "the tracer sees every call"
+        );
+        assert!(SWITCH.0.load(Ordering::SeqCst), "bm_middle:traceon ran");
+        assert!(
+            w.filter_text(FilterFile::Filter)
+                .ends_with("bm_middle:traceon:unlimited\nbm_leaf:traceoff:count=0\n")
+        );
+
+        // the last command removed: the probe ops goes, its sites with it
+        w.echo("!bm_leaf:traceoff:0", FilterFile::Filter, false)
+            .unwrap();
+        w.echo("!bm_middle:traceon", FilterFile::Filter, false)
+            .unwrap();
+        w.probes(op, cell);
+        assert!(!w.sites().is_enabled(op));
+        w.disable(w.a);
+        assert!(w.patched().is_empty());
+        // only the `corrupt` site's report from initialisation
+        assert_eq!(w.bugs.len(), 1, "{:?}", w.bugs);
     }
 
     #[test]

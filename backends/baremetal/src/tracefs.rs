@@ -217,6 +217,12 @@ impl TraceBackend for BmBackend {
         }
     }
 
+    /// The ring buffer's record switch owns `tracing_on`: a `traceoff` function command
+    /// turns it off behind the tree.
+    fn tracing_on(&self) -> Option<bool> {
+        Some(TRACING.tracing_on())
+    }
+
     fn resize(&mut self, _cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
         if bytes == TRACING.buffer_bytes() {
             Ok(())

@@ -28,6 +28,7 @@ use core::fmt::{self, Write};
 use ftrace_core::Errno;
 use ftrace_core::dispatch::Dispatcher;
 use ftrace_core::event::TraceCtx;
+use ftrace_core::filter::ProbeActions;
 use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::platform::ExecContext;
 use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
@@ -50,7 +51,7 @@ use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
 use ftrace_tracers::tracer::{AdmitAll, EntrySink, Tracer as TracerImpl};
 
 use crate::cpu::{BareMetal, MAX_CPUS, this_cpu};
-use crate::functions::{FunctionSites, GraphFilterCell};
+use crate::functions::{FunctionSites, GraphFilterCell, ProbeCell};
 use crate::pages::StaticPages;
 use crate::port::{irq_restore, irq_save};
 use crate::sites::SiteTable;
@@ -228,6 +229,31 @@ static FUNCTION_OPS: FtraceOps = FtraceOps::new(function_call, OpsFlags::empty()
 static GRAPH_OPS: FtraceOps = FtraceOps::new(graph_entry, OpsFlags::GRAPH);
 /// The ops the global filter files (`set_ftrace_filter`, `set_ftrace_notrace`) apply to.
 static TRACER_OPS: [&FtraceOps; 2] = [&FUNCTION_OPS, &GRAPH_OPS];
+
+/// The function commands of `set_ftrace_filter` (`bm_leaf:traceoff:1`), as the probe ops runs
+/// them.
+static PROBES: ProbeCell = ProbeCell::new();
+/// The probe ops (`trace_probe_ops`): enabled while any function command exists, its filter
+/// hash the commands' functions, independent of the current tracer.
+static PROBE_OPS: FtraceOps = FtraceOps::new(probe_call, OpsFlags::empty());
+
+/// What the function commands act on: the instance's ring buffer record switch.
+struct BmProbeActions;
+
+impl ProbeActions for BmProbeActions {
+    fn tracing_is_on(&self) -> bool {
+        TRACING.tracing_on()
+    }
+
+    fn set_tracing_on(&self, on: bool) {
+        TRACING.set_tracing_on(on);
+    }
+}
+
+/// `function_trace_probe_call`: the probe ops' callback.
+fn probe_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
+    PROBES.run(ip, parent_ip, &BmProbeActions);
+}
 
 /// `function_trace_call`: the function tracer's ops callback.
 fn function_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
@@ -437,14 +463,16 @@ impl Tracing {
         r
     }
 
-    /// Empties the ring buffer (`tracing_reset_online_cpus`): recording off, every CPU synced
+    /// Empties the ring buffer (`tracing_reset_online_cpus`): recording disabled (counted,
+    /// `ring_buffer_record_disable`: the `tracing_on` switch is left alone), every CPU synced
     /// (an IPI cannot land inside a writer, which runs with interrupts off), reset, recording
-    /// back as `tracing_on` says.
+    /// enabled again.
     pub fn reset_buffers(&self) {
         let Some(rb) = ring() else {
             return;
         };
-        rb.set_record_on(false);
+        let cpus = || (0..MAX_CPUS).filter_map(|c| rb.cpu(c));
+        cpus().for_each(|c| c.record_disable());
         crate::text::sync_cores();
         // SAFETY: recording is off and every CPU has passed a sync point after that, so no
         // writer is inside the buffer; readers only run from the shell, which is us.
@@ -453,7 +481,7 @@ impl Tracing {
                 rb.reset();
             }
         }
-        rb.set_record_on(self.tracing_on.load(Ordering::Relaxed));
+        cpus().for_each(|c| c.record_enable());
     }
 
     /// Runs `f` on the filter files under the instance's lock (ftrace-tracefs's
@@ -465,8 +493,9 @@ impl Tracing {
         Ok(())
     }
 
-    /// A filter file was written: the hashes go to the ops and the graph filter, the records
-    /// and sites follow (`EIO` if a site could not be rewritten; it is reported).
+    /// A filter file was written: the hashes go to the ops and the graph filter, the
+    /// function commands to the probe ops (enabled while there is any), the records and
+    /// sites follow (`EIO` if a site could not be rewritten; it is reported).
     pub fn republish_filters(&self) -> Result<(), Errno> {
         let mut c = self.control.lock();
         let symbols = self.symbols();
@@ -474,7 +503,14 @@ impl Tracing {
         let st = sites.republish(&DISPATCHER, &GRAPH_FILTER, &mut KernelText, &mut |b| {
             report_bug(b, symbols)
         })?;
-        update_result(st)
+        let probes = sites.republish_probes(
+            &DISPATCHER,
+            &PROBE_OPS,
+            &PROBES,
+            &mut KernelText,
+            &mut |b| report_bug(b, symbols),
+        )?;
+        update_result(st).and(update_result(probes))
     }
 
     /// The read-back text of filter file `which`.
@@ -710,17 +746,21 @@ impl SymbolTable for NoSymbols {
 }
 
 impl Tracing {
-    /// `tracing_on`.
+    /// `tracing_on` (`tracer_tracing_is_on`): the ring buffer's sticky record switch, as
+    /// last set by [`Tracing::set_tracing_on`] (the file, or a `traceon` / `traceoff`
+    /// function command from the probe ops).
     pub fn tracing_on(&self) -> bool {
-        self.tracing_on.load(Ordering::Relaxed)
+        self.tracing_on.load(Ordering::SeqCst)
     }
 
-    /// Sets `tracing_on` (the ring buffer's recording switch).
+    /// Sets `tracing_on` (`tracer_tracing_on` / `tracer_tracing_off`: the ring buffer's
+    /// sticky record switch, and its mirror [`Tracing::tracing_on`] reads). Callable from any
+    /// CPU, inside a traced function (the probe ops does).
     pub fn set_tracing_on(&self, on: bool) {
-        self.tracing_on.store(on, Ordering::Relaxed);
         if let Some(rb) = ring() {
             rb.set_record_on(on);
         }
+        self.tracing_on.store(on, Ordering::SeqCst);
     }
 
     /// Switches to the tracer called `name` (`EINVAL` if there is none).

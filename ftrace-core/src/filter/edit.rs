@@ -16,9 +16,12 @@ use super::{Glob, MatchType, kstrtoul};
 use crate::errno::Errno;
 use crate::symbols::SymbolTable;
 use alloc::string::{String, ToString};
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt::Write;
+
+use super::probe::{ProbeCommand, ProbeCount, ProbeRunner, RunProbe};
 
 use super::FtraceHash;
 
@@ -285,6 +288,14 @@ pub trait CommandEnv {
     fn has_snapshot(&self) -> bool {
         true
     }
+
+    /// Whether the backend can run `cmd` (a command it cannot run is refused at write time
+    /// with `EINVAL`, as an unknown command is). `snapshot` also needs
+    /// [`CommandEnv::has_snapshot`]. The default accepts every command.
+    fn supports(&self, cmd: ProbeCommand) -> bool {
+        let _ = cmd;
+        true
+    }
 }
 
 /// A [`CommandEnv`] with symbols only: no events, snapshot supported.
@@ -297,42 +308,7 @@ impl<S: SymbolTable> CommandEnv for NoEvents<S> {
     }
 }
 
-/// A function command (`struct ftrace_func_command` + its probe ops).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ProbeCommand {
-    /// `traceon`: turn the ring buffer on.
-    Traceon,
-    /// `traceoff`: turn the ring buffer off.
-    Traceoff,
-    /// `stacktrace`: record a stack trace.
-    Stacktrace,
-    /// `snapshot`: take a snapshot.
-    Snapshot,
-    /// `enable_event:<system>:<event>`.
-    EnableEvent,
-    /// `disable_event:<system>:<event>`.
-    DisableEvent,
-    /// `dump`: dump the ring buffer to the console.
-    Dump,
-    /// `cpudump`: dump this CPU's ring buffer to the console.
-    Cpudump,
-}
-
 impl ProbeCommand {
-    /// The command's name as written and printed.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ProbeCommand::Traceon => "traceon",
-            ProbeCommand::Traceoff => "traceoff",
-            ProbeCommand::Stacktrace => "stacktrace",
-            ProbeCommand::Snapshot => "snapshot",
-            ProbeCommand::EnableEvent => "enable_event",
-            ProbeCommand::DisableEvent => "disable_event",
-            ProbeCommand::Dump => "dump",
-            ProbeCommand::Cpudump => "cpudump",
-        }
-    }
-
     fn from_name(name: &str, env: &dyn CommandEnv) -> Option<ProbeCommand> {
         Some(match name {
             "traceon" => ProbeCommand::Traceon,
@@ -345,6 +321,7 @@ impl ProbeCommand {
             "cpudump" => ProbeCommand::Cpudump,
             _ => return None,
         })
+        .filter(|&c| env.supports(c))
     }
 }
 
@@ -353,7 +330,7 @@ struct ProbeData {
     ip: u64,
     /// `None`: the uncounted probe ops (`:unlimited`); `Some(-1)` is a counted probe with no
     /// limit (an empty count), printed as `count=-1` like the kernel does.
-    count: Option<i64>,
+    count: Option<Arc<ProbeCount>>,
     event: Option<(String, String)>,
 }
 
@@ -404,7 +381,7 @@ impl ProbeTable {
                 Some(ProbeEntry {
                     ip,
                     cmd: p.cmd,
-                    count: d.count,
+                    count: d.count.as_ref().map(|c| c.get()),
                     event: d.event.as_ref().map(|(s, e)| (s.as_str(), e.as_str())),
                 })
             })
@@ -426,12 +403,38 @@ impl ProbeTable {
         )
     }
 
+    /// The probes indexed by function, for a backend's probe ops. The runner shares this
+    /// table's counts: what it decrements reads back in `set_ftrace_filter`.
+    pub fn runner(&self) -> ProbeRunner {
+        ProbeRunner::new(
+            self.probes
+                .iter()
+                .flat_map(|p| {
+                    p.hash.iter().filter_map(move |ip| {
+                        let d = p.data.iter().find(|d| d.ip == ip)?;
+                        Some(RunProbe {
+                            ip,
+                            cmd: p.cmd,
+                            count: d.count.clone(),
+                            event: d.event.clone(),
+                        })
+                    })
+                })
+                .collect(),
+        )
+    }
+
     /// Sets the remaining count of a counted `cmd` at `ip` (what a tracer does when the
     /// command fired); whether such a probe exists.
     pub fn set_count(&mut self, ip: u64, cmd: ProbeCommand, count: i64) -> bool {
         for p in self.probes.iter_mut().filter(|p| p.cmd == cmd && p.counted) {
-            if let Some(d) = p.data.iter_mut().find(|d| d.ip == ip) {
-                d.count = Some(count);
+            if let Some(c) = p
+                .data
+                .iter()
+                .find(|d| d.ip == ip)
+                .and_then(|d| d.count.as_ref())
+            {
+                c.set(count);
                 return true;
             }
         }
@@ -494,7 +497,7 @@ impl ProbeTable {
             }
             data.push(ProbeData {
                 ip,
-                count: counted.then_some(count),
+                count: counted.then(|| Arc::new(ProbeCount::new(count))),
                 event: event.map(|(s, e)| (s.to_string(), e.to_string())),
             });
             added += 1;
@@ -800,8 +803,17 @@ impl FilterEdit {
                 event_command(func, cmd, param, env, probes)
             }
             _ => {
+                // `dump` and `cpudump` run "only once": the kernel registers them with the
+                // parameter "1" whatever was written; `dump`'s probe ops keeps that count,
+                // `cpudump`'s has no count map at all (it reads back `:unlimited` and runs
+                // on every hit).
+                let (counted, param) = match cmd {
+                    ProbeCommand::Dump => (true, Some("1")),
+                    ProbeCommand::Cpudump => (false, None),
+                    _ => (param.is_some(), param),
+                };
                 if let Some(glob) = func.strip_prefix('!') {
-                    return probes.unregister(glob, cmd, param.is_some(), symbols);
+                    return probes.unregister(glob, cmd, counted, symbols);
                 }
                 let mut count: i64 = -1;
                 if let Some(p) = param {
@@ -810,7 +822,7 @@ impl FilterEdit {
                         count = kstrtoul(number)? as i64;
                     }
                 }
-                probes.register(func, cmd, param.is_some(), count, None, symbols)?;
+                probes.register(func, cmd, counted, count, None, symbols)?;
                 Ok(())
             }
         }

@@ -10,6 +10,8 @@
 //!   commands, `:mod:`), `FilterSet` (what a file holds), `ProbeTable` (the function
 //!   commands `traceon`, `traceoff`, `stacktrace`, `snapshot`, `enable_event`,
 //!   `disable_event`, `dump`, `cpudump`), and the read-back text.
+//! - [`probe`]: running those commands when their function is hit (`trace_probe_ops`), with
+//!   the kernel's count rules on atomic counts the table reads back.
 //!
 //! Invariant: patterns resolve against a [`SymbolTable`](crate::symbols::SymbolTable) in its
 //! listing order, and every rejected token leaves the edited state as it was, with the errno
@@ -18,12 +20,16 @@
 mod hash;
 pub use hash::FtraceHash;
 
+pub mod probe;
+pub use probe::{ProbeActions, ProbeCommand, ProbeCount, run_probe};
+#[cfg(feature = "alloc")]
+pub use probe::{ProbeRunner, RunProbe};
+
 #[cfg(feature = "alloc")]
 mod edit;
 #[cfg(feature = "alloc")]
 pub use edit::{
-    CommandEnv, FilterEdit, FilterFile, FilterSet, ModEntry, NoEvents, ProbeCommand, ProbeEntry,
-    ProbeTable,
+    CommandEnv, FilterEdit, FilterFile, FilterSet, ModEntry, NoEvents, ProbeEntry, ProbeTable,
 };
 
 use crate::errno::Errno;

@@ -21,6 +21,7 @@ use ftrace_ringbuf::{At, HeapPages};
 use ftrace_tracefs::event_filter::EventFilter;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{PatchRecords, StaticRecords};
+use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
 use ftrace_tracefs::triggers::Trigger;
 use ftrace_tracefs::{
     Errno, EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend,
@@ -101,6 +102,8 @@ pub struct State {
     pub event_states: BTreeMap<u16, EventState>,
     pub event_filters: BTreeMap<u16, Option<String>>,
     pub event_triggers: BTreeMap<u16, Vec<String>>,
+    /// The triggers as they run when the event fires (ftrace-tracefs's trigger runner).
+    pub trigger_runners: BTreeMap<u16, Rc<TriggerRunner>>,
     /// Refuse every event state change (a backend that cannot arm tracepoints).
     pub refuse_events: bool,
     /// The trace events the tree told about (their formats print their records).
@@ -187,6 +190,19 @@ impl State {
     /// the event enabled (and not soft-disabled) and its filter, if any, passes it.
     pub fn tracepoint(&mut self, cpu: u32, ts: u64, entry: &[u8]) -> bool {
         let id = u16::from_le_bytes([entry[0], entry[1]]);
+        let runner = self.trigger_runners.get(&id).cloned();
+        let armed = self.event_states.get(&id).is_some_and(|s| s.enabled);
+        if let Some(r) = runner.as_ref().filter(|_| armed) {
+            r.before_record(&ModelActions(std::cell::RefCell::new(self)));
+        }
+        let written = self.record_event(cpu, ts, id, entry);
+        if let Some(r) = runner.as_ref().filter(|_| armed) {
+            let cx = ftrace_tracefs::event_filter::RecordCtx { cpu, comm: b"" };
+            r.after_record(entry, &cx, &ModelActions(std::cell::RefCell::new(self)));
+        }
+        written
+    }
+    fn record_event(&mut self, cpu: u32, ts: u64, id: u16, entry: &[u8]) -> bool {
         let on = self
             .event_states
             .get(&id)
@@ -390,6 +406,7 @@ impl Host for ModelHost {
             event_states: BTreeMap::new(),
             event_filters: BTreeMap::new(),
             event_triggers: BTreeMap::new(),
+            trigger_runners: BTreeMap::new(),
             refuse_events: false,
             event_formats: Vec::new(),
         };
@@ -723,10 +740,49 @@ impl TraceBackend for ModelBackend {
             .insert(event.id, filter.map(|f| f.text().to_owned()));
     }
     fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
-        self.st
-            .borrow_mut()
-            .event_triggers
+        let mut st = self.st.borrow_mut();
+        st.event_triggers
             .insert(event.id, triggers.iter().map(|t| t.to_string()).collect());
+        st.trigger_runners
+            .insert(event.id, Rc::new(TriggerRunner::new(event, triggers)));
+    }
+    fn event_trigger_counts(&self, event: &TraceEventFormat) -> Option<Vec<i64>> {
+        Some(self.st.borrow().trigger_runners.get(&event.id)?.counts())
+    }
+    /// The soft-disabled bit as the triggers left it.
+    fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {
+        Some(self.st.borrow().event_states.get(&event.id)?.soft_disabled)
+    }
+    /// The ring buffers' record switch is the truth (a trigger may turn it off).
+    fn tracing_on(&self) -> Option<bool> {
+        Some(self.st.borrow().recording)
+    }
+}
+
+/// The model's side of the event triggers: the ring buffers' record switch and the events'
+/// soft-disabled bits.
+struct ModelActions<'a>(std::cell::RefCell<&'a mut State>);
+
+impl TriggerActions for ModelActions<'_> {
+    fn tracing_is_on(&self) -> bool {
+        self.0.borrow().recording
+    }
+    fn set_tracing_on(&self, on: bool) {
+        let mut st = self.0.borrow_mut();
+        st.recording = on;
+        st.bufs.iter().for_each(|b| b.set_record_on(on));
+    }
+    fn event_soft_disabled(&self, id: u16) -> Option<bool> {
+        self.0
+            .borrow()
+            .event_states
+            .get(&id)
+            .map(|s| s.soft_disabled)
+    }
+    fn set_event_soft_disabled(&self, id: u16, disabled: bool) {
+        if let Some(s) = self.0.borrow_mut().event_states.get_mut(&id) {
+            s.soft_disabled = disabled;
+        }
     }
 }
 
