@@ -737,9 +737,75 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
     echo_ok(vm, "echo nop > current_tracer")?;
     sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+    heap_reuse(vm)?;
     // four writes were meant to fail: the two unknown names, the marker with tracing off and
     // the stacktrace command
     Ok(4)
+}
+
+/// Rounds of the read-only batch the heap-reuse check runs.
+const REUSE_ROUNDS: usize = 100;
+/// The heap-reuse check's batch: read-only commands, each allocating while it runs.
+const REUSE_BATCH: [&str; 5] = [
+    "cat trace",
+    "cat enabled_functions",
+    "cat set_ftrace_filter",
+    "cat available_tracers",
+    "ls",
+];
+/// How much the heap in use may grow over the rounds (the allocator's rounding and free-list
+/// fragmentation); a heap that never reuses freed blocks grows by kilobytes per command.
+const REUSE_SLACK: u64 = 16 * 1024;
+
+/// The kernel's `heap` line: (bytes in use, allocations made in trace hooks or interrupts).
+fn heap_used(vm: &mut Vm) -> Result<(u64, u64), String> {
+    let out = vm.command("heap")?;
+    let parsed = out
+        .strip_prefix("heap: ")
+        .and_then(|r| r.strip_suffix(" allocations in trace hooks or interrupts\n"))
+        .and_then(|r| {
+            let (used, rest) = r.split_once(" of ")?;
+            let (_, irq_off) = rest.split_once(" bytes used, ")?;
+            Some((used.parse().ok()?, irq_off.parse().ok()?))
+        });
+    parsed.ok_or_else(|| format!("heap: {out:?}"))
+}
+
+/// Freed memory is reused: the same read-only batch, run [`REUSE_ROUNDS`] times (each output
+/// as the first round's), leaves the heap in use within [`REUSE_SLACK`] of where it was; and
+/// no trace hook or interrupt handler allocated, in the whole session so far.
+fn heap_reuse(vm: &mut Vm) -> Result<(), String> {
+    let t = Instant::now();
+    // The first round may set up what stays (caches, a snapshot buffer): it is not counted.
+    let mut want = Vec::new();
+    for cmd in REUSE_BATCH {
+        want.push(vm.command(cmd)?);
+    }
+    let (before, _) = heap_used(vm)?;
+    for round in 0..REUSE_ROUNDS {
+        for (cmd, want) in REUSE_BATCH.iter().zip(&want) {
+            let out = vm.command(cmd)?;
+            check(out == *want, || {
+                format!("heap reuse, round {round}: {cmd} changed:\n{out}\nwas:\n{want}")
+            })?;
+        }
+    }
+    let (after, in_hooks) = heap_used(vm)?;
+    let n = REUSE_ROUNDS * REUSE_BATCH.len();
+    check(after <= before + REUSE_SLACK, || {
+        format!(
+            "heap in use grew from {before} to {after} bytes over {n} read-only commands: \
+             freed blocks are not reused"
+        )
+    })?;
+    check(in_hooks == 0, || {
+        format!("{in_hooks} allocations were made in trace hooks or interrupt handlers")
+    })?;
+    println!(
+        "qemu-test: heap in use {before} -> {after} bytes over {n} read-only commands ({:.2} s)",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// The workload functions `bm_*` selects.

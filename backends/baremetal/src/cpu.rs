@@ -11,7 +11,7 @@ use ftrace_core::event::TraceCtx;
 use ftrace_core::platform::{CpuId, ExecContext, RecursionState, TaskContext};
 use ftrace_core::recursion::TraceRecursion;
 
-use crate::port::{RFLAGS_IF, read_rflags, wrmsr};
+use crate::port::{RFLAGS_IF, rdmsr, read_rflags, wrmsr};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// The most CPUs the backend serves.
@@ -55,6 +55,13 @@ impl PerCpu {
     #[inline]
     pub fn in_exception(&self) -> bool {
         self.exception_depth.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether tracing code (a trace hook: the entry hook and the ops it calls, or the
+    /// function_graph return hook) is running on this CPU.
+    #[inline]
+    pub fn in_trace_hook(&self) -> bool {
+        self.trace_recursion.load(Ordering::Relaxed) != 0
     }
 
     /// Counts an exception handler in; returns the new nesting depth.
@@ -121,6 +128,16 @@ pub fn this_cpu() -> &'static PerCpu {
     unsafe { &*(p as *const PerCpu) }
 }
 
+/// The calling CPU's slot, or `None` before [`init_this_cpu`] has run on it (for code that
+/// may run that early, such as the allocator). Reads the GS base MSR: not for hot paths.
+pub fn this_cpu_if_ready() -> Option<&'static PerCpu> {
+    // SAFETY: reading IA32_GS_BASE has no side effect; ring 0.
+    let base = unsafe { rdmsr(IA32_GS_BASE) };
+    PER_CPU
+        .iter()
+        .find(|slot| core::ptr::eq(*slot, base as *const PerCpu))
+}
+
 /// Slot `index` (for readers that visit every CPU).
 pub fn cpu_slot(index: usize) -> Option<&'static PerCpu> {
     PER_CPU.get(index)
@@ -184,5 +201,23 @@ impl RecursionState for BareMetal {
     #[inline]
     fn trace_recursion(&self) -> &TraceRecursion {
         &this_cpu().ftrace_recursion
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_trace_hook_follows_the_recursion_bits() {
+        let c = PerCpu::new();
+        assert!(!c.in_trace_hook());
+        assert!(c.try_enter(0));
+        assert!(c.in_trace_hook());
+        assert!(c.try_enter(1));
+        c.leave(0);
+        assert!(c.in_trace_hook(), "the return hook's bit still held");
+        c.leave(1);
+        assert!(!c.in_trace_hook());
     }
 }

@@ -18,7 +18,7 @@
 //! - [`functions`]: its call-site records and filter files, wired as the kernel wires them
 //!   (ftrace-patch's record table, ftrace-tracefs's filter state, the ops' hashes);
 //! - [`tracefs`]: ftrace-tracefs's tree bound to this backend;
-//! - `rt` (feature `rt`): `mem*` and a bump heap for a freestanding image.
+//! - `rt` (feature `rt`): `mem*` and the global allocator for a freestanding image.
 //!
 //! The crate is `#![no_std]` and x86_64-only. It compiles on the (x86_64) host so that its unit
 //! tests run there; everything that touches privileged state is only ever *called* inside the

@@ -1,5 +1,5 @@
 //! The freestanding runtime a kernel image built with the host target needs (feature `rt`):
-//! the `mem*` functions and a bump heap.
+//! the `mem*` functions and the global allocator ([`KernelHeap`]).
 //!
 //! The host target's compiler_builtins leaves `memcpy`, `memmove`, `memset`, `memcmp` and `bcmp`
 //! to libc, which a kernel does not link. They are written with `rep movsb`/`rep stosb` and
@@ -9,8 +9,13 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::arch::asm;
 use core::cell::UnsafeCell;
+use core::ptr::NonNull;
 
-use crate::sync::{AtomicUsize, Ordering};
+use linked_list_allocator::Heap;
+
+use crate::cpu::this_cpu_if_ready;
+use crate::port::{irq_restore, irq_save};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering, SpinLock};
 
 /// `memcpy`.
 ///
@@ -92,75 +97,97 @@ pub unsafe extern "C" fn bcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
     unsafe { memcmp(a, b, n) }
 }
 
-/// Size of a [`BumpHeap`]'s arena.
+/// Size of the [`KernelHeap`]'s arena.
 pub const HEAP_SIZE: usize = 8 << 20;
 
-/// A bump allocator over a static arena of [`HEAP_SIZE`] bytes: allocation is a pointer bump,
-/// `dealloc` only reclaims the most recent block. Enough for a test kernel's boot-time tables.
+/// The kernel's global allocator: `linked_list_allocator`'s first-fit [`Heap`] over a static
+/// arena of [`HEAP_SIZE`] bytes, behind the backend's spin lock with interrupts off while it
+/// is held. Freed blocks go back on the free list (merged with their neighbours), so a long
+/// shell session reuses memory instead of running the arena dry.
+///
+/// Invariant: only control paths (boot, the shell, patching) allocate. The trace hooks and
+/// exception/interrupt handlers never do; an allocation made from one is counted
+/// ([`KernelHeap::hook_allocs`]) so a run can show none happened. Interrupts are off while
+/// the lock is held, so an interrupt on the same CPU can never find it taken.
 ///
 /// Not generic on purpose: its code is compiled here, in an uninstrumented crate, rather than
 /// instantiated inside the (instrumented) kernel crate.
-pub struct BumpHeap {
+///
+/// [`Heap`]: linked_list_allocator::Heap
+pub struct KernelHeap {
     arena: UnsafeCell<[u8; HEAP_SIZE]>,
-    next: AtomicUsize,
+    heap: SpinLock<Heap>,
+    ready: AtomicBool,
+    hook_allocs: AtomicUsize,
 }
 
-const N: usize = HEAP_SIZE;
+// SAFETY: the arena is only reached through `heap`, which the spin lock serialises; the arena
+// pointer handed to `Heap::init` is the only other use, made once under that lock.
+unsafe impl Sync for KernelHeap {}
 
-// SAFETY: blocks are handed out by an atomic bump, so no two callers get overlapping memory.
-unsafe impl Sync for BumpHeap {}
-
-impl BumpHeap {
-    /// An empty heap.
+impl KernelHeap {
+    /// An empty heap; the arena is handed to the allocator on first use.
     pub const fn new() -> Self {
         Self {
-            arena: UnsafeCell::new([0; N]),
-            next: AtomicUsize::new(0),
+            arena: UnsafeCell::new([0; HEAP_SIZE]),
+            heap: SpinLock::new(Heap::empty()),
+            ready: AtomicBool::new(false),
+            hook_allocs: AtomicUsize::new(0),
         }
     }
 
-    /// Bytes handed out so far.
+    /// Runs `f` on the initialised heap, holding the lock with interrupts off.
+    fn with<R>(&self, f: impl FnOnce(&mut Heap) -> R) -> R {
+        let flags = irq_save();
+        let r = {
+            let mut heap = self.heap.lock();
+            if !self.ready.load(Ordering::Relaxed) {
+                // SAFETY: the arena is a static block of HEAP_SIZE bytes owned by this heap
+                // alone; `ready` (checked and set under the lock) makes this the only init.
+                unsafe { heap.init(self.arena.get().cast::<u8>(), HEAP_SIZE) };
+                self.ready.store(true, Ordering::Relaxed);
+            }
+            f(&mut heap)
+        };
+        irq_restore(flags);
+        r
+    }
+
+    /// Bytes in live allocations (including the allocator's rounding of each block).
     pub fn used(&self) -> usize {
-        self.next.load(Ordering::Relaxed)
+        self.with(|h| h.used())
+    }
+
+    /// Allocations made from a trace hook or an exception/interrupt handler: none is
+    /// expected.
+    pub fn hook_allocs(&self) -> usize {
+        self.hook_allocs.load(Ordering::Relaxed)
     }
 }
 
-impl Default for BumpHeap {
+impl Default for KernelHeap {
     fn default() -> Self {
         Self::new()
     }
 }
 
-// SAFETY: alloc returns distinct, suitably aligned blocks inside the arena or null.
-unsafe impl GlobalAlloc for BumpHeap {
+// SAFETY: `Heap` hands out distinct, suitably aligned blocks inside the arena (or fails, and
+// null is returned); every access to it is serialised by the lock.
+unsafe impl GlobalAlloc for KernelHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let base = self.arena.get() as usize;
-        let mut cur = self.next.load(Ordering::Relaxed);
-        loop {
-            let start = (base + cur).next_multiple_of(layout.align()) - base;
-            let Some(end) = start.checked_add(layout.size()).filter(|&e| e <= N) else {
-                return core::ptr::null_mut();
-            };
-            match self
-                .next
-                .compare_exchange_weak(cur, end, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return (base + start) as *mut u8,
-                Err(now) => cur = now,
-            }
+        if this_cpu_if_ready().is_some_and(|c| c.in_trace_hook() || c.in_exception()) {
+            self.hook_allocs.fetch_add(1, Ordering::Relaxed);
         }
+        self.with(|h| h.allocate_first_fit(layout))
+            .map_or(core::ptr::null_mut(), NonNull::as_ptr)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let base = self.arena.get() as usize;
-        let off = ptr as usize - base;
-        // Only the last block can be given back; others stay until reboot.
-        let _ = self.next.compare_exchange(
-            off + layout.size(),
-            off,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        let Some(ptr) = NonNull::new(ptr) else {
+            return;
+        };
+        // SAFETY: the GlobalAlloc contract: `ptr` came from `alloc` with this `layout`.
+        self.with(|h| unsafe { h.deallocate(ptr, layout) });
     }
 }
 

@@ -169,6 +169,9 @@ fn ring() -> Option<&'static RingBuffer<&'static StaticPages>> {
 
 /// Recursion bit of the entry hook.
 const RECURSION_ENTRY: u32 = 0;
+/// Bit the return hook holds while it runs (never refused: a redirected return must be
+/// resumed); it marks the CPU as in a trace hook (`PerCpu::in_trace_hook`).
+const RECURSION_RETURN: u32 = 1;
 
 fn cpu_trace(cpu: u32) -> *mut CpuTrace {
     // SAFETY: only the address is taken; the module invariant governs its use.
@@ -315,9 +318,12 @@ extern "C" fn entry_hook(ip: u64, parent_ip: u64, parent_slot: *mut u64) {
 }
 
 extern "C" fn return_hook() -> u64 {
+    let me = this_cpu();
+    // Not a guard: the bit only marks this CPU as in a hook (nothing here is instrumented).
+    let _ = me.try_enter(RECURSION_RETURN);
     let task = Sampled(BareMetal.trace_ctx());
     let irq = irq_save();
-    let cpu = this_cpu().index();
+    let cpu = me.index();
     // SAFETY: this CPU's slot, interrupts off (module invariant).
     let t = unsafe { &mut *cpu_trace(cpu) };
     let now = BareMetal.now_ns();
@@ -331,6 +337,7 @@ extern "C" fn return_hook() -> u64 {
         crate::qemu::exit(crate::qemu::Verdict::Fail, "graph shadow stack underflow");
     };
     irq_restore(irq);
+    me.leave(RECURSION_RETURN);
     exit.ret
 }
 

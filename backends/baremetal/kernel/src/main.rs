@@ -18,15 +18,15 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
 
-use ftrace_baremetal::tracing::TRACING;
 use ftrace_baremetal::qemu::{self, Verdict};
-use ftrace_baremetal::rt::BumpHeap;
+use ftrace_baremetal::rt::KernelHeap;
 use ftrace_baremetal::serial::{self, Com1};
 use ftrace_baremetal::shell::{self, Builtins, Outcome, Shell};
 use ftrace_baremetal::sites::SiteTable;
 use ftrace_baremetal::sync::{AtomicPtr, AtomicU64, Ordering};
 use ftrace_baremetal::text::KernelText;
 use ftrace_baremetal::tracefs::SerialTracefs;
+use ftrace_baremetal::tracing::TRACING;
 use ftrace_baremetal::{clock, cpu, idt, port, println, smp, text, trampoline};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{Arch, BreakpointTable, PokeSite, Protocol, StopFixup, TextFault, TextPoke};
@@ -34,7 +34,7 @@ use ftrace_patch::{Arch, BreakpointTable, PokeSite, Protocol, StopFixup, TextFau
 core::arch::global_asm!(include_str!("boot.S"), options(att_syntax));
 
 #[global_allocator]
-static HEAP: BumpHeap = BumpHeap::new();
+static HEAP: KernelHeap = KernelHeap::new();
 
 unsafe extern "C" {
     static __start_pfe: u64;
@@ -176,7 +176,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         HEAP.used() / 1024
     );
     println!(
-        "tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; poweroff pass [N]|fail)"
+        "tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; heap; poweroff pass [N]|fail)"
     );
     run_shell()
 }
@@ -515,11 +515,21 @@ impl Builtins for Kernel {
                 unsafe { core::ptr::write_volatile(target, 0xCC) };
                 fail(out, "fault: the write to text did not fault")
             }
+            ["heap"] => {
+                let _ = writeln!(
+                    out,
+                    "heap: {} of {} bytes used, {} allocations in trace hooks or interrupts",
+                    HEAP.used(),
+                    ftrace_baremetal::rt::HEAP_SIZE,
+                    HEAP.hook_allocs()
+                );
+                Outcome::Ok
+            }
             ["help"] => {
                 let _ = writeln!(
                     out,
                     "ls [DIR] | cat FILE... | echo [-n] WORDS [>|>> FILE] | workload N | \
-                     workload N [irqsoff] [cpu=C] | poweroff pass [N]|fail | fault"
+                     workload N [irqsoff] [cpu=C] | heap | poweroff pass [N]|fail | fault"
                 );
                 Outcome::Ok
             }
@@ -551,11 +561,12 @@ fn run_shell() -> ! {
             sh.execute(text, &tree, &mut k, c);
         });
         if let Some((v, expected)) = k.poweroff {
-            // The bump heap never reuses freed blocks: how much a session takes is worth seeing.
+            // What the session left allocated is worth seeing (freed blocks are reused).
             println!(
-                "heap: {} KiB of {} KiB used",
+                "heap: {} KiB of {} KiB used, {} allocations in trace hooks or interrupts",
                 HEAP.used() / 1024,
-                ftrace_baremetal::rt::HEAP_SIZE / 1024
+                ftrace_baremetal::rt::HEAP_SIZE / 1024,
+                HEAP.hook_allocs()
             );
             let why = alloc::format!(
                 "{} commands, {} failed, {} expected to",
