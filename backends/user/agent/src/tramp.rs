@@ -229,6 +229,59 @@ ftrace_agent_root_tramp:
     FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
+    // function_graph entry's shared middle, for both the call form and the jmp form. On
+    // entry rsi = this thread's TLS block, the saved registers below 48(%rsp), the parent at
+    // 48(%rsp) and the address after the site at \site(%rsp). Pushes the shadow frame
+    // (ret, ip, calltime, slot) and writes the entry event; jumps to the invoker's `8:` when
+    // the thread is not tracing or the shadow stack is full, falls (or jumps to its `2:`,
+    // when the ring is full) through to the invoker's exit with rax, rcx, rdx, rdi clobbered.
+    .macro FTRACE_AGENT_GRAPH_ENTER site, noclock
+    cmpq $1, {off_state}(%rsi)
+    jne 8f
+    movq {off_depth}(%rsi), %rdi
+    cmpq ${shadow_frames}, %rdi
+    jae 8f
+    leaq 1(%rdi), %rcx
+    movq %rcx, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq %rdi, %rax
+    shlq $5, %rax
+    addq {off_shadow}(%rsi), %rax
+    movq 48(%rsp), %rcx
+    movq %rcx, 0(%rax)
+    movq \site(%rsp), %rcx
+    subq $5, %rcx
+    movq %rcx, 8(%rax)
+    movq %rdx, 16(%rax)
+    leaq 48(%rsp), %rcx
+    movq %rcx, 24(%rax)
+    movq {off_header}(%rsi), %rcx
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rcx)
+    cmpq {off_limit}(%rsi), %rax
+    ja 2f
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    shll $8, %edi
+    orl %edi, %ecx
+    orl ${kind_ent}, %ecx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq \site(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 48(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+    .endm
+
     // function_graph entry, then (at \ret_name) its return trampoline. The entry pushes the
     // shadow frame and records, then CALLS the function body (the site's address + 5) from
     // the return-address slot: the traced function sees the same stack as untraced with
@@ -251,50 +304,7 @@ ftrace_agent_root_tramp:
     // 0: rdi, 8: rsi, 16: rdx, 24: rcx, 32: rax, 40: the address after the site, 48: parent
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
     addq %fs:0, %rsi
-    cmpq $1, {off_state}(%rsi)
-    jne 8f
-    movq {off_depth}(%rsi), %rdi
-    cmpq ${shadow_frames}, %rdi
-    jae 8f
-    leaq 1(%rdi), %rcx
-    movq %rcx, {off_depth}(%rsi)
-    FTRACE_AGENT_CLOCK \noclock
-    movq %rdi, %rax
-    shlq $5, %rax
-    addq {off_shadow}(%rsi), %rax
-    movq 48(%rsp), %rcx
-    movq %rcx, 0(%rax)
-    movq 40(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rax)
-    movq %rdx, 16(%rax)
-    leaq 48(%rsp), %rcx
-    movq %rcx, 24(%rax)
-    movq {off_header}(%rsi), %rcx
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rcx)
-    cmpq {off_limit}(%rsi), %rax
-    ja 2f
-    movl {off_shift}(%rsi), %ecx
-    btq %rcx, %rax
-    sbbl %ecx, %ecx
-    andl ${lap_bit}, %ecx
-    shll $8, %edi
-    orl %edi, %ecx
-    orl ${kind_ent}, %ecx
-    andq {off_mask}(%rsi), %rax
-    shlq $5, %rax
-    addq {off_slots}(%rsi), %rax
-    movq %rdx, 0(%rax)
-    movq 40(%rsp), %rdx
-    subq $5, %rdx
-    movq %rdx, 8(%rax)
-    movq 48(%rsp), %rdx
-    movq %rdx, 16(%rax)
-    movq {off_cpu}(%rsi), %rdx
-    movl (%rdx), %edx
-    movl %edx, 28(%rax)
-    movl %ecx, 24(%rax)
+    FTRACE_AGENT_GRAPH_ENTER 40, \noclock
 2:
     popq %rdi
     popq %rsi
@@ -411,50 +421,7 @@ ftrace_agent_root_tramp:
     // 0: body, 8: rdi, 16: rsi, 24: rdx, 32: rcx, 40: rax, 48: parent
     movq \name\()_data(%rip), %rsi
     addq %fs:0, %rsi
-    cmpq $1, {off_state}(%rsi)
-    jne 8f
-    movq {off_depth}(%rsi), %rdi
-    cmpq ${shadow_frames}, %rdi
-    jae 8f
-    leaq 1(%rdi), %rcx
-    movq %rcx, {off_depth}(%rsi)
-    FTRACE_AGENT_CLOCK \noclock
-    movq %rdi, %rax
-    shlq $5, %rax
-    addq {off_shadow}(%rsi), %rax
-    movq 48(%rsp), %rcx
-    movq %rcx, 0(%rax)
-    movq 0(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rax)
-    movq %rdx, 16(%rax)
-    leaq 48(%rsp), %rcx
-    movq %rcx, 24(%rax)
-    movq {off_header}(%rsi), %rcx
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rcx)
-    cmpq {off_limit}(%rsi), %rax
-    ja 2f
-    movl {off_shift}(%rsi), %ecx
-    btq %rcx, %rax
-    sbbl %ecx, %ecx
-    andl ${lap_bit}, %ecx
-    shll $8, %edi
-    orl %edi, %ecx
-    orl ${kind_ent}, %ecx
-    andq {off_mask}(%rsi), %rax
-    shlq $5, %rax
-    addq {off_slots}(%rsi), %rax
-    movq %rdx, 0(%rax)
-    movq 0(%rsp), %rdx
-    subq $5, %rdx
-    movq %rdx, 8(%rax)
-    movq 48(%rsp), %rdx
-    movq %rdx, 16(%rax)
-    movq {off_cpu}(%rsi), %rdx
-    movl (%rdx), %edx
-    movl %edx, 28(%rax)
-    movl %ecx, 24(%rax)
+    FTRACE_AGENT_GRAPH_ENTER 0, \noclock
 2:
     leaq 8(%rsp), %rsp
     popq %rdi
