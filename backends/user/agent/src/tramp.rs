@@ -53,6 +53,45 @@ core::arch::global_asm!(
 ftrace_agent_tls:
     .zero 256
 
+    // The full-save paths keep all sixteen xmm registers (caller-saved in the SysV ABI, so
+    // the Rust handler may clobber them) in the 256 bytes at rsp, which is 16-aligned.
+    .macro FTRACE_AGENT_SAVE_XMM
+    movaps %xmm0, 0(%rsp)
+    movaps %xmm1, 16(%rsp)
+    movaps %xmm2, 32(%rsp)
+    movaps %xmm3, 48(%rsp)
+    movaps %xmm4, 64(%rsp)
+    movaps %xmm5, 80(%rsp)
+    movaps %xmm6, 96(%rsp)
+    movaps %xmm7, 112(%rsp)
+    movaps %xmm8, 128(%rsp)
+    movaps %xmm9, 144(%rsp)
+    movaps %xmm10, 160(%rsp)
+    movaps %xmm11, 176(%rsp)
+    movaps %xmm12, 192(%rsp)
+    movaps %xmm13, 208(%rsp)
+    movaps %xmm14, 224(%rsp)
+    movaps %xmm15, 240(%rsp)
+    .endm
+    .macro FTRACE_AGENT_RESTORE_XMM
+    movaps 0(%rsp), %xmm0
+    movaps 16(%rsp), %xmm1
+    movaps 32(%rsp), %xmm2
+    movaps 48(%rsp), %xmm3
+    movaps 64(%rsp), %xmm4
+    movaps 80(%rsp), %xmm5
+    movaps 96(%rsp), %xmm6
+    movaps 112(%rsp), %xmm7
+    movaps 128(%rsp), %xmm8
+    movaps 144(%rsp), %xmm9
+    movaps 160(%rsp), %xmm10
+    movaps 176(%rsp), %xmm11
+    movaps 192(%rsp), %xmm12
+    movaps 208(%rsp), %xmm13
+    movaps 224(%rsp), %xmm14
+    movaps 240(%rsp), %xmm15
+    .endm
+
     .text
     .p2align 4
     .globl ftrace_agent_entry_tramp
@@ -84,22 +123,7 @@ ftrace_agent_root_tramp:
     pushq %r9
     pushq %r10
     subq $256, %rsp
-    movaps %xmm0, 0(%rsp)
-    movaps %xmm1, 16(%rsp)
-    movaps %xmm2, 32(%rsp)
-    movaps %xmm3, 48(%rsp)
-    movaps %xmm4, 64(%rsp)
-    movaps %xmm5, 80(%rsp)
-    movaps %xmm6, 96(%rsp)
-    movaps %xmm7, 112(%rsp)
-    movaps %xmm8, 128(%rsp)
-    movaps %xmm9, 144(%rsp)
-    movaps %xmm10, 160(%rsp)
-    movaps %xmm11, 176(%rsp)
-    movaps %xmm12, 192(%rsp)
-    movaps %xmm13, 208(%rsp)
-    movaps %xmm14, 224(%rsp)
-    movaps %xmm15, 240(%rsp)
+    FTRACE_AGENT_SAVE_XMM
     movq 16(%rbp), %rdi
     leaq 24(%rbp), %rdx
     movq (%rdx), %rsi
@@ -107,22 +131,7 @@ ftrace_agent_root_tramp:
     addq %fs:0, %rcx
     movl %r11d, %r8d
     call {on_entry}
-    movaps 0(%rsp), %xmm0
-    movaps 16(%rsp), %xmm1
-    movaps 32(%rsp), %xmm2
-    movaps 48(%rsp), %xmm3
-    movaps 64(%rsp), %xmm4
-    movaps 80(%rsp), %xmm5
-    movaps 96(%rsp), %xmm6
-    movaps 112(%rsp), %xmm7
-    movaps 128(%rsp), %xmm8
-    movaps 144(%rsp), %xmm9
-    movaps 160(%rsp), %xmm10
-    movaps 176(%rsp), %xmm11
-    movaps 192(%rsp), %xmm12
-    movaps 208(%rsp), %xmm13
-    movaps 224(%rsp), %xmm14
-    movaps 240(%rsp), %xmm15
+    FTRACE_AGENT_RESTORE_XMM
     addq $256, %rsp
     popq %r10
     popq %r9
@@ -547,43 +556,13 @@ ftrace_agent_return_slow:
     pushq %r10
     pushq %r11
     subq $264, %rsp
-    movaps %xmm0, 0(%rsp)
-    movaps %xmm1, 16(%rsp)
-    movaps %xmm2, 32(%rsp)
-    movaps %xmm3, 48(%rsp)
-    movaps %xmm4, 64(%rsp)
-    movaps %xmm5, 80(%rsp)
-    movaps %xmm6, 96(%rsp)
-    movaps %xmm7, 112(%rsp)
-    movaps %xmm8, 128(%rsp)
-    movaps %xmm9, 144(%rsp)
-    movaps %xmm10, 160(%rsp)
-    movaps %xmm11, 176(%rsp)
-    movaps %xmm12, 192(%rsp)
-    movaps %xmm13, 208(%rsp)
-    movaps %xmm14, 224(%rsp)
-    movaps %xmm15, 240(%rsp)
+    FTRACE_AGENT_SAVE_XMM
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rdi
     addq %fs:0, %rdi
     leaq 16(%rbp), %rsi
     call {on_return}
     movq %rax, 8(%rbp)
-    movaps 0(%rsp), %xmm0
-    movaps 16(%rsp), %xmm1
-    movaps 32(%rsp), %xmm2
-    movaps 48(%rsp), %xmm3
-    movaps 64(%rsp), %xmm4
-    movaps 80(%rsp), %xmm5
-    movaps 96(%rsp), %xmm6
-    movaps 112(%rsp), %xmm7
-    movaps 128(%rsp), %xmm8
-    movaps 144(%rsp), %xmm9
-    movaps 160(%rsp), %xmm10
-    movaps 176(%rsp), %xmm11
-    movaps 192(%rsp), %xmm12
-    movaps 208(%rsp), %xmm13
-    movaps 224(%rsp), %xmm14
-    movaps 240(%rsp), %xmm15
+    FTRACE_AGENT_RESTORE_XMM
     addq $264, %rsp
     popq %r11
     popq %r10
