@@ -93,6 +93,30 @@ pub trait Reader: Send {
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool;
 }
 
+/// A [`Reader`] that hands out one prepared text as a single chunk, then ends: a `trace`
+/// snapshot a backend renders whole at open.
+#[derive(Debug)]
+pub struct TextReader(Option<Vec<u8>>);
+
+impl TextReader {
+    /// A reader of `text`.
+    pub fn new(text: Vec<u8>) -> Self {
+        TextReader(Some(text))
+    }
+}
+
+impl Reader for TextReader {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        match self.0.take() {
+            Some(t) => {
+                out.extend_from_slice(&t);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
 /// An open function-filter file being written (the dispatcher's `ftrace_regex` session).
 pub trait FilterEdit: Send {
     /// Parses and applies the start of `data` to the pending filter and returns how many bytes
@@ -286,5 +310,24 @@ pub trait Host {
     /// The call-site records, if dynamic ftrace exists on this platform.
     fn functions(&self) -> Option<&dyn FunctionRecords> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_reader_yields_its_text_once_then_ends() {
+        let mut r = TextReader::new(b"# tracer: nop\n".to_vec());
+        let mut out = b"before:".to_vec();
+        assert!(r.next_chunk(&mut out));
+        assert_eq!(out, b"before:# tracer: nop\n");
+        assert!(!r.next_chunk(&mut out));
+        assert!(!r.next_chunk(&mut out));
+        assert_eq!(out, b"before:# tracer: nop\n");
+        let mut empty = TextReader::new(Vec::new());
+        assert!(empty.next_chunk(&mut out));
+        assert!(!empty.next_chunk(&mut out));
     }
 }

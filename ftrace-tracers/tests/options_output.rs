@@ -56,6 +56,23 @@ fn info() -> HeaderInfo<'static> {
     }
 }
 
+/// What a [`TraceWriter`] in `style` prints of `l` under `env` (one graph state per CPU): the
+/// whole `trace` file with `header`, only the event lines without one.
+fn text(
+    l: &mut EventLists<'_>,
+    env: &OutputEnv<'_>,
+    style: OutputStyle,
+    overruns: bool,
+    header: Option<&HeaderInfo<'_>>,
+) -> String {
+    let mut st = vec![GraphCpuState::INIT; env.nr_cpu_ids as usize];
+    let mut w = TraceWriter::new(style, &mut st, overruns);
+    let mut out = Vec::new();
+    w.write_trace(&mut out, env, header, &mut TraceIter::new(l, None))
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
 /// Two events 42.413 ms apart on CPU 0, printed with `opts`.
 fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> String {
     let d = openat(148);
@@ -67,14 +84,14 @@ fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> Stri
     env.options = opts;
     env.time_in_ns = in_ns;
     env.time_start = time_start;
-    let mut st = [GraphCpuState::INIT; 2];
-    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, false);
-    let mut it = TraceIter::new(&mut l, None);
-    let mut out = Vec::new();
     let i = info();
-    w.write_trace(&mut out, &env, header.then_some(&i), &mut it)
-        .unwrap();
-    String::from_utf8(out).unwrap()
+    text(
+        &mut l,
+        &env,
+        OutputStyle::Default,
+        false,
+        header.then_some(&i),
+    )
 }
 
 fn first_line(s: &str) -> &str {
@@ -154,12 +171,7 @@ fn counter_clock_prints_the_raw_value() {
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 1);
     env.time_in_ns = false;
-    let mut st = [GraphCpuState::INIT];
-    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, false);
-    let mut out = Vec::new();
-    w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
-        .unwrap();
-    let out = String::from_utf8(out).unwrap();
+    let out = text(&mut l, &env, OutputStyle::Default, false, None);
     assert!(
         out.ends_with(".....            5: do_sys_openat2 <-__x64_sys_openat\n"),
         "{out}"
@@ -226,12 +238,7 @@ fn module_symbols_and_lost_events_and_annotate() {
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 2);
     env.options |= TraceOptions::SYM_OFFSET;
-    let mut st = [GraphCpuState::INIT; 2];
-    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, true);
-    let mut out = Vec::new();
-    w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
-        .unwrap();
-    let out = String::from_utf8(out).unwrap();
+    let out = text(&mut l, &env, OutputStyle::Default, true, None);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[2], "CPU:0 [LOST 7 EVENTS]");
     assert!(lines[3].ends_with(": mod_func+0x4/0x40 [mymod] <-__x64_sys_openat+0x6e/0xa0"));
@@ -296,14 +303,9 @@ fn graph_proc_overrun_latency_and_irqs() {
         let mut env = OutputEnv::new(&s, &Sh, 4);
         env.options = opts;
         env.irq_text = Some((0xffffffff81e00000, 0xffffffff81f00000));
-        let mut st = [GraphCpuState::INIT];
-        let mut w = TraceWriter::new(OutputStyle::Graph(flags), &mut st, false);
-        let mut out = Vec::new();
         let mut i = info();
         i.tracer = "function_graph";
-        w.write_trace(&mut out, &env, Some(&i), &mut TraceIter::new(&mut l, None))
-            .unwrap();
-        String::from_utf8(out).unwrap()
+        text(&mut l, &env, OutputStyle::Graph(flags), false, Some(&i))
     };
     let f = GraphFlags::DEFAULT | GraphFlags::PROC | GraphFlags::OVERRUN;
     assert_eq!(
@@ -386,12 +388,7 @@ fn scheduler_records_and_stacks() {
         l.push(EventRef::new(0, 3000, &stack));
         let mut env = OutputEnv::new(&s, &Sh, 1);
         env.options = opts;
-        let mut st = [GraphCpuState::INIT];
-        let mut w = TraceWriter::new(OutputStyle::Default, &mut st, false);
-        let mut out = Vec::new();
-        w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
-            .unwrap();
-        String::from_utf8(out).unwrap()
+        text(&mut l, &env, OutputStyle::Default, false, None)
     };
     let out = render(D - TraceOptions::CONTEXT_INFO);
     assert_eq!(
@@ -456,14 +453,9 @@ fn graph_without_duration_or_overhead_or_context() {
         }
         let mut env = OutputEnv::new(&s, &Sh, 2);
         env.options = opts;
-        let mut st = [GraphCpuState::INIT];
-        let mut w = TraceWriter::new(OutputStyle::Graph(flags), &mut st, false);
-        let mut out = Vec::new();
         let mut i = info();
         i.tracer = "function_graph";
-        w.write_trace(&mut out, &env, Some(&i), &mut TraceIter::new(&mut l, None))
-            .unwrap();
-        String::from_utf8(out).unwrap()
+        text(&mut l, &env, OutputStyle::Graph(flags), false, Some(&i))
     };
     let d = GraphFlags::DEFAULT;
     assert_eq!(

@@ -174,6 +174,13 @@ fn run<const N: usize>(
     }
 }
 
+/// Runs [`tree`] through `t` with no graph filter, from time 0; returns what it recorded.
+fn run_tree<const N: usize>(t: &FunctionGraphTracer, stack: &mut ShadowStack<N>) -> VecSink {
+    let (sink, now) = (VecSink::default(), Cell::new(0));
+    run(t, stack, &GraphFunctions::default(), &sink, &now, &tree());
+    sink
+}
+
 fn tree() -> Call {
     // a { b { c { d } } e }  f
     Call(
@@ -250,16 +257,8 @@ fn function_graph_respects_max_depth() {
     t.init().unwrap();
     t.set_max_depth_str("2\n").unwrap();
     assert_eq!(t.set_max_depth_str("x"), Err(ftrace_core::Errno::EINVAL));
-    let (sink, now) = (VecSink::default(), Cell::new(0));
     let mut stack = ShadowStack::<50>::new();
-    run(
-        &t,
-        &mut stack,
-        &GraphFunctions::default(),
-        &sink,
-        &now,
-        &tree(),
-    );
+    let sink = run_tree(&t, &mut stack);
     let recs = graph_records(&sink);
     assert_paired(&recs);
     assert!(recs.iter().all(|r| r.2 < 2), "nothing at depth 2 or deeper");
@@ -303,17 +302,9 @@ fn function_graph_filters_roots_and_notrace() {
 fn function_graph_counts_overruns_like_the_kernel() {
     let t = FunctionGraphTracer::new(false);
     t.init().unwrap();
-    let (sink, now) = (VecSink::default(), Cell::new(0));
     // A 2-frame shadow stack: c and d do not fit.
     let mut stack = ShadowStack::<2>::new();
-    run(
-        &t,
-        &mut stack,
-        &GraphFunctions::default(),
-        &sink,
-        &now,
-        &tree(),
-    );
+    let sink = run_tree(&t, &mut stack);
     assert_eq!(stack.overrun(), 2);
     let recs = graph_records(&sink);
     assert_paired(&recs);
@@ -327,16 +318,8 @@ fn function_graph_thresh_records_only_slow_returns() {
     let t = FunctionGraphTracer::new(false);
     t.init().unwrap();
     t.set_thresh_ns(2500);
-    let (sink, now) = (VecSink::default(), Cell::new(0));
     let mut stack = ShadowStack::<50>::new();
-    run(
-        &t,
-        &mut stack,
-        &GraphFunctions::default(),
-        &sink,
-        &now,
-        &tree(),
-    );
+    let sink = run_tree(&t, &mut stack);
     let recs = graph_records(&sink);
     assert!(recs.iter().all(|r| !r.0), "no entries under tracing_thresh");
     let funcs: Vec<u64> = recs.iter().map(|r| r.1).collect();
@@ -381,16 +364,8 @@ fn syms() -> SortedSymbols {
 fn recorded_graph_prints_as_a_call_graph() {
     let t = FunctionGraphTracer::new(false);
     t.init().unwrap();
-    let (sink, now) = (VecSink::default(), Cell::new(0));
     let mut stack = ShadowStack::<50>::new();
-    run(
-        &t,
-        &mut stack,
-        &GraphFunctions::default(),
-        &sink,
-        &now,
-        &tree(),
-    );
+    let sink = run_tree(&t, &mut stack);
     let got = format(
         &sink,
         &syms(),

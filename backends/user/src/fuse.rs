@@ -596,8 +596,9 @@ fn receive_fd(sock: &OwnedFd) -> std::io::Result<OwnedFd> {
     Err(std::io::Error::other("fusermount3 sent no descriptor"))
 }
 
-/// Mounts `fs` at `dir` (type `fuse.tracefs`, owner only, auto-unmounted if the tool dies).
-pub fn mount<H: Host + Send + 'static>(fs: TracefsFs<H>, dir: &Path) -> Result<Mount, String> {
+/// Why `dir` cannot take a tracefs mount now ([`fuse_unavailable`], or `dir` is not a
+/// directory): [`mount`] checks it, and so does a run with `--mount` before it starts the program.
+pub fn check_mount_point(dir: &Path) -> Result<(), String> {
     if let Some(why) = fuse_unavailable() {
         return Err(why);
     }
@@ -607,6 +608,12 @@ pub fn mount<H: Host + Send + 'static>(fs: TracefsFs<H>, dir: &Path) -> Result<M
             dir.display()
         ));
     }
+    Ok(())
+}
+
+/// Mounts `fs` at `dir` (type `fuse.tracefs`, owner only, auto-unmounted if the tool dies).
+pub fn mount<H: Host + Send + 'static>(fs: TracefsFs<H>, dir: &Path) -> Result<Mount, String> {
+    check_mount_point(dir)?;
     let fm = fusermount().expect("checked");
     let closing = fs.closing.clone();
     let mut fds = [0; 2];

@@ -32,8 +32,8 @@ use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::PageStats;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::{
-    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TraceBackend,
-    TracerOption,
+    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
+    TraceBackend, TracerOption,
 };
 use ftrace_tracers::function::{
     FunctionTracer, trace_marker_raw_write as marker_raw, trace_marker_write as marker,
@@ -339,21 +339,6 @@ fn lock(s: &Shared) -> MutexGuard<'_, State> {
     s.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One prepared text, then the end (the `trace` snapshot).
-struct Once(Option<Vec<u8>>);
-
-impl Reader for Once {
-    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
-        match self.0.take() {
-            Some(t) => {
-                out.extend_from_slice(&t);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
 /// `trace_pipe`: consumes what is there, keeping the graph printer's state between reads.
 struct Pipe {
     state: Shared,
@@ -639,7 +624,7 @@ impl TraceBackend for UserBackend {
         let mut st = lock(&self.state);
         let evs = st.events(cpu, false);
         let mut g = vec![GraphCpuState::INIT; st.nr_cpus.max(1) as usize];
-        Box::new(Once(Some(st.render(&evs, true, cpu, &mut g))))
+        Box::new(TextReader::new(st.render(&evs, true, cpu, &mut g)))
     }
 
     fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {

@@ -163,19 +163,11 @@ fn run_mounted(
     args: &[String],
 ) -> Result<ExitStatus, String> {
     use crate::agentctl::AgentLink;
-    use crate::fuse::{TracefsFs, fuse_unavailable, mount};
+    use crate::fuse::{TracefsFs, check_mount_point, mount};
     use crate::live::LiveRecording;
     use crate::livefs::UserHost;
 
-    if let Some(why) = fuse_unavailable() {
-        return Err(why);
-    }
-    if !dir.is_dir() {
-        return Err(format!(
-            "{}: not a directory (the mount point)",
-            dir.display()
-        ));
-    }
+    check_mount_point(dir)?;
     let agent = crate::launch::find_agent()?;
     std::fs::create_dir_all(&opts.output).map_err(|e| format!("{}: {e}", opts.output.display()))?;
     let signals = BlockedSignals::new();

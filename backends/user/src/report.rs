@@ -42,6 +42,8 @@ use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::Tracer;
 use ftrace_tracers::{ClockId, EventRef, Missed, Options, TraceIter, TraceOptions};
 
+use crate::export::page_size_from_header;
+
 /// What `ftrace report` was asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReportArgs {
@@ -136,16 +138,6 @@ impl TaskNames for SavedCmdlines {
     fn comm(&self, pid: i32) -> Option<&str> {
         self.0.get(&pid).map(String::as_str)
     }
-}
-
-/// The page size `events/header_page` describes (`data` offset + size).
-fn page_size_from_header(text: &str) -> Option<usize> {
-    let line = text.lines().find(|l| l.contains(" data;"))?;
-    let num = |key: &str| -> Option<usize> {
-        let at = line.find(key)? + key.len();
-        line[at..].split(';').next()?.trim().parse().ok()
-    };
-    Some(num("offset:")? + num("size:")?)
 }
 
 /// Maps the recording kernel's event ids (from its format files) to ours, by event name.

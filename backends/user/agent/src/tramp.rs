@@ -53,6 +53,45 @@ core::arch::global_asm!(
 ftrace_agent_tls:
     .zero 256
 
+    // The full-save paths keep all sixteen xmm registers (caller-saved in the SysV ABI, so
+    // the Rust handler may clobber them) in the 256 bytes at rsp, which is 16-aligned.
+    .macro FTRACE_AGENT_SAVE_XMM
+    movaps %xmm0, 0(%rsp)
+    movaps %xmm1, 16(%rsp)
+    movaps %xmm2, 32(%rsp)
+    movaps %xmm3, 48(%rsp)
+    movaps %xmm4, 64(%rsp)
+    movaps %xmm5, 80(%rsp)
+    movaps %xmm6, 96(%rsp)
+    movaps %xmm7, 112(%rsp)
+    movaps %xmm8, 128(%rsp)
+    movaps %xmm9, 144(%rsp)
+    movaps %xmm10, 160(%rsp)
+    movaps %xmm11, 176(%rsp)
+    movaps %xmm12, 192(%rsp)
+    movaps %xmm13, 208(%rsp)
+    movaps %xmm14, 224(%rsp)
+    movaps %xmm15, 240(%rsp)
+    .endm
+    .macro FTRACE_AGENT_RESTORE_XMM
+    movaps 0(%rsp), %xmm0
+    movaps 16(%rsp), %xmm1
+    movaps 32(%rsp), %xmm2
+    movaps 48(%rsp), %xmm3
+    movaps 64(%rsp), %xmm4
+    movaps 80(%rsp), %xmm5
+    movaps 96(%rsp), %xmm6
+    movaps 112(%rsp), %xmm7
+    movaps 128(%rsp), %xmm8
+    movaps 144(%rsp), %xmm9
+    movaps 160(%rsp), %xmm10
+    movaps 176(%rsp), %xmm11
+    movaps 192(%rsp), %xmm12
+    movaps 208(%rsp), %xmm13
+    movaps 224(%rsp), %xmm14
+    movaps 240(%rsp), %xmm15
+    .endm
+
     .text
     .p2align 4
     .globl ftrace_agent_entry_tramp
@@ -84,22 +123,7 @@ ftrace_agent_root_tramp:
     pushq %r9
     pushq %r10
     subq $256, %rsp
-    movaps %xmm0, 0(%rsp)
-    movaps %xmm1, 16(%rsp)
-    movaps %xmm2, 32(%rsp)
-    movaps %xmm3, 48(%rsp)
-    movaps %xmm4, 64(%rsp)
-    movaps %xmm5, 80(%rsp)
-    movaps %xmm6, 96(%rsp)
-    movaps %xmm7, 112(%rsp)
-    movaps %xmm8, 128(%rsp)
-    movaps %xmm9, 144(%rsp)
-    movaps %xmm10, 160(%rsp)
-    movaps %xmm11, 176(%rsp)
-    movaps %xmm12, 192(%rsp)
-    movaps %xmm13, 208(%rsp)
-    movaps %xmm14, 224(%rsp)
-    movaps %xmm15, 240(%rsp)
+    FTRACE_AGENT_SAVE_XMM
     movq 16(%rbp), %rdi
     leaq 24(%rbp), %rdx
     movq (%rdx), %rsi
@@ -107,22 +131,7 @@ ftrace_agent_root_tramp:
     addq %fs:0, %rcx
     movl %r11d, %r8d
     call {on_entry}
-    movaps 0(%rsp), %xmm0
-    movaps 16(%rsp), %xmm1
-    movaps 32(%rsp), %xmm2
-    movaps 48(%rsp), %xmm3
-    movaps 64(%rsp), %xmm4
-    movaps 80(%rsp), %xmm5
-    movaps 96(%rsp), %xmm6
-    movaps 112(%rsp), %xmm7
-    movaps 128(%rsp), %xmm8
-    movaps 144(%rsp), %xmm9
-    movaps 160(%rsp), %xmm10
-    movaps 176(%rsp), %xmm11
-    movaps 192(%rsp), %xmm12
-    movaps 208(%rsp), %xmm13
-    movaps 224(%rsp), %xmm14
-    movaps 240(%rsp), %xmm15
+    FTRACE_AGENT_RESTORE_XMM
     addq $256, %rsp
     popq %r10
     popq %r9
@@ -229,6 +238,59 @@ ftrace_agent_root_tramp:
     FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
+    // function_graph entry's shared middle, for both the call form and the jmp form. On
+    // entry rsi = this thread's TLS block, the saved registers below 48(%rsp), the parent at
+    // 48(%rsp) and the address after the site at \site(%rsp). Pushes the shadow frame
+    // (ret, ip, calltime, slot) and writes the entry event; jumps to the invoker's `8:` when
+    // the thread is not tracing or the shadow stack is full, falls (or jumps to its `2:`,
+    // when the ring is full) through to the invoker's exit with rax, rcx, rdx, rdi clobbered.
+    .macro FTRACE_AGENT_GRAPH_ENTER site, noclock
+    cmpq $1, {off_state}(%rsi)
+    jne 8f
+    movq {off_depth}(%rsi), %rdi
+    cmpq ${shadow_frames}, %rdi
+    jae 8f
+    leaq 1(%rdi), %rcx
+    movq %rcx, {off_depth}(%rsi)
+    FTRACE_AGENT_CLOCK \noclock
+    movq %rdi, %rax
+    shlq $5, %rax
+    addq {off_shadow}(%rsi), %rax
+    movq 48(%rsp), %rcx
+    movq %rcx, 0(%rax)
+    movq \site(%rsp), %rcx
+    subq $5, %rcx
+    movq %rcx, 8(%rax)
+    movq %rdx, 16(%rax)
+    leaq 48(%rsp), %rcx
+    movq %rcx, 24(%rax)
+    movq {off_header}(%rsi), %rcx
+    movl $1, %eax
+    xaddq %rax, {off_head}(%rcx)
+    cmpq {off_limit}(%rsi), %rax
+    ja 2f
+    movl {off_shift}(%rsi), %ecx
+    btq %rcx, %rax
+    sbbl %ecx, %ecx
+    andl ${lap_bit}, %ecx
+    shll $8, %edi
+    orl %edi, %ecx
+    orl ${kind_ent}, %ecx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq \site(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 48(%rsp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+    .endm
+
     // function_graph entry, then (at \ret_name) its return trampoline. The entry pushes the
     // shadow frame and records, then CALLS the function body (the site's address + 5) from
     // the return-address slot: the traced function sees the same stack as untraced with
@@ -251,50 +313,7 @@ ftrace_agent_root_tramp:
     // 0: rdi, 8: rsi, 16: rdx, 24: rcx, 32: rax, 40: the address after the site, 48: parent
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
     addq %fs:0, %rsi
-    cmpq $1, {off_state}(%rsi)
-    jne 8f
-    movq {off_depth}(%rsi), %rdi
-    cmpq ${shadow_frames}, %rdi
-    jae 8f
-    leaq 1(%rdi), %rcx
-    movq %rcx, {off_depth}(%rsi)
-    FTRACE_AGENT_CLOCK \noclock
-    movq %rdi, %rax
-    shlq $5, %rax
-    addq {off_shadow}(%rsi), %rax
-    movq 48(%rsp), %rcx
-    movq %rcx, 0(%rax)
-    movq 40(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rax)
-    movq %rdx, 16(%rax)
-    leaq 48(%rsp), %rcx
-    movq %rcx, 24(%rax)
-    movq {off_header}(%rsi), %rcx
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rcx)
-    cmpq {off_limit}(%rsi), %rax
-    ja 2f
-    movl {off_shift}(%rsi), %ecx
-    btq %rcx, %rax
-    sbbl %ecx, %ecx
-    andl ${lap_bit}, %ecx
-    shll $8, %edi
-    orl %edi, %ecx
-    orl ${kind_ent}, %ecx
-    andq {off_mask}(%rsi), %rax
-    shlq $5, %rax
-    addq {off_slots}(%rsi), %rax
-    movq %rdx, 0(%rax)
-    movq 40(%rsp), %rdx
-    subq $5, %rdx
-    movq %rdx, 8(%rax)
-    movq 48(%rsp), %rdx
-    movq %rdx, 16(%rax)
-    movq {off_cpu}(%rsi), %rdx
-    movl (%rdx), %edx
-    movl %edx, 28(%rax)
-    movl %ecx, 24(%rax)
+    FTRACE_AGENT_GRAPH_ENTER 40, \noclock
 2:
     popq %rdi
     popq %rsi
@@ -411,50 +430,7 @@ ftrace_agent_root_tramp:
     // 0: body, 8: rdi, 16: rsi, 24: rdx, 32: rcx, 40: rax, 48: parent
     movq \name\()_data(%rip), %rsi
     addq %fs:0, %rsi
-    cmpq $1, {off_state}(%rsi)
-    jne 8f
-    movq {off_depth}(%rsi), %rdi
-    cmpq ${shadow_frames}, %rdi
-    jae 8f
-    leaq 1(%rdi), %rcx
-    movq %rcx, {off_depth}(%rsi)
-    FTRACE_AGENT_CLOCK \noclock
-    movq %rdi, %rax
-    shlq $5, %rax
-    addq {off_shadow}(%rsi), %rax
-    movq 48(%rsp), %rcx
-    movq %rcx, 0(%rax)
-    movq 0(%rsp), %rcx
-    subq $5, %rcx
-    movq %rcx, 8(%rax)
-    movq %rdx, 16(%rax)
-    leaq 48(%rsp), %rcx
-    movq %rcx, 24(%rax)
-    movq {off_header}(%rsi), %rcx
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rcx)
-    cmpq {off_limit}(%rsi), %rax
-    ja 2f
-    movl {off_shift}(%rsi), %ecx
-    btq %rcx, %rax
-    sbbl %ecx, %ecx
-    andl ${lap_bit}, %ecx
-    shll $8, %edi
-    orl %edi, %ecx
-    orl ${kind_ent}, %ecx
-    andq {off_mask}(%rsi), %rax
-    shlq $5, %rax
-    addq {off_slots}(%rsi), %rax
-    movq %rdx, 0(%rax)
-    movq 0(%rsp), %rdx
-    subq $5, %rdx
-    movq %rdx, 8(%rax)
-    movq 48(%rsp), %rdx
-    movq %rdx, 16(%rax)
-    movq {off_cpu}(%rsi), %rdx
-    movl (%rdx), %edx
-    movl %edx, 28(%rax)
-    movl %ecx, 24(%rax)
+    FTRACE_AGENT_GRAPH_ENTER 0, \noclock
 2:
     leaq 8(%rsp), %rsp
     popq %rdi
@@ -580,43 +556,13 @@ ftrace_agent_return_slow:
     pushq %r10
     pushq %r11
     subq $264, %rsp
-    movaps %xmm0, 0(%rsp)
-    movaps %xmm1, 16(%rsp)
-    movaps %xmm2, 32(%rsp)
-    movaps %xmm3, 48(%rsp)
-    movaps %xmm4, 64(%rsp)
-    movaps %xmm5, 80(%rsp)
-    movaps %xmm6, 96(%rsp)
-    movaps %xmm7, 112(%rsp)
-    movaps %xmm8, 128(%rsp)
-    movaps %xmm9, 144(%rsp)
-    movaps %xmm10, 160(%rsp)
-    movaps %xmm11, 176(%rsp)
-    movaps %xmm12, 192(%rsp)
-    movaps %xmm13, 208(%rsp)
-    movaps %xmm14, 224(%rsp)
-    movaps %xmm15, 240(%rsp)
+    FTRACE_AGENT_SAVE_XMM
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rdi
     addq %fs:0, %rdi
     leaq 16(%rbp), %rsi
     call {on_return}
     movq %rax, 8(%rbp)
-    movaps 0(%rsp), %xmm0
-    movaps 16(%rsp), %xmm1
-    movaps 32(%rsp), %xmm2
-    movaps 48(%rsp), %xmm3
-    movaps 64(%rsp), %xmm4
-    movaps 80(%rsp), %xmm5
-    movaps 96(%rsp), %xmm6
-    movaps 112(%rsp), %xmm7
-    movaps 128(%rsp), %xmm8
-    movaps 144(%rsp), %xmm9
-    movaps 160(%rsp), %xmm10
-    movaps 176(%rsp), %xmm11
-    movaps 192(%rsp), %xmm12
-    movaps 208(%rsp), %xmm13
-    movaps 224(%rsp), %xmm14
-    movaps 240(%rsp), %xmm15
+    FTRACE_AGENT_RESTORE_XMM
     addq $264, %rsp
     popq %r11
     popq %r10

@@ -420,7 +420,7 @@ impl Ev {
 }
 
 /// The page size `events/header_page` describes (`data` offset + size).
-fn page_size_from_header(text: &str) -> Option<usize> {
+pub(crate) fn page_size_from_header(text: &str) -> Option<usize> {
     let line = text.lines().find(|l| l.contains(" data;"))?;
     let num = |key: &str| -> Option<usize> {
         let at = line.find(key)? + key.len();
