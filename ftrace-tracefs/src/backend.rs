@@ -103,6 +103,11 @@ impl TextReader {
     pub fn new(text: Vec<u8>) -> Self {
         TextReader(Some(text))
     }
+
+    /// A reader that ends at once (no data, not even an empty chunk).
+    pub fn empty() -> Self {
+        TextReader(None)
+    }
 }
 
 impl Reader for TextReader {

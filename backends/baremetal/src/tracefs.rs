@@ -29,8 +29,8 @@ use ftrace_core::symbols::{Symbol, SymbolTable};
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{CallSites, PatchRecords, RecordSource};
 use ftrace_tracefs::{
-    FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
-    TracerOption,
+    FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TextReader, TraceBackend,
+    Tracefs, TracerOption,
 };
 use ftrace_tracers::TraceOptions;
 
@@ -150,21 +150,6 @@ impl FilterStore for BmFilters {
 #[derive(Debug, Default)]
 pub struct BmBackend;
 
-/// A reader that hands out one prepared text, then ends.
-struct TextReader(Option<Vec<u8>>);
-
-impl Reader for TextReader {
-    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
-        match self.0.take() {
-            Some(t) => {
-                out.extend_from_slice(&t);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
 /// `fmt::Write` into a byte vector.
 struct VecText<'a>(&'a mut Vec<u8>);
 
@@ -258,15 +243,15 @@ impl TraceBackend for BmBackend {
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
         let mut text = Vec::new();
         let _ = TRACING.format_trace(cpu, &mut VecText(&mut text));
-        Box::new(TextReader(Some(text)))
+        Box::new(TextReader::new(text))
     }
 
     fn open_pipe(&mut self, _cpu: Option<u32>) -> Box<dyn Reader> {
-        Box::new(TextReader(None))
+        Box::new(TextReader::empty())
     }
 
     fn open_pipe_raw(&mut self, _cpu: u32) -> Box<dyn Reader> {
-        Box::new(TextReader(None))
+        Box::new(TextReader::empty())
     }
 
     fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno> {
