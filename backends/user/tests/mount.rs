@@ -789,3 +789,41 @@ fn traceoff_command_runs_in_the_program() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("wrong 0"), "{text}");
 }
+
+#[test]
+fn function_commands_run_under_nop() {
+    let m = Mounted::start("probes_nop", "function");
+    m.echo("nop", "current_tracer");
+    assert_eq!(m.read("enabled_functions"), "");
+    // An unlimited traceoff: its site is enabled for the probe alone and records nothing.
+    m.echo("tick_beta:traceoff", "set_ftrace_filter");
+    let enabled = m.read("enabled_functions");
+    assert!(enabled.starts_with("tick_beta"), "{enabled}");
+    assert_eq!(enabled.lines().count(), 1, "{enabled}");
+    wait_for("the traceoff probe", || {
+        (m.read("tracing_on") == "0\n").then_some(())
+    });
+    assert!(
+        m.read("set_ftrace_filter")
+            .lines()
+            .any(|l| l == "tick_beta:traceoff:unlimited")
+    );
+    // Unlimited: turned back on, the next tick_beta call turns it off again.
+    m.echo("1", "tracing_on");
+    wait_for("the traceoff probe to fire again", || {
+        (m.read("tracing_on") == "0\n").then_some(())
+    });
+    assert_eq!(events(&m.read("trace")), Vec::<&str>::new());
+    // Removed: the site goes with it.
+    m.echo("!tick_beta:traceoff", "set_ftrace_filter");
+    assert_eq!(m.read("enabled_functions"), "");
+    assert!(!m.read("set_ftrace_filter").contains("traceoff"));
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("wrong 0"), "{text}");
+}
