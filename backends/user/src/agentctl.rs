@@ -30,6 +30,17 @@ pub struct SiteLine {
     pub name: String,
 }
 
+/// A counted function command's remaining count as the agent reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeLine {
+    /// The probed site.
+    pub addr: u64,
+    /// The command's name (`traceoff`).
+    pub cmd: String,
+    /// What is left of its count.
+    pub count: i64,
+}
+
 /// The process at the other end of a unix socket (`SO_PEERCRED`).
 fn peer_pid(sock: &UnixStream) -> std::io::Result<u32> {
     use std::os::fd::AsRawFd;
@@ -166,6 +177,33 @@ impl AgentLink {
                 enabled: e == "1",
                 module: m.to_string(),
                 name: n.to_string(),
+            });
+        }
+    }
+
+    /// Reads back what the program's function commands changed: its `tracing_on` and the
+    /// remaining count of every counted probe.
+    pub fn probes(&mut self) -> Result<(bool, Vec<ProbeLine>), Errno> {
+        self.send(b"PROBES\n")?;
+        let first = self.line()?;
+        let on = match first.strip_prefix("ON ") {
+            Some(v) => v == "1",
+            None => return Err(Errno::EIO),
+        };
+        let mut v = Vec::new();
+        loop {
+            let l = self.line()?;
+            if l == "." {
+                return Ok((on, v));
+            }
+            let mut it = l.splitn(3, '\t');
+            let (Some(a), Some(c), Some(n)) = (it.next(), it.next(), it.next()) else {
+                return Err(Errno::EIO);
+            };
+            v.push(ProbeLine {
+                addr: u64::from_str_radix(a, 16).map_err(|_| Errno::EIO)?,
+                cmd: c.to_string(),
+                count: n.parse().map_err(|_| Errno::EIO)?,
             });
         }
     }

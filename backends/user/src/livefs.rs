@@ -15,8 +15,14 @@
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
 //! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
 //! filters and cpumasks other than "all" (`EINVAL`), `set_graph_notrace` writes (`ENODEV`), and
-//! function commands such as `f:traceoff` (`EINVAL`). Invariant: a refused write changes
-//! nothing, here or in the program.
+//! function commands other than `traceon` / `traceoff` (`EINVAL`). Invariant: a refused write
+//! changes nothing, here or in the program.
+//!
+//! `f:traceon[:N]` / `f:traceoff[:N]` run in the program (the agent's probe ops), which owns
+//! `tracing_on` and the counts while they run: the tree reads both back from the agent
+//! ([`TraceBackend::tracing_on`], the `set_ftrace_filter` read-back) and takes them before
+//! sending a new state. A probe that fires between that read and the new state's arrival
+//! (the span of one request) may be undone by it (the count restored, `tracing_on` set back).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -25,8 +31,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ftrace_agent::config::{ClockKind, TracerKind};
 use ftrace_agent::control::Wanted;
+use ftrace_agent::probe::WantedProbe;
 use ftrace_core::Errno;
 use ftrace_core::event::{TraceCtx, TraceFlags as CtxFlags};
+use ftrace_core::filter::{CommandEnv, ProbeCommand};
 use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::PageStats;
@@ -191,7 +199,19 @@ impl State {
         let f = a.filters.set(FilterFile::Filter);
         let n = a.filters.set(FilterFile::Notrace);
         let g = a.filters.set(FilterFile::GraphFunction);
+        let probes = a
+            .filters
+            .probes()
+            .entries()
+            .filter(|p| matches!(p.cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff))
+            .map(|p| WantedProbe {
+                addr: p.ip,
+                cmd: p.cmd,
+                count: p.count,
+            })
+            .collect();
         Some(Wanted {
+            probes,
             tracer: TracerKind::parse(self.tracer),
             on: self.on,
             depth: self.depth,
@@ -206,8 +226,36 @@ impl State {
         })
     }
 
-    /// Sends the wanted state (top level only).
+    /// Takes what the program's function commands changed: its `tracing_on` and the
+    /// probes' remaining counts (top level only).
+    fn sync(&mut self) -> Result<(), Errno> {
+        let Some(a) = &mut self.agent else {
+            return Ok(());
+        };
+        let (on, counts) = a.link.probes()?;
+        self.on = on;
+        let runner = a.filters.probes().runner();
+        for l in counts {
+            if let Some(c) = runner
+                .at(l.addr)
+                .iter()
+                .find(|p| p.cmd.name() == l.cmd)
+                .and_then(|p| p.count.as_ref())
+            {
+                c.set(l.count);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the program's changes ([`State::sync`]), then sends the wanted state.
     fn push(&mut self) -> Result<(), Errno> {
+        self.sync()?;
+        self.send()
+    }
+
+    /// Sends the wanted state (top level only).
+    fn send(&mut self) -> Result<(), Errno> {
         let Some(w) = self.wanted() else {
             return Ok(());
         };
@@ -410,7 +458,10 @@ struct Filters(Shared);
 
 impl FilterStore for Filters {
     fn with_state(&self, f: &mut dyn FnMut(&mut FilterState)) {
-        if let Some(a) = &mut lock(&self.0).agent {
+        let mut st = lock(&self.0);
+        // Edits start from the counts the program has now (a dead link fails at publish).
+        let _ = st.sync();
+        if let Some(a) = &mut st.agent {
             f(&mut a.filters)
         }
     }
@@ -420,26 +471,22 @@ impl FilterStore for Filters {
     }
 }
 
-/// A filter-file write session that refuses function commands (`f:traceoff`): the agent runs
-/// no probes, so accepting one would pretend.
-struct NoCommands(Box<dyn FilterEdit>);
+/// The filter language's environment here: the program's call sites, no trace events, no
+/// snapshot buffer, and only the function commands the agent runs (`traceon`, `traceoff`):
+/// any other is refused with `EINVAL`, changing nothing.
+struct LiveCommands(Arc<dyn SymbolTable + Send + Sync>);
 
-impl FilterEdit for NoCommands {
-    fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
-        let first = data
-            .split(|b| b.is_ascii_whitespace() || *b == 0)
-            .find(|t| !t.is_empty());
-        if let Some(tok) = first {
-            let text = String::from_utf8_lossy(tok);
-            if text.contains(':') && !text.contains(":mod:") {
-                return Err(Errno::EINVAL);
-            }
-        }
-        self.0.write(data)
+impl CommandEnv for LiveCommands {
+    fn symbols(&self) -> &dyn SymbolTable {
+        &*self.0
     }
 
-    fn release(self: Box<Self>) -> Result<(), Errno> {
-        self.0.release()
+    fn has_snapshot(&self) -> bool {
+        false
+    }
+
+    fn supports(&self, cmd: ProbeCommand) -> bool {
+        matches!(cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff)
     }
 }
 
@@ -516,9 +563,10 @@ impl TraceBackend for UserBackend {
         let mut st = lock(&self.state);
         match param {
             Param::TracingOn(on) => {
+                st.sync()?;
                 let old = st.on;
                 st.on = on;
-                st.push().inspect_err(|_| st.on = old)
+                st.send().inspect_err(|_| st.on = old)
             }
             Param::MaxGraphDepth(d) => {
                 let old = st.depth;
@@ -560,6 +608,15 @@ impl TraceBackend for UserBackend {
             Param::TracingThresh(0) | Param::ProfileEnabled(false) => Ok(()),
             _ => Err(Errno::EINVAL),
         }
+    }
+
+    fn tracing_on(&self) -> Option<bool> {
+        let mut st = lock(&self.state);
+        st.agent.as_ref()?;
+        // The program's switch, which its `traceon` / `traceoff` commands change (a dead link
+        // shows the last known).
+        let _ = st.sync();
+        Some(st.on)
     }
 
     fn resize(&mut self, _cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
@@ -683,15 +740,20 @@ impl TraceBackend for UserBackend {
         if lock(&self.state).agent.is_none() || which == FilterFile::GraphNotrace {
             return Err(Errno::ENODEV);
         }
-        Ok(Box::new(NoCommands(FilterWriter::open(
+        Ok(FilterWriter::open(
             Filters(self.state.clone()),
             which,
             truncate,
-        ))))
+        ))
     }
 
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
-        match &lock(&self.state).agent {
+        let mut st = lock(&self.state);
+        if which == FilterFile::Filter {
+            // The counts as the program spent them (a dead link shows the last known).
+            let _ = st.sync();
+        }
+        match &st.agent {
             Some(a) => a.filters.write_filter(which, w),
             None => Ok(()),
         }
@@ -823,7 +885,7 @@ impl UserHost {
                 exe,
                 live,
                 sites,
-                filters: FilterState::with_symbols(syms),
+                filters: FilterState::new(Arc::new(LiveCommands(syms))),
             }),
             clock,
             nr_cpus,

@@ -717,3 +717,113 @@ fn tracer_switches_under_load() {
     assert!(calls.ends_with(" wrong 0\n"), "{calls}");
     assert_eq!(mounts_at(&mnt), vec![]);
 }
+
+#[test]
+fn traceoff_command_runs_in_the_program() {
+    let m = Mounted::start("probes", "function");
+    let count = |m: &Mounted| events(&m.read("trace")).len();
+    wait_for("tick_beta events", || {
+        m.read("trace")
+            .contains(" tick_beta <-tick_alpha")
+            .then_some(())
+    });
+    assert_eq!(m.read("tracing_on"), "1\n");
+
+    // A command the agent cannot run is refused and changes nothing.
+    let before = m.read("set_ftrace_filter");
+    let o = sh(&format!(
+        "/bin/echo 'tick_beta:stacktrace' >> {}",
+        m.path("set_ftrace_filter").display()
+    ));
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Invalid argument"));
+    assert_eq!(m.read("set_ftrace_filter"), before);
+    assert_eq!(m.read("tracing_on"), "1\n");
+
+    // traceoff:1 fires in the program at the next tick_beta call: tracing_on reads 0 and
+    // the count is spent.
+    sh_ok(&format!(
+        "echo 'tick_beta:traceoff:1' >> {}",
+        m.path("set_ftrace_filter").display()
+    ));
+    wait_for("the traceoff probe to turn tracing off", || {
+        (m.read("tracing_on") == "0\n").then_some(())
+    });
+    let filter = m.read("set_ftrace_filter");
+    assert!(
+        filter.lines().any(|l| l == "tick_beta:traceoff:count=0"),
+        "{filter}"
+    );
+    // Nothing is recorded after the hit beyond the calls in flight then (one per worker at
+    // most): the event count settles (two workers call ~4000 traced functions a second, so
+    // a trace still recording never holds still for 20 polls).
+    let at_off = count(&m);
+    let mut last = (at_off, 0);
+    let settled = wait_for("the trace to stop growing", || {
+        let n = count(&m);
+        last = if n == last.0 { (n, last.1 + 1) } else { (n, 0) };
+        (last.1 >= 20).then_some(n)
+    });
+    assert!(
+        settled <= at_off + 4,
+        "{at_off} events at the traceoff, then {settled}"
+    );
+    // Tracing resumes from the file; the spent command stays spent.
+    m.echo("1", "tracing_on");
+    assert_eq!(m.read("tracing_on"), "1\n");
+    wait_for("events after tracing_on resumed", || {
+        (count(&m) > settled + 10).then_some(())
+    });
+    assert_eq!(m.read("tracing_on"), "1\n");
+    let filter = m.read("set_ftrace_filter");
+    assert!(
+        filter.lines().any(|l| l == "tick_beta:traceoff:count=0"),
+        "{filter}"
+    );
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("wrong 0"), "{text}");
+}
+
+#[test]
+fn function_commands_run_under_nop() {
+    let m = Mounted::start("probes_nop", "function");
+    m.echo("nop", "current_tracer");
+    assert_eq!(m.read("enabled_functions"), "");
+    // An unlimited traceoff: its site is enabled for the probe alone and records nothing.
+    m.echo("tick_beta:traceoff", "set_ftrace_filter");
+    let enabled = m.read("enabled_functions");
+    assert!(enabled.starts_with("tick_beta"), "{enabled}");
+    assert_eq!(enabled.lines().count(), 1, "{enabled}");
+    wait_for("the traceoff probe", || {
+        (m.read("tracing_on") == "0\n").then_some(())
+    });
+    assert!(
+        m.read("set_ftrace_filter")
+            .lines()
+            .any(|l| l == "tick_beta:traceoff:unlimited")
+    );
+    // Unlimited: turned back on, the next tick_beta call turns it off again.
+    m.echo("1", "tracing_on");
+    wait_for("the traceoff probe to fire again", || {
+        (m.read("tracing_on") == "0\n").then_some(())
+    });
+    assert_eq!(events(&m.read("trace")), Vec::<&str>::new());
+    // Removed: the site goes with it.
+    m.echo("!tick_beta:traceoff", "set_ftrace_filter");
+    assert_eq!(m.read("enabled_functions"), "");
+    assert!(!m.read("set_ftrace_filter").contains("traceoff"));
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("wrong 0"), "{text}");
+}

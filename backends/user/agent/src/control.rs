@@ -8,13 +8,16 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
-//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
 //! `tracing_on` (0/1), `max_graph_depth`, the trace clock (`local`, `mono`, `x86-tsc`), and
 //! comma-separated hex site addresses (`-` for none):
 //! the sites to enable (the filter files resolved by the tool) and the function_graph roots
-//! (`set_graph_function`). The agent patches with its usual protocols ([`crate::patch`]):
+//! (`set_graph_function`); then the function commands (`-`, or comma-separated
+//! `addr:traceon|traceoff:count`, `u` for no count), run in the program ([`crate::probe`]),
+//! which `PROBES` reads back with the `tracing_on` they may have changed. The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
 //! fast-path switches), and a site is only retargeted while disabled. The thread never runs
@@ -29,6 +32,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use crate::config::{ClockKind, TracerKind};
+use crate::probe::WantedProbe;
 use crate::{Agent, agent, apply, call_target, dispatch, handler};
 
 /// The state the tool asks for.
@@ -46,6 +50,9 @@ pub struct Wanted {
     pub sel: HashSet<u64>,
     /// The function_graph roots (`set_graph_function`).
     pub roots: HashSet<u64>,
+    /// The function commands (`f:traceoff:N`): their sites are enabled whatever the tracer,
+    /// calling the full-save path, where [`crate::probe`] runs them.
+    pub probes: Vec<WantedProbe>,
 }
 
 fn parse_addrs(s: &str) -> Option<HashSet<u64>> {
@@ -73,17 +80,26 @@ fn fmt_addrs(set: &HashSet<u64>) -> String {
     s
 }
 
+fn fmt_probes(probes: &[WantedProbe]) -> String {
+    if probes.is_empty() {
+        return "-".into();
+    }
+    let v: Vec<String> = probes.iter().map(WantedProbe::to_field).collect();
+    v.join(",")
+}
+
 impl Wanted {
     /// The `STATE` request line (without the newline).
     pub fn to_request(&self) -> String {
         format!(
-            "STATE {} {} {} {} {} {}",
+            "STATE {} {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
             u8::from(self.on),
             self.depth,
             self.clock.name(),
             fmt_addrs(&self.sel),
-            fmt_addrs(&self.roots)
+            fmt_addrs(&self.roots),
+            fmt_probes(&self.probes)
         )
     }
 
@@ -102,6 +118,13 @@ impl Wanted {
         let clock = ClockKind::parse(it.next()?)?;
         let sel = parse_addrs(it.next()?)?;
         let roots = parse_addrs(it.next()?)?;
+        let probes = match it.next()? {
+            "-" => Vec::new(),
+            p => p
+                .split(',')
+                .map(WantedProbe::parse)
+                .collect::<Option<_>>()?,
+        };
         if it.next().is_some() {
             return None;
         }
@@ -112,6 +135,7 @@ impl Wanted {
             clock,
             sel,
             roots,
+            probes,
         })
     }
 }
@@ -163,6 +187,17 @@ fn answer(req: &str) -> String {
         out.push_str(".\n");
         return out;
     }
+    if req == "PROBES" {
+        let on = handler::TRACING_ON.load(Ordering::SeqCst);
+        let mut out = format!("ON {}\n", u8::from(on));
+        for (p, c) in crate::probe::counts() {
+            if let Some(c) = c {
+                let _ = writeln!(out, "{:x}\t{}\t{c}", p.addr, p.cmd.name());
+            }
+        }
+        out.push_str(".\n");
+        return out;
+    }
     match Wanted::parse(req) {
         Some(w) => match apply_wanted(a, &w) {
             Ok(n) => format!("OK {n}\n"),
@@ -180,18 +215,25 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
         (2, true) => Some(TracerKind::FunctionGraph),
         _ => None,
     };
-    // The call each site needs under the new state (only tracers that trace).
+    let probed: HashSet<u64> = w.probes.iter().map(|p| p.addr).collect();
+    // The call each site needs under the new state: a probed site calls the full-save path
+    // (where the probes run), whatever the tracer; the others only under tracers that trace.
     let want_call = |addr: u64, stubs: crate::tramp::Stubs, form: ftrace_patch::SiteForm| {
-        let t = w.tracer?;
-        let root = t == TracerKind::FunctionGraph && w.roots.contains(&addr);
-        crate::tramp::site_bytes(&stubs, form, addr, call_target(t, root, stubs)).ok()
+        let root = w.tracer == Some(TracerKind::FunctionGraph) && w.roots.contains(&addr);
+        let target = if probed.contains(&addr) {
+            if root { stubs.root() } else { stubs.entry() }
+        } else {
+            call_target(w.tracer?, root, stubs)
+        };
+        crate::tramp::site_bytes(&stubs, form, addr, target).ok()
     };
+    let traced = |addr: u64| w.tracer.is_some() && w.sel.contains(&addr);
+    let wanted_on = |addr: u64| traced(addr) || probed.contains(&addr);
     let info: std::collections::HashMap<u64, crate::tramp::Stubs> =
         a.sites.iter().map(|s| (s.addr, s.stubs)).collect();
     // 1. Disable what must go off or change its call.
     let mut changed = a.patcher.set(false, |s| {
-        !w.sel.contains(&s.addr)
-            || w.tracer.is_none()
+        !wanted_on(s.addr)
             || info
                 .get(&s.addr)
                 .and_then(|&st| want_call(s.addr, st, s.form))
@@ -223,19 +265,20 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     handler::CLOCK_TSC.store(w.clock.is_tsc(), Ordering::Relaxed);
     a.config.clock = w.clock;
     handler::update_fast_path();
+    crate::probe::publish(&w.probes, &traced);
     // 3. Retarget (disabled sites only) and record the selection.
     a.patcher.retarget(|s| {
         info.get(&s.addr)
             .and_then(|&st| want_call(s.addr, st, s.form))
     });
     for s in &mut a.sites {
-        s.selected = w.sel.contains(&s.addr);
+        s.selected = wanted_on(s.addr);
         s.root = w.tracer == Some(TracerKind::FunctionGraph) && w.roots.contains(&s.addr);
     }
     if let Some(t) = w.tracer {
         a.config.tracer = t;
     }
-    a.on = w.tracer.is_some();
+    a.on = w.tracer.is_some() || !probed.is_empty();
     // 4. Enable the wanted sites.
     changed += apply(a)?;
     Ok(changed)
@@ -254,15 +297,35 @@ mod tests {
             clock: ClockKind::Mono,
             sel: [0x401000u64, 0x401100].into_iter().collect(),
             roots: [0x401100u64].into_iter().collect(),
+            probes: vec![
+                WantedProbe {
+                    addr: 0x401000,
+                    cmd: ftrace_core::filter::ProbeCommand::Traceoff,
+                    count: Some(1),
+                },
+                WantedProbe {
+                    addr: 0x401100,
+                    cmd: ftrace_core::filter::ProbeCommand::Traceon,
+                    count: None,
+                },
+            ],
         };
         let line = w.to_request();
-        assert_eq!(line, "STATE function_graph 1 3 mono 401000,401100 401100");
+        assert_eq!(
+            line,
+            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u"
+        );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
-        assert_eq!(nop.to_request(), "STATE nop 0 0 local - -");
+        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - -");
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
-        assert_eq!(Wanted::parse("STATE bogus 1 0 local - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 perf - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local zz -"), None);
+        assert_eq!(Wanted::parse("STATE bogus 1 0 local - - -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local zz - -"), None);
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u"),
+            None
+        );
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);
     }
 }

@@ -139,7 +139,15 @@ pub unsafe extern "C" fn on_entry(
 ) {
     // SAFETY: the trampoline passes this thread's block.
     let st = unsafe { &mut *st };
-    if st.guard != 0 || !TRACING_ON.load(Ordering::Relaxed) {
+    if st.guard != 0 {
+        return;
+    }
+    // The function commands first (they run whatever `tracing_on` and the tracer are); a
+    // site only probed records nothing.
+    st.guard = 1;
+    let probed_only = crate::probe::run(ret - 5, parent);
+    st.guard = 0;
+    if probed_only || !TRACING_ON.load(Ordering::Relaxed) {
         return;
     }
     let tracer = TRACER.load(Ordering::Relaxed);

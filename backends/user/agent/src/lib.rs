@@ -29,6 +29,7 @@ pub mod elf;
 pub mod glob;
 pub mod handler;
 pub mod patch;
+pub mod probe;
 pub mod text;
 pub mod tramp;
 
@@ -73,7 +74,7 @@ pub struct Agent {
     pub patcher: Patcher,
     /// Site names and selection, sorted by address.
     pub sites: Vec<SiteInfo>,
-    /// Whether tracing is on (selected sites enabled).
+    /// Whether the selected sites are enabled (a tracer traces, or function commands probe).
     pub on: bool,
 }
 
