@@ -164,6 +164,22 @@ ftrace_agent_root_tramp:
     orq %rax, %rdx
     .endm
 
+    // Reserves the thread's next slot (rsi = its state): rax = the slot index, `kind` (the
+    // 32-bit name of `hdr`) = the index's lap-parity bit; jumps to `full` when the buffer
+    // has no room. Non-locked xadd: the writers of one buffer are one thread and its signal
+    // handlers, strictly nested.
+    .macro FTRACE_AGENT_RESERVE hdr, kind, full
+    movq {off_header}(%rsi), \hdr
+    movl $1, %eax
+    xaddq %rax, {off_head}(\hdr)
+    cmpq {off_limit}(%rsi), %rax
+    ja \full
+    movl {off_shift}(%rsi), \kind
+    btq \hdr, %rax
+    sbbl \kind, \kind
+    andl ${lap_bit}, \kind
+    .endm
+
     // The function tracer's and function_graph's `jmp`-form fast paths are TEMPLATES: never
     // run where they are assembled, copied into each stub page (no `jmp *abs64` on the way)
     // with the data block at their end filled in: +0 the TLS block's offset from the thread
@@ -200,15 +216,7 @@ ftrace_agent_root_tramp:
     cmpq $1, {off_state}(%rsi)
     jne 8f
     FTRACE_AGENT_CLOCK \noclock
-    movq {off_header}(%rsi), %rcx
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rcx)
-    cmpq {off_limit}(%rsi), %rax
-    ja 9f
-    movl {off_shift}(%rsi), %ecx
-    btq %rcx, %rax
-    sbbl %ecx, %ecx
-    andl ${lap_bit}, %ecx
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 9f
     orl ${kind_func}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
@@ -264,15 +272,7 @@ ftrace_agent_root_tramp:
     movq %rdx, 16(%rax)
     leaq 48(%rsp), %rcx
     movq %rcx, 24(%rax)
-    movq {off_header}(%rsi), %rcx
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rcx)
-    cmpq {off_limit}(%rsi), %rax
-    ja 2f
-    movl {off_shift}(%rsi), %ecx
-    btq %rcx, %rax
-    sbbl %ecx, %ecx
-    andl ${lap_bit}, %ecx
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 2f
     shll $8, %edi
     orl %edi, %ecx
     orl ${kind_ent}, %ecx
@@ -356,15 +356,7 @@ ftrace_agent_root_tramp:
     // Popped only once read: a signal handler nesting from here on may reuse the frame.
     movq %r9, {off_depth}(%rsi)
     FTRACE_AGENT_CLOCK \noclock
-    movq {off_header}(%rsi), %rdi
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rdi)
-    cmpq {off_limit}(%rsi), %rax
-    ja 9f
-    movl {off_shift}(%rsi), %edi
-    btq %rdi, %rax
-    sbbl %edi, %edi
-    andl ${lap_bit}, %edi
+    FTRACE_AGENT_RESERVE %rdi, %edi, 9f
     shll $8, %r9d
     orl %r9d, %edi
     orl ${kind_ret}, %edi
@@ -469,15 +461,7 @@ ftrace_agent_root_tramp:
     FTRACE_AGENT_CLOCK \noclock
     // The frame stays pushed until its fields are in the event: a signal handler nesting
     // meanwhile pushes and pops above it.
-    movq {off_header}(%rsi), %rcx
-    movl $1, %eax
-    xaddq %rax, {off_head}(%rcx)
-    cmpq {off_limit}(%rsi), %rax
-    ja 9f
-    movl {off_shift}(%rsi), %ecx
-    btq %rcx, %rax
-    sbbl %ecx, %ecx
-    andl ${lap_bit}, %ecx
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 9f
     orl ${kind_ret}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
