@@ -64,21 +64,74 @@ const ALL_GRAPH: GraphFunctions<'static> = GraphFunctions {
     notrace: &[],
 };
 
-/// The graph filter the function_graph entry hook reads on any CPU, published by pointer swap
-/// and freed after a grace period of its own reader count (the dispatcher's hashes are
-/// published the same way).
+/// A `Box<T>` that readers on any CPU use while a serialised writer replaces it: published by
+/// pointer swap, the old one freed after a grace period of the cell's own reader count (the
+/// dispatcher's hashes are published the same way).
 ///
-/// Invariant: a non-null pointer is a live `Box<GraphLists>`; a replaced one is freed only
-/// after every reader that pinned before the swap has finished.
-pub struct GraphFilterCell {
-    lists: AtomicPtr<GraphLists>,
+/// Invariant: a non-null pointer is a live `Box<T>`; a replaced one is freed only after every
+/// reader that pinned before the swap has finished.
+struct PublishedBox<T> {
+    ptr: AtomicPtr<T>,
     readers: ReaderCount,
 }
+
+impl<T> PublishedBox<T> {
+    const fn new() -> Self {
+        Self {
+            ptr: AtomicPtr::new(core::ptr::null_mut()),
+            readers: ReaderCount::new(),
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        !self.ptr.load(Ordering::Relaxed).is_null()
+    }
+
+    /// Runs `f` with the current value (the hot path: one load when none is set, otherwise a
+    /// read-side section of the reader count).
+    #[inline]
+    fn with<R>(&self, f: impl FnOnce(Option<&T>) -> R) -> R {
+        if self.ptr.load(Ordering::Acquire).is_null() {
+            return f(None);
+        }
+        let _guard = self.readers.pin();
+        // SAFETY: pinned before this load, so a value swapped out after it is not freed before
+        // the guard is dropped (`publish` synchronizes first); non-null pointers come from
+        // `Box::into_raw`.
+        f(unsafe { self.ptr.load(Ordering::Acquire).as_ref() })
+    }
+
+    /// Publishes `value` (`None`: nothing) and frees the old one after a grace period.
+    /// Writers are serialised by the caller (the owner's lock).
+    fn publish(&self, value: Option<T>) {
+        let new = value.map_or(core::ptr::null_mut(), |v| Box::into_raw(Box::new(v)));
+        let old = self.ptr.swap(new, Ordering::AcqRel);
+        if !old.is_null() {
+            self.readers.synchronize();
+            // SAFETY: `old` came from `Box::into_raw`, is unreachable for new readers (swapped
+            // out), and every reader that could hold it has finished (synchronize).
+            drop(unsafe { Box::from_raw(old) });
+        }
+    }
+}
+
+impl<T> Drop for PublishedBox<T> {
+    fn drop(&mut self) {
+        let p = *self.ptr.get_mut();
+        if !p.is_null() {
+            // SAFETY: `&mut self`: no reader is left; the pointer came from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+/// The graph filter the function_graph entry hook reads on any CPU (a `PublishedBox`).
+pub struct GraphFilterCell(PublishedBox<GraphLists>);
 
 impl core::fmt::Debug for GraphFilterCell {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("GraphFilterCell")
-            .field("set", &!self.lists.load(Ordering::Relaxed).is_null())
+            .field("set", &self.0.is_set())
             .finish_non_exhaustive()
     }
 }
@@ -92,76 +145,40 @@ impl Default for GraphFilterCell {
 impl GraphFilterCell {
     /// No graph filter.
     pub const fn new() -> Self {
-        Self {
-            lists: AtomicPtr::new(core::ptr::null_mut()),
-            readers: ReaderCount::new(),
-        }
+        Self(PublishedBox::new())
     }
 
     /// Runs `f` with the current graph filter (the hot path: one load when no filter is set,
     /// otherwise a read-side section of the cell's reader count).
     #[inline]
     pub fn with<T>(&self, f: impl FnOnce(&GraphFunctions<'_>) -> T) -> T {
-        if self.lists.load(Ordering::Acquire).is_null() {
-            return f(&ALL_GRAPH);
-        }
-        let _guard = self.readers.pin();
-        // SAFETY: pinned before this load, so a list swapped out after it is not freed before
-        // the guard is dropped (`publish` synchronizes first); non-null pointers come from
-        // `Box::into_raw`.
-        match unsafe { self.lists.load(Ordering::Acquire).as_ref() } {
+        self.0.with(|lists| match lists {
             Some(l) => f(&GraphFunctions {
                 functions: &l.functions,
                 notrace: &l.notrace,
             }),
             None => f(&ALL_GRAPH),
-        }
+        })
     }
 
     /// Publishes new lists (both empty: no filter) and frees the old ones after a grace
     /// period. Writers are serialised by the caller (the owner's lock).
     pub fn publish(&self, functions: Vec<u64>, notrace: Vec<u64>) {
-        let new = if functions.is_empty() && notrace.is_empty() {
-            core::ptr::null_mut()
-        } else {
-            Box::into_raw(Box::new(GraphLists { functions, notrace }))
-        };
-        let old = self.lists.swap(new, Ordering::AcqRel);
-        if !old.is_null() {
-            self.readers.synchronize();
-            // SAFETY: `old` came from `Box::into_raw`, is unreachable for new readers (swapped
-            // out), and every reader that could hold it has finished (synchronize).
-            drop(unsafe { Box::from_raw(old) });
-        }
+        let set = !(functions.is_empty() && notrace.is_empty());
+        self.0
+            .publish(set.then_some(GraphLists { functions, notrace }));
     }
 }
 
-impl Drop for GraphFilterCell {
-    fn drop(&mut self) {
-        let p = *self.lists.get_mut();
-        if !p.is_null() {
-            // SAFETY: `&mut self`: no reader is left; the pointer came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(p) });
-        }
-    }
-}
-
-/// The function commands the probe ops runs (`trace_probe_ops`' probe hash), published by
-/// pointer swap and freed after a grace period of its own reader count, as
-/// [`GraphFilterCell`]. The runner shares its counts with the filter state's probe table, so
-/// what the probe ops spends reads back in `set_ftrace_filter`.
-///
-/// Invariant: a non-null pointer is a live `Box<ProbeRunner>`; a replaced one is freed only
-/// after every reader that pinned before the swap has finished.
-pub struct ProbeCell {
-    runner: AtomicPtr<ProbeRunner>,
-    readers: ReaderCount,
-}
+/// The function commands the probe ops runs (`trace_probe_ops`' probe hash), a
+/// `PublishedBox` like [`GraphFilterCell`]. The runner shares its counts with the filter
+/// state's probe table, so what the probe ops spends reads back in `set_ftrace_filter`.
+pub struct ProbeCell(PublishedBox<ProbeRunner>);
 
 impl core::fmt::Debug for ProbeCell {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("ProbeCell")
-            .field("set", &!self.runner.load(Ordering::Relaxed).is_null())
+            .field("set", &self.0.is_set())
             .finish_non_exhaustive()
     }
 }
@@ -175,53 +192,20 @@ impl Default for ProbeCell {
 impl ProbeCell {
     /// No probes.
     pub const fn new() -> Self {
-        Self {
-            runner: AtomicPtr::new(core::ptr::null_mut()),
-            readers: ReaderCount::new(),
-        }
+        Self(PublishedBox::new())
     }
 
     /// The probe ops' callback body: runs the probes attached at `ip`; how many acted.
     #[inline]
     pub fn run(&self, ip: u64, parent_ip: u64, actions: &dyn ProbeActions) -> usize {
-        if self.runner.load(Ordering::Acquire).is_null() {
-            return 0;
-        }
-        let _guard = self.readers.pin();
-        // SAFETY: pinned before this load, so a runner swapped out after it is not freed
-        // before the guard is dropped (`publish` synchronizes first); non-null pointers come
-        // from `Box::into_raw`.
-        match unsafe { self.runner.load(Ordering::Acquire).as_ref() } {
-            Some(r) => r.run(ip, parent_ip, actions),
-            None => 0,
-        }
+        self.0
+            .with(|r| r.map_or(0, |r| r.run(ip, parent_ip, actions)))
     }
 
     /// Publishes `runner` (empty: none) and frees the old one after a grace period. Writers
     /// are serialised by the caller (the owner's lock).
     pub fn publish(&self, runner: ProbeRunner) {
-        let new = if runner.is_empty() {
-            core::ptr::null_mut()
-        } else {
-            Box::into_raw(Box::new(runner))
-        };
-        let old = self.runner.swap(new, Ordering::AcqRel);
-        if !old.is_null() {
-            self.readers.synchronize();
-            // SAFETY: `old` came from `Box::into_raw`, is unreachable for new readers (swapped
-            // out), and every reader that could hold it has finished (synchronize).
-            drop(unsafe { Box::from_raw(old) });
-        }
-    }
-}
-
-impl Drop for ProbeCell {
-    fn drop(&mut self) {
-        let p = *self.runner.get_mut();
-        if !p.is_null() {
-            // SAFETY: `&mut self`: no reader is left; the pointer came from `Box::into_raw`.
-            drop(unsafe { Box::from_raw(p) });
-        }
+        self.0.publish((!runner.is_empty()).then_some(runner));
     }
 }
 
@@ -1089,7 +1073,7 @@ mod tests {
         w.echo("", FilterFile::GraphNotrace, true).unwrap();
         w.graph
             .with(|g| assert!(g.functions.is_empty() && g.notrace.is_empty()));
-        assert!(w.graph.lists.load(Ordering::Relaxed).is_null());
+        assert!(!w.graph.0.is_set());
     }
 
     #[test]
