@@ -53,8 +53,15 @@ def main():
                 print(f"gen-crates-mk: warning: {m['package_id']} sets build env {m['env']} "
                       "(not passed to Kbuild)", file=sys.stderr)
 
+    # Only the host platform's packages: a plain `cargo metadata` resolves every package of the
+    # lock file, other platforms' included (windows-sys, anstyle-wincon...), which no build here
+    # downloads. Not --offline: dev-dependencies of other workspace members may not be in the
+    # registry cache yet on a fresh machine, and cargo fetches them from crates.io.
+    host = next(line.split(None, 1)[1] for line in subprocess.run(
+        [cargo, "-vV"], stdout=subprocess.PIPE, text=True, check=True).stdout.splitlines()
+        if line.startswith("host: "))
     meta = json.loads(subprocess.run(
-        [cargo, "metadata", "--format-version", "1", "--offline"], cwd=root,
+        [cargo, "metadata", "--format-version", "1", "--filter-platform", host], cwd=root,
         stdout=subprocess.PIPE, text=True, check=True).stdout)
     nodes = {n["id"]: n for n in meta["resolve"]["nodes"]}
     pkgs = {p["id"]: p for p in meta["packages"]}

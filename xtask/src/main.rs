@@ -6,9 +6,12 @@
 //!   kernel in QEMU and the Rust-for-Linux module in QEMU (`rfl.rs`, which installs its own
 //!   toolchain and caches its kernel build), and ends with a `N passed, N failed` line.
 //!   `--skip STAGE` leaves a stage out (for local iteration only).
+//! - `cargo xtask fresh-check`: `.ci/run` in a fresh clone with an empty `CARGO_HOME` and an
+//!   empty kernel cache, as CI runs it on a new machine (see `fresh.rs`).
 //! - `cargo xtask demo`, `cargo xtask bench-vs-uftrace`: the userspace backend's main job and
 //!   its comparison with uftrace (see `user.rs`).
 
+mod fresh;
 mod qemu;
 mod rfl;
 mod user;
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("demo") => done(user::demo()),
+        Some("fresh-check") => done(fresh::fresh_check()),
         Some("bench-vs-uftrace") => done(user::bench_vs_uftrace(&args[1..])),
         Some("qemu-test") => match qemu::qemu_test(&args[1..]) {
             Ok(()) => ExitCode::SUCCESS,
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
             eprintln!("usage: cargo xtask test [--skip STAGE]...");
             eprintln!("       cargo xtask qemu-test [--expect-wrong]");
             eprintln!("       cargo xtask rfl-test [NAME=value]...  (scripts/rfl-integration.sh)");
+            eprintln!("       cargo xtask fresh-check  (.ci/run in a fresh clone, empty caches)");
             eprintln!("       cargo xtask demo");
             eprintln!("       cargo xtask bench-vs-uftrace [N] [ROUNDS]");
             eprintln!("stages: apt fmt clippy no-std package doc test loom qemu rfl");
