@@ -4,7 +4,7 @@
 //! The [`Reclaim`] trait (in [`platform`](crate::platform)) says how a
 //! platform waits for readers. This module has:
 //!
-//! - [`Published`] and the crate-internal cell that holds one: a pointer that is either
+//! - [`Published`] and [`RcuCell`], the one publication cell of the crates: a pointer that is either
 //!   `&'static` (never freed: the no-`alloc` case, or data a backend keeps forever) or an owned
 //!   `Box` (freed through [`Reclaim::defer`]);
 //! - [`ReaderCount`], a `no_std`, no-`alloc` grace period: two reader counters and a phase bit
@@ -46,8 +46,10 @@ impl<T: 'static> core::fmt::Debug for Published<T> {
     }
 }
 
-/// A pointer published to lock-free readers. Bit 0 tags owned (boxed) values.
-pub(crate) struct RcuCell<T> {
+/// A pointer published to lock-free readers (the kernel's `rcu_assign_pointer` /
+/// `rcu_dereference` pair plus `call_rcu` of what it replaced). Bit 0 tags owned (boxed)
+/// values. `const`-constructible ([`RcuCell::empty`]) so it can sit in a `static`.
+pub struct RcuCell<T> {
     ptr: AtomicPtr<T>,
     _owns: PhantomData<T>,
 }
@@ -56,7 +58,8 @@ const OWNED: usize = 1;
 
 impl<T> RcuCell<T> {
     loom_const_fn! {
-        pub(crate) fn empty() -> RcuCell<T> {
+        /// A cell with nothing published.
+        pub fn empty() -> RcuCell<T> {
             RcuCell {
                 ptr: AtomicPtr::new(ptr::null_mut()),
                 _owns: PhantomData,
@@ -66,7 +69,7 @@ impl<T> RcuCell<T> {
 
     /// Whether nothing is published (no dereference: safe without a guard).
     #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.ptr.load(Ordering::Relaxed).is_null()
     }
 
@@ -76,7 +79,7 @@ impl<T> RcuCell<T> {
     /// The caller is inside a read-side critical section of the [`Reclaim`] used to replace
     /// this cell, and does not use the reference after leaving it.
     #[inline]
-    pub(crate) unsafe fn load<'g>(&self) -> Option<&'g T> {
+    pub unsafe fn load<'g>(&self) -> Option<&'g T> {
         let p = self.ptr.load(Ordering::Acquire);
         // SAFETY: a non-null untagged pointer was published from a live `&'static T` or
         // `Box<T>`; the caller's guard keeps an owned one from being freed.
@@ -85,12 +88,12 @@ impl<T> RcuCell<T> {
 
     /// Publishes `new` and retires the old value through `reclaim` (freed after a grace
     /// period if it was owned).
-    pub(crate) fn replace<R: Reclaim + ?Sized>(&self, new: Published<T>, reclaim: &R) {
+    pub fn replace<R: Reclaim + ?Sized>(&self, new: Published<T>, reclaim: &R) {
         self.swap(new).retire(reclaim);
     }
 
     /// Publishes `new`; the old value must then be [retired](Retired::retire).
-    pub(crate) fn swap(&self, new: Published<T>) -> Retired<T> {
+    pub fn swap(&self, new: Published<T>) -> Retired<T> {
         const { assert!(core::mem::align_of::<T>() >= 2) };
         let raw = match new {
             Published::None => ptr::null_mut(),
@@ -104,11 +107,11 @@ impl<T> RcuCell<T> {
 
 /// A value swapped out of a cell, still visible to readers that loaded it before.
 #[must_use = "an owned value leaks unless retired"]
-pub(crate) struct Retired<T>(*mut T);
+pub struct Retired<T>(*mut T);
 
 impl<T> Retired<T> {
     /// Hands an owned value to `reclaim` to free after a grace period.
-    pub(crate) fn retire<R: Reclaim + ?Sized>(self, reclaim: &R) {
+    pub fn retire<R: Reclaim + ?Sized>(self, reclaim: &R) {
         let old = self.0;
         if old.addr() & OWNED != 0 {
             // SAFETY: `old` is unreachable for new readers (swapped out), it came from
