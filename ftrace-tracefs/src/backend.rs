@@ -183,8 +183,9 @@ pub trait TraceBackend: Send {
     /// Opens a consuming `trace_pipe_raw` reader (whole sub-buffer pages).
     fn open_pipe_raw(&mut self, cpu: u32) -> Box<dyn Reader>;
 
-    /// `trace_marker`: records a print event with `text` (at most 4096 bytes, always ending
-    /// with `\n`: the tree adds it when the write lacks one).
+    /// `trace_marker`: records a print event with `text` as written (at most what one event
+    /// holds, [`marker_text_max`](crate::marker_text_max); ftrace-tracers'
+    /// `trace_marker_write` adds the `\n` when the text lacks one, as Linux does).
     fn write_marker(&mut self, text: &[u8]) -> Result<(), Errno>;
     /// `trace_marker_raw`: records a raw-data event (`id` then `data`).
     fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno>;

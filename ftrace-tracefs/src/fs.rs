@@ -36,6 +36,16 @@ use crate::triggers::{self, Trigger, TriggerCmd, TriggerCtx, TriggerKind, Trigge
 pub const MAX_TRACER_SIZE: usize = 100;
 /// `TRACE_MARKER_MAX_SIZE`: a `trace_marker` write is cut to this many bytes.
 pub const TRACE_MARKER_MAX_SIZE: usize = 4096;
+/// The most text one `trace_marker` event holds in sub-buffers of `subbuf_size` bytes:
+/// `ring_buffer_max_event_size()` (the sub-buffer's data less two `u32` of event header) less
+/// the print entry's header (common fields and `ip`, 16 bytes) and the `\n\0` Linux adds.
+pub fn marker_text_max(subbuf_size: u32) -> usize {
+    const PRINT_ENTRY_HEADER: usize = 16;
+    (subbuf_size as usize)
+        .saturating_sub(ftrace_core::format::BUF_PAGE_HDR_SIZE + 2 * 4)
+        .saturating_sub(PRINT_ENTRY_HEADER + 2)
+}
+
 /// `RAW_DATA_MAX_SIZE` (6.12): the largest `trace_marker_raw` write, tag included.
 pub const RAW_DATA_MAX_SIZE: usize = 3 * 1024;
 /// `PID_BUF_SIZE`: the longest token a pid file accepts.
@@ -1224,17 +1234,17 @@ impl<H: Host> Tracefs<H> {
                 if !i.flags.get(TraceFlags::MARKERS) {
                     return Err(Errno::EINVAL);
                 }
-                let cnt = cnt.min(TRACE_MARKER_MAX_SIZE);
+                // Linux cuts the write to what one event of the ring buffer holds and returns
+                // the short count (the writer writes the rest as the next event).
+                let cnt = cnt
+                    .min(TRACE_MARKER_MAX_SIZE)
+                    .min(marker_text_max(i.backend.subbuf_size()));
                 if cnt == 0 {
                     return Ok(0);
                 }
-                // The event's text always ends with a newline (Linux adds one if missing).
-                let mut text = Vec::with_capacity(cnt + 1);
-                text.extend_from_slice(&data[..cnt]);
-                if text.last() != Some(&b'\n') {
-                    text.push(b'\n');
-                }
-                i.backend.write_marker(&text)?;
+                // As written: the tracer adds the newline when the text lacks one, in the
+                // two bytes of room the size above keeps for it and the NUL.
+                i.backend.write_marker(&data[..cnt])?;
                 Ok(cnt)
             }
             File::TraceMarkerRaw => {

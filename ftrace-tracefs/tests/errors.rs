@@ -307,3 +307,25 @@ fn errors_beyond_the_capture() {
     fs.write_all("tracing_on", b"0\n", false).unwrap();
     assert_eq!(e(&mut fs, "trace_marker", "x\n"), Errno::EBADF);
 }
+
+/// A `trace_marker` write longer than one event of the ring buffer holds is cut to what fits
+/// and answers the short count, as Linux's `tracing_mark_write` does (4054 bytes in 4096-byte
+/// sub-buffers); the writer's next write records the rest as a second event.
+#[test]
+fn a_long_marker_write_is_cut_to_one_event() {
+    let mut fs = tracefs();
+    assert_eq!(ftrace_tracefs::marker_text_max(4096), 4054);
+    fs.write_all("trace", b"", false).unwrap();
+    let text = vec![b'X'; 5000];
+    let fh = fs.open("trace_marker", OpenFlags::TRUNCATE).unwrap();
+    assert_eq!(fs.write(fh, 0, &text).unwrap(), 4054);
+    assert_eq!(fs.write(fh, 0, &text[4054..]).unwrap(), 5000 - 4054);
+    fs.release(fh).unwrap();
+    let trace = String::from_utf8(fs.read_to_end("trace").unwrap()).unwrap();
+    let marks: Vec<usize> = trace
+        .lines()
+        .filter_map(|l| l.split("tracing_mark_write: ").nth(1))
+        .map(str::len)
+        .collect();
+    assert_eq!(marks, [4054, 5000 - 4054], "{trace}");
+}

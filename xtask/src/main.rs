@@ -30,14 +30,27 @@ const CORE_CRATES: &[&str] = &[
     "ftrace-tracefs",
 ];
 
-/// Debian packages the tests need, as (command that proves it is installed, package).
+/// Debian packages the tests need, as (what proves it is installed: a command name, or an
+/// absolute path of a file it installs, package).
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("clang", "clang"),
     ("uftrace", "uftrace"),
     ("trace-cmd", "trace-cmd"),
     ("fusermount3", "fuse3"),
+    // The kernel's ftracetest (backends/user/tests/ftracetest.rs) is extracted from it.
+    ("/usr/src/linux-source-6.12.tar.xz", "linux-source-6.12"),
 ];
+
+/// Whether the proof of an [`APT_PACKAGES`] entry is there: the file at an absolute path, or
+/// the command on `PATH`.
+fn is_installed(proof: &str) -> bool {
+    if proof.starts_with('/') {
+        Path::new(proof).exists()
+    } else {
+        have_command(proof)
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -171,7 +184,7 @@ fn forget_unpacked_local_packages() {
 fn install_packages() -> Result<(), String> {
     let missing: Vec<&str> = APT_PACKAGES
         .iter()
-        .filter(|(cmd, _)| !have_command(cmd))
+        .filter(|(proof, _)| !is_installed(proof))
         .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {

@@ -10,12 +10,13 @@
 //!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
-//! instances/x`) get their own buffers of marker events and only the `nop` tracer: the agent
-//! has one set of call sites and one tracer. What the tree asks and this backend cannot do is
+//! instances/x`) get their own buffers of marker events, their own function-filter files and
+//! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
 //! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
-//! filters and cpumasks other than "all" (`EINVAL`), `set_graph_notrace` writes (`ENODEV`), and
-//! function commands other than `traceon` / `traceoff` (`EINVAL`). Invariant: a refused write
+//! filters and cpumasks other than "all" (`EINVAL`), a function in `set_graph_notrace`
+//! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
+//! commands other than `traceon` / `traceoff` (`EINVAL`; none in an instance). Invariant: a refused write
 //! changes nothing, here or in the program.
 //!
 //! `f:traceon[:N]` / `f:traceoff[:N]` run in the program (the agent's probe ops), which owns
@@ -40,7 +41,7 @@ use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::PageStats;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::{
-    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
+    EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
     TraceBackend, TracerOption,
 };
 use ftrace_tracers::function::{
@@ -101,6 +102,10 @@ struct Markers {
 /// One instance's state.
 struct State {
     agent: Option<AgentPart>,
+    /// An instance's own function-filter files (the top level's are the agent's): they
+    /// resolve against the program's sites and read back, and, as for an instance of the
+    /// kernel whose tracer is `nop`, filter nothing (instances have no function tracer).
+    instance_filters: Option<FilterState>,
     tracer: &'static str,
     on: bool,
     depth: u32,
@@ -169,6 +174,16 @@ fn this_cpu() -> u32 {
 
 impl State {
     fn new(agent: Option<AgentPart>, clock: ClockKind, nr_cpus: u32, buffer_bytes: u64) -> Self {
+        Self::with_filters(agent, None, clock, nr_cpus, buffer_bytes)
+    }
+
+    fn with_filters(
+        agent: Option<AgentPart>,
+        instance_filters: Option<FilterState>,
+        clock: ClockKind,
+        nr_cpus: u32,
+        buffer_bytes: u64,
+    ) -> Self {
         let tracer_flags = [&NOP as &dyn Tracer, &FUNCTION, &GRAPH]
             .iter()
             .map(|t| (t.name(), t.default_flags()))
@@ -178,6 +193,7 @@ impl State {
         marker_syms.finish();
         State {
             agent,
+            instance_filters,
             tracer: "nop",
             on: true,
             depth: 0,
@@ -190,6 +206,14 @@ impl State {
             buffer_bytes,
             read_events: HashMap::new(),
             marker_syms,
+        }
+    }
+
+    /// The function-filter files of this instance.
+    fn filters(&mut self) -> Option<&mut FilterState> {
+        match &mut self.agent {
+            Some(a) => Some(&mut a.filters),
+            None => self.instance_filters.as_mut(),
         }
     }
 
@@ -461,8 +485,8 @@ impl FilterStore for Filters {
         let mut st = lock(&self.0);
         // Edits start from the counts the program has now (a dead link fails at publish).
         let _ = st.sync();
-        if let Some(a) = &mut st.agent {
-            f(&mut a.filters)
+        if let Some(filters) = st.filters() {
+            f(filters)
         }
     }
 
@@ -487,6 +511,38 @@ impl CommandEnv for LiveCommands {
 
     fn supports(&self, cmd: ProbeCommand) -> bool {
         matches!(cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff)
+    }
+}
+
+/// Registers the trace events the live tree lists: Linux 6.12's `sched` formats
+/// (ftrace-core's [`SCHED_EVENTS`](ftrace_core::format::sched::SCHED_EVENTS)), so that
+/// `events/`, `available_events` and `set_event` are the kernel's files over real formats.
+/// The agent records no trace event yet: arming one is refused
+/// ([`TraceBackend::set_event_state`], `ENODEV`), so they stay off and a write that turns
+/// them all off (`echo 0 > events/enable`) succeeds, as on a kernel.
+pub fn register_events<H: Host>(tree: &mut ftrace_tracefs::Tracefs<H>) -> Result<(), Errno> {
+    for e in ftrace_core::format::sched::SCHED_EVENTS {
+        tree.register_event(*e)?;
+    }
+    Ok(())
+}
+
+/// The filter language of an instance's filter files: the program's call sites and no
+/// function commands (nothing runs an instance's probes: it has no function tracer), so
+/// `f:traceoff` and the like are refused with `EINVAL`, changing nothing.
+struct InstanceCommands(Arc<dyn SymbolTable + Send + Sync>);
+
+impl CommandEnv for InstanceCommands {
+    fn symbols(&self) -> &dyn SymbolTable {
+        &*self.0
+    }
+
+    fn has_snapshot(&self) -> bool {
+        false
+    }
+
+    fn supports(&self, _cmd: ProbeCommand) -> bool {
+        false
     }
 }
 
@@ -732,13 +788,28 @@ impl TraceBackend for UserBackend {
         Ok(())
     }
 
+    fn set_event_state(
+        &mut self,
+        _event: &ftrace_core::format::TraceEventFormat,
+        state: EventState,
+    ) -> Result<(), Errno> {
+        // Nothing in the program records trace events (see `register_events`).
+        if state.enabled || state.triggers {
+            return Err(Errno::ENODEV);
+        }
+        Ok(())
+    }
+
     fn open_filter(
         &mut self,
         which: FilterFile,
         truncate: bool,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        if lock(&self.state).agent.is_none() || which == FilterFile::GraphNotrace {
+        if lock(&self.state).filters().is_none() {
             return Err(Errno::ENODEV);
+        }
+        if which == FilterFile::GraphNotrace {
+            return Ok(Box::new(NoGraphNotrace));
         }
         Ok(FilterWriter::open(
             Filters(self.state.clone()),
@@ -753,8 +824,8 @@ impl TraceBackend for UserBackend {
             // The counts as the program spent them (a dead link shows the last known).
             let _ = st.sync();
         }
-        match &st.agent {
-            Some(a) => a.filters.write_filter(which, w),
+        match st.filters() {
+            Some(f) => f.write_filter(which, w),
             None => Ok(()),
         }
     }
@@ -776,6 +847,26 @@ impl TraceBackend for UserBackend {
         for (pid, (_, tgid)) in v {
             writeln!(w, "{pid} {tgid}")?;
         }
+        Ok(())
+    }
+}
+
+/// A write of `set_graph_notrace`, which the agent cannot apply: its set stays empty, so a
+/// write that names no function (`echo > set_graph_notrace`, the kernel's way to clear it) is
+/// taken, and the first name is refused with `ENODEV`, changing nothing.
+struct NoGraphNotrace;
+
+impl FilterEdit for NoGraphNotrace {
+    fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
+        // The filter language's separators: blanks and NULs separate tokens.
+        if data.iter().all(|&b| b == 0 || b.is_ascii_whitespace()) {
+            Ok(data.len())
+        } else {
+            Err(Errno::ENODEV)
+        }
+    }
+
+    fn release(self: Box<Self>) -> Result<(), Errno> {
         Ok(())
     }
 }
@@ -844,6 +935,8 @@ impl FunctionRecords for SiteRecords {
 /// What only the server knows, and the top-level backend until the tree takes it.
 pub struct UserHost {
     top: Shared,
+    /// The filter language of the instances' filter files.
+    instance_commands: Arc<InstanceCommands>,
     taken: bool,
     records: SiteRecords,
     clock: ClockKind,
@@ -877,6 +970,7 @@ impl UserHost {
         }
         syms.finish();
         let syms: Arc<dyn SymbolTable + Send + Sync> = Arc::new(syms);
+        let instance_commands = Arc::new(InstanceCommands(syms.clone()));
         // SAFETY: no preconditions.
         let nr_cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as u32;
         let mut st = State::new(
@@ -894,6 +988,7 @@ impl UserHost {
         st.tracer = tracer.name();
         let top = Arc::new(Mutex::new(st));
         Ok(UserHost {
+            instance_commands,
             records: SiteRecords { state: top.clone() },
             top,
             taken: false,
@@ -1013,8 +1108,9 @@ impl Host for UserHost {
             }
             None => Err(Errno::EBUSY),
             Some(_) => Ok(Box::new(UserBackend {
-                state: Arc::new(Mutex::new(State::new(
+                state: Arc::new(Mutex::new(State::with_filters(
                     None,
+                    Some(FilterState::new(self.instance_commands.clone())),
                     self.clock,
                     self.nr_cpus,
                     self.buffer_bytes,

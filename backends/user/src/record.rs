@@ -216,6 +216,7 @@ fn run_mounted(
     let host = UserHost::new(link, live, cfg.tracer, cfg.clock, cfg.buffer_kb * 1024)?;
     let handle = host.handle();
     let mut tree = ftrace_tracefs::Tracefs::new(host).map_err(|e| format!("tracefs: {e:?}"))?;
+    crate::livefs::register_events(&mut tree).map_err(|e| format!("tracefs: {e:?}"))?;
     seed_tree(&mut tree, opts);
     let m = mount(TracefsFs::new(tree), dir)?;
     eprintln!(

@@ -827,3 +827,73 @@ fn function_commands_run_under_nop() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("wrong 0"), "{text}");
 }
+
+/// What a kernel's tracefs takes from a reset script (ftracetest's `initialize_ftrace`) and
+/// what this one refuses instead of pretending: trace events are listed but cannot be armed,
+/// `set_graph_notrace` can be cleared but not set, an instance has its own filter files, and
+/// a marker longer than one event is cut where Linux cuts it.
+#[test]
+fn kernel_reset_writes_are_taken() {
+    let m = Mounted::start("reset", "function");
+    let err = |cmd: String| String::from_utf8_lossy(&sh(&cmd).stderr).into_owned();
+
+    // Events: the sched formats are listed; turning everything off is taken, arming one is
+    // refused (nothing records it) and it stays off.
+    let avail = m.read("available_events");
+    assert!(avail.lines().any(|l| l == "sched:sched_switch"), "{avail}");
+    m.echo("0", "events/enable");
+    assert_eq!(m.read("events/enable"), "0\n");
+    let e = err(format!(
+        "/bin/echo 1 > {}",
+        m.path("events/sched/sched_switch/enable").display()
+    ));
+    assert!(e.contains("No such device"), "{e}");
+    assert_eq!(m.read("events/sched/sched_switch/enable"), "0\n");
+    assert_eq!(m.read("set_event"), "");
+
+    // set_graph_notrace: an empty write (how a script clears it) is taken; a name is refused.
+    m.echo("", "set_graph_notrace");
+    let e = err(format!(
+        "/bin/echo tick_beta >> {}",
+        m.path("set_graph_notrace").display()
+    ));
+    assert!(e.contains("No such device"), "{e}");
+    assert_eq!(
+        m.read("set_graph_notrace"),
+        "#### no functions disabled ####\n"
+    );
+
+    // An instance's filter files are its own, resolved against the program's sites; function
+    // commands are refused there (nothing would run them).
+    m.echo("tick_beta", "set_ftrace_filter");
+    std::fs::create_dir(m.path("instances/flt")).unwrap();
+    m.echo("", "instances/flt/set_ftrace_filter");
+    m.echo("tick_alpha", "instances/flt/set_ftrace_filter");
+    assert_eq!(m.read("instances/flt/set_ftrace_filter"), "tick_alpha\n");
+    assert_eq!(m.read("set_ftrace_filter"), "tick_beta\n");
+    let e = err(format!(
+        "/bin/echo 'tick_alpha:traceoff' >> {}",
+        m.path("instances/flt/set_ftrace_filter").display()
+    ));
+    assert!(e.contains("Invalid argument"), "{e}");
+    assert_eq!(m.read("instances/flt/set_ftrace_filter"), "tick_alpha\n");
+    std::fs::remove_dir(m.path("instances/flt")).unwrap();
+
+    // A 5000-byte marker: Linux takes what one event holds (4054 bytes in 4 KiB
+    // sub-buffers) and the writer's next write is the next event.
+    m.echo("nop", "current_tracer");
+    m.echo("", "trace");
+    let text = "X".repeat(5000);
+    sh_ok(&format!(
+        "printf %s {text} > {}",
+        m.path("trace_marker").display()
+    ));
+    let trace = m.read("trace");
+    let lens: Vec<usize> = trace
+        .lines()
+        .filter_map(|l| l.split("tracing_mark_write: ").nth(1))
+        .map(str::len)
+        .collect();
+    assert_eq!(lens, [4054, 946], "{trace}");
+    m.finish();
+}
