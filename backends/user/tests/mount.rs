@@ -7,7 +7,7 @@
 //! stdin closes, so the test decides when it ends; every wait for the program to produce
 //! events is bounded (a failure names what never came), never a timing assertion.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -896,4 +896,207 @@ fn kernel_reset_writes_are_taken() {
         .collect();
     assert_eq!(lens, [4054, 946], "{trace}");
     m.finish();
+}
+
+/// A small deterministic generator for the fuzz test (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Every file under `dir` (recursively) with its mode.
+fn files_under(dir: &Path) -> Vec<(PathBuf, u32)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let md = e.metadata().unwrap();
+            if md.is_dir() {
+                dirs.push(e.path());
+            } else {
+                out.push((e.path(), md.permissions().mode()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The readable files whose text only a write through the mount changes: not the buffers'
+/// contents and statistics, not what the running program changes by itself (its `traceon` /
+/// `traceoff` commands flip `tracing_on` and spend the counts `set_ftrace_filter` shows, its
+/// threads fill `saved_cmdlines`), not the consuming files.
+fn stable_snapshot(mnt: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    const MOVING: &[&str] = &[
+        "trace",
+        "trace_pipe",
+        "trace_pipe_raw",
+        "stats",
+        "error_log",
+        "saved_cmdlines",
+        "saved_tgids",
+        "enabled_functions",
+        "touched_functions",
+        "tracing_on",
+        "set_ftrace_filter",
+    ];
+    files_under(mnt)
+        .into_iter()
+        .filter(|(p, mode)| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            mode & 0o400 != 0 && !MOVING.contains(&name.as_ref())
+        })
+        .map(|(p, _)| {
+            let v = std::fs::read(&p).unwrap_or_else(|e| panic!("reading {}: {e}", p.display()));
+            (p, v)
+        })
+        .collect()
+}
+
+/// The fuzz test of the tree, through FUSE against a running program: random writes to random
+/// writable files (the top level's and an instance's) never bring the tool down, every answer
+/// is data or an errno, and a rejected write leaves every stable file as it was. The seed is
+/// fixed (`FTRACE_FUZZ_SEED` picks another) so a failure replays.
+#[test]
+fn random_writes_on_the_live_mount_never_panic_and_errors_change_nothing() {
+    const WORDS: &[&str] = &[
+        "0",
+        "1",
+        "2",
+        "-1",
+        "4096",
+        "0x10",
+        "nop",
+        "function",
+        "function_graph",
+        "local",
+        "mono",
+        "x86-tsc",
+        "counter",
+        "overwrite",
+        "nooverwrite",
+        "markers",
+        "nomarkers",
+        "funcgraph-cpu",
+        "tick_alpha",
+        "tick_*",
+        "!tick_beta",
+        "*",
+        "nosuch_function",
+        "tick_beta:traceoff",
+        "tick_alpha:traceon:3",
+        "!tick_beta:traceoff",
+        "tick_alpha:stacktrace",
+        "tick_beta:mod:mount_target",
+        "sched:sched_switch",
+        "!sched:*",
+        "prev_pid == 1",
+        "(prev_pid > 1",
+        "hist:keys=next_pid",
+        "p:x tick_alpha",
+        "ff",
+        "1,0",
+    ];
+    let seed = std::env::var("FTRACE_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_f00d_u64);
+    let mut rng = Rng(seed);
+    let m = Mounted::start("fuzz", "function");
+    std::fs::create_dir(m.path("instances/fz")).unwrap();
+    let writable: Vec<PathBuf> = files_under(&m.mnt)
+        .into_iter()
+        .filter(|(_, mode)| mode & 0o200 != 0)
+        .map(|(p, _)| p)
+        .collect();
+    assert!(writable.len() > 40, "{writable:?}");
+    let mut rejected = 0;
+    // Each step's "after" is the next step's "before".
+    let mut before = stable_snapshot(&m.mnt);
+    for step in 0..60 {
+        let path = &writable[rng.below(writable.len())];
+        let data: Vec<u8> = match rng.below(3) {
+            0 => (0..rng.below(80)).map(|_| rng.next() as u8).collect(),
+            _ => {
+                let mut s = String::new();
+                if rng.below(4) == 0 {
+                    s.push_str("no");
+                }
+                s.push_str(WORDS[rng.below(WORDS.len())]);
+                if rng.below(2) == 0 {
+                    s.push('\n');
+                }
+                s.into_bytes()
+            }
+        };
+        let append = rng.below(2) == 0;
+        let what = format!(
+            "step {step} (seed {seed}): {} {:?} to {}",
+            if append { "append" } else { "write" },
+            String::from_utf8_lossy(&data),
+            path.display()
+        );
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true);
+        if append {
+            opts.append(true);
+        } else {
+            // An open with O_TRUNC empties a filter file (and `trace`) whatever is written
+            // next, as in Linux: that is the open's doing, so it is done first, on its own.
+            opts.truncate(true);
+            if opts.open(path).is_ok() {
+                before = stable_snapshot(&m.mnt);
+            }
+        }
+        let r = opts.open(path).and_then(|mut f| {
+            use std::io::Write;
+            f.write(&data)
+        });
+        let after = stable_snapshot(&m.mnt);
+        match r {
+            Ok(n) => assert!(n <= data.len(), "{what}: wrote {n}"),
+            Err(e) => {
+                rejected += 1;
+                assert!(e.raw_os_error().is_some(), "{what}: {e}");
+                for (p, old) in &before {
+                    // Linux keeps a rejected event filter (with its error) in its file.
+                    let kept_filter = p == path && p.ends_with("filter");
+                    // The kernel's own exception: a tracer or event write expands the
+                    // boot-minimum buffers before it checks its text (`(expanded: ...)`).
+                    let expands = ["current_tracer", "set_event", "enable", "buffer_size_kb"]
+                        .iter()
+                        .any(|f| path.ends_with(f));
+                    let expansion = expands && p.to_string_lossy().contains("size_kb");
+                    if !kept_filter && !expansion {
+                        assert_eq!(
+                            Some(old),
+                            after.get(p),
+                            "{what}: rejected ({e}), yet {} changed",
+                            p.display()
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            m.path("available_tracers").exists(),
+            "{what}: the mount is gone"
+        );
+        before = after;
+    }
+    assert!(rejected > 10, "only {rejected} writes were rejected");
+    let (out, _, _) = m.finish();
+    assert!(out.status.success(), "{out:?}");
 }
