@@ -223,6 +223,8 @@ impl Mounted {
     fn start(dir: &Path, prog: &Path) -> Mounted {
         let mnt = dir.join("tracing");
         std::fs::create_dir_all(&mnt).unwrap();
+        // The tool's messages go to a file (a pipe nobody reads could fill and stop it).
+        let log = dir.join("ftrace.log");
         let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
             .current_dir(dir)
             .args(["record", "-t", "function", "--mount"])
@@ -233,15 +235,14 @@ impl Mounted {
             .arg(prog)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         let stdin = tool.stdin.take().unwrap();
         let start = Instant::now();
         while !mnt.join("available_tracers").exists() {
             if let Ok(Some(st)) = tool.try_wait() {
-                let mut err = String::new();
-                let _ = tool.stderr.take().unwrap().read_to_string(&mut err);
+                let err = std::fs::read_to_string(&log).unwrap_or_default();
                 panic!("ftrace exited ({st}) before mounting: {err}");
             }
             assert!(start.elapsed() < Duration::from_secs(60), "no mount");
@@ -300,7 +301,8 @@ fn run_ftracetest(suite: &Path, mnt: &Path, cases: &[PathBuf], logs: &Path) -> S
         .args(cases)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        // To a file: a second pipe read only after the first could fill and stop the suite.
+        .stderr(std::fs::File::create(logs.with_extension("stderr")).unwrap());
     let mut child = cmd.spawn().expect("sh");
     let mut out = String::new();
     child
@@ -310,8 +312,7 @@ fn run_ftracetest(suite: &Path, mnt: &Path, cases: &[PathBuf], logs: &Path) -> S
         .read_to_string(&mut out)
         .unwrap();
     let st = child.wait().unwrap();
-    let mut err = String::new();
-    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    let err = std::fs::read_to_string(logs.with_extension("stderr")).unwrap_or_default();
     assert!(
         out.contains("# of passed:"),
         "ftracetest did not finish ({st}): {out}\n{err}"
@@ -402,4 +403,6 @@ fn kernel_ftracetest_passes_on_the_live_mount() {
         bad.join("\n"),
         dir.display()
     );
+    // Kept only when something failed.
+    let _ = std::fs::remove_dir_all(&dir);
 }
