@@ -15,8 +15,9 @@
 //! the expected old bytes; a site that does not match is never written and is reported.
 
 use crate::aarch64;
+use crate::breakpoint::BreakpointSlot;
 use crate::site::{Arch, SiteBytes};
-use crate::sync::{AtomicU8, Ordering, fence};
+use crate::sync::{AtomicU8, Ordering, fence, loom_const_fn};
 use crate::text::TextPoke;
 use crate::x86;
 
@@ -163,18 +164,20 @@ pub struct PokeSite {
 }
 
 impl PokeSite {
-    /// An unused slot (to fill a caller-provided batch buffer:
-    /// `[const { PokeSite::empty() }; N]`).
-    pub const fn empty() -> PokeSite {
-        PokeSite {
-            addr: 0,
-            old: SiteBytes::EMPTY,
-            new: SiteBytes::EMPTY,
-            actual: SiteBytes::EMPTY,
-            emulate: Emulation::None,
-            method: Method::Undecided,
-            tag: 0,
-            status: AtomicU8::new(SiteStatus::Pending as u8),
+    loom_const_fn! {
+        /// An unused slot (to fill a caller-provided batch buffer:
+        /// `[const { PokeSite::empty() }; N]`).
+        pub fn empty() -> PokeSite {
+            PokeSite {
+                addr: 0,
+                old: SiteBytes::EMPTY,
+                new: SiteBytes::EMPTY,
+                actual: SiteBytes::EMPTY,
+                emulate: Emulation::None,
+                method: Method::Undecided,
+                tag: 0,
+                status: AtomicU8::new(SiteStatus::Pending as u8),
+            }
         }
     }
 
@@ -495,6 +498,12 @@ pub fn apply<P: TextPoke>(
         let bp = arch.breakpoint();
         let head = bp.len();
         let table = BreakpointTable { arch, sites };
+        let slot: Option<&'static BreakpointSlot> = text.breakpoint_slot();
+        if let Some(slot) = slot {
+            // SAFETY: `table` and `sites` outlive this block, and the slot is disarmed (and
+            // drained) at its end.
+            unsafe { slot.arm(&table) };
+        }
         text.breakpoints_armed(&table);
         let armed = || {
             sites
@@ -548,6 +557,9 @@ pub fn apply<P: TextPoke>(
         }
         text.sync_cores();
         st.syncs += 1;
+        if let Some(slot) = slot {
+            slot.disarm();
+        }
         text.breakpoints_disarmed();
     }
 
