@@ -22,21 +22,26 @@
 //! breakpoint of the batch either finds the site ([`TrapAction::Emulate`]) or, if the batch
 //! finished meanwhile, sees the flag cleared and (the clearing store being a release the
 //! handler's load acquires) every final head written: the site holds its new instruction and
-//! the handler re-runs it (see [`BreakpointSlot::trap`]). `tests/loom.rs` model-checks both.
+//! the handler re-runs it (see [`BreakpointSlot::resolve`]). `apply` marks the sites armed
+//! before it arms the slot, so a handler that finds a batch finds its sites armed.
+//! `tests/loom.rs` model-checks these, for one batch and for two in a row.
 
 use core::fmt;
 
 use ftrace_core::platform::Reclaim;
 use ftrace_core::reclaim::ReaderCount;
 
-use crate::protocol::{BreakpointTable, TrapAction};
-use crate::sync::{AtomicBool, Ordering, UnsafeCell, loom_const_fn, spin_loop};
+use crate::protocol::{BreakpointTable, TrapAction, late_trap};
+use crate::site::Arch;
+use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell, loom_const_fn, spin_loop};
 
 /// Where a platform's trap handler finds the armed breakpoint batch (one per platform, in a
 /// `static`; see the [module docs](self)).
 pub struct BreakpointSlot {
     /// Whether `table` holds the armed batch.
     armed: AtomicBool,
+    /// Batches armed so far (bumped after `armed` is set, before the first breakpoint).
+    generation: AtomicUsize,
     /// Taken by `arm`, released by `disarm`: one batch at a time per slot (two patchers on one
     /// platform wait for each other).
     busy: AtomicBool,
@@ -73,6 +78,7 @@ impl BreakpointSlot {
         pub fn new() -> BreakpointSlot {
             BreakpointSlot {
                 armed: AtomicBool::new(false),
+                generation: AtomicUsize::new(0),
                 busy: AtomicBool::new(false),
                 table: UnsafeCell::new(None),
                 handlers: ReaderCount::new(),
@@ -106,6 +112,7 @@ impl BreakpointSlot {
         // those that saw it set), and `busy` keeps other patchers out.
         self.table.with_mut(|t| unsafe { *t = Some(copy) });
         self.armed.store(true, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::Release);
     }
 
     /// Unpublishes the table and waits until no handler can still be reading it (drain), then
@@ -136,16 +143,40 @@ impl BreakpointSlot {
     }
 
     /// Resolves a trap at `bp_addr` against the armed batch ([`BreakpointTable::trap`]);
-    /// `head` is what the handler read at `bp_addr` when it started (1 byte on x86, the 4-byte
-    /// word on AArch64). [`TrapAction::NotOurs`] when nothing is armed or the site is not in
-    /// the batch.
-    ///
-    /// A handler that read the breakpoint and gets `NotOurs` at a site it knows may be late:
-    /// the batch ended between its read and this lookup. It re-reads `bp_addr`; if the
-    /// breakpoint is gone the new instruction is in place and it restarts there
-    /// ([`crate::protocol::late_trap`]); the disarm's release, acquired here, makes sure the
-    /// re-read sees the final bytes.
+    /// `head` is what the handler read at `bp_addr` (1 byte on x86, the 4-byte word on
+    /// AArch64). [`TrapAction::NotOurs`] when nothing is armed or the site is not in the batch.
+    /// A handler that can run late (after its batch ended) uses [`BreakpointSlot::resolve`].
     pub fn trap(&self, bp_addr: u64, head: &[u8]) -> TrapAction {
         self.with_table(|t| t.map_or(TrapAction::NotOurs, |t| t.trap(bp_addr, head)))
+    }
+
+    /// Resolves a trap at `bp_addr`, a site the platform patches, from a handler that may run
+    /// late: a userspace `SIGTRAP` can be handled after the batch whose breakpoint raised it
+    /// ended, and after another batch began. `read_head` reads the bytes at `bp_addr` now (the
+    /// breakpoint's length).
+    ///
+    /// A trap the armed batch claims is answered by it. Otherwise the site is read again: if
+    /// the breakpoint is gone, the batch that wrote it is over and its final bytes are in place
+    /// (the disarm's release, acquired by the lookup, orders them before the re-read), so the
+    /// answer is [`TrapAction::Restart`]; if a breakpoint is there and another batch was armed
+    /// meanwhile, it is looked up again; if none was, the breakpoint is not ours
+    /// ([`TrapAction::NotOurs`]: a debugger's, say).
+    pub fn resolve(&self, arch: Arch, bp_addr: u64, read_head: impl Fn(&mut [u8])) -> TrapAction {
+        let n = arch.breakpoint().len();
+        let mut head = [0u8; 4];
+        read_head(&mut head[..n]);
+        loop {
+            let generation = self.generation.load(Ordering::Acquire);
+            let action = self.trap(bp_addr, &head[..n]);
+            if action != TrapAction::NotOurs {
+                return action;
+            }
+            read_head(&mut head[..n]);
+            let late = late_trap(arch, &[bp_addr], bp_addr, &head[..n]);
+            if late != TrapAction::NotOurs || self.generation.load(Ordering::Acquire) == generation
+            {
+                return late;
+            }
+        }
     }
 }

@@ -498,6 +498,17 @@ pub fn apply<P: TextPoke>(
         let bp = arch.breakpoint();
         let head = bp.len();
         let table = BreakpointTable { arch, sites };
+        let armed = || {
+            sites
+                .iter()
+                .filter(|s| s.method == Method::Breakpoint && s.status() == SiteStatus::Armed)
+        };
+        // Step 1: breakpoint over every head. Every status is published, then the table (a
+        // handler that finds the table armed finds its sites armed), and fenced (the kernel's
+        // smp_wmb), before any breakpoint can be hit.
+        for s in pending(Method::Breakpoint) {
+            s.set_status(SiteStatus::Armed);
+        }
         let slot: Option<&'static BreakpointSlot> = text.breakpoint_slot();
         if let Some(slot) = slot {
             // SAFETY: `table` and `sites` outlive this block, and the slot is disarmed (and
@@ -505,16 +516,6 @@ pub fn apply<P: TextPoke>(
             unsafe { slot.arm(&table) };
         }
         text.breakpoints_armed(&table);
-        let armed = || {
-            sites
-                .iter()
-                .filter(|s| s.method == Method::Breakpoint && s.status() == SiteStatus::Armed)
-        };
-        // Step 1: breakpoint over every head. Every status is published, and fenced (the
-        // kernel's smp_wmb), before any breakpoint can be hit.
-        for s in pending(Method::Breakpoint) {
-            s.set_status(SiteStatus::Armed);
-        }
         fence(Ordering::SeqCst);
         for s in armed() {
             if text.write_text(s.addr, &bp).is_err() {

@@ -9,11 +9,11 @@
 //! reported race).
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicU8, fence};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, fence};
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, fence};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, fence};
 
 pub(crate) use core::sync::atomic::Ordering;
 
