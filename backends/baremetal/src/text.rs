@@ -180,15 +180,15 @@ static REFRESHES: AtomicU64 = AtomicU64::new(0);
 ///
 /// A trap no batch claims, at a site that no longer holds an int3, was raised by an instruction
 /// fetched before the final sync reached this CPU (the batch is over); the bytes there now form
-/// a complete instruction, so it is re-run from the site.
+/// a complete instruction, so it is re-run from the site ([`BreakpointSlot::resolve`]).
 pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
     let site = frame.rip.wrapping_sub(1);
     if check_range(site, 1).is_err() {
         return false;
     }
     // SAFETY: the CPU just executed an instruction at `site`, and it is in range.
-    let head = unsafe { core::ptr::read_volatile(site as *const u8) };
-    match BREAKPOINTS.trap(site, &[head]) {
+    let read = || unsafe { core::ptr::read_volatile(site as *const u8) };
+    match BREAKPOINTS.resolve(Arch::X86_64, site, |b| b[0] = read()) {
         TrapAction::Emulate(Emulation::Call { target, ret }) => {
             let rsp = frame.rsp - 8;
             // SAFETY: the trap is at a function-entry site, where the interrupted stack is
@@ -202,17 +202,9 @@ pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
         TrapAction::Emulate(Emulation::Skip { next }) => frame.rip = next,
         TrapAction::Emulate(_) => return false,
         TrapAction::Restart { pc } => {
+            let head = read();
             refresh_text_byte(pc as usize, head);
             frame.rip = pc;
-            STALE_RETRIES.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        TrapAction::NotOurs => {
-            if head == INT3 {
-                return false; // a breakpoint nobody published: fatal
-            }
-            refresh_text_byte(site as usize, head);
-            frame.rip = site;
             let n = STALE_RETRIES.fetch_add(1, Ordering::Relaxed) + 1;
             if n > 1_000_000 {
                 use core::fmt::Write;
@@ -225,6 +217,8 @@ pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
             }
             return true;
         }
+        // A breakpoint nobody published: fatal.
+        TrapAction::NotOurs => return false,
     }
     INT3_HITS.fetch_add(1, Ordering::Relaxed);
     true

@@ -179,6 +179,12 @@ impl Patcher {
         }
         writes.sort_by_key(|w| w.addr());
         if !writes.is_empty() {
+            // The SIGTRAP handler must know the sites the initialisation batch traps at.
+            let mut known: Vec<u64> = self.sites.iter().map(|s| s.addr).collect();
+            known.extend(writes.iter().map(|w| w.addr()));
+            known.sort_unstable();
+            known.dedup();
+            KNOWN.replace(Published::Owned(Box::new(known)), &TRAP_READERS);
             let _w = text::TextWindow::open(writes.iter().map(|w| (w.addr(), w.len())))?;
             protocol::apply(
                 &mut self.platform,
@@ -294,23 +300,14 @@ impl Patcher {
 static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static OLD_TRAP_FLAGS: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
-/// What to do with a trap at `bp`, whose first byte read `head` when the handler started;
-/// `byte_now` re-reads that byte (the batch may move on while the handler runs).
-fn resolve(bp: u64, head: u8, byte_now: impl Fn() -> u8) -> TrapAction {
-    let action = BREAKPOINTS.trap(bp, &[head]);
-    if action != TrapAction::NotOurs {
-        return action;
-    }
-    // A late trap: the batch is over and the breakpoint is gone: run the site as it is now.
+/// What to do with a trap at `bp`; `read` reads its first byte now (called only at a known
+/// site). A signal can be handled late, after its batch (and the next) moved on:
+/// [`BreakpointSlot::resolve`] re-reads the site and restarts it when the breakpoint is gone.
+fn resolve(bp: u64, read: impl Fn() -> u8) -> TrapAction {
     if !known_site(bp) {
         return TrapAction::NotOurs;
     }
-    // `head` was read before the table was looked up: the batch may have ended (and removed
-    // its int3) in between, so look at the site as it is now.
-    if head != 0xcc || byte_now() != 0xcc {
-        return TrapAction::Restart { pc: bp };
-    }
-    TrapAction::NotOurs
+    BREAKPOINTS.resolve(Arch::X86_64, bp, |b| b[0] = read())
 }
 
 extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
@@ -318,15 +315,8 @@ extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc
     let gregs = unsafe { &mut (*ucv.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
     let rip = gregs[libc::REG_RIP as usize] as u64;
     let bp = rip.wrapping_sub(1);
-    // Read the head only at a known site (it is mapped text there).
-    let action = if known_site(bp) {
-        // SAFETY: `bp` is a known site in mapped text.
-        // SAFETY (both reads): `bp` is a known site in mapped text.
-        let read = || unsafe { core::ptr::read_volatile(bp as *const u8) };
-        resolve(bp, read(), read)
-    } else {
-        TrapAction::NotOurs
-    };
+    // SAFETY: `resolve` reads only at a known site, in mapped text.
+    let action = resolve(bp, || unsafe { core::ptr::read_volatile(bp as *const u8) });
     match action {
         TrapAction::Restart { pc } => gregs[libc::REG_RIP as usize] = pc as i64,
         TrapAction::Emulate(Emulation::Call { target, ret }) => {
@@ -415,17 +405,23 @@ mod tests {
     #[test]
     fn late_trap_restarts_only_at_known_sites() {
         KNOWN.replace(Published::Owned(Box::new(vec![0x4000u64])), &TRAP_READERS);
+        assert_eq!(resolve(0x4000, || 0x0f), TrapAction::Restart { pc: 0x4000 });
+        assert_eq!(resolve(0x4000, || 0xcc), TrapAction::NotOurs);
         assert_eq!(
-            resolve(0x4000, 0x0f, || 0x0f),
-            TrapAction::Restart { pc: 0x4000 }
+            resolve(0x4001, || panic!("read at an unknown site")),
+            TrapAction::NotOurs
         );
-        assert_eq!(resolve(0x4000, 0xcc, || 0xcc), TrapAction::NotOurs);
-        assert_eq!(resolve(0x4001, 0x0f, || 0x0f), TrapAction::NotOurs);
         // The int3 was there when the handler started, and the batch removed it (and its
         // table) before the handler looked: a late trap, not someone else's breakpoint.
+        let reads = core::cell::Cell::new(0);
+        let first_int3 = || {
+            reads.set(reads.get() + 1);
+            if reads.get() == 1 { 0xcc } else { 0x0f }
+        };
         assert_eq!(
-            resolve(0x4000, 0xcc, || 0x0f),
+            resolve(0x4000, first_int3),
             TrapAction::Restart { pc: 0x4000 }
         );
+        assert_eq!(reads.get(), 2);
     }
 }
