@@ -71,6 +71,19 @@ impl TextPoke for ModelText {
     }
 }
 
+/// Runs a model with the bound both use.
+fn check(model: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(model);
+}
+
+/// The site's enabled bytes, and its text, disabled.
+fn disabled_site() -> ([u8; 5], Arc<[AtomicU8; 5]>) {
+    let call = x86::encode_call(SITE, TARGET).unwrap();
+    (call, Arc::new(NOP5.map(AtomicU8::new)))
+}
+
 /// A CPU that executes the site once, while the patcher enables it: the NOP, the new call, or
 /// a trap that must resolve to the call (emulated) or to a restart on the call now in place,
 /// never to "not ours", and never by reading the batch's table once the patcher freed it.
@@ -84,11 +97,8 @@ impl TextPoke for ModelText {
 /// someone else's).
 #[test]
 fn trap_while_disarm() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
-        let call = x86::encode_call(SITE, TARGET).unwrap();
-        let bytes = Arc::new(NOP5.map(AtomicU8::new));
+    check(|| {
+        let (call, bytes) = disabled_site();
         // Cleared once the batch's sites (and so its table) are gone.
         let alive = Arc::new(AtomicBool::new(true));
         let cpu = {
@@ -152,11 +162,8 @@ fn trap_while_disarm() {
 /// between its lookup and its re-read (kept: a delayed signal can straddle two batches).
 #[test]
 fn trap_across_two_batches() {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.check(|| {
-        let call = x86::encode_call(SITE, TARGET).unwrap();
-        let bytes = Arc::new(NOP5.map(AtomicU8::new));
+    check(|| {
+        let (call, bytes) = disabled_site();
         let cpu = {
             let bytes = bytes.clone();
             thread::spawn(move || {
