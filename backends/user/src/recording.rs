@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ftrace_agent::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, Slot};
+use ftrace_agent::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, SlotEvent, depth};
 use ftrace_agent::clock::{TscConversion, TscPair};
 use ftrace_agent::config::ClockKind;
 use ftrace_core::EventId;
@@ -143,7 +143,7 @@ pub fn parse_symbols(text: &str) -> SortedSymbols {
     t
 }
 
-pub(crate) fn entry_bytes(s: &Slot, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
+pub(crate) fn entry_bytes(s: &SlotEvent, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
     let ent = |id: EventId| TraceEntry {
         type_: id.as_u16(),
         flags: 0,
@@ -161,14 +161,14 @@ pub(crate) fn entry_bytes(s: &Slot, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<
         KIND_GRAPH_ENT => FtraceGraphEntEntry {
             ent: ent(EventId::FuncgraphEntry),
             func: s.ip,
-            depth: s.depth() as i32,
+            depth: depth(s) as i32,
         }
         .as_bytes()
         .to_vec(),
         _ => FtraceGraphRetEntry {
             ent: ent(EventId::FuncgraphExit),
             func: s.ip,
-            depth: s.depth() as i32,
+            depth: depth(s) as i32,
             overrun: 0,
             calltime: conv(s.arg),
             rettime: conv(s.ts),
@@ -378,7 +378,16 @@ mod tests {
         let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
         let mut mem = vec![0u64; len / 8];
         // SAFETY: zeroed, aligned, `len` bytes.
-        let w = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, true, 42, 43, b"x") };
+        let w = unsafe {
+            buffer::init(
+                mem.as_mut_ptr().cast(),
+                len,
+                buffer::SlotMode::Overwrite,
+                42,
+                43,
+                b"x",
+            )
+        };
         // SAFETY: `w` describes `mem`.
         unsafe {
             w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
