@@ -44,9 +44,11 @@ impl Event {
         TraceEntry::read_from(&self.data).and_then(|e| EventId::from_u16(e.type_))
     }
 
-    /// The traced function's address (function, funcgraph_entry, funcgraph_exit).
-    pub fn func(&self) -> u64 {
-        u64::from_ne_bytes(self.data[8..16].try_into().unwrap())
+    /// The traced function's address (function, funcgraph_entry, funcgraph_exit); `None`
+    /// for a record too short to hold one.
+    pub fn func(&self) -> Option<u64> {
+        let b = self.data.get(8..16)?;
+        Some(u64::from_ne_bytes(b.try_into().ok()?))
     }
 }
 
@@ -310,7 +312,7 @@ impl Recording {
     /// The name of the function `e` is about (in its own process image's address space).
     pub fn event_symbol(&self, e: &Event) -> Option<&str> {
         let p = self.processes.get(e.process)?;
-        p.symbols.lookup(e.func()).map(|s| s.name)
+        p.symbols.lookup(e.func()?).map(|s| s.name)
     }
 
     /// The name of the function at `addr` in process `pid`'s address space.
@@ -406,7 +408,16 @@ mod tests {
         let ret = FtraceGraphRetEntry::read_from(&evs[1].data).unwrap();
         assert_eq!((ret.calltime, ret.rettime), (100, 250));
         assert_eq!(evs[1].cpu, 3);
-        assert_eq!(rec.symbol(42, evs[0].func()), Some("f"));
+        assert_eq!(rec.symbol(42, evs[0].func().unwrap()), Some("f"));
+        let short = Event {
+            data: vec![0; 12],
+            ..evs[0].clone()
+        };
+        assert_eq!(
+            short.func(),
+            None,
+            "a short record has no function, and no panic"
+        );
         assert_eq!(rec.comm(43), "x");
     }
 }
