@@ -246,7 +246,9 @@ pub struct Cursor {
 impl Cursor {
     /// Every event lost so far, however.
     pub fn lost(&self) -> u64 {
-        self.dropped + self.pending + self.overrun
+        self.dropped
+            .saturating_add(self.pending)
+            .saturating_add(self.overrun)
     }
 
     /// Drops counted whose place in the stream has not been reached yet.
@@ -367,7 +369,7 @@ impl<'a> SlotRing<'a> {
         fence(Ordering::Acquire);
         // (In producer/consumer mode a reservation past the limit never writes, and the
         // limit stays below `index + capacity` until `index` is consumed.)
-        if self.mode == SlotMode::Overwrite && self.head() > index + self.capacity() {
+        if self.mode == SlotMode::Overwrite && self.head() > index.saturating_add(self.capacity()) {
             return SlotRead::Overwritten;
         }
         match (committed, kind & KIND_MASK) {
@@ -380,7 +382,9 @@ impl<'a> SlotRing<'a> {
     /// Reads every event from `cursor` on, in order, calling `f(event, missed)` (`missed`:
     /// events lost just before this one); then, in producer/consumer mode, gives the slots
     /// read back to the writers. Stops at the head or, with [`Drain::Live`], at the first
-    /// slot still being written. Returns the events delivered.
+    /// slot still being written. Returns the events delivered. Reads at most `capacity`
+    /// slots whatever the header says (a damaged or hostile header cannot make it loop).
+    /// Producer/consumer mode writes the header's `limit`: the ring must be writable.
     pub fn consume(
         &self,
         cursor: &mut Cursor,
@@ -393,30 +397,35 @@ impl<'a> SlotRing<'a> {
         // given back is reused by the next event), so the drops go on the first event there.
         let limit = self.header.limit.load(Ordering::Acquire);
         let dropped = self.dropped();
-        let new = dropped.saturating_sub(cursor.dropped + cursor.pending);
+        let new = dropped.saturating_sub(cursor.dropped.saturating_add(cursor.pending));
         if new > 0 {
             if cursor.pending == 0 {
                 cursor.hole_at = limit.saturating_add(1);
             }
-            cursor.pending += new;
+            cursor.pending = cursor.pending.saturating_add(new);
         }
-        let mut missed = 0;
-        let head = self.head();
+        let mut missed = 0u64;
+        // A producer/consumer writer never fills more than `capacity` slots ahead of the
+        // consumer: reservations beyond are drops in flight (or a damaged header), not events.
+        let head = match self.mode {
+            SlotMode::Overwrite => self.head(),
+            SlotMode::ProducerConsumer => self.head().min(cursor.next.saturating_add(cap)),
+        };
         let mut delivered = 0;
         while cursor.next < head {
-            if self.mode == SlotMode::Overwrite && cursor.next + cap < head {
+            if self.mode == SlotMode::Overwrite && cursor.next.saturating_add(cap) < head {
                 // Lapped (overwrite mode): those are gone.
                 let skip = head - cap - cursor.next;
-                cursor.overrun += skip;
-                missed += skip;
+                cursor.overrun = cursor.overrun.saturating_add(skip);
+                missed = missed.saturating_add(skip);
                 cursor.next += skip;
                 continue;
             }
             match self.read(cursor.next) {
                 SlotRead::Event(ev) => {
                     if cursor.pending > 0 && cursor.next >= cursor.hole_at {
-                        missed += cursor.pending;
-                        cursor.dropped += cursor.pending;
+                        missed = missed.saturating_add(cursor.pending);
+                        cursor.dropped = cursor.dropped.saturating_add(cursor.pending);
                         cursor.pending = 0;
                     }
                     f(ev, missed);
@@ -426,8 +435,8 @@ impl<'a> SlotRing<'a> {
                 SlotRead::Pad => {}
                 SlotRead::Uncommitted if drain == Drain::Live => break,
                 SlotRead::Uncommitted | SlotRead::Overwritten => {
-                    cursor.overrun += 1;
-                    missed += 1;
+                    cursor.overrun = cursor.overrun.saturating_add(1);
+                    missed = missed.saturating_add(1);
                 }
             }
             cursor.next += 1;
@@ -437,7 +446,7 @@ impl<'a> SlotRing<'a> {
             // Release: every slot below `next` has been copied before a writer may reuse it.
             self.header
                 .limit
-                .store(cursor.next + cap - 1, Ordering::Release);
+                .store(cursor.next.saturating_add(cap - 1), Ordering::Release);
         }
         delivered
     }

@@ -273,12 +273,13 @@ impl LiveRecording {
             let ring = view.ring();
             let cap = ring.capacity();
             let overwrite = ring.mode() == SlotMode::Overwrite;
-            let head = ring.head();
             let lo = if overwrite {
-                b.below.max(head.saturating_sub(cap))
+                b.below.max(ring.head().saturating_sub(cap))
             } else {
                 b.below
             };
+            // At most one ring's worth, whatever the header says.
+            let head = ring.head().min(lo.saturating_add(cap));
             let mut got = Vec::new();
             for i in lo..head {
                 if b.extra.contains(&i) {

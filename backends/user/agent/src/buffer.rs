@@ -232,7 +232,9 @@ impl<'a> BufferView<'a> {
         };
         ring.consume(&mut cursor, Drain::Final, |e, _| c.events.push(e));
         c.overrun = lapped;
-        c.dropped = ring.dropped() + (cursor.overrun - lapped.min(cursor.overrun));
+        c.dropped = ring
+            .dropped()
+            .saturating_add(cursor.overrun - lapped.min(cursor.overrun));
         c
     }
 }
@@ -358,6 +360,52 @@ mod tests {
         assert_eq!(c.events.len(), 7);
         mem[0] = 0;
         assert!(read(&bytes(&mem)).is_err());
+    }
+
+    /// Mutated buffer files (flipped bytes, hostile header words): `read` answers with an
+    /// error or with at most `capacity` events, never panics, never loops.
+    #[test]
+    fn mutated_files_never_panic_or_loop() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for mode in [SlotMode::Overwrite, SlotMode::ProducerConsumer] {
+            let (mem, w) = ring(16, mode);
+            for i in 0..40u64 {
+                // SAFETY: `w` describes `mem`.
+                unsafe { w.write(i, i, i, KIND_GRAPH_RET, (i % 5) as u32, 0) };
+            }
+            let good = bytes(&mem);
+            for round in 0..3000 {
+                let mut b = good.clone();
+                match round % 3 {
+                    0 => {
+                        for _ in 0..1 + rnd() % 8 {
+                            let at = (rnd() as usize) % b.len();
+                            b[at] ^= 1 << (rnd() % 8);
+                        }
+                    }
+                    1 => {
+                        // A hostile header word (capacity, head, limit, dropped, mode...).
+                        let at = RING_OFFSET + 8 * (rnd() as usize % 5);
+                        let v = [u64::MAX, u64::MAX - 1, 1 << 40, rnd(), 0][rnd() as usize % 5];
+                        b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+                    }
+                    _ => b.truncate((rnd() as usize) % good.len()),
+                }
+                if let Ok(c) = read(&b) {
+                    assert!(
+                        c.events.len() <= 16,
+                        "round {round}: {} events",
+                        c.events.len()
+                    );
+                }
+            }
+        }
     }
 
     #[test]
