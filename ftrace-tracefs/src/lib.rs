@@ -31,6 +31,8 @@ pub mod parse;
 pub mod options;
 
 #[cfg(feature = "alloc")]
+pub mod array;
+#[cfg(feature = "alloc")]
 pub mod backend;
 #[cfg(feature = "alloc")]
 pub mod dynevent;

@@ -1,0 +1,178 @@
+//! The instance's `trace`, `trace_pipe` and `trace_pipe_raw` readers: its ring buffer
+//! through ftrace-tracers' iterator and writer.
+
+use alloc::collections::BTreeSet;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+use ftrace_core::platform::Reclaim;
+use ftrace_tracers::iter::EventLists;
+use ftrace_tracers::output::graph::GraphCpuState;
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
+use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
+
+use super::{Control, Platform, TraceArray};
+use crate::backend::Reader;
+
+/// Task names as the platform knows them.
+struct Names<'a, P>(&'a P);
+
+impl<P: Platform> TaskNames for Names<'_, P> {
+    fn comm(&self, pid: i32) -> Option<&str> {
+        self.0.comm(pid)
+    }
+}
+
+/// Every event of the buffers, copied out: (cpu, ts, payload), oldest first per CPU.
+fn snapshot<P: Platform, const CPUS: usize>(a: &TraceArray<P, CPUS>) -> Vec<(u32, u64, Vec<u8>)> {
+    a.with_buffer(|rb| {
+        let mut out = Vec::new();
+        for (cpu, b) in rb.cpus().iter().enumerate() {
+            let mut scratch = vec![0u8; b.subbuf_size() + 16];
+            let mut it = b.iter(&mut scratch);
+            while let Some(e) = it.next() {
+                out.push((cpu as u32, e.ts, e.payload.to_vec()));
+            }
+        }
+        out
+    })
+    .unwrap_or_default()
+}
+
+/// The pids of the events in the buffers (for `saved_cmdlines`).
+pub(super) fn traced_pids<P: Platform, const CPUS: usize>(
+    a: &TraceArray<P, CPUS>,
+) -> BTreeSet<i32> {
+    snapshot(a)
+        .iter()
+        .map(|(cpu, ts, data)| EventRef::new(*cpu, *ts, data).pid())
+        .collect()
+}
+
+fn style<P: Platform, const CPUS: usize>(c: &Control) -> OutputStyle {
+    let t = c.registry.current();
+    t.output_style(c.tracer_flags[TraceArray::<P, CPUS>::kind(t.name()) as usize])
+}
+
+fn env<'a, P: Platform, const CPUS: usize>(
+    a: &'a TraceArray<P, CPUS>,
+    names: &'a Names<'a, P>,
+) -> OutputEnv<'a> {
+    let mut env = OutputEnv::new(a.platform().symbols(), names, a.nr_cpus() as u32);
+    env.options = TraceOptions::from_bits_retain(a.options.load(Ordering::Relaxed));
+    env
+}
+
+/// The `trace` file of one CPU or all: header and every event, as the kernel prints them.
+pub(super) fn trace_text<P: Platform, const CPUS: usize>(
+    a: &'static TraceArray<P, CPUS>,
+    c: &Control,
+    cpu: Option<u32>,
+) -> Vec<u8> {
+    let events = snapshot(a);
+    let nr = a.nr_cpus() as u32;
+    let mut lists = EventLists::new(nr);
+    for (c, ts, data) in &events {
+        lists.push(EventRef::new(*c, *ts, data));
+    }
+    let (entries, written) = a
+        .with_buffer(|rb| rb.entries_and_written())
+        .unwrap_or((0, 0));
+    let info = HeaderInfo {
+        tracer: c.registry.current().name(),
+        entries,
+        written,
+        online_cpus: nr,
+        latency: LatencyInfo::default(),
+    };
+    let mut state = vec![GraphCpuState::INIT; nr as usize];
+    let mut w = TraceWriter::new(style::<P, CPUS>(c), &mut state, false);
+    let mut iter = TraceIter::new(&mut lists, cpu);
+    let names = Names(a.platform());
+    let env = env(a, &names);
+    let mut out = Vec::new();
+    let empty = iter.is_empty();
+    // Writing into a Vec cannot fail; a formatter error would only truncate the text.
+    let _ = w.write_header(&mut TextToBytes(&mut out), &env, &info, empty);
+    let _ = w.write_events(&mut out, &env, &mut iter);
+    out
+}
+
+/// `trace_pipe`: consumes the oldest event (of one CPU or all) and prints its line.
+pub(super) struct PipeReader<P: Platform, const CPUS: usize> {
+    array: &'static TraceArray<P, CPUS>,
+    cpu: Option<u32>,
+    graph: Vec<GraphCpuState>,
+}
+
+impl<P: Platform, const CPUS: usize> PipeReader<P, CPUS> {
+    pub(super) fn new(array: &'static TraceArray<P, CPUS>, cpu: Option<u32>) -> Self {
+        let graph = vec![GraphCpuState::INIT; array.nr_cpus()];
+        PipeReader { array, cpu, graph }
+    }
+
+    fn take(&self) -> Option<(u32, u64, Vec<u8>)> {
+        self.array
+            .with_buffer(|rb| {
+                let (_, cpu) = rb
+                    .cpus()
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| self.cpu.is_none_or(|c| c as usize == *i))
+                    .filter_map(|(i, b)| b.consumer().peek_ts().map(|ts| (ts, i)))
+                    .min()?;
+                let mut r = rb.cpus()[cpu].consumer();
+                let e = r.next()?;
+                Some((cpu as u32, e.ts, e.payload.to_vec()))
+            })
+            .flatten()
+    }
+}
+
+impl<P: Platform, const CPUS: usize> Reader for PipeReader<P, CPUS> {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        let Some((cpu, ts, data)) = self.take() else {
+            return false;
+        };
+        let a = self.array;
+        let style = style::<P, CPUS>(&a.control());
+        let mut lists = EventLists::new(a.nr_cpus() as u32);
+        lists.push(EventRef::new(cpu, ts, &data));
+        let mut w = TraceWriter::new(style, &mut self.graph, false);
+        let mut iter = TraceIter::new(&mut lists, None);
+        let names = Names(a.platform());
+        let _ = w.write_events(out, &env(a, &names), &mut iter);
+        true
+    }
+}
+
+/// `trace_pipe_raw`: one kernel-format sub-buffer page per chunk, consumed.
+pub(super) struct RawReader<P: Platform, const CPUS: usize> {
+    array: &'static TraceArray<P, CPUS>,
+    cpu: usize,
+}
+
+impl<P: Platform, const CPUS: usize> RawReader<P, CPUS> {
+    pub(super) fn new(array: &'static TraceArray<P, CPUS>, cpu: usize) -> Self {
+        RawReader { array, cpu }
+    }
+}
+
+impl<P: Platform, const CPUS: usize> Reader for RawReader<P, CPUS> {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        let _guard = self.array.reclaim().pin();
+        self.array
+            .with_buffer(|rb| {
+                let buf = rb.cpu(self.cpu)?;
+                let mut page = buf.alloc_read_page().ok()?;
+                buf.consumer().read_page(&mut page)?;
+                out.extend_from_slice(page.as_bytes());
+                Some(())
+            })
+            .flatten()
+            .is_some()
+    }
+}
