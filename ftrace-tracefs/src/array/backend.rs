@@ -207,7 +207,12 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
                 a.with_buffer(|rb| rb.set_record_on(on));
             }
             Param::Flags(f) => a.options.store(f.0, Ordering::Relaxed),
-            Param::BufferPercent(_) | Param::MaxLatency(_) | Param::SavedCmdlines(_) => {}
+            Param::BufferPercent(_) | Param::MaxLatency(_) => {}
+            Param::SavedCmdlines(n) => {
+                // A new cache, as `saved_cmdlines_size` allocates one.
+                c.cmdlines.clear();
+                c.cmdlines_max = n as usize;
+            }
             Param::CpuMask(words) => {
                 let mask = words.first().copied().unwrap_or(0);
                 c.cpumask = mask;
@@ -306,7 +311,8 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         w.write_str(&s)
     }
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
-        let c = self.ctl();
+        let mut c = self.ctl();
+        render::save_cmdlines(self.0, &mut c);
         Box::new(TextReader::new(render::trace_text(self.0, &c, cpu)))
     }
     fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
@@ -335,7 +341,9 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         self.ctl().filters.write_filter(which, w)
     }
     fn write_saved_cmdlines(&self, w: &mut dyn fmt::Write) -> fmt::Result {
-        for pid in render::traced_pids(self.0) {
+        let mut c = self.ctl();
+        render::save_cmdlines(self.0, &mut c);
+        for &pid in &c.cmdlines {
             if let Some(comm) = self.0.platform().comm(pid) {
                 writeln!(w, "{pid} {comm}")?;
             }

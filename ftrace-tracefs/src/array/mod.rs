@@ -197,6 +197,10 @@ struct Control {
     subbuf: usize,
     /// `tracing_cpumask`, bit n = CPU n.
     cpumask: u64,
+    /// `saved_cmdlines`: the pids seen in the buffers by readers so far (the platform names
+    /// them), at most `cmdlines_max`; a buffer reset keeps them, as the kernel's cache does.
+    cmdlines: alloc::collections::BTreeSet<i32>,
+    cmdlines_max: usize,
 }
 
 /// A complete tracing instance over platform `P` with at most `CPUS` CPUs (Linux's
@@ -306,6 +310,11 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         (self.platform().current_cpu() as usize).min(CPUS - 1)
     }
 
+    /// Whether the selected trace clock counts nanoseconds (`counter` does not).
+    fn clock_in_ns(&self) -> bool {
+        self.clock.load(Ordering::Relaxed) == 0
+    }
+
     fn now(&self) -> u64 {
         ArrayClock(self).now_ns()
     }
@@ -380,6 +389,8 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 pages: alloc::vec![PAGES_DEFAULT; self.nr_cpus()],
                 subbuf: SUBBUF_DEFAULT,
                 cpumask: u64::MAX,
+                cmdlines: alloc::collections::BTreeSet::new(),
+                cmdlines_max: crate::fs::SAVED_CMDLINES_DEFAULT as usize,
             });
         }
         Ctl(c)
@@ -478,12 +489,17 @@ fn graph_op<P: Platform, const CPUS: usize>(
 }
 
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
-    fn kind(name: &str) -> TracerKind {
+    fn known(name: &str) -> Option<TracerKind> {
         match name {
-            "function" => TracerKind::Function,
-            "function_graph" => TracerKind::FunctionGraph,
-            _ => TracerKind::Nop,
+            "nop" => Some(TracerKind::Nop),
+            "function" => Some(TracerKind::Function),
+            "function_graph" => Some(TracerKind::FunctionGraph),
+            _ => None,
         }
+    }
+
+    fn kind(name: &str) -> TracerKind {
+        Self::known(name).unwrap_or(TracerKind::Nop)
     }
 
     fn tracer_of(&'static self, kind: TracerKind) -> &'static dyn Tracer {
@@ -510,21 +526,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         pages: Option<(Vec<usize>, usize)>,
     ) -> Result<(), Errno> {
         let (pages, subbuf) = pages.unwrap_or_else(|| (c.pages.clone(), c.subbuf));
-        let max = pages.iter().copied().max().unwrap_or(2);
-        let mut rb = RingBuffer::new(P::Pages::default(), pages.len(), max, subbuf)
-            .map_err(|e| e.errno())?;
-        for (cpu, &n) in pages.iter().enumerate() {
-            if n != max {
-                rb.cpu_mut(cpu)
-                    .expect("one buffer per CPU")
-                    .resize(n)
-                    .map_err(|e| e.errno())?;
-            }
-        }
-        rb.set_record_on(self.tracing_on.load(Ordering::Relaxed));
-        for cpu in 0..pages.len() {
-            rb.set_cpu_enabled(cpu, c.cpumask & (1 << cpu) != 0);
-        }
+        let rb = self.build_buffer(c, &pages, subbuf)?;
         c.pages = pages;
         c.subbuf = subbuf;
         self.buffer
@@ -532,26 +534,52 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         Ok(())
     }
 
+    /// A new, empty ring of `pages` per CPU and `subbuf`-byte sub-buffers, recording as the
+    /// instance does (`tracing_on`, `tracing_cpumask`).
+    fn build_buffer(
+        &self,
+        c: &Control,
+        pages: &[usize],
+        subbuf: usize,
+    ) -> Result<RingBuffer<P::Pages>, Errno> {
+        let max = pages.iter().copied().max().unwrap_or(2);
+        let mut rb = RingBuffer::new(P::Pages::default(), pages.len(), max, subbuf)
+            .map_err(|e| e.errno())?;
+        for (cpu, &n) in pages.iter().enumerate() {
+            if n != max {
+                let buf = rb.cpu_mut(cpu).expect("one buffer per CPU");
+                buf.resize(n).map_err(|e| e.errno())?;
+            }
+        }
+        rb.set_record_on(self.tracing_on.load(Ordering::Relaxed));
+        for cpu in 0..pages.len() {
+            rb.set_cpu_enabled(cpu, c.cpumask & (1 << cpu) != 0);
+        }
+        Ok(rb)
+    }
+
     /// Switches tracer as `tracing_set_tracer` does: the old tracer's ops are unregistered
     /// and it is reset, the buffers start empty, the new one is initialised and its ops
-    /// registered (filtered by the function filter files and the pid filter).
+    /// registered (filtered by the function filter files and the pid filter). An unknown
+    /// name (`EINVAL`) or no memory for the new buffers (`ENOMEM`) changes nothing.
     fn set_tracer(&'static self, c: &mut Control, name: &str) -> Result<(), Errno> {
-        let old = c.registry.current().name();
-        if name.trim_end() == old {
+        let name = name.trim_end();
+        let kind = Self::known(name).ok_or(Errno::EINVAL)?;
+        if name == c.registry.current().name() {
             return Ok(());
         }
+        let rb = self.build_buffer(c, &c.pages, c.subbuf)?;
         if let Some(op) = c.ops.take() {
             self.dispatcher.unregister(&op)?;
         }
-        let r = c.registry.set_current(name);
-        self.rebuild_buffer(c, None)?;
-        r?;
-        let (func, flags): (ftrace_core::ops::FtraceFunc, _) =
-            match Self::kind(c.registry.current().name()) {
-                TracerKind::Nop => return Ok(()),
-                TracerKind::Function => (function_op::<P, CPUS>, OpsFlags::empty()),
-                TracerKind::FunctionGraph => (graph_op::<P, CPUS>, OpsFlags::GRAPH),
-            };
+        self.buffer
+            .replace(Published::Owned(Box::new(rb)), self.reclaim());
+        c.registry.set_current(name)?;
+        let (func, flags): (ftrace_core::ops::FtraceFunc, _) = match kind {
+            TracerKind::Nop => return Ok(()),
+            TracerKind::Function => (function_op::<P, CPUS>, OpsFlags::empty()),
+            TracerKind::FunctionGraph => (graph_op::<P, CPUS>, OpsFlags::GRAPH),
+        };
         let op = Box::new(FtraceOps::with_private(
             func,
             flags,

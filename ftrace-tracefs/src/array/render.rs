@@ -1,7 +1,6 @@
 //! The instance's `trace`, `trace_pipe` and `trace_pipe_raw` readers: its ring buffer
 //! through ftrace-tracers' iterator and writer.
 
-use alloc::collections::BTreeSet;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
@@ -42,14 +41,18 @@ fn snapshot<P: Platform, const CPUS: usize>(a: &TraceArray<P, CPUS>) -> Vec<(u32
     .unwrap_or_default()
 }
 
-/// The pids of the events in the buffers (for `saved_cmdlines`).
-pub(super) fn traced_pids<P: Platform, const CPUS: usize>(
+/// Adds the pids of the events in the buffers to `saved_cmdlines` (up to its size; idle,
+/// pid 0, is never saved).
+pub(super) fn save_cmdlines<P: Platform, const CPUS: usize>(
     a: &TraceArray<P, CPUS>,
-) -> BTreeSet<i32> {
-    snapshot(a)
-        .iter()
-        .map(|(cpu, ts, data)| EventRef::new(*cpu, *ts, data).pid())
-        .collect()
+    c: &mut Control,
+) {
+    for (cpu, ts, data) in snapshot(a) {
+        let pid = EventRef::new(cpu, ts, &data).pid();
+        if pid != 0 && c.cmdlines.len() < c.cmdlines_max {
+            c.cmdlines.insert(pid);
+        }
+    }
 }
 
 fn style<P: Platform, const CPUS: usize>(c: &Control) -> OutputStyle {
@@ -63,6 +66,7 @@ fn env<'a, P: Platform, const CPUS: usize>(
 ) -> OutputEnv<'a> {
     let mut env = OutputEnv::new(a.platform().symbols(), names, a.nr_cpus() as u32);
     env.options = TraceOptions::from_bits_retain(a.options.load(Ordering::Relaxed));
+    env.time_in_ns = a.clock_in_ns();
     env
 }
 
