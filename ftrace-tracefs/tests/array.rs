@@ -300,3 +300,33 @@ fn instances_are_refused() {
     let (_a, mut fs) = instance!();
     assert_eq!(fs.mkdir("instances/foo"), Err(Errno::ENODEV));
 }
+
+#[test]
+fn function_commands_run_and_unsupported_ones_are_refused() {
+    let (a, mut fs) = instance!();
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    fs.write_all("set_ftrace_filter", b"helper:traceoff:1\n", true)
+        .unwrap();
+    assert_eq!(
+        cat(&mut fs, "set_ftrace_filter"),
+        "#### all functions enabled ####\nhelper:traceoff:count=1\n"
+    );
+    workload(a);
+    // Recording stopped at the first helper: schedule, do_work, and nothing after.
+    assert_eq!(lines(&mut fs).len(), 2, "{:?}", lines(&mut fs));
+    assert_eq!(cat(&mut fs, "tracing_on"), "0\n");
+    assert_eq!(
+        cat(&mut fs, "set_ftrace_filter"),
+        "#### all functions enabled ####\nhelper:traceoff:count=0\n"
+    );
+    for cmd in ["helper:snapshot", "helper:stacktrace", "helper:dump"] {
+        let r = fs.write_all("set_ftrace_filter", format!("{cmd}\n").as_bytes(), true);
+        assert_eq!(r, Err(Errno::EINVAL), "{cmd}");
+    }
+    // Removing the command stops its ops.
+    fs.write_all("set_ftrace_filter", b"!helper:traceoff:1\n", true)
+        .unwrap();
+    echo(&mut fs, "1", "tracing_on").unwrap();
+    workload(a);
+    assert_eq!(lines(&mut fs).len(), 7);
+}

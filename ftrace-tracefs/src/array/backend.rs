@@ -84,10 +84,13 @@ impl<P: Platform, const CPUS: usize> FilterStore for ArrayBackend<P, CPUS> {
     fn with_state(&self, f: &mut dyn FnMut(&mut FilterState)) {
         f(&mut self.ctl().filters)
     }
-    fn publish(&self, _which: FilterFile) -> Result<(), Errno> {
-        let c = self.ctl();
+    fn publish(&self, which: FilterFile) -> Result<(), Errno> {
+        let mut c = self.ctl();
         if let Some(op) = c.ops.as_deref() {
             self.0.publish_filters(&c, op);
+        }
+        if which == FilterFile::Filter {
+            self.0.publish_probes(&mut c)?;
         }
         Ok(())
     }
@@ -202,10 +205,7 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         let a = self.0;
         let mut c = self.ctl();
         match param {
-            Param::TracingOn(on) => {
-                a.tracing_on.store(on, Ordering::Relaxed);
-                a.with_buffer(|rb| rb.set_record_on(on));
-            }
+            Param::TracingOn(on) => a.set_tracing_on(on),
             Param::Flags(f) => a.options.store(f.0, Ordering::Relaxed),
             Param::BufferPercent(_) | Param::MaxLatency(_) => {}
             Param::SavedCmdlines(n) => {

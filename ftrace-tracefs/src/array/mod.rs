@@ -68,7 +68,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use ftrace_core::Errno;
 use ftrace_core::dispatch::Dispatcher;
 use ftrace_core::event::TraceCtx;
-use ftrace_core::filter::FtraceHash;
+use ftrace_core::filter::{CommandEnv, FtraceHash, ProbeActions, ProbeCommand, ProbeRunner};
 use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::pid::PidFilter;
 use ftrace_core::platform::{ExecContext, Reclaim, RecursionState, TaskContext, TraceClock};
@@ -192,6 +192,9 @@ struct Control {
     filters: FilterState,
     /// The current tracer's registered ops.
     ops: Option<Box<FtraceOps>>,
+    /// The function commands' ops (`set_ftrace_filter`'s `func:traceoff`), registered while
+    /// there is a command, filtered to the commands' functions.
+    probe_ops: Option<Box<FtraceOps>>,
     /// Pages per CPU and the sub-buffer size of the next buffer built.
     pages: Vec<usize>,
     subbuf: usize,
@@ -213,6 +216,7 @@ pub struct TraceArray<P: Platform, const CPUS: usize> {
     function: FunctionTracer,
     graph: FunctionGraphTracer,
     graph_filter: RcuCell<GraphHashes>,
+    probes: RcuCell<ProbeRunner>,
     pids: PidFilter,
     graph_cpus: [CpuGraph; CPUS],
     tracing_on: AtomicBool,
@@ -244,6 +248,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             function: FunctionTracer::new(),
             graph: FunctionGraphTracer::new(false),
             graph_filter: RcuCell::empty(),
+            probes: RcuCell::empty(),
             pids: PidFilter::new(),
             graph_cpus: [const { CpuGraph::new() }; CPUS],
             tracing_on: AtomicBool::new(true),
@@ -380,12 +385,14 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                     .register(self.tracer_of(k))
                     .expect("distinct names");
             }
-            let symbols = alloc::sync::Arc::new(StaticSymbols(self.platform().symbols()));
+            let commands =
+                alloc::sync::Arc::new(Commands(StaticSymbols(self.platform().symbols())));
             *c = Some(Control {
                 registry,
                 tracer_flags: TracerKind::ALL.map(|k| self.tracer_of(k).default_flags()),
-                filters: FilterState::with_symbols(symbols),
+                filters: FilterState::new(commands),
                 ops: None,
+                probe_ops: None,
                 pages: alloc::vec![PAGES_DEFAULT; self.nr_cpus()],
                 subbuf: SUBBUF_DEFAULT,
                 cpumask: u64::MAX,
@@ -422,6 +429,35 @@ impl ftrace_core::symbols::SymbolTable for StaticSymbols {
     }
     fn for_each(&self, f: &mut dyn FnMut(ftrace_core::symbols::Symbol<'_>)) {
         self.0.for_each(f)
+    }
+}
+
+/// The filter files' command environment: the platform's symbols, no trace events, no
+/// snapshot, and only the commands the probe ops runs (`traceon`, `traceoff`); the others are
+/// refused with `EINVAL` at write time rather than accepted and ignored.
+struct Commands(StaticSymbols);
+
+impl CommandEnv for Commands {
+    fn symbols(&self) -> &dyn ftrace_core::symbols::SymbolTable {
+        &self.0
+    }
+    fn has_snapshot(&self) -> bool {
+        false
+    }
+    fn supports(&self, cmd: ProbeCommand) -> bool {
+        matches!(cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff)
+    }
+}
+
+/// What the function commands do to the instance.
+struct Actions<'a, P: Platform, const CPUS: usize>(&'a TraceArray<P, CPUS>);
+
+impl<P: Platform, const CPUS: usize> ProbeActions for Actions<'_, P, CPUS> {
+    fn tracing_is_on(&self) -> bool {
+        self.0.tracing_on.load(Ordering::Relaxed)
+    }
+    fn set_tracing_on(&self, on: bool) {
+        self.0.set_tracing_on(on);
     }
 }
 
@@ -471,6 +507,20 @@ fn function_op<P: Platform, const CPUS: usize>(
     // SAFETY: the instance registered this ops with `private` = itself (`&'static`).
     let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
     array.function_call(ip, parent_ip);
+}
+
+fn probe_op<P: Platform, const CPUS: usize>(
+    ip: u64,
+    parent_ip: u64,
+    op: &FtraceOps,
+    _regs: Option<&mut FtraceRegs>,
+) {
+    // SAFETY: as in `function_op`.
+    let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
+    // SAFETY: inside `on_entry`'s read-side section.
+    if let Some(runner) = unsafe { array.probes.load() } {
+        runner.run(ip, parent_ip, &Actions(array));
+    }
 }
 
 fn graph_op<P: Platform, const CPUS: usize>(
@@ -590,6 +640,41 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         // SAFETY: the ops lives in `c.ops` until `unregister` has returned.
         unsafe { self.dispatcher.register_dynamic(&op)? };
         c.ops = Some(op);
+        Ok(())
+    }
+
+    /// `tracing_on`: the switch the tracers check and the buffers' record switch.
+    fn set_tracing_on(&self, on: bool) {
+        self.tracing_on.store(on, Ordering::Relaxed);
+        self.with_buffer(|rb| rb.set_record_on(on));
+    }
+
+    /// The function commands changed: the runner is published and the probe ops registered
+    /// (filtered to the commands' functions) while there is any, unregistered when the last
+    /// one goes (an empty filter would admit every function).
+    fn publish_probes(&'static self, c: &mut Control) -> Result<(), Errno> {
+        let runner = c.filters.probes().runner();
+        if let Some(op) = c.probe_ops.take() {
+            self.dispatcher.unregister(&op)?;
+        }
+        if runner.is_empty() {
+            self.probes.replace(Published::None, self.reclaim());
+            return Ok(());
+        }
+        let op = Box::new(FtraceOps::with_private(
+            probe_op::<P, CPUS>,
+            OpsFlags::empty(),
+            core::ptr::from_ref(self).cast(),
+            None,
+        ));
+        let hash = runner.hash().clone();
+        self.probes
+            .replace(Published::Owned(Box::new(runner)), self.reclaim());
+        self.dispatcher
+            .set_filter(&op, Published::Owned(Box::new(hash)));
+        // SAFETY: the ops lives in `c.probe_ops` until `unregister` has returned.
+        unsafe { self.dispatcher.register_dynamic(&op)? };
+        c.probe_ops = Some(op);
         Ok(())
     }
 
