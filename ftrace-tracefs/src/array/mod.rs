@@ -74,14 +74,15 @@ use ftrace_core::pid::PidFilter;
 use ftrace_core::platform::{ExecContext, Reclaim, RecursionState, TaskContext, TraceClock};
 use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
 use ftrace_core::recursion::TraceRecursion;
-use ftrace_ringbuf::{CpuBuffer, RingBuffer};
+use ftrace_ringbuf::RingBuffer;
 use ftrace_tracers::TraceOptions;
 use ftrace_tracers::function::FunctionTracer;
 use ftrace_tracers::function_graph::{
     FunctionGraphTracer, GraphEntry, GraphFilter, GraphFunctions, ShadowStack,
 };
 use ftrace_tracers::nop::NopTracer;
-use ftrace_tracers::tracer::{AdmitAll, EntrySink, Registry, Tracer};
+use ftrace_tracers::ringbuf::CpuBufferSink;
+use ftrace_tracers::tracer::{AdmitAll, Registry, Tracer};
 
 use crate::backend::FilterFile;
 use crate::filters::FilterState;
@@ -321,15 +322,15 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     }
 
     fn now(&self) -> u64 {
-        ArrayClock(self).now_ns()
+        self.now_ns()
     }
 
     /// The current CPU's buffer as a sink. Callers are inside a read-side section.
-    fn sink(&self, cpu: usize) -> CpuSink<'_, P, CPUS> {
+    fn sink(&self, cpu: usize) -> Sink<'_, P, CPUS> {
         // SAFETY: every caller holds a guard of `reclaim()`, which the buffer is replaced
         // through; the reference does not outlive the sink, which lives inside the guard.
-        let buf = unsafe { self.buffer.load() }.and_then(|b| b.cpu(cpu));
-        CpuSink { array: self, buf }
+        let buf = unsafe { self.buffer.load() }.and_then(|b| b.cpu(cpu))?;
+        Some(CpuBufferSink::new(buf, self))
     }
 
     fn function_call(&self, ip: u64, parent_ip: u64) {
@@ -461,42 +462,21 @@ impl<P: Platform, const CPUS: usize> ProbeActions for Actions<'_, P, CPUS> {
     }
 }
 
-/// The instance's selected trace clock.
-struct ArrayClock<'a, P: Platform, const CPUS: usize>(&'a TraceArray<P, CPUS>);
-
-impl<P: Platform, const CPUS: usize> TraceClock for ArrayClock<'_, P, CPUS> {
+/// The instance's selected trace clock: the platform's (`local`) or the event counter.
+impl<P: Platform, const CPUS: usize> TraceClock for TraceArray<P, CPUS> {
     const NAME: &'static str = "local";
     #[inline]
     fn now_ns(&self) -> u64 {
-        match self.0.clock.load(Ordering::Relaxed) {
-            0 => self.0.platform().now_ns(),
-            _ => self.0.counter.fetch_add(1, Ordering::Relaxed),
+        match self.clock.load(Ordering::Relaxed) {
+            0 => self.platform().now_ns(),
+            _ => self.counter.fetch_add(1, Ordering::Relaxed),
         }
     }
 }
 
-/// One CPU's ring buffer as the tracers' sink.
-struct CpuSink<'a, P: Platform, const CPUS: usize> {
-    array: &'a TraceArray<P, CPUS>,
-    buf: Option<&'a CpuBuffer<P::Pages>>,
-}
-
-impl<P: Platform, const CPUS: usize> EntrySink for CpuSink<'_, P, CPUS> {
-    #[inline]
-    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
-        let Some(mut r) = self
-            .buf
-            .and_then(|b| b.reserve(len, &ArrayClock(self.array)))
-        else {
-            return false;
-        };
-        let data = r.data();
-        data.fill(0);
-        fill(data);
-        r.commit();
-        true
-    }
-}
+/// One CPU's ring buffer as the tracers' sink (`None`: no buffer, nothing recorded).
+type Sink<'a, P, const CPUS: usize> =
+    Option<CpuBufferSink<'a, <P as Platform>::Pages, TraceArray<P, CPUS>>>;
 
 fn function_op<P: Platform, const CPUS: usize>(
     ip: u64,

@@ -11,6 +11,7 @@ use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
+use ftrace_tracers::ringbuf::BufferedEvents;
 use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
 
 use super::{Control, Platform, TraceArray};
@@ -25,20 +26,9 @@ impl<P: Platform> TaskNames for Names<'_, P> {
     }
 }
 
-/// Every event of the buffers, copied out: (cpu, ts, payload), oldest first per CPU.
-fn snapshot<P: Platform, const CPUS: usize>(a: &TraceArray<P, CPUS>) -> Vec<(u32, u64, Vec<u8>)> {
-    a.with_buffer(|rb| {
-        let mut out = Vec::new();
-        for (cpu, b) in rb.cpus().iter().enumerate() {
-            let mut scratch = vec![0u8; b.subbuf_size() + 16];
-            let mut it = b.iter(&mut scratch);
-            while let Some(e) = it.next() {
-                out.push((cpu as u32, e.ts, e.payload.to_vec()));
-            }
-        }
-        out
-    })
-    .unwrap_or_default()
+/// Every event of the buffers, copied out (no buffer: none).
+fn snapshot<P: Platform, const CPUS: usize>(a: &TraceArray<P, CPUS>) -> BufferedEvents {
+    a.with_buffer(BufferedEvents::snapshot).unwrap_or_default()
 }
 
 /// Adds the pids of the events in the buffers to `saved_cmdlines` (up to its size; idle,
@@ -47,8 +37,11 @@ pub(super) fn save_cmdlines<P: Platform, const CPUS: usize>(
     a: &TraceArray<P, CPUS>,
     c: &mut Control,
 ) {
-    for (cpu, ts, data) in snapshot(a) {
-        let pid = EventRef::new(cpu, ts, &data).pid();
+    let events = snapshot(a);
+    let mut lists = events.lists();
+    let mut iter = TraceIter::new(&mut lists, None);
+    while let Some(ev) = iter.next_event() {
+        let pid = ev.pid();
         if pid != 0 && c.cmdlines.len() < c.cmdlines_max {
             c.cmdlines.insert(pid);
         }
@@ -78,10 +71,7 @@ pub(super) fn trace_text<P: Platform, const CPUS: usize>(
 ) -> Vec<u8> {
     let events = snapshot(a);
     let nr = a.nr_cpus() as u32;
-    let mut lists = EventLists::new(nr);
-    for (c, ts, data) in &events {
-        lists.push(EventRef::new(*c, *ts, data));
-    }
+    let mut lists = events.lists();
     let (entries, written) = a
         .with_buffer(|rb| rb.entries_and_written())
         .unwrap_or((0, 0));
