@@ -277,7 +277,10 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     /// [`Platform::return_handler`]; see the [porting guide](self#porting-guide)).
     #[inline]
     pub fn on_entry(&self, ip: usize, parent_ip: usize, ret_slot: &mut usize) {
-        let _guard = self.reclaim().pin();
+        // No guard here: the instance registers its ops dynamic, which needs the ops list
+        // (`OpsFlags::NEEDS_LIST`), so the dispatcher runs them inside its own read-side
+        // section of `reclaim()` and its recursion protection; their loads of the buffer, the
+        // graph filter and the probes rely on that section.
         let mut regs = FtraceRegs {
             sp: core::ptr::from_mut(ret_slot) as u64,
             ..FtraceRegs::default()
@@ -327,8 +330,9 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
 
     /// The current CPU's buffer as a sink. Callers are inside a read-side section.
     fn sink(&self, cpu: usize) -> Sink<'_, P, CPUS> {
-        // SAFETY: every caller holds a guard of `reclaim()`, which the buffer is replaced
-        // through; the reference does not outlive the sink, which lives inside the guard.
+        // SAFETY: every caller is inside a read-side section of `reclaim()` (the dispatcher's
+        // around an ops callback, or its own), which the buffer is replaced through; the
+        // reference does not outlive the sink, which lives inside the section.
         let buf = unsafe { self.buffer.load() }.and_then(|b| b.cpu(cpu))?;
         Some(CpuBufferSink::new(buf, self))
     }
@@ -353,7 +357,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         }
         // SAFETY: `busy` was clear and is now ours.
         let stack = unsafe { &mut *g.stack.get() };
-        // SAFETY: inside `on_entry`'s read-side section.
+        // SAFETY: inside the dispatcher's read-side section (see `on_entry`).
         let filter = unsafe { self.graph_filter.load() };
         let all = GraphFunctions::default();
         let filter: &dyn GraphFilter = match filter {
@@ -486,6 +490,7 @@ fn function_op<P: Platform, const CPUS: usize>(
 ) {
     // SAFETY: the instance registered this ops with `private` = itself (`&'static`).
     let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
+    debug_assert!(!array.dispatcher.is_direct(), "dynamic ops run from the list");
     array.function_call(ip, parent_ip);
 }
 
@@ -497,7 +502,7 @@ fn probe_op<P: Platform, const CPUS: usize>(
 ) {
     // SAFETY: as in `function_op`.
     let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
-    // SAFETY: inside `on_entry`'s read-side section.
+    // SAFETY: inside the dispatcher's read-side section (see `on_entry`).
     if let Some(runner) = unsafe { array.probes.load() } {
         runner.run(ip, parent_ip, &Actions(array));
     }
