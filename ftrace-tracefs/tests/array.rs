@@ -330,3 +330,22 @@ fn function_commands_run_and_unsupported_ones_are_refused() {
     workload(a);
     assert_eq!(lines(&mut fs).len(), 7);
 }
+
+#[test]
+fn trace_pipe_raw_hands_out_kernel_pages_and_stats_count_them() {
+    let (a, mut fs) = instance!();
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    workload(a);
+    let stats = cat(&mut fs, "per_cpu/cpu0/stats");
+    assert!(stats.starts_with("entries: 5\noverrun: 0\n"), "{stats}");
+    let raw = fs.read_to_end("per_cpu/cpu0/trace_pipe_raw").unwrap();
+    assert_eq!(raw.len(), 4096, "one sub-buffer page");
+    let page = ftrace_ringbuf::Page::new(&raw).expect("a kernel-format page");
+    assert_eq!(page.events().count(), 5);
+    assert_eq!(counts(&mut fs).0, 0, "consumed");
+    assert!(
+        fs.read_to_end("per_cpu/cpu1/trace_pipe_raw")
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -32,6 +32,13 @@
 //! and its return, or one thread per CPU id); `on_return` is called exactly once for every
 //! hooked entry, in LIFO order per CPU. Neither ever blocks or allocates.
 //!
+//! Not in the instance yet (each refused with an errno, never accepted and ignored):
+//! `instances/` (`mkdir` is `ENODEV`), call-site patching (the platform's text poke and
+//! ftrace-patch's record table: today every function reaches `on_entry` and the filter files
+//! act in the dispatcher), trace events, the function profiler, snapshots, and the function
+//! tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
+//! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
+//!
 //! ```
 //! use ftrace_tracefs::array::{HeapPages, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray};
 //!
@@ -490,7 +497,10 @@ fn function_op<P: Platform, const CPUS: usize>(
 ) {
     // SAFETY: the instance registered this ops with `private` = itself (`&'static`).
     let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
-    debug_assert!(!array.dispatcher.is_direct(), "dynamic ops run from the list");
+    debug_assert!(
+        !array.dispatcher.is_direct(),
+        "dynamic ops run from the list"
+    );
     array.function_call(ip, parent_ip);
 }
 
