@@ -349,3 +349,17 @@ fn trace_pipe_raw_hands_out_kernel_pages_and_stats_count_them() {
             .is_empty()
     );
 }
+
+#[test]
+fn trace_pipe_prints_function_graph_leaves_as_trace_does() {
+    let (a, mut fs) = instance!();
+    echo(&mut fs, "function_graph", "current_tracer").unwrap();
+    workload(a);
+    let traced = lines(&mut fs);
+    let piped: Vec<String> = cat(&mut fs, "trace_pipe")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(piped, traced);
+    assert!(cat(&mut fs, "trace_pipe").is_empty());
+}

@@ -6,13 +6,12 @@ use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use ftrace_core::platform::Reclaim;
-use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::ringbuf::BufferedEvents;
-use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
+use ftrace_tracers::{TraceIter, TraceOptions};
 
 use super::{Control, Platform, TraceArray};
 use crate::backend::Reader;
@@ -83,7 +82,8 @@ pub(super) fn trace_text<P: Platform, const CPUS: usize>(
         latency: LatencyInfo::default(),
     };
     let mut state = vec![GraphCpuState::INIT; nr as usize];
-    let mut w = TraceWriter::new(style::<P, CPUS>(c), &mut state, false);
+    // Lost events turn on the buffer-started notices (`TRACE_FILE_ANNOTATE`).
+    let mut w = TraceWriter::new(style::<P, CPUS>(c), &mut state, written > entries);
     let mut iter = TraceIter::new(&mut lists, cpu);
     let names = Names(a.platform());
     let env = env(a, &names);
@@ -95,7 +95,9 @@ pub(super) fn trace_text<P: Platform, const CPUS: usize>(
     out
 }
 
-/// `trace_pipe`: consumes the oldest event (of one CPU or all) and prints its line.
+/// `trace_pipe`: each read consumes what the buffers (of one CPU or all) hold and prints it,
+/// merged by time stamp, with the lost-events notices; the graph printer's state carries
+/// over from read to read.
 pub(super) struct PipeReader<P: Platform, const CPUS: usize> {
     array: &'static TraceArray<P, CPUS>,
     cpu: Option<u32>,
@@ -107,34 +109,20 @@ impl<P: Platform, const CPUS: usize> PipeReader<P, CPUS> {
         let graph = vec![GraphCpuState::INIT; array.nr_cpus()];
         PipeReader { array, cpu, graph }
     }
-
-    fn take(&self) -> Option<(u32, u64, Vec<u8>)> {
-        self.array
-            .with_buffer(|rb| {
-                let (_, cpu) = rb
-                    .cpus()
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| self.cpu.is_none_or(|c| c as usize == *i))
-                    .filter_map(|(i, b)| b.consumer().peek_ts().map(|ts| (ts, i)))
-                    .min()?;
-                let mut r = rb.cpus()[cpu].consumer();
-                let e = r.next()?;
-                Some((cpu as u32, e.ts, e.payload.to_vec()))
-            })
-            .flatten()
-    }
 }
 
 impl<P: Platform, const CPUS: usize> Reader for PipeReader<P, CPUS> {
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
-        let Some((cpu, ts, data)) = self.take() else {
-            return false;
-        };
         let a = self.array;
+        let cpu = self.cpu.map(|c| c as usize);
+        let events = a
+            .with_buffer(|rb| BufferedEvents::drain_cpu(rb, cpu))
+            .unwrap_or_default();
+        if events.is_empty() {
+            return false;
+        }
         let style = style::<P, CPUS>(&a.control());
-        let mut lists = EventLists::new(a.nr_cpus() as u32);
-        lists.push(EventRef::new(cpu, ts, &data));
+        let mut lists = events.lists();
         let mut w = TraceWriter::new(style, &mut self.graph, false);
         let mut iter = TraceIter::new(&mut lists, None);
         let names = Names(a.platform());
