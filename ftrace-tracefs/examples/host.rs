@@ -16,7 +16,8 @@ thread_local!(static CPU: std::cell::Cell<u32> = const { std::cell::Cell::new(0)
 
 /// The platform: the wall clock, one thread per CPU, whose pid is 100 + the CPU.
 struct Host;
-impl Platform for Host {
+// SAFETY: each thread is its own CPU id (`CPU` is thread-local), so writers of one id nest.
+unsafe impl Platform for Host {
     type Pages = HeapPages;
     fn now_ns(&self) -> u64 {
         std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos() as u64

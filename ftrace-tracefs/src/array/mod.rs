@@ -29,8 +29,9 @@
 //!   records the return and gives back the original return address to jump to.
 //!
 //! Contract: both run with the CPU fixed (preemption or migration off between a hooked entry
-//! and its return, or one thread per CPU id); `on_return` is called exactly once for every
-//! hooked entry, in LIFO order per CPU. Neither ever blocks or allocates.
+//! and its return, or one thread per CPU id: the `unsafe` of [`Platform`] is this promise);
+//! `on_return` is called exactly once for every hooked entry, in LIFO order per CPU. Neither
+//! ever blocks or allocates.
 //!
 //! Not in the instance yet (each refused with an errno, never accepted and ignored):
 //! `instances/` (`mkdir` is `ENODEV`), call-site patching (the platform's text poke and
@@ -44,7 +45,8 @@
 //!
 //! static SYMS: SymbolSlice = SymbolSlice(&[Symbol::new("work", 0x1000, 0x40)]);
 //! struct Host;
-//! impl Platform for Host {
+//! // SAFETY: one CPU, one thread.
+//! unsafe impl Platform for Host {
 //!     type Pages = HeapPages;
 //!     fn now_ns(&self) -> u64 { 1_000 }
 //!     fn current_cpu(&self) -> u32 { 0 }

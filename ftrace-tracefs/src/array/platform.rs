@@ -17,7 +17,18 @@ use ftrace_ringbuf::PageProvider;
 /// Deferred reclamation needs nothing from the platform: the instance waits for its readers
 /// with ftrace-core's [`ReaderCount`](ftrace_core::reclaim::ReaderCount), which works on any
 /// platform with atomics.
-pub trait Platform: Sync + 'static {
+///
+/// # Safety
+///
+/// The instance writes each CPU's ring buffer and shadow stack without locks, trusting
+/// [`Platform::current_cpu`]: between the start of an entry point (`on_entry`, `on_return`,
+/// a `trace_marker` write of the tree) and its end, the caller's answer does not change, and
+/// two callers that give the same answer at the same time are nested (an interrupt, or a
+/// nested call on the same thread, runs inside what it interrupted and finishes first): in
+/// the kernel's words, the CPU id is read with preemption off. One thread per CPU id (the
+/// host example), or a real CPU with preemption disabled around the trampolines (bare metal),
+/// meets this.
+pub unsafe trait Platform: Sync + 'static {
     /// Where the ring buffer's pages come from: a handle on the platform's page allocator
     /// (its `Default` is the handle the instance allocates through).
     type Pages: PageProvider + Clone + Default + Send + Sync + 'static;

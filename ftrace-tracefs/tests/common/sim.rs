@@ -32,7 +32,9 @@ pub fn become_task(cpu: u32, pid: i32) {
 
 pub struct Sim;
 
-impl Platform for Sim {
+// SAFETY: each thread is its own CPU id (`become_task` sets a thread-local); the tests never
+// give two threads the same id at once.
+unsafe impl Platform for Sim {
     type Pages = HeapPages;
     fn now_ns(&self) -> u64 {
         CLOCK.fetch_add(1000, Ordering::Relaxed)
