@@ -363,3 +363,31 @@ fn trace_pipe_prints_function_graph_leaves_as_trace_does() {
     assert_eq!(piped, traced);
     assert!(cat(&mut fs, "trace_pipe").is_empty());
 }
+
+#[test]
+fn the_trees_option_defaults_are_the_instances() {
+    // The tree's `trace_options` table and the tracers' flag word agree at boot, so the
+    // instance prints what `trace_options` shows before anyone writes it.
+    assert_eq!(
+        ftrace_tracefs::TraceFlags::top_level_default().0,
+        ftrace_tracers::TraceOptions::DEFAULT.bits()
+    );
+}
+
+#[test]
+fn the_overwrite_option_is_the_rings_mode() {
+    let (a, mut fs) = instance!();
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    echo(&mut fs, "4", "buffer_size_kb").unwrap();
+    echo(&mut fs, "nooverwrite", "trace_options").unwrap();
+    call(a, SCHEDULE, 0x9000, || {});
+    let first = lines(&mut fs)[0].clone();
+    for _ in 0..200 {
+        workload(a);
+    }
+    // Producer/consumer: the oldest event stays, the new ones are dropped and counted.
+    assert_eq!(lines(&mut fs)[0], first);
+    let stats = cat(&mut fs, "per_cpu/cpu0/stats");
+    assert!(stats.contains("overrun: 0\n"), "{stats}");
+    assert!(!stats.contains("dropped events: 0\n"), "{stats}");
+}

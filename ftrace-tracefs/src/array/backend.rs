@@ -206,7 +206,13 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         let mut c = self.ctl();
         match param {
             Param::TracingOn(on) => a.set_tracing_on(on),
-            Param::Flags(f) => a.options.store(f.0, Ordering::Relaxed),
+            Param::Flags(f) => {
+                a.options.store(f.0, Ordering::Relaxed);
+                // `overwrite` is the ring's mode; the other flags are read where they act
+                // (the markers, the output).
+                let mode = a.buffer_mode();
+                a.with_buffer(|rb| rb.set_mode(mode));
+            }
             Param::BufferPercent(_) | Param::MaxLatency(_) => {}
             Param::SavedCmdlines(n) => {
                 // A new cache, as `saved_cmdlines_size` allocates one.

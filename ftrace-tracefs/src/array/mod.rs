@@ -599,6 +599,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             }
         }
         rb.set_record_on(self.tracing_on.load(Ordering::Relaxed));
+        rb.set_mode(self.buffer_mode());
         for cpu in 0..pages.len() {
             rb.set_cpu_enabled(cpu, c.cpumask & (1 << cpu) != 0);
         }
@@ -638,6 +639,16 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         unsafe { self.dispatcher.register_dynamic(&op)? };
         c.ops = Some(op);
         Ok(())
+    }
+
+    /// The ring's mode as the `overwrite` option says.
+    fn buffer_mode(&self) -> ftrace_ringbuf::Mode {
+        let options = TraceOptions::from_bits_retain(self.options.load(Ordering::Relaxed));
+        if options.contains(TraceOptions::OVERWRITE) {
+            ftrace_ringbuf::Mode::Overwrite
+        } else {
+            ftrace_ringbuf::Mode::ProducerConsumer
+        }
     }
 
     /// `tracing_on`: the switch the tracers check and the buffers' record switch.
