@@ -65,35 +65,31 @@
 //! ```
 
 mod backend;
+mod commands;
+mod entry;
 mod lock;
 mod platform;
 mod render;
+mod ring;
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
 
 use ftrace_core::Errno;
 use ftrace_core::dispatch::Dispatcher;
-use ftrace_core::event::TraceCtx;
-use ftrace_core::filter::{CommandEnv, FtraceHash, ProbeActions, ProbeCommand, ProbeRunner};
-use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
+use ftrace_core::filter::ProbeRunner;
+use ftrace_core::ops::{FtraceOps, OpsFlags};
 use ftrace_core::pid::PidFilter;
-use ftrace_core::platform::{ExecContext, Reclaim, RecursionState, TaskContext, TraceClock};
 use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
 use ftrace_core::recursion::TraceRecursion;
 use ftrace_ringbuf::RingBuffer;
 use ftrace_tracers::TraceOptions;
 use ftrace_tracers::function::FunctionTracer;
-use ftrace_tracers::function_graph::{
-    FunctionGraphTracer, GraphEntry, GraphFilter, GraphFunctions, ShadowStack,
-};
+use ftrace_tracers::function_graph::FunctionGraphTracer;
 use ftrace_tracers::nop::NopTracer;
-use ftrace_tracers::ringbuf::CpuBufferSink;
-use ftrace_tracers::tracer::{AdmitAll, Registry, Tracer};
+use ftrace_tracers::tracer::{Registry, Tracer};
 
-use crate::backend::FilterFile;
 use crate::filters::FilterState;
 
 pub use backend::{ArrayBackend, ArrayHost};
@@ -103,6 +99,8 @@ pub use platform::Platform;
 pub use ftrace_core::symbols::{Symbol, SymbolSlice, SymbolTable};
 pub use ftrace_ringbuf::HeapPages;
 
+use commands::{Commands, GraphHashes, StaticSymbols};
+use entry::{CpuGraph, Cx, function_op, graph_op};
 use lock::SpinLock;
 
 /// The trace clocks an instance offers, in `trace_clock` order: the platform's clock and a
@@ -118,65 +116,6 @@ const PAGES_DEFAULT: usize = crate::backend::ring_buffer_pages(
     crate::backend::TRACE_BUF_SIZE_DEFAULT,
     (SUBBUF_DEFAULT - 16) as u64,
 ) as usize;
-
-/// One CPU's `function_graph` state: its shadow stack and who holds it.
-struct CpuGraph {
-    busy: AtomicBool,
-    stack: UnsafeCell<ShadowStack>,
-}
-
-impl CpuGraph {
-    const fn new() -> Self {
-        CpuGraph {
-            busy: AtomicBool::new(false),
-            stack: UnsafeCell::new(ShadowStack::new()),
-        }
-    }
-}
-
-/// The platform as ftrace-core's dispatcher sees it: the task context plus one recursion word
-/// per CPU.
-pub struct Cx<P, const CPUS: usize> {
-    platform: P,
-    recursion: [TraceRecursion; CPUS],
-}
-
-impl<P: Platform, const CPUS: usize> TaskContext for Cx<P, CPUS> {
-    fn current_pid(&self) -> i32 {
-        self.platform.current_pid()
-    }
-    fn trace_ctx(&self) -> TraceCtx {
-        self.platform.trace_ctx()
-    }
-    fn exec_context(&self) -> ExecContext {
-        self.platform.exec_context()
-    }
-}
-
-impl<P: Platform, const CPUS: usize> RecursionState for Cx<P, CPUS> {
-    fn trace_recursion(&self) -> &TraceRecursion {
-        let cpu = (self.platform.current_cpu() as usize).min(CPUS - 1);
-        &self.recursion[cpu]
-    }
-}
-
-/// The graph filter (`set_graph_function`, `set_graph_notrace`) as the entry hook reads it.
-struct GraphHashes {
-    functions: FtraceHash,
-    notrace: FtraceHash,
-}
-
-impl GraphFilter for GraphHashes {
-    fn all_functions(&self) -> bool {
-        self.functions.is_empty()
-    }
-    fn is_graph_function(&self, ip: u64) -> bool {
-        self.functions.contains(ip)
-    }
-    fn is_notrace(&self, ip: u64) -> bool {
-        self.notrace.contains(ip)
-    }
-}
 
 /// Which of the instance's tracers an ops calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,114 +220,6 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         (self.platform().possible_cpus() as usize).clamp(1, CPUS)
     }
 
-    /// The trampoline's entry point: `ip` was called from `parent_ip`, and `ret_slot` holds
-    /// the return address (`function_graph` may replace it with
-    /// [`Platform::return_handler`]; see the [porting guide](self#porting-guide)).
-    #[inline]
-    pub fn on_entry(&self, ip: usize, parent_ip: usize, ret_slot: &mut usize) {
-        // No guard here: the instance registers its ops dynamic, which needs the ops list
-        // (`OpsFlags::NEEDS_LIST`), so the dispatcher runs them inside its own read-side
-        // section of `reclaim()` and its recursion protection; their loads of the buffer, the
-        // graph filter and the probes rely on that section.
-        let mut regs = FtraceRegs {
-            sp: core::ptr::from_mut(ret_slot) as u64,
-            ..FtraceRegs::default()
-        };
-        self.dispatcher
-            .call(ip as u64, parent_ip as u64, Some(&mut regs));
-    }
-
-    /// The return trampoline's entry point: records the return of the innermost hooked
-    /// function of this CPU and gives back its original return address.
-    ///
-    /// # Panics
-    /// If no function is hooked on this CPU (the trampoline contract was broken: there is no
-    /// address to return to).
-    pub fn on_return(&self) -> usize {
-        let _guard = self.reclaim().pin();
-        let cpu = self.cpu();
-        let g = &self.graph_cpus[cpu];
-        assert!(
-            !g.busy.swap(true, Ordering::Acquire),
-            "on_return nested in an entry of the same CPU"
-        );
-        // SAFETY: `busy` was clear and is now ours: nobody else holds this stack.
-        let stack = unsafe { &mut *g.stack.get() };
-        let exit = self.graph.exit(
-            stack,
-            self.now(),
-            self.dispatcher.platform(),
-            &self.sink(cpu),
-        );
-        g.busy.store(false, Ordering::Release);
-        exit.expect("on_return with an empty shadow stack").ret as usize
-    }
-
-    fn cpu(&self) -> usize {
-        (self.platform().current_cpu() as usize).min(CPUS - 1)
-    }
-
-    /// Whether the selected trace clock counts nanoseconds (`counter` does not).
-    fn clock_in_ns(&self) -> bool {
-        self.clock.load(Ordering::Relaxed) == 0
-    }
-
-    fn now(&self) -> u64 {
-        self.now_ns()
-    }
-
-    /// The current CPU's buffer as a sink. Callers are inside a read-side section.
-    fn sink(&self, cpu: usize) -> Sink<'_, P, CPUS> {
-        // SAFETY: every caller is inside a read-side section of `reclaim()` (the dispatcher's
-        // around an ops callback, or its own), which the buffer is replaced through; the
-        // reference does not outlive the sink, which lives inside the section.
-        let buf = unsafe { self.buffer.load() }.and_then(|b| b.cpu(cpu))?;
-        Some(CpuBufferSink::new(buf, self))
-    }
-
-    fn function_call(&self, ip: u64, parent_ip: u64) {
-        if self.tracing_on.load(Ordering::Relaxed) {
-            let sink = self.sink(self.cpu());
-            let task = self.dispatcher.platform();
-            self.function
-                .trace_call(ip, parent_ip, &AdmitAll, task, &sink);
-        }
-    }
-
-    fn graph_entry(&self, ip: u64, ret_slot: &mut usize) {
-        if !self.tracing_on.load(Ordering::Relaxed) {
-            return;
-        }
-        let cpu = self.cpu();
-        let g = &self.graph_cpus[cpu];
-        if g.busy.swap(true, Ordering::Acquire) {
-            return;
-        }
-        // SAFETY: `busy` was clear and is now ours.
-        let stack = unsafe { &mut *g.stack.get() };
-        // SAFETY: inside the dispatcher's read-side section (see `on_entry`).
-        let filter = unsafe { self.graph_filter.load() };
-        let all = GraphFunctions::default();
-        let filter: &dyn GraphFilter = match filter {
-            Some(f) => f,
-            None => &all,
-        };
-        let task = self.dispatcher.platform();
-        let hooked = self.graph.entry(
-            stack,
-            ip,
-            *ret_slot as u64,
-            self.now(),
-            filter,
-            task,
-            &self.sink(cpu),
-        );
-        g.busy.store(false, Ordering::Release);
-        if hooked == GraphEntry::Hooked {
-            *ret_slot = self.platform().return_handler();
-        }
-    }
-
     /// The control state, built at first use with the instance's tracers registered.
     fn control(&'static self) -> Ctl {
         let mut c = self.control.lock();
@@ -434,107 +265,6 @@ impl core::ops::DerefMut for Ctl {
     }
 }
 
-/// The platform's `&'static` symbol table as the filter files hold it.
-struct StaticSymbols(&'static (dyn ftrace_core::symbols::SymbolTable + Sync));
-
-impl ftrace_core::symbols::SymbolTable for StaticSymbols {
-    fn lookup(&self, addr: u64) -> Option<ftrace_core::symbols::Symbol<'_>> {
-        self.0.lookup(addr)
-    }
-    fn for_each(&self, f: &mut dyn FnMut(ftrace_core::symbols::Symbol<'_>)) {
-        self.0.for_each(f)
-    }
-}
-
-/// The filter files' command environment: the platform's symbols, no trace events, no
-/// snapshot, and only the commands the probe ops runs (`traceon`, `traceoff`); the others are
-/// refused with `EINVAL` at write time rather than accepted and ignored.
-struct Commands(StaticSymbols);
-
-impl CommandEnv for Commands {
-    fn symbols(&self) -> &dyn ftrace_core::symbols::SymbolTable {
-        &self.0
-    }
-    fn has_snapshot(&self) -> bool {
-        false
-    }
-    fn supports(&self, cmd: ProbeCommand) -> bool {
-        matches!(cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff)
-    }
-}
-
-/// What the function commands do to the instance.
-struct Actions<'a, P: Platform, const CPUS: usize>(&'a TraceArray<P, CPUS>);
-
-impl<P: Platform, const CPUS: usize> ProbeActions for Actions<'_, P, CPUS> {
-    fn tracing_is_on(&self) -> bool {
-        self.0.tracing_on.load(Ordering::Relaxed)
-    }
-    fn set_tracing_on(&self, on: bool) {
-        self.0.set_tracing_on(on);
-    }
-}
-
-/// The instance's selected trace clock: the platform's (`local`) or the event counter.
-impl<P: Platform, const CPUS: usize> TraceClock for TraceArray<P, CPUS> {
-    const NAME: &'static str = "local";
-    #[inline]
-    fn now_ns(&self) -> u64 {
-        match self.clock.load(Ordering::Relaxed) {
-            0 => self.platform().now_ns(),
-            _ => self.counter.fetch_add(1, Ordering::Relaxed),
-        }
-    }
-}
-
-/// One CPU's ring buffer as the tracers' sink (`None`: no buffer, nothing recorded).
-type Sink<'a, P, const CPUS: usize> =
-    Option<CpuBufferSink<'a, <P as Platform>::Pages, TraceArray<P, CPUS>>>;
-
-fn function_op<P: Platform, const CPUS: usize>(
-    ip: u64,
-    parent_ip: u64,
-    op: &FtraceOps,
-    _regs: Option<&mut FtraceRegs>,
-) {
-    // SAFETY: the instance registered this ops with `private` = itself (`&'static`).
-    let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
-    debug_assert!(
-        !array.dispatcher.is_direct(),
-        "dynamic ops run from the list"
-    );
-    array.function_call(ip, parent_ip);
-}
-
-fn probe_op<P: Platform, const CPUS: usize>(
-    ip: u64,
-    parent_ip: u64,
-    op: &FtraceOps,
-    _regs: Option<&mut FtraceRegs>,
-) {
-    // SAFETY: as in `function_op`.
-    let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
-    // SAFETY: inside the dispatcher's read-side section (see `on_entry`).
-    if let Some(runner) = unsafe { array.probes.load() } {
-        runner.run(ip, parent_ip, &Actions(array));
-    }
-}
-
-fn graph_op<P: Platform, const CPUS: usize>(
-    ip: u64,
-    _parent_ip: u64,
-    op: &FtraceOps,
-    regs: Option<&mut FtraceRegs>,
-) {
-    let Some(regs) = regs else { return };
-    // SAFETY: as in `function_op`.
-    let array = unsafe { &*op.private().cast::<TraceArray<P, CPUS>>() };
-    // SAFETY: `on_entry` put the address of its `&mut usize` return slot in `sp`, and the
-    // slot outlives this call.
-    let slot = unsafe { &mut *(regs.sp as *mut usize) };
-    array.graph_entry(ip, slot);
-}
-
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     fn known(name: &str) -> Option<TracerKind> {
         match name {
@@ -555,55 +285,6 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             TracerKind::Function => &self.function,
             TracerKind::FunctionGraph => &self.graph,
         }
-    }
-
-    /// Builds the buffer if there is none yet.
-    fn ensure_buffer(&self, c: &mut Control) -> Result<(), Errno> {
-        if self.buffer.is_empty() {
-            self.rebuild_buffer(c, None)?;
-        }
-        Ok(())
-    }
-
-    /// Publishes a new, empty buffer of `c`'s geometry (`pages`: a new geometry to try
-    /// first); the old one is freed after a grace period. On error nothing changes.
-    fn rebuild_buffer(
-        &self,
-        c: &mut Control,
-        pages: Option<(Vec<usize>, usize)>,
-    ) -> Result<(), Errno> {
-        let (pages, subbuf) = pages.unwrap_or_else(|| (c.pages.clone(), c.subbuf));
-        let rb = self.build_buffer(c, &pages, subbuf)?;
-        c.pages = pages;
-        c.subbuf = subbuf;
-        self.buffer
-            .replace(Published::Owned(Box::new(rb)), self.reclaim());
-        Ok(())
-    }
-
-    /// A new, empty ring of `pages` per CPU and `subbuf`-byte sub-buffers, recording as the
-    /// instance does (`tracing_on`, `tracing_cpumask`).
-    fn build_buffer(
-        &self,
-        c: &Control,
-        pages: &[usize],
-        subbuf: usize,
-    ) -> Result<RingBuffer<P::Pages>, Errno> {
-        let max = pages.iter().copied().max().unwrap_or(2);
-        let mut rb = RingBuffer::new(P::Pages::default(), pages.len(), max, subbuf)
-            .map_err(|e| e.errno())?;
-        for (cpu, &n) in pages.iter().enumerate() {
-            if n != max {
-                let buf = rb.cpu_mut(cpu).expect("one buffer per CPU");
-                buf.resize(n).map_err(|e| e.errno())?;
-            }
-        }
-        rb.set_record_on(self.tracing_on.load(Ordering::Relaxed));
-        rb.set_mode(self.buffer_mode());
-        for cpu in 0..pages.len() {
-            rb.set_cpu_enabled(cpu, c.cpumask & (1 << cpu) != 0);
-        }
-        Ok(rb)
     }
 
     /// Switches tracer as `tracing_set_tracer` does: the old tracer's ops are unregistered
@@ -639,69 +320,5 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         unsafe { self.dispatcher.register_dynamic(&op)? };
         c.ops = Some(op);
         Ok(())
-    }
-
-    /// The ring's mode as the `overwrite` option says.
-    fn buffer_mode(&self) -> ftrace_ringbuf::Mode {
-        let options = TraceOptions::from_bits_retain(self.options.load(Ordering::Relaxed));
-        if options.contains(TraceOptions::OVERWRITE) {
-            ftrace_ringbuf::Mode::Overwrite
-        } else {
-            ftrace_ringbuf::Mode::ProducerConsumer
-        }
-    }
-
-    /// `tracing_on`: the switch the tracers check and the buffers' record switch.
-    fn set_tracing_on(&self, on: bool) {
-        self.tracing_on.store(on, Ordering::Relaxed);
-        self.with_buffer(|rb| rb.set_record_on(on));
-    }
-
-    /// The function commands changed: the runner is published and the probe ops registered
-    /// (filtered to the commands' functions) while there is any, unregistered when the last
-    /// one goes (an empty filter would admit every function).
-    fn publish_probes(&'static self, c: &mut Control) -> Result<(), Errno> {
-        let runner = c.filters.probes().runner();
-        if let Some(op) = c.probe_ops.take() {
-            self.dispatcher.unregister(&op)?;
-        }
-        if runner.is_empty() {
-            self.probes.replace(Published::None, self.reclaim());
-            return Ok(());
-        }
-        let op = Box::new(FtraceOps::with_private(
-            probe_op::<P, CPUS>,
-            OpsFlags::empty(),
-            core::ptr::from_ref(self).cast(),
-            None,
-        ));
-        let hash = runner.hash().clone();
-        self.probes
-            .replace(Published::Owned(Box::new(runner)), self.reclaim());
-        self.dispatcher
-            .set_filter(&op, Published::Owned(Box::new(hash)));
-        // SAFETY: the ops lives in `c.probe_ops` until `unregister` has returned.
-        unsafe { self.dispatcher.register_dynamic(&op)? };
-        c.probe_ops = Some(op);
-        Ok(())
-    }
-
-    /// Publishes the filter files' hashes to `op` and the graph filter cell.
-    fn publish_filters(&self, c: &Control, op: &FtraceOps) {
-        let set = |f| c.filters.set(f).to_hash();
-        self.dispatcher
-            .set_filter(op, Published::Owned(Box::new(set(FilterFile::Filter))));
-        self.dispatcher
-            .set_notrace(op, Published::Owned(Box::new(set(FilterFile::Notrace))));
-        let graph = GraphHashes {
-            functions: set(FilterFile::GraphFunction),
-            notrace: set(FilterFile::GraphNotrace),
-        };
-        let graph = if graph.functions.is_empty() && graph.notrace.is_empty() {
-            Published::None
-        } else {
-            Published::Owned(Box::new(graph))
-        };
-        self.graph_filter.replace(graph, self.reclaim());
     }
 }
