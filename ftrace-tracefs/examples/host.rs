@@ -69,7 +69,7 @@ fn workload() {
 }
 
 /// The session: `cat trace` after each tracer ran the workload, then a bad write.
-fn main() -> Result<(), ftrace_tracefs::Errno> {
+pub fn main() -> Result<(), ftrace_tracefs::Errno> {
     let mut fs = TRACE.tracefs()?;
     for tracer in ["function", "function_graph"] {
         fs.write_all("current_tracer", tracer.as_bytes(), false)?;

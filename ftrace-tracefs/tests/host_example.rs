@@ -3,36 +3,57 @@
 //! `trace` headers byte for byte as Linux 6.12 prints them, every line in the kernel's
 //! column layout, the bad write's errno.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 mod common;
 use common::golden;
 
+/// The example itself, compiled into this test (its `main` is an ordinary function here).
+#[path = "../examples/host.rs"]
+#[allow(dead_code)]
+mod host;
+
 const EXAMPLE: &str = include_str!("../examples/host.rs");
 
-/// The example binary `cargo test` built next to this test (`target/<profile>/examples`).
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    profile_dir
-        .join("examples")
-        .join(format!("host{}", std::env::consts::EXE_SUFFIX))
+/// Set in the child this test starts to run the example's `main` on its own stdout.
+const RUN_MAIN: &str = "FTRACE_TRACEFS_RUN_HOST_EXAMPLE";
+
+/// Runs the example's `main` when this test binary is started by [`run_example`] (a fresh
+/// process: the example's `static` instance starts at boot, its output is the process's).
+#[test]
+fn child_runs_the_example() {
+    if std::env::var_os(RUN_MAIN).is_some() {
+        host::main().expect("the example's session");
+    }
 }
 
+/// What the example prints, from a child process running its `main`.
 fn run_example() -> String {
-    let out = Command::new(example_binary())
+    let out = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "child_runs_the_example",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(RUN_MAIN, "1")
         .output()
-        .expect("cargo test builds the examples");
+        .expect("the test binary runs");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("utf8")
+    let all = String::from_utf8(out.stdout).expect("utf8");
+    // The harness's own lines come before and after the example's.
+    let start = all
+        .find("# tracer: function\n")
+        .expect("the example's output");
+    let end = all
+        .find("(Invalid argument)\n")
+        .expect("the bad write's line")
+        + 19;
+    all[start..end].to_owned()
 }
 
 /// The code lines of the example, without comments, blank lines and the two functions that
@@ -65,7 +86,7 @@ fn the_example_is_at_most_40_lines_besides_its_simulated_trampoline() {
         lines.join("\n")
     );
     // What is counted is the platform, the static instance and the session.
-    for needle in ["unsafe impl Platform for Host", "static TRACE", "fn main()"] {
+    for needle in ["unsafe impl Platform for Host", "static TRACE", "pub fn main()"] {
         assert!(lines.iter().any(|l| l.contains(needle)), "{needle}");
     }
 }
