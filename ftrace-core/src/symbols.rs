@@ -19,7 +19,17 @@ pub struct Symbol<'a> {
     pub module: Option<&'a str>,
 }
 
-impl Symbol<'_> {
+impl<'a> Symbol<'a> {
+    /// A symbol of the main image (`module: None`).
+    pub const fn new(name: &'a str, addr: u64, size: u64) -> Symbol<'a> {
+        Symbol {
+            name,
+            addr,
+            size,
+            module: None,
+        }
+    }
+
     /// Whether `addr` lies inside this symbol.
     #[inline]
     pub fn contains(&self, addr: u64) -> bool {
@@ -42,6 +52,39 @@ impl<T: SymbolTable + ?Sized> SymbolTable for &T {
     }
     fn for_each(&self, f: &mut dyn FnMut(Symbol<'_>)) {
         (**self).for_each(f)
+    }
+}
+
+/// A table over a slice of symbols sorted by address: `const`-constructible, so a `static`
+/// (a linker-generated table, a test's handful of functions) can be the symbol table.
+#[derive(Clone, Copy, Debug)]
+pub struct SymbolSlice<'a>(pub &'a [Symbol<'a>]);
+
+impl SymbolTable for SymbolSlice<'_> {
+    fn lookup(&self, addr: u64) -> Option<Symbol<'_>> {
+        let i = self.0.partition_point(|s| s.addr <= addr).checked_sub(1)?;
+        Some(self.0[i]).filter(|s| s.contains(addr))
+    }
+    fn for_each(&self, f: &mut dyn FnMut(Symbol<'_>)) {
+        self.0.iter().for_each(|s| f(*s))
+    }
+}
+
+#[cfg(test)]
+mod slice_tests {
+    use super::*;
+
+    #[test]
+    fn a_symbol_slice_finds_the_symbol_containing_an_address() {
+        let t = SymbolSlice(&[Symbol::new("a", 0x100, 0x10), Symbol::new("b", 0x200, 0x10)]);
+        assert_eq!(t.lookup(0x100).map(|s| s.name), Some("a"));
+        assert_eq!(t.lookup(0x10f).map(|s| s.name), Some("a"));
+        assert_eq!(t.lookup(0x110), None);
+        assert_eq!(t.lookup(0xff), None);
+        assert_eq!(t.lookup(0x205).map(|s| s.name), Some("b"));
+        let mut seen = 0;
+        t.for_each(&mut |s| seen += s.addr);
+        assert_eq!(seen, 0x300);
     }
 }
 

@@ -1,6 +1,7 @@
 //! loom models of the ops-list protocol: registering and unregistering ops while another
 //! thread dispatches never calls a freed ops and never misses an ops registered before the
-//! dispatch began.
+//! dispatch began; and of the publication cell, [`RcuCell`]: a reader never sees a value
+//! freed, nor a value before its contents, and no replaced value leaks.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p ftrace-core --test loom --release`. Under
 //! `cfg(loom)` every atomic of the dispatcher, the ops, the recursion word and the
@@ -12,7 +13,7 @@ use ftrace_core::dispatch::Dispatcher;
 use ftrace_core::event::TraceCtx;
 use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::platform::{ExecContext, RecursionState, TaskContext};
-use ftrace_core::reclaim::ReaderCount;
+use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
 use ftrace_core::recursion::TraceRecursion;
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -335,5 +336,85 @@ fn try_spend_is_never_overspent() {
         assert!(mine.0 != theirs.0, "exactly one spends the unit");
         assert!(mine.1 && theirs.1);
         assert_eq!((one.get(), unlimited.get()), (0, -1));
+    });
+}
+
+/// A published value: its payload is a loom cell (so a read not ordered after the write that
+/// filled it is a data race loom reports), and dropping it marks it freed.
+struct Tracked {
+    id: usize,
+    payload: loom::cell::UnsafeCell<usize>,
+    freed: Arc<[AtomicBool; 3]>,
+}
+
+impl Tracked {
+    fn boxed(id: usize, freed: &Arc<[AtomicBool; 3]>) -> Box<Tracked> {
+        let t = Box::new(Tracked {
+            id,
+            payload: loom::cell::UnsafeCell::new(0),
+            freed: freed.clone(),
+        });
+        // Filled after construction, as a writer fills a value before publishing it.
+        // SAFETY: nobody else can reach `t` yet.
+        t.payload.with_mut(|p| unsafe { *p = 100 + id });
+        t
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.freed[self.id].store(true, Ordering::Relaxed);
+    }
+}
+
+/// [`RcuCell`] under [`ReaderCount`]: a writer replaces the published value twice (value 0 →
+/// 1 → 2, each old one retired) while two readers load it inside a guard. No reader sees a
+/// freed value or a value whose payload write is not visible to it; once the cell is dropped
+/// every value has been freed exactly once (none leaks).
+///
+/// Each of these weakenings makes the model fail (tried, one at a time): the swap in
+/// `RcuCell::swap` as `Relaxed` instead of `AcqRel`, or the load in `RcuCell::load` as
+/// `Relaxed` instead of `Acquire` → loom reports the reader's payload read racing the
+/// writer's fill ("Causality violation"); `ReaderCount::defer` freeing without its
+/// `synchronize` (no grace period) → the reader's payload read races the value's drop.
+#[test]
+fn rcu_cell_replace_under_readers() {
+    builder().check(|| {
+        let rc = Arc::new(ReaderCount::new());
+        let freed = Arc::new([(); 3].map(|()| AtomicBool::new(false)));
+        let cell = Arc::new(RcuCell::<Tracked>::empty());
+        cell.replace(Published::Owned(Tracked::boxed(0, &freed)), &*rc);
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (rc, cell) = (rc.clone(), cell.clone());
+                thread::spawn(move || {
+                    use ftrace_core::platform::Reclaim;
+                    let _g = rc.pin();
+                    // SAFETY: inside a guard of the domain the writer retires through.
+                    let v = unsafe { cell.load() }.expect("a value is always published");
+                    let id = v.id;
+                    assert!(!v.freed[id].load(Ordering::Relaxed), "read a freed value");
+                    // SAFETY: only read here; written once before publication.
+                    let p = v.payload.with(|p| unsafe { *p });
+                    assert_eq!(p, 100 + id, "saw a value before its contents");
+                    assert!(!v.freed[id].load(Ordering::Relaxed), "read a freed value");
+                })
+            })
+            .collect();
+        cell.replace(Published::Owned(Tracked::boxed(1, &freed)), &*rc);
+        cell.replace(Published::Owned(Tracked::boxed(2, &freed)), &*rc);
+        assert!(freed[0].load(Ordering::Relaxed) && freed[1].load(Ordering::Relaxed));
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert!(
+            !freed[2].load(Ordering::Relaxed),
+            "the published value is live"
+        );
+        drop(Arc::try_unwrap(cell).ok().expect("readers joined"));
+        assert!(
+            freed.iter().all(|f| f.load(Ordering::Relaxed)),
+            "a value leaked"
+        );
     });
 }

@@ -12,6 +12,8 @@
 //! - [`pages`]: [`PageStats`], the record memory `dyn_ftrace_total_info` reports.
 //! - [`protocol`]: the breakpoint, stop-machine and atomic protocols, with the breakpoint
 //!   handler's lookup; [`text::TextPoke`] is what a platform provides.
+//! - [`breakpoint`]: [`BreakpointSlot`], where a platform's trap handler finds the armed
+//!   batch (arm, lookup, disarm and drain).
 //! - [`bug`]: `ftrace_bug()` reports.
 //! - `sim` (feature `alloc`): an in-memory text segment and an executor model that checks every
 //!   intermediate state of a batch.
@@ -27,6 +29,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod aarch64;
+pub mod breakpoint;
 pub mod bug;
 pub mod ftrace_ops;
 pub mod ops;
@@ -46,6 +49,7 @@ pub mod x86;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+pub use breakpoint::BreakpointSlot;
 pub use bug::{BugReason, BugType, FtraceBug};
 pub use ftrace_ops::FtraceOpsView;
 pub use ops::{CallTargets, FixedTargets, OpsRecFlags, RecordOps};

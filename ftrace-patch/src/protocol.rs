@@ -15,8 +15,9 @@
 //! the expected old bytes; a site that does not match is never written and is reported.
 
 use crate::aarch64;
+use crate::breakpoint::BreakpointSlot;
 use crate::site::{Arch, SiteBytes};
-use crate::sync::{AtomicU8, Ordering, fence};
+use crate::sync::{AtomicU8, Ordering, fence, loom_const_fn};
 use crate::text::TextPoke;
 use crate::x86;
 
@@ -163,18 +164,20 @@ pub struct PokeSite {
 }
 
 impl PokeSite {
-    /// An unused slot (to fill a caller-provided batch buffer:
-    /// `[const { PokeSite::empty() }; N]`).
-    pub const fn empty() -> PokeSite {
-        PokeSite {
-            addr: 0,
-            old: SiteBytes::EMPTY,
-            new: SiteBytes::EMPTY,
-            actual: SiteBytes::EMPTY,
-            emulate: Emulation::None,
-            method: Method::Undecided,
-            tag: 0,
-            status: AtomicU8::new(SiteStatus::Pending as u8),
+    loom_const_fn! {
+        /// An unused slot (to fill a caller-provided batch buffer:
+        /// `[const { PokeSite::empty() }; N]`).
+        pub fn empty() -> PokeSite {
+            PokeSite {
+                addr: 0,
+                old: SiteBytes::EMPTY,
+                new: SiteBytes::EMPTY,
+                actual: SiteBytes::EMPTY,
+                emulate: Emulation::None,
+                method: Method::Undecided,
+                tag: 0,
+                status: AtomicU8::new(SiteStatus::Pending as u8),
+            }
         }
     }
 
@@ -495,17 +498,24 @@ pub fn apply<P: TextPoke>(
         let bp = arch.breakpoint();
         let head = bp.len();
         let table = BreakpointTable { arch, sites };
-        text.breakpoints_armed(&table);
         let armed = || {
             sites
                 .iter()
                 .filter(|s| s.method == Method::Breakpoint && s.status() == SiteStatus::Armed)
         };
-        // Step 1: breakpoint over every head. Every status is published, and fenced (the
-        // kernel's smp_wmb), before any breakpoint can be hit.
+        // Step 1: breakpoint over every head. Every status is published, then the table (a
+        // handler that finds the table armed finds its sites armed), and fenced (the kernel's
+        // smp_wmb), before any breakpoint can be hit.
         for s in pending(Method::Breakpoint) {
             s.set_status(SiteStatus::Armed);
         }
+        let slot: Option<&'static BreakpointSlot> = text.breakpoint_slot();
+        if let Some(slot) = slot {
+            // SAFETY: `table` and `sites` outlive this block, and the slot is disarmed (and
+            // drained) at its end.
+            unsafe { slot.arm(&table) };
+        }
+        text.breakpoints_armed(&table);
         fence(Ordering::SeqCst);
         for s in armed() {
             if text.write_text(s.addr, &bp).is_err() {
@@ -548,6 +558,9 @@ pub fn apply<P: TextPoke>(
         }
         text.sync_cores();
         st.syncs += 1;
+        if let Some(slot) = slot {
+            slot.disarm();
+        }
         text.breakpoints_disarmed();
     }
 

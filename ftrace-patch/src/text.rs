@@ -7,13 +7,12 @@
 //!
 //! - `write_text`: `mprotect` the page(s) RWX (or keep them so for the batch), `memcpy`.
 //! - `sync_cores`: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE)` (registered once).
-//! - `breakpoints_armed`: store the table's slice pointer where the `SIGTRAP` handler finds it.
-//!   The handler calls `BreakpointTable::trap(rip - 1, &[*(rip - 1)])` and acts on the answer:
+//! - `breakpoint_slot`: a `static` [`BreakpointSlot`] the `SIGTRAP` handler looks in.
+//!   The handler calls `SLOT.trap(rip - 1, &[*(rip - 1)])` and acts on the answer:
 //!   `Emulate(Call { target, ret })` → push `ret` below the interrupted stack pointer, `rip =
 //!   target`; `Emulate(Skip { next })` → `rip = next`; `Restart { pc }` → `rip = pc`;
 //!   `NotOurs` → the previous handler. With no table published (a late signal), it asks
 //!   [`crate::protocol::late_trap`] with a sorted array of every site address.
-//! - `breakpoints_disarmed`: clear the pointer, then wait until no handler is inside (a counter).
 //! - `stop_others`: `tgkill(SIGUSR2)` every other thread; each parks in its handler; run `patch`;
 //!   before releasing, each parked thread replaces its saved `rip` with
 //!   `fixup.resume_pc(rip)` when that is `Some`; the `sigreturn` serialises.
@@ -24,6 +23,7 @@
 
 use core::fmt;
 
+use crate::breakpoint::BreakpointSlot;
 use crate::protocol::{BreakpointTable, StopFixup};
 
 /// Reading or writing text failed (an unmapped page, a protection the platform could not lift).
@@ -62,17 +62,25 @@ pub trait TextPoke {
     where
         Self: Sized;
 
-    /// A breakpoint batch is about to be written: from now until
-    /// [`TextPoke::breakpoints_disarmed`] returns, the platform's breakpoint handler resolves
-    /// traps with [`BreakpointTable::trap`]. An implementation publishes `table` (a pointer is
-    /// enough; it stays valid and unmoved until disarmed).
+    /// Where this platform's breakpoint handler finds the batch being patched: a `static`
+    /// [`BreakpointSlot`] its handler resolves traps with ([`BreakpointSlot::trap`]).
+    /// [`crate::protocol::apply`] arms it before the first breakpoint is written and disarms
+    /// and drains it after the last one is gone. `None` (the default): no handler reads the
+    /// batch (a platform that never runs the breakpoint protocol concurrently, a test).
+    fn breakpoint_slot(&self) -> Option<&'static BreakpointSlot> {
+        None
+    }
+
+    /// A breakpoint batch is about to be written (after [`TextPoke::breakpoint_slot`] was
+    /// armed): a notification for models and tests that look at `table` from inside
+    /// [`TextPoke::write_text`], on the patching thread. It is valid until
+    /// [`TextPoke::breakpoints_disarmed`].
     fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
         let _ = table;
     }
 
-    /// The batch is finished: after this returns no handler may use the table any more (wait
-    /// for handlers in flight, like the kernel's descriptor refcount). Traps that arrive later
-    /// (a userspace signal can be delivered after the batch) are resolved with
+    /// The batch is finished and [`TextPoke::breakpoint_slot`] drained. Traps that arrive
+    /// later (a userspace signal can be delivered after the batch) are resolved with
     /// [`crate::protocol::late_trap`].
     fn breakpoints_disarmed(&mut self) {}
 }

@@ -395,7 +395,6 @@ fn handler_lookups() {
 /// the userspace backend's SIGTRAP handler would.
 struct TrappingCpu {
     text: SimText,
-    table: Option<*const [PokeSite]>,
     site: u64,
     seen: Vec<TrapAction>,
 }
@@ -408,13 +407,8 @@ impl ftrace_patch::TextPoke for TrappingCpu {
         self.text.write_text(a, b)?;
         let head = self.text.bytes(self.site, 1).to_vec();
         if head[0] == x86::INT3 {
-            let t = self.table.expect("breakpoint with no table");
-            // SAFETY: published by breakpoints_armed, cleared by breakpoints_disarmed; the
-            // batch keeps the slice alive in between.
-            let sites = unsafe { &*t };
-            self.seen.push(
-                ftrace_patch::BreakpointTable::new(Arch::X86_64, sites).trap(self.site, &head),
-            );
+            assert!(TRAPPING_CPU_SLOT.is_armed(), "breakpoint with no table");
+            self.seen.push(TRAPPING_CPU_SLOT.trap(self.site, &head));
         }
         Ok(())
     }
@@ -422,13 +416,13 @@ impl ftrace_patch::TextPoke for TrappingCpu {
     fn stop_others(&mut self, _: &ftrace_patch::StopFixup<'_>, f: &mut dyn FnMut(&mut Self)) {
         f(self)
     }
-    fn breakpoints_armed(&mut self, t: &ftrace_patch::BreakpointTable<'_>) {
-        self.table = Some(t.sites() as *const [PokeSite]);
-    }
-    fn breakpoints_disarmed(&mut self) {
-        self.table = None;
+    fn breakpoint_slot(&self) -> Option<&'static ftrace_patch::BreakpointSlot> {
+        Some(&TRAPPING_CPU_SLOT)
     }
 }
+
+/// Where [`TrappingCpu`]'s handler finds the batch.
+static TRAPPING_CPU_SLOT: ftrace_patch::BreakpointSlot = ftrace_patch::BreakpointSlot::new();
 
 #[test]
 fn breakpoint_handler_emulates_the_new_instruction_throughout() {
@@ -436,7 +430,6 @@ fn breakpoint_handler_emulates_the_new_instruction_throughout() {
     let site = recs[0].ip;
     let mut cpu = TrappingCpu {
         text,
-        table: None,
         site,
         seen: Vec::new(),
     };
@@ -453,6 +446,11 @@ fn breakpoint_handler_emulates_the_new_instruction_throughout() {
     assert_eq!(
         cpu.seen,
         [TrapAction::Emulate(call), TrapAction::Emulate(call)]
+    );
+    assert!(!TRAPPING_CPU_SLOT.is_armed(), "disarmed after the batch");
+    assert_eq!(
+        TRAPPING_CPU_SLOT.trap(site, &[x86::INT3]),
+        TrapAction::NotOurs
     );
     cpu.seen.clear();
     table.replace_code_all(&mut cpu, &pass(&ops, false), &mut |b| panic!("{b}"));

@@ -82,6 +82,12 @@ impl<P: PageProvider + Clone> RingBuffer<P> {
         self.cpus().get(cpu)
     }
 
+    /// CPU `cpu`'s buffer, to resize alone (`buffer_size_kb` of one CPU) before the
+    /// whole ring is published.
+    pub fn cpu_mut(&mut self, cpu: usize) -> Option<&mut CpuBuffer<P>> {
+        self.cpus_mut().get_mut(cpu)
+    }
+
     /// Sets overwrite or producer/consumer mode on every CPU.
     pub fn set_mode(&self, mode: Mode) {
         self.cpus().iter().for_each(|c| c.set_mode(mode));

@@ -11,6 +11,8 @@
 //!   pages swapped out zero-copy, `trace_pipe_raw`), [`Iter`] (non-consuming, `trace`), and
 //!   [`merge_next`] across CPUs by timestamp.
 //! - [`RingBuffer`]: one [`CpuBuffer`] per CPU from one [`PageProvider`].
+//! - [`slot`]: a fixed-slot ring (one `xadd` to reserve, one store to commit) for writers whose
+//!   events are all small and fixed-size, e.g. a userspace agent's assembly fast paths.
 //!
 //! ```
 //! # #[cfg(feature = "alloc")] {
@@ -42,6 +44,7 @@ mod cpu;
 pub mod page;
 mod provider;
 mod reader;
+pub mod slot;
 mod sync;
 
 #[cfg(test)]

@@ -15,6 +15,10 @@
 //! of [`backend`], which a backend binds to ftrace-tracers, ftrace-ringbuf, the ftrace-core
 //! dispatcher and ftrace-patch; what only the server knows comes from [`Host`].
 //!
+//! [`array::TraceArray`] is the tracing machinery itself, generic over one small
+//! [`array::Platform`] binding: a backend that uses it writes only its platform (see the
+//! [porting guide](array#porting-guide)).
+//!
 //! Trace events are registered by the host ([`Tracefs::register_event`]); [`events`] keeps
 //! their per-instance state, [`event_filter`] and [`triggers`] parse what users write into
 //! their `filter` and `trigger` files with the kernel's errors.
@@ -30,6 +34,8 @@ pub mod parse;
 
 pub mod options;
 
+#[cfg(feature = "alloc")]
+pub mod array;
 #[cfg(feature = "alloc")]
 pub mod backend;
 #[cfg(feature = "alloc")]
@@ -67,4 +73,9 @@ pub use fs::{
     saved_cmdlines_capacity,
 };
 pub use ftrace_core::Errno;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 pub use options::TraceFlags;

@@ -110,17 +110,25 @@ mod owned {
 
         /// Consumes every event (`trace_pipe`), with the count of events lost before each.
         pub fn drain<P: PageProvider + Clone>(rb: &RingBuffer<P>) -> Self {
+            Self::drain_cpu(rb, None)
+        }
+
+        /// Consumes every event of one CPU (`per_cpu/cpuN/trace_pipe`), or of all; the other
+        /// CPUs' streams are left empty.
+        pub fn drain_cpu<P: PageProvider + Clone>(rb: &RingBuffer<P>, cpu: Option<usize>) -> Self {
             let mut cpus = Vec::with_capacity(rb.nr_cpus());
-            for buf in rb.cpus() {
-                let mut c = buf.consumer();
+            for (i, buf) in rb.cpus().iter().enumerate() {
                 let mut evs = Vec::new();
-                while let Some(ev) = c.next() {
-                    let missed = if ev.lost != 0 {
-                        Missed::Count(ev.lost)
-                    } else {
-                        Missed::None
-                    };
-                    evs.push((ev.ts, ev.payload.to_vec(), missed));
+                if cpu.is_none_or(|c| c == i) {
+                    let mut c = buf.consumer();
+                    while let Some(ev) = c.next() {
+                        let missed = if ev.lost != 0 {
+                            Missed::Count(ev.lost)
+                        } else {
+                            Missed::None
+                        };
+                        evs.push((ev.ts, ev.payload.to_vec(), missed));
+                    }
                 }
                 cpus.push(evs);
             }

@@ -27,6 +27,14 @@ impl<T: EntrySink + ?Sized> EntrySink for &T {
     }
 }
 
+/// No sink (no buffer yet): nothing is written.
+impl<T: EntrySink> EntrySink for Option<T> {
+    #[inline]
+    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
+        self.as_ref().is_some_and(|s| s.write_entry(len, fill))
+    }
+}
+
 /// What the function filter admits (`set_ftrace_filter` / `set_ftrace_notrace`).
 pub trait FunctionFilter {
     /// Whether a call to `ip` is traced.

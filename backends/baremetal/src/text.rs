@@ -7,22 +7,21 @@
 //! [`KernelText`] gives ftrace-patch what it asks of a platform: reads and writes of text,
 //! `sync_cores` (a serialising instruction here and an IPI that every other online CPU
 //! acknowledges, [`crate::smp::sync_others`]), stop-machine ([`crate::smp::stop_others`]), and
-//! the publication of a breakpoint batch's [`BreakpointTable`] to the `#BP` handler.
+//! the [`BreakpointSlot`] the `#BP` handler finds a breakpoint batch in.
 //!
-//! The `#BP` handler (`handle_int3`) resolves a trap with [`BreakpointTable::trap`] and
+//! The `#BP` handler (`handle_int3`) resolves a trap with [`BreakpointSlot::trap`] and
 //! emulates what it says: a `call` by pushing the return address on the interrupted stack and
-//! jumping, a NOP by skipping it, a late trap by re-running the site. Invariant: the table
-//! pointer is published before the batch writes its first int3 and retired only after every
-//! handler that may have loaded it has finished (an in-flight count), so a handler never reads
-//! a batch that is gone.
+//! jumping, a NOP by skipping it, a late trap by re-running the site. Invariant (the slot's):
+//! a batch is armed before it writes its first int3 and drained after its last, so a handler
+//! never reads a batch that is gone.
 
 use ftrace_patch::protocol::BatchStats;
-use ftrace_patch::{Arch, BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction};
+use ftrace_patch::{Arch, BreakpointSlot, Emulation, PokeSite, Protocol, StopFixup, TrapAction};
 use ftrace_patch::{TextFault, TextPoke};
 
 use crate::idt::InterruptFrame;
 use crate::port::{irq_restore, irq_save, read_cr0, serialize, write_cr0};
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 const CR0_WP: u64 = 1 << 16;
 
@@ -115,19 +114,8 @@ impl TextPoke for KernelText {
         crate::smp::stop_others(fixup, &mut || patch(&mut KernelText));
     }
 
-    fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
-        BP_TABLE.store(
-            table as *const BreakpointTable<'_> as *mut BreakpointTable<'static>,
-            Ordering::SeqCst,
-        );
-    }
-
-    fn breakpoints_disarmed(&mut self) {
-        BP_TABLE.store(core::ptr::null_mut(), Ordering::SeqCst);
-        // Handlers that loaded the pointer before it was cleared are counted in flight.
-        while BP_IN_FLIGHT.load(Ordering::SeqCst) != 0 {
-            core::hint::spin_loop();
-        }
+    fn breakpoint_slot(&self) -> Option<&'static BreakpointSlot> {
+        Some(&BREAKPOINTS)
     }
 }
 
@@ -136,8 +124,8 @@ pub fn patch_batch(sites: &mut [PokeSite], protocol: Protocol) -> BatchStats {
     ftrace_patch::protocol::apply(&mut KernelText, Arch::X86_64, sites, protocol)
 }
 
-static BP_TABLE: AtomicPtr<BreakpointTable<'static>> = AtomicPtr::new(core::ptr::null_mut());
-static BP_IN_FLIGHT: AtomicU32 = AtomicU32::new(0);
+/// Where the `#BP` handler finds the breakpoint batch in flight.
+static BREAKPOINTS: BreakpointSlot = BreakpointSlot::new();
 static INT3_HITS: AtomicU64 = AtomicU64::new(0);
 static STALE_RETRIES: AtomicU64 = AtomicU64::new(0);
 
@@ -153,7 +141,7 @@ pub fn stale_int3_retries() -> u64 {
 
 /// Whether a breakpoint batch is published (for fatal reports).
 pub fn batch_in_progress() -> bool {
-    !BP_TABLE.load(Ordering::SeqCst).is_null()
+    BREAKPOINTS.is_armed()
 }
 
 /// Rewrites the byte at `addr` with itself, atomically (a `lock cmpxchg` that changes nothing
@@ -187,31 +175,20 @@ fn refresh_text_byte(_addr: usize, _value: u8) {
 #[cfg(test)]
 static REFRESHES: AtomicU64 = AtomicU64::new(0);
 
-/// Resolves a trap at `site` against the published batch, if any.
-fn resolve(site: u64, head: u8) -> TrapAction {
-    BP_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
-    let t = BP_TABLE.load(Ordering::SeqCst);
-    // SAFETY: a non-null table stays valid until breakpoints_disarmed, which waits for us
-    // (we are counted in flight since before the load).
-    let action = unsafe { t.as_ref() }.map_or(TrapAction::NotOurs, |t| t.trap(site, &[head]));
-    BP_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
-    action
-}
-
 /// The `#BP` handler. Returns false for an int3 that is not ours (the caller reports it as
 /// fatal).
 ///
 /// A trap no batch claims, at a site that no longer holds an int3, was raised by an instruction
 /// fetched before the final sync reached this CPU (the batch is over); the bytes there now form
-/// a complete instruction, so it is re-run from the site.
+/// a complete instruction, so it is re-run from the site ([`BreakpointSlot::resolve`]).
 pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
     let site = frame.rip.wrapping_sub(1);
     if check_range(site, 1).is_err() {
         return false;
     }
     // SAFETY: the CPU just executed an instruction at `site`, and it is in range.
-    let head = unsafe { core::ptr::read_volatile(site as *const u8) };
-    match resolve(site, head) {
+    let read = || unsafe { core::ptr::read_volatile(site as *const u8) };
+    match BREAKPOINTS.resolve(Arch::X86_64, site, |b| b[0] = read()) {
         TrapAction::Emulate(Emulation::Call { target, ret }) => {
             let rsp = frame.rsp - 8;
             // SAFETY: the trap is at a function-entry site, where the interrupted stack is
@@ -225,17 +202,9 @@ pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
         TrapAction::Emulate(Emulation::Skip { next }) => frame.rip = next,
         TrapAction::Emulate(_) => return false,
         TrapAction::Restart { pc } => {
+            let head = read();
             refresh_text_byte(pc as usize, head);
             frame.rip = pc;
-            STALE_RETRIES.fetch_add(1, Ordering::Relaxed);
-            return true;
-        }
-        TrapAction::NotOurs => {
-            if head == INT3 {
-                return false; // a breakpoint nobody published: fatal
-            }
-            refresh_text_byte(site as usize, head);
-            frame.rip = site;
             let n = STALE_RETRIES.fetch_add(1, Ordering::Relaxed) + 1;
             if n > 1_000_000 {
                 use core::fmt::Write;
@@ -248,6 +217,8 @@ pub(crate) fn handle_int3(frame: &mut InterruptFrame) -> bool {
             }
             return true;
         }
+        // A breakpoint nobody published: fatal.
+        TrapAction::NotOurs => return false,
     }
     INT3_HITS.fetch_add(1, Ordering::Relaxed);
     true

@@ -203,7 +203,7 @@ mod tests {
                 got.push((e.ts, f.ip));
             }
         }
-        let want: Vec<(u64, u64)> = evs.iter().map(|e| (e.ts, e.func())).collect();
+        let want: Vec<(u64, u64)> = evs.iter().map(|e| (e.ts, e.func().unwrap())).collect();
         assert_eq!(got, want);
         assert_eq!(missed_seen, vec![(600, Some(42))]);
     }

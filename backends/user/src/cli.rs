@@ -148,16 +148,16 @@ fn run_record(
     let opts = rec.options();
     let (prog, args) = rec.command.split_first().expect("clap requires PROG");
     let result = match live {
-        None => crate::record::record(&opts, prog, args).map(|s| (s, None)),
+        None => crate::record::record(&opts, prog, args).map(|r| (r.status, r.summary, None)),
         Some(o) => crate::record::live(&opts, rec.output.is_some(), o, prog, args)
-            .map(|l| (l.status, Some(l.report))),
+            .map(|l| (l.status, l.summary, Some(l.report))),
     };
     match result {
-        Ok((status, report)) => {
+        Ok((status, summary, report)) => {
+            let _ = err.write_all(summary.as_bytes());
             if let Some(r) = report {
-                if let Err(e) = out.write_all(&r).and_then(|()| out.flush()) {
-                    let _ = writeln!(err, "ftrace: writing the report: {e}");
-                    return 1;
+                if let Some(code) = write_report(&r, out, err) {
+                    return code;
                 }
             }
             crate::record::exit_code(status)
@@ -165,6 +165,19 @@ fn run_record(
         Err(e) => {
             let _ = writeln!(err, "ftrace: {e}");
             1
+        }
+    }
+}
+
+/// Writes a report to `out`: `None` when done, or the exit code of a failed write. A reader
+/// that went away (`ftrace report | head`) ends the report quietly, as it would a `cat`.
+fn write_report(bytes: &[u8], out: &mut dyn Write, err: &mut dyn Write) -> Option<u8> {
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => None,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Some(0),
+        Err(e) => {
+            let _ = writeln!(err, "ftrace: writing the report: {e}");
+            Some(1)
         }
     }
 }
@@ -205,13 +218,7 @@ pub fn run(
                 uts_release,
             };
             match report(&args) {
-                Ok(bytes) => match out.write_all(&bytes).and_then(|()| out.flush()) {
-                    Ok(()) => 0,
-                    Err(e) => {
-                        let _ = writeln!(err, "ftrace: writing the report: {e}");
-                        1
-                    }
-                },
+                Ok(bytes) => write_report(&bytes, out, err).unwrap_or(0),
                 Err(e) => {
                     let _ = writeln!(err, "ftrace: {e}");
                     1

@@ -11,12 +11,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering, fence};
 
-use ftrace_agent::buffer::{self, HEADER_SIZE, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, Slot};
+use ftrace_agent::buffer::{self, BufferView, HEADER_SIZE, SlotMode};
 use ftrace_agent::clock::{TscConversion, TscPair};
 use ftrace_agent::config::ClockKind;
 use ftrace_core::symbols::SortedSymbols;
+use ftrace_ringbuf::slot::SlotRead;
 
 use crate::recording::{entry_bytes, parse_symbols};
 
@@ -53,32 +53,17 @@ impl Mapping {
             return None;
         }
         let m = Mapping { ptr: p.cast(), len };
-        (m.bytes(0, 8) == buffer::MAGIC).then_some(m)
+        m.view().is_some().then_some(m)
     }
 
-    fn bytes(&self, off: usize, n: usize) -> Vec<u8> {
-        (off..off + n)
-            // SAFETY: in bounds of the mapping (callers stay under `len`).
-            .map(|i| unsafe { core::ptr::read_volatile(self.ptr.add(i)) })
-            .collect()
-    }
-
-    fn u32_at(&self, off: usize) -> u32 {
-        debug_assert!(off + 4 <= self.len);
-        // SAFETY: aligned, in bounds; the writer stores these words whole.
-        unsafe { core::ptr::read_volatile(self.ptr.add(off).cast::<u32>()) }
-    }
-
-    fn u64_at(&self, off: usize) -> u64 {
-        debug_assert!(off + 8 <= self.len);
-        // SAFETY: aligned, in bounds; the writer stores these words whole.
-        unsafe { core::ptr::read_volatile(self.ptr.add(off).cast::<u64>()) }
+    /// The buffer file's view (`None`: not a buffer this tool reads).
+    fn view(&self) -> Option<BufferView<'_>> {
+        // SAFETY: our live, page-aligned mapping of `len` bytes, alive as long as `self`.
+        unsafe { BufferView::from_raw(self.ptr, self.len) }.ok()
     }
 
     fn head(&self) -> u64 {
-        // SAFETY: the header's `head` word, 8-aligned, written by the agent's `xadd`.
-        let a = unsafe { &*self.ptr.add(24).cast::<AtomicU64>() };
-        a.load(Ordering::Acquire)
+        self.view().map_or(0, |v| v.ring().head())
     }
 }
 
@@ -221,12 +206,10 @@ impl LiveRecording {
         for b in &mut self.bufs {
             if b.map.is_none() {
                 if let Some(m) = Mapping::open(&b.path) {
-                    b.pid = m.u32_at(36);
-                    b.tid = m.u32_at(40);
-                    let c = m.bytes(48, 16);
-                    let n = c.iter().position(|&x| x == 0).unwrap_or(16);
-                    b.comm = String::from_utf8_lossy(&c[..n]).into_owned();
-                    b.map = Some(m);
+                    if let Some(v) = m.view() {
+                        (b.pid, b.tid, b.comm) = (v.pid(), v.tid(), v.comm());
+                        b.map = Some(m);
+                    }
                 }
             }
         }
@@ -286,53 +269,32 @@ impl LiveRecording {
         let mut out = Vec::new();
         for (bi, b) in self.bufs.iter_mut().enumerate() {
             let Some(m) = &b.map else { continue };
-            let cap = m.u64_at(16);
-            if !cap.is_power_of_two() || (m.len - HEADER_SIZE) / buffer::SLOT_SIZE < cap as usize {
-                continue;
-            }
-            let shift = cap.trailing_zeros();
-            let overwrite = m.u32_at(32) != 0;
-            let head = m.head();
+            let Some(view) = m.view() else { continue };
+            let ring = view.ring();
+            let cap = ring.capacity();
+            let overwrite = ring.mode() == SlotMode::Overwrite;
             let lo = if overwrite {
-                b.below.max(head.saturating_sub(cap))
+                b.below.max(ring.head().saturating_sub(cap))
             } else {
                 b.below
             };
-            let hi = if overwrite { head } else { head.min(cap) };
-            let mut got: Vec<(u64, Slot)> = Vec::new();
-            for i in lo..hi {
+            // At most one ring's worth, whatever the header says.
+            let head = ring.head().min(lo.saturating_add(cap));
+            let mut got = Vec::new();
+            for i in lo..head {
                 if b.extra.contains(&i) {
                     continue;
                 }
-                let off = HEADER_SIZE + ((i & (cap - 1)) as usize) * buffer::SLOT_SIZE;
-                let kind = m.u32_at(off + 24);
-                fence(Ordering::Acquire);
-                let valid = (kind & buffer::KIND_LAP_BIT) == buffer::lap_bit(i, shift)
-                    && matches!(
-                        kind & buffer::KIND_MASK,
-                        KIND_FUNC | KIND_GRAPH_ENT | KIND_GRAPH_RET
-                    );
-                if !valid {
-                    if pipe {
-                        break;
-                    }
-                    continue;
+                match ring.read(i) {
+                    SlotRead::Event(s) => got.push((i, s)),
+                    SlotRead::Pad => {}
+                    SlotRead::Uncommitted | SlotRead::Overwritten if pipe => break,
+                    SlotRead::Uncommitted | SlotRead::Overwritten => {}
                 }
-                got.push((
-                    i,
-                    Slot {
-                        ts: m.u64_at(off),
-                        ip: m.u64_at(off + 8),
-                        arg: m.u64_at(off + 16),
-                        kind,
-                        cpu: m.u32_at(off + 28),
-                    },
-                ));
             }
-            fence(Ordering::Acquire);
             // Slots the writer may have reused while they were copied are not trusted.
             let safe = if overwrite {
-                m.head().saturating_sub(cap)
+                ring.head().saturating_sub(cap)
             } else {
                 0
             };
@@ -443,7 +405,7 @@ mod tests {
         };
         assert_ne!(p, libc::MAP_FAILED);
         // SAFETY: zero-filled, page-aligned, `len` bytes.
-        let w = unsafe { buffer::init(p.cast(), len, true, 7, tid, b"prog") };
+        let w = unsafe { buffer::init(p.cast(), len, SlotMode::Overwrite, 7, tid, b"prog") };
         (w, p, len)
     }
 

@@ -51,6 +51,11 @@ impl Default for RecordOptions {
 }
 
 impl RecordOptions {
+    /// Checks what cannot be honoured exactly before anything runs.
+    pub fn check(&self) -> Result<(), String> {
+        ftrace_agent::config::check_buffer_kb(self.buffer_kb)
+    }
+
     /// The agent configuration these options make.
     pub fn config(&self) -> Config {
         let mut c = Config::new(&self.output, self.tracer);
@@ -65,12 +70,65 @@ impl RecordOptions {
     }
 }
 
+/// What a recording run ended with.
+#[derive(Debug)]
+pub struct Recorded {
+    /// The program's exit status.
+    pub status: ExitStatus,
+    /// What to tell the user on stderr: events recorded, lost (per thread where any), bytes
+    /// written, where.
+    pub summary: String,
+}
+
+/// The end-of-recording lines: events recorded, events lost (per thread where any), bytes
+/// written, where.
+pub fn summary(rec: &crate::recording::Recording, dir: &std::path::Path) -> String {
+    let threads: Vec<_> = rec.processes.iter().flat_map(|p| &p.threads).collect();
+    let kept: u64 = threads.iter().map(|t| t.entries).sum();
+    let lost = rec.lost();
+    let bytes = dir_bytes(dir);
+    let mut s = format!("ftrace: {kept} events recorded, {lost} lost");
+    if lost > 0 {
+        let mut per: Vec<String> = threads
+            .iter()
+            .filter(|t| t.overrun + t.dropped > 0)
+            .map(|t| format!("tid {}: {}", t.tid, t.overrun + t.dropped))
+            .collect();
+        if per.len() > 8 {
+            let more = per.len() - 8;
+            per.truncate(8);
+            per.push(format!("{more} more threads"));
+        }
+        s += &format!(" ({})", per.join(", "));
+    }
+    s += &format!(", {} bytes written to {}\n", bytes, dir.display());
+    if lost > 0 {
+        s += "ftrace: a full buffer loses events (the newest with --no-overwrite, the oldest \
+              otherwise); --buffer-size sets its size per thread\n";
+    }
+    s
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 /// Records `prog args...` into `opts.output`, then writes the capture files `ftrace report`
-/// reads ([`crate::capture`]); returns the program's exit status. With `opts.mount`, the
+/// reads ([`crate::capture`]); returns the program's exit status and the summary to print. With `opts.mount`, the
 /// program's tracefs is served while it runs and the capture is what its `trace` file shows
 /// when the program ends (a tracer switch or `echo > trace` starts it afresh, as in the
 /// kernel).
-pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitStatus, String> {
+pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recorded, String> {
+    opts.check()?;
     let out = &opts.output;
     if out.exists() {
         if is_recording(out) {
@@ -83,12 +141,17 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<ExitS
         }
     }
     if let Some(dir) = &opts.mount {
-        return run_mounted(opts, dir, prog, args);
+        let status = run_mounted(opts, dir, prog, args)?;
+        let summary = crate::recording::Recording::read(out)
+            .map(|rec| summary(&rec, out))
+            .unwrap_or_default();
+        return Ok(Recorded { status, summary });
     }
     let status = crate::launch::run(&opts.config(), prog, args)?;
     let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
     crate::capture::write_capture(&rec, out)?;
-    Ok(status)
+    let summary = summary(&rec, out);
+    Ok(Recorded { status, summary })
 }
 
 /// The signals that end a mounted run: the tool unmounts, then passes them on to the program.
@@ -301,6 +364,8 @@ pub struct Live {
     pub status: ExitStatus,
     /// The `trace` text.
     pub report: Vec<u8>,
+    /// The end-of-recording lines ([`summary`]).
+    pub summary: String,
 }
 
 /// `ftrace live`: records `prog args...` (into `opts.output`, or a temporary directory removed
@@ -322,8 +387,8 @@ pub fn live(
                 .map_or(0, |d| d.as_nanos())
         ));
     }
-    let status = record(&opts, prog, args);
-    let report = status.as_ref().ok().map(|_| {
+    let recorded = record(&opts, prog, args);
+    let report = recorded.as_ref().ok().map(|_| {
         let mut ra = crate::report::ReportArgs::new(&opts.output);
         ra.options = options.to_vec();
         crate::report::report(&ra).map_err(|e| e.to_string())
@@ -331,9 +396,11 @@ pub fn live(
     if !keep {
         let _ = std::fs::remove_dir_all(&opts.output);
     }
+    let recorded = recorded?;
     Ok(Live {
-        status: status?,
+        status: recorded.status,
         report: report.expect("recorded")?,
+        summary: recorded.summary,
     })
 }
 

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ftrace_agent::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, Slot};
+use ftrace_agent::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, SlotEvent, depth};
 use ftrace_agent::clock::{TscConversion, TscPair};
 use ftrace_agent::config::ClockKind;
 use ftrace_core::EventId;
@@ -44,9 +44,11 @@ impl Event {
         TraceEntry::read_from(&self.data).and_then(|e| EventId::from_u16(e.type_))
     }
 
-    /// The traced function's address (function, funcgraph_entry, funcgraph_exit).
-    pub fn func(&self) -> u64 {
-        u64::from_ne_bytes(self.data[8..16].try_into().unwrap())
+    /// The traced function's address (function, funcgraph_entry, funcgraph_exit); `None`
+    /// for a record too short to hold one.
+    pub fn func(&self) -> Option<u64> {
+        let b = self.data.get(8..16)?;
+        Some(u64::from_ne_bytes(b.try_into().ok()?))
     }
 }
 
@@ -143,7 +145,7 @@ pub fn parse_symbols(text: &str) -> SortedSymbols {
     t
 }
 
-pub(crate) fn entry_bytes(s: &Slot, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
+pub(crate) fn entry_bytes(s: &SlotEvent, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
     let ent = |id: EventId| TraceEntry {
         type_: id.as_u16(),
         flags: 0,
@@ -161,14 +163,14 @@ pub(crate) fn entry_bytes(s: &Slot, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<
         KIND_GRAPH_ENT => FtraceGraphEntEntry {
             ent: ent(EventId::FuncgraphEntry),
             func: s.ip,
-            depth: s.depth() as i32,
+            depth: depth(s) as i32,
         }
         .as_bytes()
         .to_vec(),
         _ => FtraceGraphRetEntry {
             ent: ent(EventId::FuncgraphExit),
             func: s.ip,
-            depth: s.depth() as i32,
+            depth: depth(s) as i32,
             overrun: 0,
             calltime: conv(s.arg),
             rettime: conv(s.ts),
@@ -310,7 +312,7 @@ impl Recording {
     /// The name of the function `e` is about (in its own process image's address space).
     pub fn event_symbol(&self, e: &Event) -> Option<&str> {
         let p = self.processes.get(e.process)?;
-        p.symbols.lookup(e.func()).map(|s| s.name)
+        p.symbols.lookup(e.func()?).map(|s| s.name)
     }
 
     /// The name of the function at `addr` in process `pid`'s address space.
@@ -378,7 +380,16 @@ mod tests {
         let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
         let mut mem = vec![0u64; len / 8];
         // SAFETY: zeroed, aligned, `len` bytes.
-        let w = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, true, 42, 43, b"x") };
+        let w = unsafe {
+            buffer::init(
+                mem.as_mut_ptr().cast(),
+                len,
+                buffer::SlotMode::Overwrite,
+                42,
+                43,
+                b"x",
+            )
+        };
         // SAFETY: `w` describes `mem`.
         unsafe {
             w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
@@ -397,7 +408,16 @@ mod tests {
         let ret = FtraceGraphRetEntry::read_from(&evs[1].data).unwrap();
         assert_eq!((ret.calltime, ret.rettime), (100, 250));
         assert_eq!(evs[1].cpu, 3);
-        assert_eq!(rec.symbol(42, evs[0].func()), Some("f"));
+        assert_eq!(rec.symbol(42, evs[0].func().unwrap()), Some("f"));
+        let short = Event {
+            data: vec![0; 12],
+            ..evs[0].clone()
+        };
+        assert_eq!(
+            short.func(),
+            None,
+            "a short record has no function, and no panic"
+        );
         assert_eq!(rec.comm(43), "x");
     }
 }

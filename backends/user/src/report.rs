@@ -249,6 +249,10 @@ fn page_error(path: &Path, base: u64, e: &PageError) -> ReportError {
     err(path, Some(base + off as u64), e.to_string())
 }
 
+/// The largest CPU count a capture may name (the kernel's `CONFIG_NR_CPUS` maximum): the
+/// per-CPU tables are sized from `per_cpu/cpuN` names.
+const MAX_CPUS: u32 = 8192;
+
 fn decode_dir(dir: &Path, page_size: usize) -> Result<Decoded, ReportError> {
     let pdir = dir.join("per_cpu");
     let rd = std::fs::read_dir(&pdir).map_err(|e| err(&pdir, None, e.to_string()))?;
@@ -257,6 +261,13 @@ fn decode_dir(dir: &Path, page_size: usize) -> Result<Decoded, ReportError> {
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
         .collect();
     cpus.sort_unstable();
+    if let Some(&big) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
+        return Err(err(
+            &pdir.join(format!("cpu{big}")),
+            None,
+            format!("CPU number out of range (the kernel's NR_CPUS is at most {MAX_CPUS})"),
+        ));
+    }
     if cpus.is_empty() {
         return Err(err(&pdir, None, "no cpu<N> directories"));
     }

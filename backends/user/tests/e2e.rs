@@ -502,10 +502,19 @@ fn record_writes_kernel_pages_for_report() {
         overwrite: false,
         ..Default::default()
     };
-    let status =
+    let recorded =
         ftrace_user::record::record(&opts, exe.to_str().unwrap(), &["2".into(), "20".into()])
             .unwrap();
-    assert!(status.success());
+    assert!(recorded.status.success());
+    assert!(
+        recorded.summary.starts_with("ftrace: ")
+            && recorded.summary.contains(" events recorded, 0 lost, ")
+            && recorded
+                .summary
+                .contains(&format!("bytes written to {}", dir.display())),
+        "{}",
+        recorded.summary
+    );
     let rec = Recording::read(&dir).unwrap();
     let mut pages_events = 0usize;
     for cpu in 0..rec.nr_cpus {
@@ -531,10 +540,20 @@ fn record_writes_kernel_pages_for_report() {
     let cmdlines = std::fs::read_to_string(dir.join("saved_cmdlines")).unwrap();
     assert!(cmdlines.lines().count() >= 3);
     // Recording again over a recording replaces it.
-    let status =
+    let recorded =
         ftrace_user::record::record(&opts, exe.to_str().unwrap(), &["1".into(), "1".into()])
             .unwrap();
-    assert!(status.success());
+    assert!(recorded.status.success());
+    // A size the ring cannot hold exactly is refused before anything runs.
+    let odd = ftrace_user::record::RecordOptions {
+        buffer_kb: 1408,
+        ..opts.clone()
+    };
+    let e = ftrace_user::record::record(&odd, exe.to_str().unwrap(), &[]).unwrap_err();
+    assert!(
+        e.contains("--buffer-size 1408") && e.contains("1024 or 2048"),
+        "{e}"
+    );
     assert_eq!(Recording::read(&dir).unwrap().processes.len(), 1);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -579,6 +598,39 @@ fn ftrace_cli_live_record_report() {
         .output()
         .unwrap();
     assert!(st.status.success());
+    // The end of the recording, on stderr: what was recorded, lost, written, where.
+    let said = String::from_utf8_lossy(&st.stderr);
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("ftrace: "))
+        .unwrap_or("");
+    assert!(
+        line.starts_with("ftrace: 6 events recorded, 0 lost, ")
+            && line.ends_with(&format!("written to {}", dir.display())),
+        "{said}"
+    );
+    // A reader that went away (`| head`) ends the report quietly: stdout is a pipe whose
+    // read end is closed before the report starts, so its first write fails.
+    let mut fds = [0; 2];
+    // SAFETY: a fresh pipe; both ends are ours.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: closing our read end; the write end goes to the child (and is closed with it).
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: `fds[1]` is an open descriptor nothing else owns.
+    let write_end =
+        unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+    let closed = Command::new(ftrace)
+        .args(["report", "-i"])
+        .arg(&dir)
+        .stdout(write_end)
+        .output()
+        .unwrap();
+    assert!(
+        closed.status.success() && closed.stderr.is_empty(),
+        "{:?}: {}",
+        closed.status,
+        String::from_utf8_lossy(&closed.stderr)
+    );
     let rep = Command::new(ftrace)
         .args(["report", "-i"])
         .arg(&dir)

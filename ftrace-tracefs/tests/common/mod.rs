@@ -39,6 +39,8 @@ use ftrace_tracers::trace_event;
 use ftrace_tracers::tracer::{EntrySink, Registry, Tracer};
 use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
 
+pub mod sim;
+
 pub const REF: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../shared/reference/ftrace-6.12.117"

@@ -29,7 +29,7 @@ use ftrace_baremetal::tracefs::SerialTracefs;
 use ftrace_baremetal::tracing::TRACING;
 use ftrace_baremetal::{clock, cpu, idt, port, println, smp, text, trampoline};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
-use ftrace_patch::{Arch, BreakpointTable, PokeSite, Protocol, StopFixup, TextFault, TextPoke};
+use ftrace_patch::{Arch, BreakpointSlot, PokeSite, Protocol, StopFixup, TextFault, TextPoke};
 
 core::arch::global_asm!(include_str!("boot.S"), options(att_syntax));
 
@@ -287,11 +287,8 @@ impl TextPoke for Probe {
     fn stop_others(&mut self, fixup: &StopFixup<'_>, patch: &mut dyn FnMut(&mut Self)) {
         smp::stop_others(fixup, &mut || patch(self));
     }
-    fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
-        KernelText.breakpoints_armed(table);
-    }
-    fn breakpoints_disarmed(&mut self) {
-        KernelText.breakpoints_disarmed();
+    fn breakpoint_slot(&self) -> Option<&'static BreakpointSlot> {
+        KernelText.breakpoint_slot()
     }
 }
 

@@ -9,7 +9,16 @@ fn write(c: &mut Criterion) {
     let len = buffer::HEADER_SIZE + (1 << 15) * buffer::SLOT_SIZE;
     let mut mem = vec![0u64; len / 8];
     // SAFETY: zeroed, 8-aligned, `len` bytes, alive for the whole benchmark.
-    let w = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, true, 1, 1, b"bench") };
+    let w = unsafe {
+        buffer::init(
+            mem.as_mut_ptr().cast(),
+            len,
+            buffer::SlotMode::Overwrite,
+            1,
+            1,
+            b"bench",
+        )
+    };
     let mut ip = 0u64;
     c.bench_function("buffer write (overwrite mode)", |b| {
         b.iter(|| {

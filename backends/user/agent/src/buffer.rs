@@ -1,34 +1,33 @@
-//! Per-thread event buffers: one file-backed ring per thread, the format the `ftrace` tool reads.
+//! Per-thread event buffers: one file-backed [`ftrace_ringbuf::slot`] ring per thread, the
+//! format the `ftrace` tool reads.
 //!
-//! Why not `ftrace-ringbuf` pages here: every event a userspace thread writes is one of three
-//! fixed-size kinds, and the assembly fast paths (`tramp.rs`) must reserve and commit with a
-//! couple of instructions and no call. A fixed-slot ring does that with one `xadd` and one
-//! store; the kernel's page format (variable-length events, time deltas, page commits) is
-//! written by the `ftrace` tool when it turns a recording into `trace_pipe_raw` pages or a
-//! trace.dat, with `ftrace-ringbuf`'s writer. The contract this ring keeps is the ring buffer's:
-//! writers of one buffer are strictly nested (one buffer per thread; a signal handler nests
-//! inside the thread it interrupts), a writer never locks, allocates or blocks, and every lost
-//! event is counted.
+//! Why a slot ring and not `ftrace-ringbuf` pages here: every event a userspace thread writes
+//! is one of three fixed-size kinds, and the assembly fast paths (`tramp.rs`) must reserve and
+//! commit with a couple of instructions and no call: one non-locked `xadd` on the ring's
+//! `head`, one compare with its `limit`, and the kind word stored last (the slot module's
+//! writer contract, which the asm follows to the letter, including giving a full reservation
+//! back). The kernel's page format is written by the `ftrace` tool when it turns a recording
+//! into `trace_pipe_raw` pages or a trace.dat.
 //!
-//! How: a writer reserves its slot with ONE non-locked `xadd` on `head` (a signal can only land
-//! before or after it, so nested writers get distinct slots), fills the slot, and writes the
-//! slot's `kind` word last. `kind` carries the lap parity of the slot index, so a reader tells a
-//! committed slot of the current lap from a stale one of the previous lap or an unfinished one
-//! (a process killed mid-write). The buffer is a `MAP_SHARED` mapping of a file in the
-//! recording directory, so committed events survive `_exit()`, a fatal signal or SIGKILL with
-//! no flush. Lost events are exact: `head - capacity` when `head > capacity` (overwritten in
-//! overwrite mode, dropped otherwise), plus slots a reader finds uncommitted.
+//! A buffer file is [`BufHeader`] (one page: who wrote it, then the ring's
+//! [`RingHeader`] at [`RING_OFFSET`]) followed by the ring's slots. It is a `MAP_SHARED`
+//! mapping, so committed events survive `_exit()`, a fatal signal or SIGKILL with no flush,
+//! and the tool can consume it while the program runs (producer/consumer mode: the tool's
+//! reads raise `limit`; a full ring drops and counts, never blocks the program).
 
-use core::sync::atomic::{AtomicU64, Ordering, compiler_fence};
+use core::sync::atomic::{Ordering, compiler_fence};
+
+use ftrace_ringbuf::slot::{Cursor, Drain, RingHeader, Slot, SlotRing};
+pub use ftrace_ringbuf::slot::{KIND_LAP_BIT, KIND_MASK, SLOT_SIZE, SlotEvent, SlotMode};
 
 /// `"FTRACEUB"`: the first bytes of every buffer file.
 pub const MAGIC: [u8; 8] = *b"FTRACEUB";
-/// The buffer-file format version.
-pub const VERSION: u32 = 1;
+/// The buffer-file format version (2: the slot ring of `ftrace-ringbuf`).
+pub const VERSION: u32 = 2;
 /// Bytes before the first slot (one page: the header).
 pub const HEADER_SIZE: usize = 4096;
-/// Bytes per slot.
-pub const SLOT_SIZE: usize = 32;
+/// Where the ring's [`RingHeader`] sits in the file (its own cache line).
+pub const RING_OFFSET: usize = 64;
 
 /// A `function` event: `arg` is the parent ip.
 pub const KIND_FUNC: u32 = 1;
@@ -36,10 +35,6 @@ pub const KIND_FUNC: u32 = 1;
 pub const KIND_GRAPH_ENT: u32 = 2;
 /// A `funcgraph_exit` event: `arg` is the call time.
 pub const KIND_GRAPH_RET: u32 = 3;
-/// Bit of the kind word holding the lap parity.
-pub const KIND_LAP_BIT: u32 = 1 << 7;
-/// Mask of the kind in the kind word.
-pub const KIND_MASK: u32 = 0x7f;
 
 /// The header at the start of every buffer file.
 #[derive(Debug)]
@@ -51,60 +46,34 @@ pub struct BufHeader {
     pub version: u32,
     /// [`SLOT_SIZE`].
     pub slot_size: u32,
-    /// Slots in the ring (a power of two).
-    pub capacity: u64,
-    /// Slots reserved so far (monotonic; reserved with a non-locked `xadd`).
-    pub head: AtomicU64,
-    /// 1: the oldest events are overwritten when full; 0: new events are dropped.
-    pub overwrite: u32,
     /// The process id.
     pub pid: u32,
     /// The thread id.
     pub tid: u32,
-    /// Reserved (0).
-    pub reserved: u32,
     /// The thread's name when its buffer was created (NUL-padded).
     pub comm: [u8; 16],
+    /// Reserved (0).
+    pub reserved: [u8; 24],
+    /// The ring's control words.
+    pub ring: RingHeader,
 }
 
-/// One recorded event.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct Slot {
-    /// Timestamp (raw TSC, or ns for the `mono` clock).
-    pub ts: u64,
-    /// The traced function (its entry address).
-    pub ip: u64,
-    /// Parent ip ([`KIND_FUNC`], [`KIND_GRAPH_ENT`]) or call time ([`KIND_GRAPH_RET`]).
-    pub arg: u64,
-    /// Kind (low 7 bits), lap parity (bit 7), depth (bits 8..32).
-    pub kind: u32,
-    /// The CPU the thread ran on (rseq `cpu_id_start`).
-    pub cpu: u32,
-}
-
-const _: () = assert!(core::mem::size_of::<Slot>() == SLOT_SIZE);
+const _: () = assert!(core::mem::offset_of!(BufHeader, ring) == RING_OFFSET);
 const _: () = assert!(core::mem::size_of::<BufHeader>() <= HEADER_SIZE);
 
-impl Slot {
-    /// The event kind.
-    pub fn kind(&self) -> u32 {
-        self.kind & KIND_MASK
-    }
+/// Offset of the ring's `head` in a buffer file (for the asm fast paths).
+pub const HEAD_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::HEAD_OFFSET;
+/// Offset of the ring's `limit` in a buffer file.
+pub const LIMIT_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::LIMIT_OFFSET;
+/// Offset of the ring's `dropped` counter in a buffer file.
+pub const DROPPED_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::DROPPED_OFFSET;
 
-    /// The call depth.
-    pub fn depth(&self) -> u32 {
-        self.kind >> 8
-    }
+/// The call depth the agent keeps in a slot's kind word (bits 8..32).
+pub fn depth(e: &SlotEvent) -> u32 {
+    e.kind >> 8
 }
 
-/// The lap parity bit expected for slot number `index` of a ring of `1 << shift` slots.
-#[inline(always)]
-pub fn lap_bit(index: u64, shift: u32) -> u32 {
-    (((index >> shift) & 1) as u32) << 7
-}
-
-/// A writer's view of one buffer (what a thread's state caches).
+/// A writer's view of one buffer (what a thread's state caches for the fast paths).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct Writer {
@@ -116,67 +85,43 @@ pub struct Writer {
     pub mask: u64,
     /// `log2(capacity)`.
     pub shift: u32,
-    /// 1 in overwrite mode.
-    pub overwrite: u32,
-    /// The highest slot index that may be written: `u64::MAX` in overwrite mode, `mask`
-    /// otherwise (one compare decides "dropped" on the fast paths).
-    pub limit: u64,
+    /// Reserved (0).
+    pub pad: u32,
 }
 
 impl Writer {
-    /// Records one event. Signal-safe: may be interrupted by, and nest, another `write` on the
-    /// same buffer.
+    /// The ring this writer writes.
+    ///
+    /// # Safety
+    /// `self` must describe a live mapping laid out as this module says.
+    pub unsafe fn ring<'a>(&self) -> SlotRing<'a> {
+        // SAFETY: the header and `mask + 1` slots are live (caller's contract).
+        let (h, s) = unsafe {
+            (
+                &(*self.header).ring,
+                core::slice::from_raw_parts(self.slots, (self.mask + 1) as usize),
+            )
+        };
+        SlotRing::new(h, s).expect("a ring set up by init")
+    }
+
+    /// Records one event (dropped and counted when the ring is full). Signal-safe: may be
+    /// interrupted by, and nest, another `write` on the same buffer.
     ///
     /// # Safety
     /// `self` must describe a live mapping laid out as this module says, written only by the
     /// current thread (and signal handlers running on it).
     #[inline(always)]
     pub unsafe fn write(&self, ts: u64, ip: u64, arg: u64, kind: u32, depth: u32, cpu: u32) {
-        // SAFETY: the header is live (caller's contract); `head` is a plain u64 in memory
-        // shared only with nested writers of this thread.
-        let index = unsafe { reserve(&(*self.header).head) };
-        if index > self.limit {
-            return; // dropped: counted as head - capacity
-        }
-        // SAFETY: `index & mask` is below the capacity the mapping holds.
-        let slot = unsafe { self.slots.add((index & self.mask) as usize) };
-        // SAFETY: as above; the slot is ours alone until the next lap.
-        unsafe {
-            (*slot).ts = ts;
-            (*slot).ip = ip;
-            (*slot).arg = arg;
-            (*slot).cpu = cpu;
-            compiler_fence(Ordering::Release);
-            core::ptr::write_volatile(
-                &raw mut (*slot).kind,
-                kind | lap_bit(index, self.shift) | (depth << 8),
-            );
-        }
-    }
-}
-
-/// Reserves one slot: a single non-locked `xadd`, atomic with respect to signal handlers on the
-/// same thread (the only other writers), and cheaper than a locked instruction.
-#[inline(always)]
-unsafe fn reserve(head: &AtomicU64) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut v: u64 = 1;
-        // SAFETY: `head` is a valid u64; xadd without lock is one instruction, so a signal
-        // handler running on this thread sees the counter before or after it, never torn.
-        unsafe {
-            core::arch::asm!(
-                "xadd qword ptr [{p}], {v}",
-                p = in(reg) head.as_ptr(),
-                v = inout(reg) v,
-                options(nostack, preserves_flags)
-            );
-        }
-        v
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        head.fetch_add(1, Ordering::Relaxed)
+        // SAFETY: caller's contract.
+        let ring = unsafe { self.ring() };
+        let _ = ring.write(SlotEvent {
+            ts,
+            ip,
+            arg,
+            kind: kind | (depth << 8),
+            cpu,
+        });
     }
 }
 
@@ -190,10 +135,11 @@ pub struct Contents {
     /// The thread name.
     pub comm: String,
     /// Committed events, oldest first.
-    pub events: Vec<Slot>,
+    pub events: Vec<SlotEvent>,
     /// Events lost to overwriting (overwrite mode).
     pub overrun: u64,
-    /// Events dropped because the buffer was full (no-overwrite mode), or found uncommitted.
+    /// Events dropped because the buffer was full (producer/consumer mode), or found
+    /// uncommitted.
     pub dropped: u64,
     /// Events reserved in total.
     pub entries_written: u64,
@@ -211,73 +157,111 @@ impl core::fmt::Display for FormatError {
 
 impl std::error::Error for FormatError {}
 
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    u32::from_ne_bytes(b[off..off + 4].try_into().unwrap())
+/// A reader's view of one mapped buffer file.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferView<'a> {
+    header: &'a BufHeader,
+    ring: SlotRing<'a>,
 }
 
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    u64::from_ne_bytes(b[off..off + 8].try_into().unwrap())
-}
-
-/// Decodes a buffer file's bytes.
-pub fn read(bytes: &[u8]) -> Result<Contents, FormatError> {
-    if bytes.len() < HEADER_SIZE || bytes[..8] != MAGIC {
-        return Err(FormatError("no header"));
-    }
-    if u32_at(bytes, 8) != VERSION || u32_at(bytes, 12) as usize != SLOT_SIZE {
-        return Err(FormatError("version"));
-    }
-    let cap = u64_at(bytes, 16);
-    if !cap.is_power_of_two() || (bytes.len() - HEADER_SIZE) / SLOT_SIZE < cap as usize {
-        return Err(FormatError("capacity"));
-    }
-    let shift = cap.trailing_zeros();
-    let head = u64_at(bytes, 24);
-    let overwrite = u32_at(bytes, 32) != 0;
-    let comm_raw = &bytes[48..64];
-    let comm_len = comm_raw.iter().position(|&b| b == 0).unwrap_or(16);
-    let mut c = Contents {
-        pid: u32_at(bytes, 36),
-        tid: u32_at(bytes, 40),
-        comm: String::from_utf8_lossy(&comm_raw[..comm_len]).into_owned(),
-        entries_written: head,
-        ..Contents::default()
-    };
-    let (first, last) = if overwrite {
-        c.overrun = head.saturating_sub(cap);
-        (head.saturating_sub(cap), head)
-    } else {
-        c.dropped = head.saturating_sub(cap);
-        (0, head.min(cap))
-    };
-    for index in first..last {
-        let off = HEADER_SIZE + ((index & (cap - 1)) as usize) * SLOT_SIZE;
-        let s = Slot {
-            ts: u64_at(bytes, off),
-            ip: u64_at(bytes, off + 8),
-            arg: u64_at(bytes, off + 16),
-            kind: u32_at(bytes, off + 24),
-            cpu: u32_at(bytes, off + 28),
-        };
-        let valid = (s.kind & KIND_LAP_BIT) == lap_bit(index, shift)
-            && matches!(s.kind(), KIND_FUNC | KIND_GRAPH_ENT | KIND_GRAPH_RET);
-        if valid {
-            c.events.push(s);
-        } else {
-            c.dropped += 1;
+impl<'a> BufferView<'a> {
+    /// Checks the buffer file mapped at `base` (`len` bytes) and returns its view.
+    ///
+    /// # Safety
+    /// `base` must be 8-aligned and valid for reads of `len` bytes for `'a`; other processes
+    /// may write it only as the writer contract says.
+    pub unsafe fn from_raw(base: *const u8, len: usize) -> Result<BufferView<'a>, FormatError> {
+        if len < HEADER_SIZE || base.align_offset(8) != 0 {
+            return Err(FormatError("no header"));
         }
+        // SAFETY: `len >= HEADER_SIZE` bytes are readable and aligned (checked above); every
+        // field of the header is valid for any bit pattern (integers, atomics).
+        let header = unsafe { &*base.cast::<BufHeader>() };
+        // SAFETY: as above, a plain byte array.
+        if unsafe { core::ptr::read_volatile(&raw const header.magic) } != MAGIC {
+            return Err(FormatError("no header"));
+        }
+        compiler_fence(Ordering::Acquire);
+        if header.version != VERSION || header.slot_size as usize != SLOT_SIZE {
+            return Err(FormatError("version"));
+        }
+        let slots = (len - HEADER_SIZE) / SLOT_SIZE;
+        // SAFETY: `slots` whole slots follow the header inside the mapping; slots are atomics.
+        let s = unsafe { core::slice::from_raw_parts(base.add(HEADER_SIZE).cast::<Slot>(), slots) };
+        let ring = SlotRing::new(&header.ring, s).map_err(|_| FormatError("capacity"))?;
+        Ok(BufferView { header, ring })
     }
-    Ok(c)
+
+    /// The ring.
+    pub fn ring(&self) -> SlotRing<'a> {
+        self.ring
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.header.pid
+    }
+
+    /// The thread id.
+    pub fn tid(&self) -> u32 {
+        self.header.tid
+    }
+
+    /// The thread name.
+    pub fn comm(&self) -> String {
+        let raw = &self.header.comm;
+        let n = raw.iter().position(|&b| b == 0).unwrap_or(16);
+        String::from_utf8_lossy(&raw[..n]).into_owned()
+    }
+
+    /// Everything the buffer holds, once its writers are gone.
+    pub fn contents(&self) -> Contents {
+        let ring = self.ring;
+        let mut c = Contents {
+            pid: self.pid(),
+            tid: self.tid(),
+            comm: self.comm(),
+            entries_written: ring.head(),
+            ..Contents::default()
+        };
+        let mut cursor = Cursor::default();
+        // The flight recorder's oldest events are the lapped ones; the rest are read.
+        let lapped = match ring.mode() {
+            SlotMode::Overwrite => ring.head().saturating_sub(ring.capacity()),
+            SlotMode::ProducerConsumer => 0,
+        };
+        ring.consume(&mut cursor, Drain::Final, |e, _| c.events.push(e));
+        c.overrun = lapped;
+        c.dropped = ring
+            .dropped()
+            .saturating_add(cursor.overrun - lapped.min(cursor.overrun));
+        c
+    }
 }
 
-/// Initialises a freshly mapped buffer of `len` bytes and returns its writer and capacity.
+/// Decodes a buffer file's bytes (a copy: the writers are gone).
+pub fn read(bytes: &[u8]) -> Result<Contents, FormatError> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    for (w, b) in words.iter_mut().zip(bytes.chunks(8)) {
+        let mut a = [0u8; 8];
+        a[..b.len()].copy_from_slice(b);
+        *w = u64::from_ne_bytes(a);
+    }
+    // SAFETY: `words` is 8-aligned, `bytes.len()` bytes long, and lives past the view.
+    let view = unsafe { BufferView::from_raw(words.as_ptr().cast(), bytes.len()) }?;
+    Ok(view.contents())
+}
+
+/// Initialises a freshly mapped buffer of `len` bytes and returns its writer. The ring holds
+/// the largest power of two of slots that fits.
 ///
 /// # Safety
-/// `base` must point to `len` writable, zero-filled bytes, `len >= HEADER_SIZE + SLOT_SIZE`.
+/// `base` must point to `len` writable, zero-filled, page-aligned bytes,
+/// `len >= HEADER_SIZE + SLOT_SIZE`.
 pub unsafe fn init(
     base: *mut u8,
     len: usize,
-    overwrite: bool,
+    mode: SlotMode,
     pid: u32,
     tid: u32,
     comm: &[u8],
@@ -293,14 +277,13 @@ pub unsafe fn init(
     unsafe {
         (*h).version = VERSION;
         (*h).slot_size = SLOT_SIZE as u32;
-        (*h).capacity = cap;
-        (*h).overwrite = u32::from(overwrite);
         (*h).pid = pid;
         (*h).tid = tid;
         let n = comm.len().min(15);
         (&mut (*h).comm)[..n].copy_from_slice(&comm[..n]);
+        core::ptr::write(&raw mut (*h).ring, RingHeader::new(cap, mode));
         compiler_fence(Ordering::Release);
-        (*h).magic = MAGIC;
+        core::ptr::write_volatile(&raw mut (*h).magic, MAGIC);
     }
     Writer {
         header: h,
@@ -308,8 +291,7 @@ pub unsafe fn init(
         slots: unsafe { base.add(HEADER_SIZE) }.cast(),
         mask: cap - 1,
         shift: cap.trailing_zeros(),
-        overwrite: u32::from(overwrite),
-        limit: if overwrite { u64::MAX } else { cap - 1 },
+        pad: 0,
     }
 }
 
@@ -317,11 +299,12 @@ pub unsafe fn init(
 mod tests {
     use super::*;
 
-    fn ring(slots: usize, overwrite: bool) -> (Vec<u64>, Writer) {
+    fn ring(slots: usize, mode: SlotMode) -> (Vec<u64>, Writer) {
         let len = HEADER_SIZE + slots * SLOT_SIZE;
         let mut mem = vec![0u64; len / 8];
-        // SAFETY: `mem` is zeroed, 8-aligned and `len` bytes long.
-        let w = unsafe { init(mem.as_mut_ptr().cast(), len, overwrite, 7, 8, b"worker") };
+        // SAFETY: `mem` is zeroed, 8-aligned and `len` bytes long (page alignment is only
+        // needed for mapping files).
+        let w = unsafe { init(mem.as_mut_ptr().cast(), len, mode, 7, 8, b"worker") };
         (mem, w)
     }
 
@@ -331,7 +314,7 @@ mod tests {
 
     #[test]
     fn overwrite_keeps_newest_and_counts_overrun() {
-        let (mem, w) = ring(8, true);
+        let (mem, w) = ring(8, SlotMode::Overwrite);
         for i in 0..21u64 {
             // SAFETY: `w` describes `mem`, alive for the loop.
             unsafe { w.write(100 + i, i, 0, KIND_FUNC, 0, 1) };
@@ -347,8 +330,8 @@ mod tests {
     }
 
     #[test]
-    fn no_overwrite_drops_newest() {
-        let (mem, w) = ring(8, false);
+    fn producer_consumer_drops_newest() {
+        let (mem, w) = ring(8, SlotMode::ProducerConsumer);
         for i in 0..11u64 {
             // SAFETY: as above.
             unsafe { w.write(i, i, 0, KIND_GRAPH_ENT, 3, 0) };
@@ -356,21 +339,22 @@ mod tests {
         let c = read(&bytes(&mem)).unwrap();
         assert_eq!(c.dropped, 3);
         assert_eq!(c.events.len(), 8);
-        assert_eq!(c.events[0].depth(), 3);
+        assert_eq!(depth(&c.events[0]), 3);
+        assert_eq!(c.events[0].kind(), KIND_GRAPH_ENT);
         assert_eq!(c.events[7].ip, 7);
     }
 
     #[test]
     fn uncommitted_slot_is_counted_not_read() {
-        let (mut mem, w) = ring(8, true);
+        let (mut mem, w) = ring(8, SlotMode::Overwrite);
         for i in 0..10u64 {
             // SAFETY: as above.
             unsafe { w.write(i, i, 0, KIND_FUNC, 0, 0) };
         }
         // A writer killed after reserving slot 10 (lap 1): its slot still holds lap 0's event.
-        // SAFETY: the header is live.
-        unsafe { (*w.header).head.store(11, Ordering::Relaxed) };
-        let c = read(&bytes(&mem)).unwrap();
+        let mut b = bytes(&mem);
+        b[HEAD_OFFSET..HEAD_OFFSET + 8].copy_from_slice(&11u64.to_ne_bytes());
+        let c = read(&b).unwrap();
         assert_eq!(c.overrun, 3);
         assert_eq!(c.dropped, 1);
         assert_eq!(c.events.len(), 7);
@@ -378,23 +362,63 @@ mod tests {
         assert!(read(&bytes(&mem)).is_err());
     }
 
+    /// Mutated buffer files (flipped bytes, hostile header words): `read` answers with an
+    /// error or with at most `capacity` events, never panics, never loops.
     #[test]
-    fn nested_writer_gets_its_own_slot() {
-        // A "signal handler" write between the outer writer's reservation and its commit.
-        let (mem, w) = ring(8, true);
-        // SAFETY: the header is live.
-        let outer = unsafe { reserve(&(*w.header).head) };
-        // SAFETY: as above.
-        unsafe { w.write(5, 0xbb, 0, KIND_FUNC, 0, 0) };
-        // SAFETY: the outer writer finishes its slot the way `write` does.
-        unsafe {
-            let s = w.slots.add(outer as usize);
-            (*s).ts = 4;
-            (*s).ip = 0xaa;
-            (*s).kind = KIND_FUNC | lap_bit(outer, w.shift);
+    fn mutated_files_never_panic_or_loop() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for mode in [SlotMode::Overwrite, SlotMode::ProducerConsumer] {
+            let (mem, w) = ring(16, mode);
+            for i in 0..40u64 {
+                // SAFETY: `w` describes `mem`.
+                unsafe { w.write(i, i, i, KIND_GRAPH_RET, (i % 5) as u32, 0) };
+            }
+            let good = bytes(&mem);
+            for round in 0..3000 {
+                let mut b = good.clone();
+                match round % 3 {
+                    0 => {
+                        for _ in 0..1 + rnd() % 8 {
+                            let at = (rnd() as usize) % b.len();
+                            b[at] ^= 1 << (rnd() % 8);
+                        }
+                    }
+                    1 => {
+                        // A hostile header word (capacity, head, limit, dropped, mode...).
+                        let at = RING_OFFSET + 8 * (rnd() as usize % 5);
+                        let v = [u64::MAX, u64::MAX - 1, 1 << 40, rnd(), 0][rnd() as usize % 5];
+                        b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+                    }
+                    _ => b.truncate((rnd() as usize) % good.len()),
+                }
+                if let Ok(c) = read(&b) {
+                    assert!(
+                        c.events.len() <= 16,
+                        "round {round}: {} events",
+                        c.events.len()
+                    );
+                }
+            }
         }
-        let c = read(&bytes(&mem)).unwrap();
-        let ips: Vec<u64> = c.events.iter().map(|s| s.ip).collect();
-        assert_eq!(ips, vec![0xaa, 0xbb]);
+    }
+
+    #[test]
+    fn bad_files_are_refused() {
+        let (mem, _) = ring(8, SlotMode::Overwrite);
+        let b = bytes(&mem);
+        assert_eq!(read(&b[..100]), Err(FormatError("no header")));
+        assert_eq!(
+            read(&b[..HEADER_SIZE + 7 * SLOT_SIZE]),
+            Err(FormatError("capacity"))
+        );
+        let mut v = b.clone();
+        v[8] = 1;
+        assert_eq!(read(&v), Err(FormatError("version")));
     }
 }

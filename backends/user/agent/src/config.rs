@@ -129,8 +129,52 @@ pub struct Config {
     pub control: Option<PathBuf>,
 }
 
-/// The default per-thread buffer size (the kernel's default per-CPU `buffer_size_kb`).
-pub const DEFAULT_BUFFER_KB: u64 = 1408;
+/// The default per-thread buffer size in KiB: 32768 slots of 32 bytes. (The kernel's default
+/// per-CPU `buffer_size_kb` is 1408, but a slot ring holds a power-of-two count of slots, and
+/// a size is honoured exactly or refused: see [`check_buffer_kb`].)
+pub const DEFAULT_BUFFER_KB: u64 = 1024;
+
+/// Whether `name` matches any of `patterns`, each a glob as the kernel's `set_ftrace_filter`
+/// reads it (ftrace-core's [`Glob`](ftrace_core::filter::Glob): `*`, `?`, `[...]` with `!`
+/// negation, `\` quoting). An index pattern (`3`) selects by position, so matches no name.
+pub fn glob_matches_any(patterns: &[String], name: &str) -> bool {
+    patterns
+        .iter()
+        .any(|p| ftrace_core::filter::Glob::parse(p).matches(name))
+}
+
+/// The largest per-thread buffer in KiB (16 GiB).
+pub const MAX_BUFFER_KB: u64 = 1 << 24;
+
+/// Checks a per-thread buffer size in KiB: a power of two, at least 4 (what a slot ring of
+/// 32-byte slots holds exactly).
+pub fn check_buffer_kb(kb: u64) -> Result<(), String> {
+    if kb > MAX_BUFFER_KB {
+        return Err(format!(
+            "--buffer-size {kb}: at most {MAX_BUFFER_KB} KiB per thread"
+        ));
+    }
+    if kb >= 4 && kb.is_power_of_two() {
+        return Ok(());
+    }
+    let lower = if kb < 4 {
+        4
+    } else {
+        1u64 << (63 - kb.leading_zeros())
+    };
+    let upper = kb.max(4).next_power_of_two();
+    Err(if upper != lower {
+        format!(
+            "--buffer-size {kb}: a thread's buffer holds a power-of-two number of 32-byte \
+             slots; use {lower} or {upper} (KiB)"
+        )
+    } else {
+        format!(
+            "--buffer-size {kb}: a thread's buffer is at least 4 KiB (a power of two); use \
+             {lower}"
+        )
+    })
+}
 
 impl Config {
     /// A configuration recording `tracer` into `output` with every other knob at its default.
@@ -264,6 +308,34 @@ mod tests {
     #[test]
     fn unarmed_without_output() {
         assert_eq!(Config::from_env_vars(|_| None).unwrap(), None);
+    }
+
+    #[test]
+    fn globs_are_the_kernels() {
+        let pats = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(glob_matches_any(&pats(&["fib*"]), "fibonacci"));
+        assert!(glob_matches_any(&pats(&["x", "*::f"]), "calls::f"));
+        assert!(glob_matches_any(&pats(&["[!a]b"]), "cb"));
+        // The kernel's glob_match() has no `^` negation: `[^a]` is a class of `^` and `a`.
+        assert!(!glob_matches_any(&pats(&["[^a]b"]), "cb"));
+        assert!(glob_matches_any(&pats(&["[^a]b"]), "^b"));
+        assert!(!glob_matches_any(&[], "f"));
+    }
+
+    #[test]
+    fn buffer_sizes_are_exact_or_refused() {
+        assert_eq!(check_buffer_kb(DEFAULT_BUFFER_KB), Ok(()));
+        assert_eq!(check_buffer_kb(4), Ok(()));
+        let e = check_buffer_kb(1408).unwrap_err();
+        assert!(e.contains("use 1024 or 2048"), "{e}");
+        assert!(check_buffer_kb(2).unwrap_err().ends_with("use 4"));
+        assert!(check_buffer_kb(0).is_err());
+        assert!(
+            check_buffer_kb(u64::MAX)
+                .unwrap_err()
+                .contains("at most 16777216")
+        );
+        assert_eq!(check_buffer_kb(MAX_BUFFER_KB), Ok(()));
     }
 
     #[test]

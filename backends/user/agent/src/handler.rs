@@ -393,7 +393,11 @@ fn create_buffer(inst: &Instance) -> Option<Writer> {
         Some(buffer::init(
             p.cast(),
             len,
-            inst.overwrite,
+            if inst.overwrite {
+                buffer::SlotMode::Overwrite
+            } else {
+                buffer::SlotMode::ProducerConsumer
+            },
             pid,
             tid,
             &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],

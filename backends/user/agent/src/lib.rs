@@ -26,7 +26,6 @@ pub mod config;
 pub mod control;
 pub mod dispatch;
 pub mod elf;
-pub mod glob;
 pub mod handler;
 pub mod patch;
 pub mod probe;
@@ -214,10 +213,11 @@ fn scan_new_objects(a: &mut Agent) {
                 };
                 let addr = init.ip;
                 let cfg = &a.config;
-                let selected = (cfg.filter.is_empty() || glob::any_matches(&cfg.filter, &name))
-                    && !glob::any_matches(&cfg.notrace, &name);
+                let selected = (cfg.filter.is_empty()
+                    || config::glob_matches_any(&cfg.filter, &name))
+                    && !config::glob_matches_any(&cfg.notrace, &name);
                 let root = cfg.tracer == TracerKind::FunctionGraph
-                    && glob::any_matches(&cfg.graph_functions, &name);
+                    && config::glob_matches_any(&cfg.graph_functions, &name);
                 let target = call_target(cfg.tracer, root, stubs);
                 let Ok(call) = tramp::site_bytes(&stubs, init.form, addr, target) else {
                     warn(&format!("site {addr:#x} ({name}): stub out of reach"));

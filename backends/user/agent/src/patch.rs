@@ -9,13 +9,27 @@
 //! `int3` (emulated by the handler as the *new* instruction, or re-run when the trap arrives
 //! after the batch), or the new instruction; multi-instruction windows (gcc's five `90`) are
 //! written only while every other thread is parked outside them; text is R-X after every batch.
+//!
+//! Publication: the breakpoint batch in flight is in ftrace-patch's [`BreakpointSlot`]
+//! ([`BREAKPOINTS`]); the known sites and the last stop-the-world's windows are
+//! [`RcuCell`]s whose replaced values are freed after a grace period of a [`ReaderCount`]
+//! domain. Their readers are signal handlers (`SIGTRAP`, the stop signal), which must not take
+//! locks or allocate: crossbeam-epoch's `EpochReclaim` is out there (its pin may register a
+//! thread-local on first use, which allocates, and every so many pins runs deferred frees,
+//! which take the allocator's lock the interrupted thread may hold); a `ReaderCount` pin is
+//! an atomic increment and a fence. Each domain's grace period is waited for by the control
+//! thread in place, never while a reader of that domain can be parked: [`TRAP_READERS`]
+//! readers pin only around a lookup and drop the guard before chaining to another handler;
+//! [`STOP_READERS`] readers pin in the stop handler after their release, and the windows
+//! are replaced while every thread is parked before that point.
 
-use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ftrace_patch::protocol::{
-    self, BreakpointTable, Emulation, PokeSite, Protocol, StopFixup, TrapAction,
-};
+use ftrace_core::platform::Reclaim;
+use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
+use ftrace_patch::BreakpointSlot;
+use ftrace_patch::protocol::{self, Emulation, PokeSite, Protocol, StopFixup, TrapAction};
 use ftrace_patch::site::{Arch, SiteBytes, SiteForm, SiteInit, X86_PROBE_LEN, classify_x86};
 use ftrace_patch::text::{TextFault, TextPoke};
 
@@ -47,24 +61,34 @@ pub fn classify(addr: u64) -> Result<SiteInit, SiteBytes> {
 /// How long a stop-the-world waits for every thread to park before giving the batch up.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The breakpoint table of the batch in flight (a leaked copy; null when disarmed).
-static ARMED: AtomicPtr<BreakpointTable<'static>> = AtomicPtr::new(core::ptr::null_mut());
-/// SIGTRAP handlers currently reading [`ARMED`].
-static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
-/// Every known site address, sorted (for late traps); old tables are leaked.
-static KNOWN: AtomicPtr<Vec<u64>> = AtomicPtr::new(core::ptr::null_mut());
-/// `(start, end)` of the multi-byte windows the last stop-the-world rewrote (leaked per batch).
-static STOPPED_WINDOWS: AtomicPtr<Vec<(u64, u64)>> = AtomicPtr::new(core::ptr::null_mut());
+/// Where the SIGTRAP handler finds the breakpoint batch in flight.
+static BREAKPOINTS: BreakpointSlot = BreakpointSlot::new();
+/// The grace-period domain of what the SIGTRAP handler reads besides [`BREAKPOINTS`].
+static TRAP_READERS: ReaderCount = ReaderCount::new();
+/// Every known site address, sorted (for late traps); read under [`TRAP_READERS`].
+static KNOWN: RcuCell<Vec<u64>> = RcuCell::empty();
+/// The grace-period domain of the stop handler's reads of [`STOPPED_WINDOWS`].
+static STOP_READERS: ReaderCount = ReaderCount::new();
+/// `(start, end)` of the multi-byte windows the last stop-the-world rewrote.
+static STOPPED_WINDOWS: RcuCell<Vec<(u64, u64)>> = RcuCell::empty();
+
+/// Whether `bp` is a known site (from a signal handler: no lock, no allocation).
+fn known_site(bp: u64) -> bool {
+    let _g = TRAP_READERS.pin();
+    // SAFETY: inside a guard of the domain `KNOWN` is replaced through; the reference does
+    // not leave this function.
+    unsafe { KNOWN.load() }.is_some_and(|k| k.binary_search(&bp).is_ok())
+}
 
 /// Moves a parked thread's rip out of the inside of a rewritten multi-byte window (to its end,
 /// as [`StopFixup::resume_pc`] says).
 fn fixup_rip(rip: u64) -> u64 {
-    let p = STOPPED_WINDOWS.load(Ordering::Acquire);
-    if p.is_null() {
+    let _g = STOP_READERS.pin();
+    // SAFETY: inside a guard of the domain `STOPPED_WINDOWS` is replaced through; the
+    // reference does not leave this function.
+    let Some(w) = (unsafe { STOPPED_WINDOWS.load() }) else {
         return rip;
-    }
-    // SAFETY: window tables are leaked, never freed.
-    let w = unsafe { &*p };
+    };
     let i = w.partition_point(|&(a, _)| a <= rip);
     match i.checked_sub(1).map(|j| w[j]) {
         Some((a, end)) if rip > a && rip < end => end,
@@ -107,29 +131,17 @@ impl TextPoke for Platform {
                 .filter(|s| fixup.resume_pc(s.addr() + 1).is_some())
                 .map(|s| (s.addr(), s.addr() + s.len() as u64))
                 .collect();
-            STOPPED_WINDOWS.store(Box::into_raw(Box::new(windows)), Ordering::Release);
+            // No thread has pinned `STOP_READERS` yet (they do after their release), so
+            // the grace period of the windows this replaces does not wait for them.
+            STOPPED_WINDOWS.replace(Published::Owned(Box::new(windows)), &STOP_READERS);
         });
         if r.is_err() {
             self.unstopped += 1;
         }
     }
 
-    fn breakpoints_armed(&mut self, table: &BreakpointTable<'_>) {
-        // SAFETY: the table (and the sites it borrows) outlives the armed period: `apply` calls
-        // `breakpoints_disarmed` before its sites go away, and disarming waits for handlers.
-        let t: BreakpointTable<'static> = unsafe { core::mem::transmute(*table) };
-        ARMED.store(Box::into_raw(Box::new(t)), Ordering::SeqCst);
-    }
-
-    fn breakpoints_disarmed(&mut self) {
-        let p = ARMED.swap(core::ptr::null_mut(), Ordering::SeqCst);
-        while IN_HANDLER.load(Ordering::SeqCst) != 0 {
-            std::hint::spin_loop();
-        }
-        if !p.is_null() {
-            // SAFETY: from `Box::into_raw` above; no handler uses it any more.
-            drop(unsafe { Box::from_raw(p) });
-        }
+    fn breakpoint_slot(&self) -> Option<&'static BreakpointSlot> {
+        Some(&BREAKPOINTS)
     }
 }
 
@@ -167,6 +179,12 @@ impl Patcher {
         }
         writes.sort_by_key(|w| w.addr());
         if !writes.is_empty() {
+            // The SIGTRAP handler must know the sites the initialisation batch traps at.
+            let mut known: Vec<u64> = self.sites.iter().map(|s| s.addr).collect();
+            known.extend(writes.iter().map(|w| w.addr()));
+            known.sort_unstable();
+            known.dedup();
+            KNOWN.replace(Published::Owned(Box::new(known)), &TRAP_READERS);
             let _w = text::TextWindow::open(writes.iter().map(|w| (w.addr(), w.len())))?;
             protocol::apply(
                 &mut self.platform,
@@ -197,7 +215,7 @@ impl Patcher {
             }
         }
         let known: Vec<u64> = self.sites.iter().map(|s| s.addr).collect();
-        KNOWN.store(Box::into_raw(Box::new(known)), Ordering::Release);
+        KNOWN.replace(Published::Owned(Box::new(known)), &TRAP_READERS);
         Ok(())
     }
 
@@ -282,33 +300,14 @@ impl Patcher {
 static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static OLD_TRAP_FLAGS: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
-/// What to do with a trap at `bp`, whose first byte read `head` when the handler started;
-/// `byte_now` re-reads that byte (the batch may move on while the handler runs).
-fn resolve(bp: u64, head: u8, byte_now: impl Fn() -> u8) -> TrapAction {
-    IN_HANDLER.fetch_add(1, Ordering::SeqCst);
-    let t = ARMED.load(Ordering::SeqCst);
-    let action = if t.is_null() {
-        TrapAction::NotOurs
-    } else {
-        // SAFETY: the table stays alive while IN_HANDLER is non-zero (see breakpoints_disarmed).
-        unsafe { (*t).trap(bp, &[head]) }
-    };
-    IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
-    if action != TrapAction::NotOurs {
-        return action;
-    }
-    // A late trap: the batch is over and the breakpoint is gone: run the site as it is now.
-    let k = KNOWN.load(Ordering::Acquire);
-    // SAFETY: site tables are leaked, never freed.
-    if k.is_null() || unsafe { &*k }.binary_search(&bp).is_err() {
+/// What to do with a trap at `bp`; `read` reads its first byte now (called only at a known
+/// site). A signal can be handled late, after its batch (and the next) moved on:
+/// [`BreakpointSlot::resolve`] re-reads the site and restarts it when the breakpoint is gone.
+fn resolve(bp: u64, read: impl Fn() -> u8) -> TrapAction {
+    if !known_site(bp) {
         return TrapAction::NotOurs;
     }
-    // `head` was read before the table was looked up: the batch may have ended (and removed
-    // its int3) in between, so look at the site as it is now.
-    if head != 0xcc || byte_now() != 0xcc {
-        return TrapAction::Restart { pc: bp };
-    }
-    TrapAction::NotOurs
+    BREAKPOINTS.resolve(Arch::X86_64, bp, |b| b[0] = read())
 }
 
 extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
@@ -316,18 +315,8 @@ extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc
     let gregs = unsafe { &mut (*ucv.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
     let rip = gregs[libc::REG_RIP as usize] as u64;
     let bp = rip.wrapping_sub(1);
-    let known = KNOWN.load(Ordering::Acquire);
-    // Read the head only at a known site (it is mapped text there).
-    // SAFETY: site tables are leaked, never freed.
-    let ours = !known.is_null() && unsafe { &*known }.binary_search(&bp).is_ok();
-    let action = if ours {
-        // SAFETY: `bp` is a known site in mapped text.
-        // SAFETY (both reads): `bp` is a known site in mapped text.
-        let read = || unsafe { core::ptr::read_volatile(bp as *const u8) };
-        resolve(bp, read(), read)
-    } else {
-        TrapAction::NotOurs
-    };
+    // SAFETY: `resolve` reads only at a known site, in mapped text.
+    let action = resolve(bp, || unsafe { core::ptr::read_volatile(bp as *const u8) });
     match action {
         TrapAction::Restart { pc } => gregs[libc::REG_RIP as usize] = pc as i64,
         TrapAction::Emulate(Emulation::Call { target, ret }) => {
@@ -403,30 +392,36 @@ mod tests {
 
     #[test]
     fn fixup_moves_only_pcs_inside_a_window() {
-        let w = Box::into_raw(Box::new(vec![(0x1000u64, 0x1005u64), (0x2000, 0x2005)]));
-        STOPPED_WINDOWS.store(w, Ordering::Release);
+        let w = vec![(0x1000u64, 0x1005u64), (0x2000, 0x2005)];
+        STOPPED_WINDOWS.replace(Published::Owned(Box::new(w)), &STOP_READERS);
         assert_eq!(fixup_rip(0x1000), 0x1000);
         assert_eq!(fixup_rip(0x1003), 0x1005);
         assert_eq!(fixup_rip(0x1005), 0x1005);
         assert_eq!(fixup_rip(0x2004), 0x2005);
         assert_eq!(fixup_rip(0x1fff), 0x1fff);
-        STOPPED_WINDOWS.store(core::ptr::null_mut(), Ordering::Release);
+        STOPPED_WINDOWS.replace(Published::None, &STOP_READERS);
     }
 
     #[test]
     fn late_trap_restarts_only_at_known_sites() {
-        KNOWN.store(Box::into_raw(Box::new(vec![0x4000u64])), Ordering::Release);
+        KNOWN.replace(Published::Owned(Box::new(vec![0x4000u64])), &TRAP_READERS);
+        assert_eq!(resolve(0x4000, || 0x0f), TrapAction::Restart { pc: 0x4000 });
+        assert_eq!(resolve(0x4000, || 0xcc), TrapAction::NotOurs);
         assert_eq!(
-            resolve(0x4000, 0x0f, || 0x0f),
-            TrapAction::Restart { pc: 0x4000 }
+            resolve(0x4001, || panic!("read at an unknown site")),
+            TrapAction::NotOurs
         );
-        assert_eq!(resolve(0x4000, 0xcc, || 0xcc), TrapAction::NotOurs);
-        assert_eq!(resolve(0x4001, 0x0f, || 0x0f), TrapAction::NotOurs);
         // The int3 was there when the handler started, and the batch removed it (and its
         // table) before the handler looked: a late trap, not someone else's breakpoint.
+        let reads = core::cell::Cell::new(0);
+        let first_int3 = || {
+            reads.set(reads.get() + 1);
+            if reads.get() == 1 { 0xcc } else { 0x0f }
+        };
         assert_eq!(
-            resolve(0x4000, 0xcc, || 0x0f),
+            resolve(0x4000, first_int3),
             TrapAction::Restart { pc: 0x4000 }
         );
+        assert_eq!(reads.get(), 2);
     }
 }

@@ -2,16 +2,24 @@
 //! agent's probe ops, run by the full-save entry path ([`crate::handler::on_entry`]) before
 //! anything is recorded, flipping the agent's `tracing_on` ([`handler::TRACING_ON`]).
 //!
-//! The control thread publishes a [`Probes`] by pointer swap; the counts live here, in the
-//! program (the tool reads them back with the `PROBES` request). Invariant: a published
-//! [`Probes`] is never freed (a replaced one is leaked, as [`handler::INSTANCE`]s are), so a
-//! handler that loaded the pointer may use it for as long as it runs; it is replaced only
-//! when the set of probes changes (a count-only change is stored into the live counts).
+//! The control thread publishes a [`Probes`] in an [`RcuCell`]; the counts live here, in the
+//! program (the tool reads them back with the `PROBES` request). Invariant: a handler reads
+//! the published [`Probes`] inside a guard of [`PROBE_READERS`], and a replaced one is freed
+//! only after that domain's grace period (waited for in place by the control thread), so no
+//! handler runs a freed one; it is replaced only when the set of probes changes (a count-only
+//! change is stored into the live counts).
+//!
+//! The domain is a [`ReaderCount`], not crossbeam-epoch's `EpochReclaim`: the entry handler
+//! runs in traced code, which may be the program's own signal handler, where an epoch pin (it
+//! may allocate a thread's registration, or run deferred frees) must not run. Its pin is an
+//! atomic increment and a fence on a shared counter, taken only when probes are published.
 
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ftrace_core::filter::{ProbeActions, ProbeCommand, ProbeCount, ProbeRunner, RunProbe};
+use ftrace_core::platform::Reclaim;
+use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
 
 use crate::handler;
 
@@ -67,11 +75,18 @@ pub struct Probes {
     untraced: Vec<u64>,
 }
 
-static PROBES: AtomicPtr<Probes> = AtomicPtr::new(core::ptr::null_mut());
+/// The published probes.
+static PROBES: RcuCell<Probes> = RcuCell::empty();
+/// The grace-period domain [`PROBES`] is replaced through.
+static PROBE_READERS: ReaderCount = ReaderCount::new();
 
-fn current() -> Option<&'static Probes> {
-    // SAFETY: a non-null pointer is a leaked `Box<Probes>`, never freed (module invariant).
-    unsafe { PROBES.load(Ordering::Acquire).as_ref() }
+/// Runs `f` on the published probes, inside a guard of [`PROBE_READERS`] (`f` must not
+/// publish: the grace period would wait for this guard).
+fn with_current<R>(f: impl FnOnce(Option<&Probes>) -> R) -> R {
+    let _g = PROBE_READERS.pin();
+    // SAFETY: inside a guard of the domain `PROBES` is replaced through; `f` cannot keep the
+    // reference.
+    f(unsafe { PROBES.load() })
 }
 
 /// The agent's `tracing_on` as the probes see and change it.
@@ -92,11 +107,15 @@ impl ProbeActions for Actions {
 /// Called by the entry handler with the thread's guard held.
 #[inline]
 pub fn run(ip: u64, parent: u64) -> bool {
-    let Some(p) = current() else {
+    if PROBES.is_empty() {
         return false;
-    };
-    p.runner.run(ip, parent, &Actions);
-    p.untraced.binary_search(&ip).is_ok()
+    }
+    with_current(|p| {
+        p.is_some_and(|p| {
+            p.runner.run(ip, parent, &Actions);
+            p.untraced.binary_search(&ip).is_ok()
+        })
+    })
 }
 
 /// Publishes `wanted` (`traced`: the sites a tracer selected). The same probes as now (site
@@ -110,7 +129,10 @@ pub fn publish(wanted: &[WantedProbe], traced: &dyn Fn(u64) -> bool) {
         .collect();
     untraced.sort_unstable();
     untraced.dedup();
-    if let Some(p) = current() {
+    let stored = with_current(|p| {
+        let Some(p) = p else {
+            return wanted.is_empty();
+        };
         let same = p.wanted.len() == wanted.len()
             && p.wanted.iter().zip(wanted).all(|(a, b)| {
                 a.addr == b.addr && a.cmd == b.cmd && a.count.is_some() == b.count.is_some()
@@ -122,10 +144,10 @@ pub fn publish(wanted: &[WantedProbe], traced: &dyn Fn(u64) -> bool) {
                     c.set(n);
                 }
             }
-            return;
         }
-    }
-    if wanted.is_empty() && current().is_none() {
+        same
+    });
+    if stored {
         return;
     }
     let counts: Vec<Option<Arc<ProbeCount>>> = wanted
@@ -145,27 +167,29 @@ pub fn publish(wanted: &[WantedProbe], traced: &dyn Fn(u64) -> bool) {
             .collect(),
     );
     let new = if wanted.is_empty() {
-        core::ptr::null_mut()
+        Published::None
     } else {
-        Box::into_raw(Box::new(Probes {
+        Published::Owned(Box::new(Probes {
             wanted: wanted.to_vec(),
             counts,
             runner,
             untraced,
         }))
     };
-    // The old one is leaked: a handler may still be running it.
-    PROBES.store(new, Ordering::Release);
+    // The old one is freed once no handler can still be running it.
+    PROBES.replace(new, &PROBE_READERS);
 }
 
 /// The probes' remaining counts, in the order they were asked for (`None`: unlimited).
 pub fn counts() -> Vec<(WantedProbe, Option<i64>)> {
-    current().map_or_else(Vec::new, |p| {
-        p.wanted
-            .iter()
-            .zip(&p.counts)
-            .map(|(w, c)| (*w, c.as_ref().map(|c| c.get())))
-            .collect()
+    with_current(|p| {
+        p.map_or_else(Vec::new, |p| {
+            p.wanted
+                .iter()
+                .zip(&p.counts)
+                .map(|(w, c)| (*w, c.as_ref().map(|c| c.get())))
+                .collect()
+        })
     })
 }
 

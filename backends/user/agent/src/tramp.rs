@@ -172,12 +172,35 @@ ftrace_agent_root_tramp:
     movq {off_header}(%rsi), \hdr
     movl $1, %eax
     xaddq %rax, {off_head}(\hdr)
-    cmpq {off_limit}(%rsi), %rax
+    cmpq {off_limit}(\hdr), %rax
     ja \full
     movl {off_shift}(%rsi), \kind
     btq \hdr, %rax
     sbbl \kind, \kind
     andl ${lap_bit}, \kind
+    .endm
+
+    // The ring was full (rax = the index reserved, `hdr` = the header, rsi = the thread's
+    // state; clobbers `scratch`): count the drop, give the reservation back (head: rax + 1 ->
+    // rax, non-locked cmpxchg), or, when a nested writer reserved past it meanwhile, commit
+    // the slot as a pad; then continue at `done`. Out of line: never on the fast path.
+    .macro FTRACE_AGENT_GIVE_BACK hdr, kind, scratch, done
+    incq {off_dropped}(\hdr)
+    movq %rax, \scratch
+    incq %rax
+    cmpxchgq \scratch, {off_head}(\hdr)
+    je \done
+    movq \scratch, %rax
+    movl {off_shift}(%rsi), \kind
+    btq \hdr, %rax
+    sbbl \kind, \kind
+    andl ${lap_bit}, \kind
+    orl ${kind_pad}, \kind
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movl \kind, 24(%rax)
+    jmp \done
     .endm
 
     // The function tracer's and function_graph's `jmp`-form fast paths are TEMPLATES: never
@@ -216,7 +239,7 @@ ftrace_agent_root_tramp:
     cmpq $1, {off_state}(%rsi)
     jne 8f
     FTRACE_AGENT_CLOCK \noclock
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 9f
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f
     orl ${kind_func}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
@@ -243,6 +266,8 @@ ftrace_agent_root_tramp:
     popq %rcx
     popq %rax
     jmp *\name\()_data+16(%rip)
+6:
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b
     FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
@@ -272,7 +297,7 @@ ftrace_agent_root_tramp:
     movq %rdx, 16(%rax)
     leaq 48(%rsp), %rcx
     movq %rcx, 24(%rax)
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 2f
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f
     shll $8, %edi
     orl %edi, %ecx
     orl ${kind_ent}, %ecx
@@ -356,7 +381,7 @@ ftrace_agent_root_tramp:
     // Popped only once read: a signal handler nesting from here on may reuse the frame.
     movq %r9, {off_depth}(%rsi)
     FTRACE_AGENT_CLOCK \noclock
-    FTRACE_AGENT_RESERVE %rdi, %edi, 9f
+    FTRACE_AGENT_RESERVE %rdi, %edi, 4f
     shll $8, %r9d
     orl %r9d, %edi
     orl ${kind_ret}, %edi
@@ -396,6 +421,10 @@ ftrace_agent_root_tramp:
     popq %rcx
     popq %rax
     jmp ftrace_agent_entry_tramp
+6:
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 2b
+4:
+    FTRACE_AGENT_GIVE_BACK %rdi, %edi, %rdx, 9b
     .size \name, .-\name
     .endm
 
@@ -461,7 +490,7 @@ ftrace_agent_root_tramp:
     FTRACE_AGENT_CLOCK \noclock
     // The frame stays pushed until its fields are in the event: a signal handler nesting
     // meanwhile pushes and pops above it.
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 9f
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 4f
     orl ${kind_ret}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
@@ -510,6 +539,10 @@ ftrace_agent_root_tramp:
     movq 8(%rsp), %rax
     popq (%rsp)
     jmp *\name\()_data+16(%rip)
+6:
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 2b
+4:
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b
     FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
@@ -576,10 +609,12 @@ ftrace_agent_return_slow:
     off_slots = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, slots),
     off_mask = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, mask),
     off_shift = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, shift),
-    off_limit = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, limit),
+    off_limit = const crate::buffer::LIMIT_OFFSET,
+    off_dropped = const crate::buffer::DROPPED_OFFSET,
+    kind_pad = const ftrace_ringbuf::slot::KIND_PAD,
     lap_bit = const crate::buffer::KIND_LAP_BIT,
     off_cpu = const core::mem::offset_of!(crate::handler::ThreadState, cpu),
-    off_head = const core::mem::offset_of!(crate::buffer::BufHeader, head),
+    off_head = const crate::buffer::HEAD_OFFSET,
     kind_func = const crate::buffer::KIND_FUNC,
     options(att_syntax)
 );
@@ -1187,14 +1222,25 @@ mod tests {
         // One test (the fast-path switches are process-wide), on a thread of its own (its
         // state block is set up by hand).
         std::thread::spawn(|| {
-            use crate::buffer::{self, HEADER_SIZE, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET};
+            use crate::buffer::{
+                self, HEADER_SIZE, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, SlotMode, depth,
+            };
             use crate::handler::{self, FAST_OK, GRAPH_OK};
             let len = HEADER_SIZE + 64 * buffer::SLOT_SIZE;
             let mut mem = vec![0u64; len / 8];
             // SAFETY: this thread's own block.
             let st = unsafe { &mut *handler::current() };
             // SAFETY: `mem` is zeroed, `len` bytes, and outlives every traced call below.
-            st.writer = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, true, 1, 2, b"t") };
+            st.writer = unsafe {
+                buffer::init(
+                    mem.as_mut_ptr().cast(),
+                    len,
+                    SlotMode::Overwrite,
+                    1,
+                    2,
+                    b"t",
+                )
+            };
             st.fallback_cpu = 3;
             st.cpu = &st.fallback_cpu;
             assert!(handler::alloc_shadow(st));
@@ -1215,8 +1261,7 @@ mod tests {
             for (name, window) in forms {
                 let (f, _) = make_function(window);
                 // SAFETY: the header lives in `mem`.
-                // SAFETY: the header lives in `mem`.
-                let before = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                let before = unsafe { st.writer.ring() }.head();
                 let parent = call_checked(f);
                 let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
                 let ev = buffer::read(&bytes).unwrap().events;
@@ -1235,7 +1280,7 @@ mod tests {
                         (KIND_GRAPH_RET, f, ev[0].ts)
                     );
                     assert!(ev[1].ts >= ev[0].ts, "{name}");
-                    assert_eq!((ev[0].depth(), ev[1].depth()), (0, 0), "{name}");
+                    assert_eq!((depth(&ev[0]), depth(&ev[1])), (0, 0), "{name}");
                     assert_eq!(st.depth, 0, "{name}: the shadow frame is popped");
                 }
                 assert!(ev.iter().all(|e| e.cpu == 3 && e.ts != 0), "{name}");
@@ -1245,8 +1290,7 @@ mod tests {
                 GRAPH_OK.store(0, Ordering::Relaxed);
                 call_checked(f);
                 // SAFETY: as above.
-                // SAFETY: as above.
-                let head = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                let head = unsafe { st.writer.ring() }.head();
                 assert_eq!(
                     head,
                     before + ev.len() as u64,
@@ -1260,12 +1304,12 @@ mod tests {
                 let (inner, _) = make_function(window);
                 let (outer, _) = make_caller(window, Some(inner));
                 // SAFETY: the header lives in `mem`.
-                let before = unsafe { (*st.writer.header).head.load(Ordering::Relaxed) };
+                let before = unsafe { st.writer.ring() }.head();
                 let parent = call_checked(outer);
                 let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
                 let ev = buffer::read(&bytes).unwrap().events;
                 let ev = &ev[before as usize..];
-                let got: Vec<_> = ev.iter().map(|e| (e.kind(), e.ip, e.depth())).collect();
+                let got: Vec<_> = ev.iter().map(|e| (e.kind(), e.ip, depth(e))).collect();
                 assert_eq!(
                     got,
                     [
@@ -1287,6 +1331,39 @@ mod tests {
                     "{name}: call times"
                 );
                 assert_eq!(st.depth, 0, "{name}");
+            }
+            // A full producer/consumer ring: the fast paths drop, count and give the
+            // reservation back (head stays at the capacity), and the program runs on.
+            for (name, window) in forms {
+                let len = HEADER_SIZE + 2 * buffer::SLOT_SIZE;
+                let mut small = vec![0u64; len / 8];
+                // SAFETY: zeroed, `len` bytes, outlives the calls below (reset after).
+                st.writer = unsafe {
+                    buffer::init(
+                        small.as_mut_ptr().cast(),
+                        len,
+                        SlotMode::ProducerConsumer,
+                        1,
+                        2,
+                        b"t",
+                    )
+                };
+                let (f, _) = make_function(window);
+                for _ in 0..3 {
+                    call_checked(f);
+                }
+                // SAFETY: the header lives in `small`.
+                let ring = unsafe { st.writer.ring() };
+                let per_call = if name == "function" { 1 } else { 2 };
+                assert_eq!(ring.head(), 2, "{name}: reservations given back");
+                assert_eq!(ring.dropped(), 3 * per_call - 2, "{name}: drops counted");
+                assert_eq!(st.depth, 0, "{name}");
+                let bytes: Vec<u8> = small.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                let c = buffer::read(&bytes).unwrap();
+                assert_eq!(c.events.len(), 2, "{name}");
+                assert!(c.events.iter().all(|e| e.ip == f), "{name}");
+                // `small` goes now; nothing traced runs until the next `init` or the end.
+                drop(small);
             }
             FAST_OK.store(0, Ordering::Relaxed);
             GRAPH_OK.store(0, Ordering::Relaxed);

@@ -1,0 +1,672 @@
+//! A fixed-slot ring: every event is one 32-byte slot, reserved with one non-locked `xadd` and
+//! committed with one store, for writers whose events are all small and fixed-size (the
+//! userspace agent's function and function_graph events) and whose fast path is a few
+//! instructions of assembly with no call.
+//!
+//! Invariant: a slot is read only when its kind word carries the lap parity of the index being
+//! read, and (in overwrite mode) the head, read again after the copy, shows that no writer has
+//! reserved the slot for a later lap meanwhile.
+//!
+//! # The writer contract
+//!
+//! The writers of one ring are strictly nested (one ring per thread; a signal handler nests
+//! inside the thread it interrupts and finishes before it resumes); a writer never locks,
+//! allocates or blocks. A write is:
+//!
+//! 1. **Reserve**: `index = head++`, one read-modify-write that needs to be atomic only against
+//!    nested writers (a non-locked `xadd` on x86_64), then compare `index` with the `limit`
+//!    word: `u64::MAX` in [`SlotMode::Overwrite`], the last index the consumer has made room
+//!    for in [`SlotMode::ProducerConsumer`].
+//! 2. **Fill** the slot `index & (capacity - 1)`: `ts`, `ip`, `arg`, `cpu`.
+//! 3. **Commit**: store the kind word last (release), with bit 7 set to the lap parity of
+//!    `index` (`(index >> log2(capacity)) & 1`). Kind `0` never appears in a committed slot,
+//!    so a zero-filled ring reads as empty.
+//!
+//! When `index > limit` the ring is full (producer/consumer mode only) and the event is
+//! dropped: `dropped` is incremented, and the reservation is given back (`head: index + 1 ->
+//! index` with a compare-exchange). That compare-exchange can only fail if a nested writer
+//! reserved after us and found room (the consumer raised `limit` in between); then slot
+//! `index` is free too, and the writer commits it as a [`KIND_PAD`] slot that readers skip.
+//! So every index below `head` is eventually committed exactly once (event or pad), unless the
+//! writer dies mid-write, and every dropped event is counted.
+//!
+//! The memory layout (`#[repr(C)]`, [`RingHeader`] then `capacity` [`Slot`]s, all fields
+//! native-endian) is a contract too: assembly writers use [`HEAD_OFFSET`], [`LIMIT_OFFSET`],
+//! [`DROPPED_OFFSET`] and [`SLOT_SIZE`], and a reader in another process may map the same
+//! memory.
+//!
+//! # Readers
+//!
+//! A reader may run concurrently on any CPU (or in another process over shared memory).
+//! [`SlotRing::read`] checks one index; [`SlotRing::consume`] is the producer/consumer
+//! reader: it reads in order from a [`Cursor`], stops at the first slot still being written,
+//! then publishes the new `limit` (release), which is what lets writers reuse the slots it has
+//! read. In overwrite mode the same reader skips what the writers lapped and counts it as
+//! overrun.
+//!
+//! Memory ordering: the commit store (release) pairs with the reader's kind load (acquire), so
+//! a committed slot's fields are seen whole; the reader's `limit` store (release) pairs with
+//! the writer's `limit` load (acquire), so a slot is reused only after it has been read; in
+//! overwrite mode the writer's release fence after the reservation pairs with the reader's
+//! acquire fence before re-reading `head`, so a copy the writer may have overwritten is
+//! discarded.
+//!
+//! ```
+//! use ftrace_ringbuf::slot::{Cursor, Drain, RingHeader, Slot, SlotEvent, SlotMode, SlotRing};
+//!
+//! let header = RingHeader::new(4, SlotMode::ProducerConsumer);
+//! let slots: Vec<Slot> = (0..4).map(|_| Slot::default()).collect();
+//! let ring = SlotRing::new(&header, &slots).unwrap();
+//! for ts in 0..6 {
+//!     let _ = ring.write(SlotEvent { ts, ip: 0x1000, arg: 0, kind: 1, cpu: 0 });
+//! }
+//! let mut cursor = Cursor::default();
+//! let mut got = Vec::new();
+//! ring.consume(&mut cursor, Drain::Live, |ev, missed| got.push((ev.ts, missed)));
+//! assert_eq!(got, [(0, 0), (1, 0), (2, 0), (3, 0)]);
+//! assert_eq!(ring.dropped(), 2); // the ring was full: counted, never blocked
+//! ```
+
+use crate::sync::{AtomicU32, AtomicU64, Local, Ordering, fence};
+
+/// Bytes per slot.
+pub const SLOT_SIZE: usize = 32;
+/// Bit of the kind word holding the lap parity.
+pub const KIND_LAP_BIT: u32 = 1 << 7;
+/// Mask of the kind in the kind word (bits 8.. are the writer's own, e.g. a call depth).
+pub const KIND_MASK: u32 = 0x7f;
+/// The kind of a slot whose writer found the ring full after a nested writer had already
+/// written past it: no event, skipped by readers (the drop is counted in `dropped`).
+pub const KIND_PAD: u32 = KIND_MASK;
+
+/// Offset of `head` (u64: slots reserved so far) in [`RingHeader`].
+pub const HEAD_OFFSET: usize = 8;
+/// Offset of `limit` (u64: the highest index a writer may fill) in [`RingHeader`].
+pub const LIMIT_OFFSET: usize = 16;
+/// Offset of `dropped` (u64: events dropped because the ring was full) in [`RingHeader`].
+pub const DROPPED_OFFSET: usize = 24;
+
+/// What a writer does when the ring is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotMode {
+    /// The oldest events are overwritten (the kernel's `overwrite` option; a flight recorder).
+    Overwrite,
+    /// New events are dropped and counted until a consumer makes room; writers never wait.
+    ProducerConsumer,
+}
+
+impl SlotMode {
+    fn word(self) -> u32 {
+        match self {
+            SlotMode::Overwrite => 1,
+            SlotMode::ProducerConsumer => 0,
+        }
+    }
+}
+
+/// The ring's control words, shared by its writers and readers.
+#[derive(Debug)]
+#[repr(C)]
+pub struct RingHeader {
+    capacity: AtomicU64,
+    head: Local,
+    limit: AtomicU64,
+    dropped: Local,
+    mode: AtomicU32,
+    reserved: AtomicU32,
+}
+
+#[cfg(not(loom))]
+const _: () = {
+    assert!(core::mem::offset_of!(RingHeader, head) == HEAD_OFFSET);
+    assert!(core::mem::offset_of!(RingHeader, limit) == LIMIT_OFFSET);
+    assert!(core::mem::offset_of!(RingHeader, dropped) == DROPPED_OFFSET);
+    assert!(core::mem::size_of::<RingHeader>() == 40);
+    assert!(core::mem::size_of::<Slot>() == SLOT_SIZE);
+    assert!(core::mem::offset_of!(Slot, kind) == 24);
+};
+
+impl RingHeader {
+    /// The header of an empty ring of `capacity` slots (a power of two).
+    pub fn new(capacity: u64, mode: SlotMode) -> RingHeader {
+        let limit = match mode {
+            SlotMode::Overwrite => u64::MAX,
+            SlotMode::ProducerConsumer => capacity.wrapping_sub(1),
+        };
+        RingHeader {
+            capacity: AtomicU64::new(capacity),
+            head: Local::new(0),
+            limit: AtomicU64::new(limit),
+            dropped: Local::new(0),
+            mode: AtomicU32::new(mode.word()),
+            reserved: AtomicU32::new(0),
+        }
+    }
+
+    /// The capacity recorded in the header (not validated: see [`SlotRing::new`]).
+    pub fn capacity(&self) -> u64 {
+        self.capacity.load(Ordering::Relaxed)
+    }
+}
+
+/// One slot: a fixed-size event.
+#[derive(Debug, Default)]
+#[repr(C)]
+pub struct Slot {
+    ts: AtomicU64,
+    ip: AtomicU64,
+    arg: AtomicU64,
+    kind: AtomicU32,
+    cpu: AtomicU32,
+}
+
+/// One event as written and read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotEvent {
+    /// Timestamp.
+    pub ts: u64,
+    /// The traced function (or the writer's first payload word).
+    pub ip: u64,
+    /// The writer's second payload word (parent ip, call time...).
+    pub arg: u64,
+    /// Kind in bits 0..7 (1..=126), the writer's own bits from bit 8 up; bit 7 (the lap
+    /// parity) is the ring's and ignored on write, clear on read.
+    pub kind: u32,
+    /// The CPU the writer ran on.
+    pub cpu: u32,
+}
+
+impl SlotEvent {
+    /// The kind (bits 0..7 of the kind word).
+    pub fn kind(&self) -> u32 {
+        self.kind & KIND_MASK
+    }
+}
+
+/// The ring was full (producer/consumer mode): the event was dropped and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// A ring whose header or slots do not fit together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotError {
+    /// The capacity is zero or not a power of two.
+    Capacity,
+    /// Fewer slots than the capacity says.
+    TooFewSlots,
+}
+
+impl core::fmt::Display for SlotError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            SlotError::Capacity => "the slot ring's capacity is not a power of two",
+            SlotError::TooFewSlots => "the slot ring has fewer slots than its capacity",
+        })
+    }
+}
+
+/// What one index of the ring holds, as a reader sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotRead {
+    /// A committed event, copied whole.
+    Event(SlotEvent),
+    /// A pad slot (a dropped reservation): nothing to read.
+    Pad,
+    /// Not committed (yet): a writer is filling it, or died doing so.
+    Uncommitted,
+    /// Overwritten by a later lap (overwrite mode), or being overwritten while read.
+    Overwritten,
+}
+
+/// How [`SlotRing::consume`] treats a slot that is reserved but not committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drain {
+    /// The writers may still run: stop there and come back later.
+    Live,
+    /// The writers are gone (the process exited or was killed): count it as lost and go on.
+    Final,
+}
+
+/// A consumer's position in one ring, and what it has seen lost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    /// The next index to read.
+    pub next: u64,
+    /// Events dropped because the ring was full, already reported as `missed`.
+    pub dropped: u64,
+    /// Events the consumer lost: overwritten before they were read, or never committed.
+    pub overrun: u64,
+    /// Events delivered.
+    pub read: u64,
+    /// Drops counted but not yet reported (they precede index `hole_at`).
+    pending: u64,
+    hole_at: u64,
+}
+
+impl Cursor {
+    /// Every event lost so far, however.
+    pub fn lost(&self) -> u64 {
+        self.dropped
+            .saturating_add(self.pending)
+            .saturating_add(self.overrun)
+    }
+
+    /// Drops counted whose place in the stream has not been reached yet.
+    pub fn pending_drops(&self) -> u64 {
+        self.pending
+    }
+}
+
+/// A view of one ring: its header and its slots.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotRing<'a> {
+    header: &'a RingHeader,
+    slots: &'a [Slot],
+    shift: u32,
+    mode: SlotMode,
+}
+
+impl<'a> SlotRing<'a> {
+    /// The ring of `header` over `slots` (which may be longer than the capacity).
+    pub fn new(header: &'a RingHeader, slots: &'a [Slot]) -> Result<SlotRing<'a>, SlotError> {
+        let cap = header.capacity();
+        if cap == 0 || !cap.is_power_of_two() {
+            return Err(SlotError::Capacity);
+        }
+        if (slots.len() as u64) < cap {
+            return Err(SlotError::TooFewSlots);
+        }
+        Ok(SlotRing {
+            header,
+            slots: &slots[..cap as usize],
+            shift: cap.trailing_zeros(),
+            mode: if header.mode.load(Ordering::Relaxed) != 0 {
+                SlotMode::Overwrite
+            } else {
+                SlotMode::ProducerConsumer
+            },
+        })
+    }
+
+    /// Slots in the ring.
+    pub fn capacity(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// The mode the ring was created in.
+    pub fn mode(&self) -> SlotMode {
+        self.mode
+    }
+
+    /// Slots reserved so far (every event written, overwritten or pending).
+    pub fn head(&self) -> u64 {
+        self.header.head.get() as u64
+    }
+
+    /// Events dropped because the ring was full.
+    pub fn dropped(&self) -> u64 {
+        self.header.dropped.get() as u64
+    }
+
+    fn lap_bit(&self, index: u64) -> u32 {
+        (((index >> self.shift) & 1) as u32) << 7
+    }
+
+    fn slot(&self, index: u64) -> &Slot {
+        &self.slots[(index & (self.capacity() - 1)) as usize]
+    }
+
+    /// Reserves the next slot (step 1 of the writer contract). On a full ring the reservation
+    /// is given back (or padded) and counted as dropped.
+    #[inline(always)]
+    pub fn reserve(&self) -> Result<Reserved<'a>, Full> {
+        let index = self.header.head.fetch_add(1) as u64;
+        // Orders the reservation before the slot's stores, for readers that check `head`
+        // after copying (overwrite mode).
+        fence(Ordering::Release);
+        crate::sync::inject::point("slot_reserved");
+        if index > self.header.limit.load(Ordering::Acquire) {
+            self.give_back(index);
+            return Err(Full);
+        }
+        Ok(Reserved { ring: *self, index })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn give_back(&self, index: u64) {
+        self.header.dropped.inc();
+        crate::sync::inject::point("slot_dropped");
+        let next = (index + 1) as usize;
+        if self.header.head.cmpxchg(next, index as usize) != next {
+            // A nested writer reserved after us and found room: our slot is free as well.
+            let s = self.slot(index);
+            s.kind
+                .store(KIND_PAD | self.lap_bit(index), Ordering::Release);
+        }
+    }
+
+    /// Writes one event: [`reserve`](Self::reserve), fill, commit.
+    #[inline(always)]
+    pub fn write(&self, ev: SlotEvent) -> Result<(), Full> {
+        self.reserve().map(|r| r.commit(ev))
+    }
+
+    /// What index `index` holds now.
+    pub fn read(&self, index: u64) -> SlotRead {
+        let s = self.slot(index);
+        let kind = s.kind.load(Ordering::Acquire);
+        let committed = kind & KIND_MASK != 0 && (kind & KIND_LAP_BIT) == self.lap_bit(index);
+        let ev = SlotEvent {
+            ts: s.ts.load(Ordering::Relaxed),
+            ip: s.ip.load(Ordering::Relaxed),
+            arg: s.arg.load(Ordering::Relaxed),
+            kind: kind & !KIND_LAP_BIT,
+            cpu: s.cpu.load(Ordering::Relaxed),
+        };
+        // Pairs with the writer's fence after its reservation: if any field above came from
+        // a writer of a later lap, the head below shows that writer's reservation.
+        fence(Ordering::Acquire);
+        // (In producer/consumer mode a reservation past the limit never writes, and the
+        // limit stays below `index + capacity` until `index` is consumed.)
+        if self.mode == SlotMode::Overwrite && self.head() > index.saturating_add(self.capacity()) {
+            return SlotRead::Overwritten;
+        }
+        match (committed, kind & KIND_MASK) {
+            (false, _) => SlotRead::Uncommitted,
+            (true, KIND_PAD) => SlotRead::Pad,
+            (true, _) => SlotRead::Event(ev),
+        }
+    }
+
+    /// Reads every event from `cursor` on, in order, calling `f(event, missed)` (`missed`:
+    /// events lost just before this one); then, in producer/consumer mode, gives the slots
+    /// read back to the writers. Stops at the head or, with [`Drain::Live`], at the first
+    /// slot still being written. Returns the events delivered. Reads at most `capacity`
+    /// slots whatever the header says (a damaged or hostile header cannot make it loop).
+    /// Producer/consumer mode writes the header's `limit`: the ring must be writable.
+    pub fn consume(
+        &self,
+        cursor: &mut Cursor,
+        drain: Drain,
+        mut f: impl FnMut(SlotEvent, u64),
+    ) -> u64 {
+        let cap = self.capacity();
+        // A writer counts a drop after comparing with the limit it saw, which is at most the
+        // current one: the hole it leaves is at or before index `limit + 1` (the reservation
+        // given back is reused by the next event), so the drops go on the first event there.
+        let limit = self.header.limit.load(Ordering::Acquire);
+        let dropped = self.dropped();
+        let new = dropped.saturating_sub(cursor.dropped.saturating_add(cursor.pending));
+        if new > 0 {
+            if cursor.pending == 0 {
+                cursor.hole_at = limit.saturating_add(1);
+            }
+            cursor.pending = cursor.pending.saturating_add(new);
+        }
+        let mut missed = 0u64;
+        // A producer/consumer writer never fills more than `capacity` slots ahead of the
+        // consumer: reservations beyond are drops in flight (or a damaged header), not events.
+        let head = match self.mode {
+            SlotMode::Overwrite => self.head(),
+            SlotMode::ProducerConsumer => self.head().min(cursor.next.saturating_add(cap)),
+        };
+        let mut delivered = 0;
+        while cursor.next < head {
+            if self.mode == SlotMode::Overwrite && cursor.next.saturating_add(cap) < head {
+                // Lapped (overwrite mode): those are gone.
+                let skip = head - cap - cursor.next;
+                cursor.overrun = cursor.overrun.saturating_add(skip);
+                missed = missed.saturating_add(skip);
+                cursor.next += skip;
+                continue;
+            }
+            match self.read(cursor.next) {
+                SlotRead::Event(ev) => {
+                    if cursor.pending > 0 && cursor.next >= cursor.hole_at {
+                        missed = missed.saturating_add(cursor.pending);
+                        cursor.dropped = cursor.dropped.saturating_add(cursor.pending);
+                        cursor.pending = 0;
+                    }
+                    f(ev, missed);
+                    missed = 0;
+                    delivered += 1;
+                }
+                SlotRead::Pad => {}
+                SlotRead::Uncommitted if drain == Drain::Live => break,
+                SlotRead::Uncommitted | SlotRead::Overwritten => {
+                    cursor.overrun = cursor.overrun.saturating_add(1);
+                    missed = missed.saturating_add(1);
+                }
+            }
+            cursor.next += 1;
+        }
+        cursor.read += delivered;
+        if self.mode == SlotMode::ProducerConsumer {
+            // Release: every slot below `next` has been copied before a writer may reuse it.
+            self.header
+                .limit
+                .store(cursor.next.saturating_add(cap - 1), Ordering::Release);
+        }
+        delivered
+    }
+}
+
+/// A reserved slot: fill and commit it with [`commit`](Self::commit).
+#[derive(Debug)]
+#[must_use = "a reserved slot must be committed"]
+pub struct Reserved<'a> {
+    ring: SlotRing<'a>,
+    index: u64,
+}
+
+impl Reserved<'_> {
+    /// The slot's index (recording order within the ring).
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Fills the slot and commits it (steps 2 and 3 of the writer contract).
+    #[inline(always)]
+    pub fn commit(self, ev: SlotEvent) {
+        debug_assert!(ev.kind & KIND_MASK != 0 && ev.kind & KIND_MASK != KIND_PAD);
+        let s = self.ring.slot(self.index);
+        s.ts.store(ev.ts, Ordering::Relaxed);
+        s.ip.store(ev.ip, Ordering::Relaxed);
+        s.arg.store(ev.arg, Ordering::Relaxed);
+        s.cpu.store(ev.cpu, Ordering::Relaxed);
+        crate::sync::inject::point("slot_filled");
+        let kind = (ev.kind & !KIND_LAP_BIT) | self.ring.lap_bit(self.index);
+        s.kind.store(kind, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::inject;
+    use std::vec::Vec;
+
+    fn ring(cap: u64, mode: SlotMode) -> (RingHeader, Vec<Slot>) {
+        (
+            RingHeader::new(cap, mode),
+            (0..cap).map(|_| Slot::default()).collect(),
+        )
+    }
+
+    fn ev(n: u64) -> SlotEvent {
+        SlotEvent {
+            ts: n,
+            ip: n * 3,
+            arg: n * 7,
+            kind: 1 | ((n as u32 & 0xff) << 8),
+            cpu: n as u32 & 3,
+        }
+    }
+
+    fn drain(r: &SlotRing, c: &mut Cursor, d: Drain) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        r.consume(c, d, |e, m| {
+            assert_eq!(e, ev(e.ts), "event intact");
+            out.push((e.ts, m));
+        });
+        out
+    }
+
+    #[test]
+    fn overwrite_keeps_newest_and_counts_overrun() {
+        let (h, s) = ring(8, SlotMode::Overwrite);
+        let r = SlotRing::new(&h, &s).unwrap();
+        for n in 0..21 {
+            r.write(ev(n)).unwrap();
+        }
+        let mut c = Cursor::default();
+        let got = drain(&r, &mut c, Drain::Final);
+        assert_eq!(got.first(), Some(&(13, 13)));
+        assert_eq!(
+            got.iter().map(|g| g.0).collect::<Vec<_>>(),
+            (13..21).collect::<Vec<_>>()
+        );
+        assert_eq!((c.overrun, c.dropped), (13, 0));
+    }
+
+    #[test]
+    fn producer_consumer_drops_counts_and_resumes() {
+        let (h, s) = ring(4, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        let mut c = Cursor::default();
+        let mut all = Vec::new();
+        for n in 0..6 {
+            let _ = r.write(ev(n));
+        }
+        all.extend(drain(&r, &mut c, Drain::Live));
+        for n in 6..9 {
+            r.write(ev(n)).unwrap();
+        }
+        all.extend(drain(&r, &mut c, Drain::Live));
+        // 4 and 5 were dropped: the head gave them back, 6 took index 4.
+        assert_eq!(
+            all,
+            [(0, 0), (1, 0), (2, 0), (3, 0), (6, 2), (7, 0), (8, 0)]
+        );
+        assert_eq!((c.dropped, c.overrun, c.read, r.head()), (2, 0, 7, 7));
+    }
+
+    #[test]
+    fn live_drain_stops_at_an_unfinished_slot_final_counts_it() {
+        let (h, s) = ring(8, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        r.write(ev(0)).unwrap();
+        let pending = r.reserve().unwrap();
+        r.write(ev(2)).unwrap();
+        let mut c = Cursor::default();
+        assert_eq!(drain(&r, &mut c, Drain::Live), [(0, 0)]);
+        assert_eq!(c.next, 1);
+        let idx = pending.index();
+        drop(pending); // the writer died here, never committing
+        assert_eq!(idx, 1);
+        assert_eq!(drain(&r, &mut c, Drain::Final), [(2, 1)]);
+        assert_eq!(c.overrun, 1);
+    }
+
+    #[test]
+    fn zeroed_memory_is_empty_and_bad_capacity_refused() {
+        let (h, s) = ring(8, SlotMode::Overwrite);
+        let r = SlotRing::new(&h, &s).unwrap();
+        assert_eq!(r.read(0), SlotRead::Uncommitted);
+        let h3 = RingHeader::new(3, SlotMode::Overwrite);
+        assert_eq!(SlotRing::new(&h3, &s).unwrap_err(), SlotError::Capacity);
+        let h16 = RingHeader::new(16, SlotMode::Overwrite);
+        assert_eq!(SlotRing::new(&h16, &s).unwrap_err(), SlotError::TooFewSlots);
+    }
+
+    /// Runs `outer` events with a whole nested write injected at `step` of the `nth` one
+    /// (at `slot_dropped`, a consumer drains first, making room), then drains; every event
+    /// must read back intact, in order, and every drop be counted.
+    fn inject_at(mode: SlotMode, cap: u64, outer: u64, nth: u64, step: &'static str) {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        let (h, s) = ring(cap, mode);
+        let hp: *const RingHeader = &h;
+        let sp: *const [Slot] = &s[..];
+        let mut count = 0u64;
+        let shared = Rc::new(RefCell::new((Cursor::default(), Vec::new(), false)));
+        let hook_shared = shared.clone();
+        inject::set(Some(std::boxed::Box::new(move |at| {
+            if at != step {
+                return;
+            }
+            count += 1;
+            if count != nth + 1 {
+                return;
+            }
+            // SAFETY: `h` and `s` outlive the hook (removed before they drop).
+            let r = SlotRing::new(unsafe { &*hp }, unsafe { &*sp }).unwrap();
+            let mut st = hook_shared.borrow_mut();
+            if at == "slot_dropped" {
+                let (c, got, _) = &mut *st;
+                got.extend(drain(&r, c, Drain::Live));
+            }
+            let _ = r.write(ev(1000));
+            st.2 = true;
+        })));
+        let r = SlotRing::new(&h, &s).unwrap();
+        let mut written = Vec::new();
+        let mut full = 0;
+        for n in 0..outer {
+            match r.write(ev(n)) {
+                Ok(()) => written.push(n),
+                Err(Full) => full += 1,
+            }
+        }
+        inject::set(None);
+        let (mut c, mut got, fired) = shared.take();
+        assert!(fired, "{step} #{nth} never reached");
+        got.extend(drain(&r, &mut c, Drain::Final));
+        let mut seen: Vec<u64> = got.iter().map(|g| g.0).collect();
+        seen.retain(|&t| t != 1000);
+        assert_eq!(
+            c.overrun + c.read + pads(&r),
+            r.head(),
+            "{step} #{nth}: every index accounted"
+        );
+        if mode == SlotMode::ProducerConsumer {
+            assert_eq!(seen, written, "{step} #{nth}");
+            assert_eq!(c.overrun, 0, "{step} #{nth}: nothing unfinished");
+            let told = c.dropped + c.pending_drops();
+            assert!(
+                told >= full && told == r.dropped(),
+                "{step} #{nth}: drops counted"
+            );
+        } else {
+            assert_eq!(
+                &written[written.len() - seen.len()..],
+                &seen[..],
+                "{step} #{nth}"
+            );
+        }
+    }
+
+    fn pads(r: &SlotRing) -> u64 {
+        (r.head().saturating_sub(r.capacity())..r.head())
+            .filter(|&i| r.read(i) == SlotRead::Pad)
+            .count() as u64
+    }
+
+    #[test]
+    fn nested_write_at_every_step_of_an_outer_write() {
+        for mode in [SlotMode::Overwrite, SlotMode::ProducerConsumer] {
+            for nth in 0..6 {
+                // Reservations happen full or not; fills only with room.
+                inject_at(mode, 4, 6, nth, "slot_reserved");
+                inject_at(mode, 8, 6, nth, "slot_filled");
+            }
+        }
+        // A nested writer between a full outer reservation and its give-back, after the
+        // consumer made room: the outer slot becomes a pad, nothing is read twice or lost
+        // uncounted.
+        for nth in 0..2 {
+            inject_at(SlotMode::ProducerConsumer, 4, 6, nth, "slot_dropped");
+        }
+    }
+}

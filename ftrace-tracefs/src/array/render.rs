@@ -1,0 +1,160 @@
+//! The instance's `trace`, `trace_pipe` and `trace_pipe_raw` readers: its ring buffer
+//! through ftrace-tracers' iterator and writer.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering;
+
+use ftrace_core::platform::Reclaim;
+use ftrace_tracers::output::graph::GraphCpuState;
+use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
+use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
+use ftrace_tracers::ringbuf::BufferedEvents;
+use ftrace_tracers::{TraceIter, TraceOptions};
+
+use super::{Control, Platform, TraceArray};
+use crate::backend::Reader;
+
+/// Task names as the platform knows them.
+struct Names<'a, P>(&'a P);
+
+impl<P: Platform> TaskNames for Names<'_, P> {
+    fn comm(&self, pid: i32) -> Option<&str> {
+        self.0.comm(pid)
+    }
+}
+
+/// Every event of the buffers, copied out (no buffer: none).
+fn snapshot<P: Platform, const CPUS: usize>(a: &TraceArray<P, CPUS>) -> BufferedEvents {
+    a.with_buffer(BufferedEvents::snapshot).unwrap_or_default()
+}
+
+/// Adds the pids of the events in the buffers to `saved_cmdlines` (up to its size; idle,
+/// pid 0, is never saved).
+pub(super) fn save_cmdlines<P: Platform, const CPUS: usize>(
+    a: &TraceArray<P, CPUS>,
+    c: &mut Control,
+) {
+    let events = snapshot(a);
+    let mut lists = events.lists();
+    let mut iter = TraceIter::new(&mut lists, None);
+    while let Some(ev) = iter.next_event() {
+        let pid = ev.pid();
+        if pid != 0 && c.cmdlines.len() < c.cmdlines_max {
+            c.cmdlines.insert(pid);
+        }
+    }
+}
+
+fn style<P: Platform, const CPUS: usize>(c: &Control) -> OutputStyle {
+    let t = c.registry.current();
+    t.output_style(c.tracer_flags[TraceArray::<P, CPUS>::kind(t.name()) as usize])
+}
+
+fn env<'a, P: Platform, const CPUS: usize>(
+    a: &'a TraceArray<P, CPUS>,
+    names: &'a Names<'a, P>,
+) -> OutputEnv<'a> {
+    let mut env = OutputEnv::new(a.platform().symbols(), names, a.nr_cpus() as u32);
+    env.options = TraceOptions::from_bits_retain(a.options.load(Ordering::Relaxed));
+    env.time_in_ns = a.clock_in_ns();
+    env
+}
+
+/// The `trace` file of one CPU or all: header and every event, as the kernel prints them.
+pub(super) fn trace_text<P: Platform, const CPUS: usize>(
+    a: &'static TraceArray<P, CPUS>,
+    c: &Control,
+    cpu: Option<u32>,
+) -> Vec<u8> {
+    let events = snapshot(a);
+    let nr = a.nr_cpus() as u32;
+    let mut lists = events.lists();
+    let (entries, written) = a
+        .with_buffer(|rb| rb.entries_and_written())
+        .unwrap_or((0, 0));
+    let info = HeaderInfo {
+        tracer: c.registry.current().name(),
+        entries,
+        written,
+        online_cpus: nr,
+        latency: LatencyInfo::default(),
+    };
+    let mut state = vec![GraphCpuState::INIT; nr as usize];
+    // Lost events turn on the buffer-started notices (`TRACE_FILE_ANNOTATE`).
+    let mut w = TraceWriter::new(style::<P, CPUS>(c), &mut state, written > entries);
+    let mut iter = TraceIter::new(&mut lists, cpu);
+    let names = Names(a.platform());
+    let env = env(a, &names);
+    let mut out = Vec::new();
+    let empty = iter.is_empty();
+    // Writing into a Vec cannot fail; a formatter error would only truncate the text.
+    let _ = w.write_header(&mut TextToBytes(&mut out), &env, &info, empty);
+    let _ = w.write_events(&mut out, &env, &mut iter);
+    out
+}
+
+/// `trace_pipe`: each read consumes what the buffers (of one CPU or all) hold and prints it,
+/// merged by time stamp, with the lost-events notices; the graph printer's state carries
+/// over from read to read.
+pub(super) struct PipeReader<P: Platform, const CPUS: usize> {
+    array: &'static TraceArray<P, CPUS>,
+    cpu: Option<u32>,
+    graph: Vec<GraphCpuState>,
+}
+
+impl<P: Platform, const CPUS: usize> PipeReader<P, CPUS> {
+    pub(super) fn new(array: &'static TraceArray<P, CPUS>, cpu: Option<u32>) -> Self {
+        let graph = vec![GraphCpuState::INIT; array.nr_cpus()];
+        PipeReader { array, cpu, graph }
+    }
+}
+
+impl<P: Platform, const CPUS: usize> Reader for PipeReader<P, CPUS> {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        let a = self.array;
+        let cpu = self.cpu.map(|c| c as usize);
+        let events = a
+            .with_buffer(|rb| BufferedEvents::drain_cpu(rb, cpu))
+            .unwrap_or_default();
+        if events.is_empty() {
+            return false;
+        }
+        let style = style::<P, CPUS>(&a.control());
+        let mut lists = events.lists();
+        let mut w = TraceWriter::new(style, &mut self.graph, false);
+        let mut iter = TraceIter::new(&mut lists, None);
+        let names = Names(a.platform());
+        let _ = w.write_events(out, &env(a, &names), &mut iter);
+        true
+    }
+}
+
+/// `trace_pipe_raw`: one kernel-format sub-buffer page per chunk, consumed.
+pub(super) struct RawReader<P: Platform, const CPUS: usize> {
+    array: &'static TraceArray<P, CPUS>,
+    cpu: usize,
+}
+
+impl<P: Platform, const CPUS: usize> RawReader<P, CPUS> {
+    pub(super) fn new(array: &'static TraceArray<P, CPUS>, cpu: usize) -> Self {
+        RawReader { array, cpu }
+    }
+}
+
+impl<P: Platform, const CPUS: usize> Reader for RawReader<P, CPUS> {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        let _guard = self.array.reclaim().pin();
+        self.array
+            .with_buffer(|rb| {
+                let buf = rb.cpu(self.cpu)?;
+                let mut page = buf.alloc_read_page().ok()?;
+                buf.consumer().read_page(&mut page)?;
+                out.extend_from_slice(page.as_bytes());
+                Some(())
+            })
+            .flatten()
+            .is_some()
+    }
+}
