@@ -31,11 +31,13 @@ pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 /// tracing on, no `set_graph_function`, no `max_graph_depth`); kept by [`update_fast_path`].
 pub static GRAPH_OK: AtomicU8 = AtomicU8::new(0);
 
-/// Recomputes [`FAST_OK`] and [`GRAPH_OK`] after a change of tracer, clock, filters or
-/// `tracing_on`.
+/// Recomputes [`FAST_OK`] and [`GRAPH_OK`] after a change of tracer, clock, filters, pid
+/// filters or `tracing_on`.
 pub fn update_fast_path() {
     let tsc_on = CLOCK_TSC.load(Ordering::Relaxed) && TRACING_ON.load(Ordering::Relaxed);
     let tracer = TRACER.load(Ordering::Relaxed);
+    // Pid-filtered tracing takes the full-save path, where the filter is checked.
+    let tsc_on = tsc_on && !crate::pids::PID_FILTERED.load(Ordering::Relaxed);
     FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
     let graph = tsc_on
         && tracer == 2
@@ -96,8 +98,9 @@ pub struct ThreadState {
     pub cpu: *const u32,
     /// The CPU at registration, when rseq is not available.
     pub fallback_cpu: u32,
-    /// Reserved.
-    pub pad: u32,
+    /// The thread id (set at registration; 0 before): what the pid filters ([`crate::pids`])
+    /// match.
+    pub tid: u32,
     /// The shadow stack (function_graph).
     pub shadow: *mut Frame,
     /// Frames on the shadow stack.
@@ -156,6 +159,10 @@ pub unsafe extern "C" fn on_entry(
     }
     st.guard = 1;
     if st.state != 1 && !register(st) {
+        st.guard = 0;
+        return;
+    }
+    if !crate::pids::admits(st.tid) {
         st.guard = 0;
         return;
     }
@@ -317,6 +324,8 @@ fn register(st: &mut ThreadState) -> bool {
     match create_buffer(inst) {
         Some(w) => {
             st.writer = w;
+            // SAFETY: no preconditions.
+            st.tid = unsafe { libc::gettid() } as u32;
             match inst.rseq_offset {
                 Some(off) => st.cpu = (thread_pointer() as i64 + off as i64) as *const u32,
                 None => {

@@ -28,6 +28,7 @@ pub mod dispatch;
 pub mod elf;
 pub mod handler;
 pub mod patch;
+pub mod pids;
 pub mod probe;
 pub mod text;
 pub mod tramp;
@@ -383,6 +384,11 @@ extern "C" fn agent_fini() {
 }
 
 extern "C" fn after_fork_child() {
+    // SAFETY: this thread's own block, copied from the thread that forked.
+    let parent_tid = unsafe { (*handler::current()).tid };
+    if parent_tid != 0 {
+        pids::follow_fork(parent_tid);
+    }
     handler::reset_current_thread();
     text::register_sync_core();
     let mut g = agent();
