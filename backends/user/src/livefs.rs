@@ -10,6 +10,9 @@
 //!
 //! `set_ftrace_pid` / `set_ftrace_notrace_pid` (top level) go to the agent with the
 //! `function-fork` option: a pid there is a thread id of the program ([`ftrace_agent::pids`]).
+//! `tracing_cpumask` goes to the agent too ([`ftrace_agent::cpumask`]: the program's events are
+//! recorded only on the CPUs of the mask); the markers this tool records are not masked (their
+//! CPU is the tool's, not the writer's).
 //!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
@@ -17,7 +20,7 @@
 //! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
 //! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
-//! filters in an instance and cpumasks other than "all" (`EINVAL`), a function in `set_graph_notrace`
+//! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
 //! commands other than `traceon` / `traceoff` (`EINVAL`; none in an instance). Invariant: a refused write
 //! changes nothing, here or in the program.
@@ -115,6 +118,8 @@ struct State {
     flags: u64,
     /// `set_ftrace_pid`, `set_ftrace_notrace_pid` (top level: sent to the agent).
     pids: [Vec<u32>; 2],
+    /// `tracing_cpumask` when not all CPUs (top level: sent to the agent).
+    cpumask: Option<Vec<u64>>,
     tracer_flags: HashMap<&'static str, u32>,
     markers: Markers,
     comms: HashMap<u32, String>,
@@ -209,6 +214,7 @@ impl State {
             depth: 0,
             flags: 0,
             pids: [Vec::new(), Vec::new()],
+            cpumask: None,
             tracer_flags,
             markers: Markers::default(),
             comms: HashMap::new(),
@@ -261,6 +267,7 @@ impl State {
             pids: self.pids[0].clone(),
             no_pids: self.pids[1].clone(),
             follow_fork: function_fork(self.flags),
+            cpus: self.cpumask.clone(),
         })
     }
 
@@ -672,7 +679,9 @@ impl TraceBackend for UserBackend {
                     m.get((c / 64) as usize)
                         .is_some_and(|w| w >> (c % 64) & 1 == 1)
                 });
-                if all { Ok(()) } else { Err(Errno::EINVAL) }
+                let new = (!all).then(|| m.to_vec());
+                let old = std::mem::replace(&mut st.cpumask, new);
+                st.push().inspect_err(|_| st.cpumask = old)
             }
             Param::Pids(_, []) if st.agent.is_none() => Ok(()),
             Param::Pids(which, list) if st.agent.is_some() => {

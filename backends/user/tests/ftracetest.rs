@@ -112,10 +112,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "the `stacktrace` function command (EINVAL)",
     ),
     (
-        "ftrace - function trace with cpumask",
-        "tracing_cpumask other than all CPUs (EINVAL)",
-    ),
-    (
         "ftrace - test for function event triggers",
         "the sched events cannot be enabled: nothing records them (ENODEV)",
     ),

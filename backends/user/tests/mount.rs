@@ -1176,3 +1176,52 @@ fn pid_filters_select_the_programs_threads() {
     let calls = String::from_utf8_lossy(&out.stdout);
     assert!(calls.ends_with(" wrong 0\n"), "{calls}");
 }
+
+/// The CPU field of a function-tracer line (`comm-tid [cpu] ...`).
+fn cpu_of(line: &str) -> &str {
+    line.split_whitespace().nth(1).unwrap_or("")
+}
+
+#[test]
+fn tracing_cpumask_records_only_its_cpus() {
+    let nr = std::thread::available_parallelism().unwrap().get();
+    assert!(nr >= 2, "a cpumask test needs two CPUs");
+    let m = Mounted::start("cpumask", "function");
+    wait_for("events", || {
+        (!events(&m.read("trace")).is_empty()).then_some(())
+    });
+    // Only CPU 0, then only CPU 1: the workers migrate between them, so each shows up.
+    for (mask, cpu) in [("1", "[000]"), ("2", "[001]")] {
+        m.echo(mask, "tracing_cpumask");
+        let text = wait_for("events on the masked CPU", || {
+            std::fs::write(m.path("trace"), "").unwrap();
+            let t = wait_for("events", || {
+                let t = m.read("trace");
+                (events(&t).len() >= 20).then_some(t)
+            });
+            let cpus: BTreeSet<&str> = events(&t).iter().map(|l| cpu_of(l)).collect();
+            (cpus == [cpu].into()).then(|| t.clone())
+        });
+        assert!(events(&text).iter().all(|l| cpu_of(l) == cpu), "{text}");
+    }
+    // A refused mask (a CPU the machine lacks) changes nothing.
+    let o = sh(&format!(
+        "echo 1,00000000,00000000,00000000,00000000 > {}",
+        m.path("tracing_cpumask").display()
+    ));
+    assert!(!o.status.success());
+    let before = m.read("tracing_cpumask");
+    assert_eq!(
+        u64::from_str_radix(before.trim().replace(',', "").as_str(), 16),
+        Ok(2)
+    );
+    // All CPUs again.
+    let all = format!("{:x}", u64::MAX >> (64 - nr.min(64)));
+    m.echo(&all, "tracing_cpumask");
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -8,7 +8,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
-//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus>` | `OK <sites changed>` or `ERR <errno> <text>` |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
@@ -19,7 +19,9 @@
 //! `addr:traceon|traceoff:count`, `u` for no count), run in the program ([`crate::probe`]),
 //! which `PROBES` reads back with the `tracing_on` they may have changed; then the pid filters
 //! ([`crate::pids`]): `set_ftrace_pid` and `set_ftrace_notrace_pid` as comma-separated decimal
-//! thread ids (`-` for none) and `function-fork` (0/1). The agent patches with its usual protocols ([`crate::patch`]):
+//! thread ids (`-` for none) and `function-fork` (0/1); last `tracing_cpumask`
+//! ([`crate::cpumask`]): `-` for all CPUs, else comma-separated hex 64-bit words, CPU 0 in bit
+//! 0 of the first. The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
 //! fast-path switches), and a site is only retargeted while disabled. The thread never runs
@@ -61,6 +63,8 @@ pub struct Wanted {
     pub no_pids: Vec<u32>,
     /// `function-fork`: forked children of listed threads join the lists.
     pub follow_fork: bool,
+    /// `tracing_cpumask` as 64-bit words (bit n = CPU n); `None`: all CPUs.
+    pub cpus: Option<Vec<u64>>,
 }
 
 fn parse_pids(s: &str) -> Option<Vec<u32>> {
@@ -121,7 +125,7 @@ impl Wanted {
     /// The `STATE` request line (without the newline).
     pub fn to_request(&self) -> String {
         format!(
-            "STATE {} {} {} {} {} {} {} {} {} {}",
+            "STATE {} {} {} {} {} {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
             u8::from(self.on),
             self.depth,
@@ -131,7 +135,11 @@ impl Wanted {
             fmt_probes(&self.probes),
             fmt_pids(&self.pids),
             fmt_pids(&self.no_pids),
-            u8::from(self.follow_fork)
+            u8::from(self.follow_fork),
+            self.cpus.as_ref().map_or("-".into(), |w| {
+                let v: Vec<String> = w.iter().map(|x| format!("{x:x}")).collect();
+                v.join(",")
+            })
         )
     }
 
@@ -164,6 +172,14 @@ impl Wanted {
             "1" => true,
             _ => return None,
         };
+        let cpus = match it.next()? {
+            "-" => None,
+            w => Some(
+                w.split(',')
+                    .map(|x| u64::from_str_radix(x, 16).ok())
+                    .collect::<Option<Vec<u64>>>()?,
+            ),
+        };
         if it.next().is_some() {
             return None;
         }
@@ -178,6 +194,7 @@ impl Wanted {
             pids,
             no_pids,
             follow_fork,
+            cpus,
         })
     }
 }
@@ -307,6 +324,7 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     handler::CLOCK_TSC.store(w.clock.is_tsc(), Ordering::Relaxed);
     crate::pids::FOLLOW_FORK.store(w.follow_fork, Ordering::Relaxed);
     crate::pids::set_lists(&w.pids, &w.no_pids);
+    crate::cpumask::set_mask(w.cpus.as_deref());
     a.config.clock = w.clock;
     handler::update_fast_path();
     crate::probe::publish(&w.probes, &traced);
@@ -356,25 +374,28 @@ mod tests {
             pids: vec![7, 12],
             no_pids: vec![],
             follow_fork: true,
+            cpus: Some(vec![0x2, 0x1]),
         };
         let line = w.to_request();
         assert_eq!(
             line,
-            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1"
+            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1"
         );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
-        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0");
+        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0 -");
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
-        assert_eq!(Wanted::parse("STATE bogus 1 0 local - - - - - 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - - - - 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local zz - - - - 0"), None);
+        assert_eq!(Wanted::parse("STATE bogus 1 0 local - - - - - 0 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - - - - 0 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local zz - - - - 0 -"), None);
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u - - 0"),
+            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u - - 0 -"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - x - 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 2"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - x - 0 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 2 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 g"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0"), None);
     }
 }

@@ -24,6 +24,7 @@ pub mod buffer;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod cpumask;
 pub mod dispatch;
 pub mod elf;
 pub mod handler;
