@@ -14,7 +14,7 @@
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// CPUs the mask can name (64-bit words of [`MASK`]).
+/// CPUs the mask can name.
 pub const MAX_CPUS: usize = 1024;
 
 /// The mask, bit n = CPU n (meaningful while [`CPU_FILTERED`]).
