@@ -703,6 +703,29 @@ fn assert_refused((code, stdout, stderr): &(Option<i32>, String, String), says: 
 }
 
 #[test]
+fn site_check_finds_every_build_s_sites_by_name() {
+    // Read from the files before they run: non-PIE, PIE (relocated entries) and each form.
+    for (variant, _, _) in C_BUILDS {
+        let exe = build_c("calls.c", variant);
+        let sites = ftrace_user::sitecheck::scan_program(exe.to_str().unwrap()).unwrap();
+        let names = &sites.objects[0].names;
+        for f in ["fib", "leaf", "worker", "sum6", "fadd"] {
+            assert!(names.iter().any(|n| n == f), "{variant}: {f} in {names:?}");
+        }
+        assert!(
+            !names.iter().any(|n| n.starts_with("0x")),
+            "{variant}: {names:?}"
+        );
+    }
+    for (variant, _, _) in UNTRACEABLE_BUILDS {
+        let exe = build_c("calls.c", variant);
+        let sites = ftrace_user::sitecheck::scan_program(exe.to_str().unwrap()).unwrap();
+        assert_eq!(sites.site_count(), 0, "{variant}");
+        assert_eq!(sites.calls_mcount, *variant == "gcc-pg", "{variant}");
+    }
+}
+
+#[test]
 fn filters_matching_no_site_and_untraceable_programs_are_refused() {
     let exe = build_c("calls.c", "gcc-mcount");
     let exe = exe.to_str().unwrap();
