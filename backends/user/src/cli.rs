@@ -112,6 +112,10 @@ pub struct RecordArgs {
     /// program exits or the tool gets SIGINT/SIGTERM/SIGHUP.
     #[arg(long = "mount", value_name = "DIR")]
     pub mount: Option<PathBuf>,
+    /// Start the program even when it has no call sites or a -F/-N/-G glob matches none of
+    /// them (the refusal becomes a warning).
+    #[arg(long)]
+    pub force: bool,
     /// The program and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "PROG")]
     pub command: Vec<String>,
@@ -135,6 +139,11 @@ impl RecordArgs {
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("ftrace.data")),
             mount: self.mount.clone(),
+            force: if self.force {
+                crate::sitecheck::Force::Warn
+            } else {
+                crate::sitecheck::Force::Refuse
+            },
         }
     }
 }

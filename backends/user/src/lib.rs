@@ -5,6 +5,8 @@
 //! - [`report`]: `ftrace report`, the offline reader of raw captures (a recording's capture
 //!   files, or pages taken from a kernel);
 //! - [`launch`]: starting a program with the agent preloaded;
+//! - [`sitecheck`]: before it starts, the program's call sites and the `-F`/`-N`/`-G` globs
+//!   checked against them (refused, or a warning with `--force`);
 //! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
 //! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU;
 //! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads;
@@ -23,3 +25,4 @@ pub mod livefs;
 pub mod record;
 pub mod recording;
 pub mod report;
+pub mod sitecheck;

@@ -31,6 +31,9 @@ pub struct RecordOptions {
     pub output: PathBuf,
     /// `--mount DIR`: serve the program's tracefs at DIR while it runs ([`crate::fuse`]).
     pub mount: Option<PathBuf>,
+    /// `--force`: start a program whose sites or filters fail [`crate::sitecheck`], with a
+    /// warning.
+    pub force: crate::sitecheck::Force,
 }
 
 impl Default for RecordOptions {
@@ -46,6 +49,7 @@ impl Default for RecordOptions {
             clock: ClockKind::Local,
             output: PathBuf::from("ftrace.data"),
             mount: None,
+            force: crate::sitecheck::Force::Refuse,
         }
     }
 }
@@ -54,6 +58,17 @@ impl RecordOptions {
     /// Checks what cannot be honoured exactly before anything runs.
     pub fn check(&self) -> Result<(), String> {
         ftrace_agent::config::check_buffer_kb(self.buffer_kb)
+    }
+
+    /// Checks the program's call sites and the filters against them
+    /// ([`crate::sitecheck::check`]): `Err` when refusing, else the warnings to print.
+    pub fn check_program(&self, prog: &str) -> Result<Vec<String>, String> {
+        let filters = crate::sitecheck::Filters {
+            filter: &self.filter,
+            notrace: &self.notrace,
+            graph: &self.graph_functions,
+        };
+        crate::sitecheck::check(prog, &filters, self.force)
     }
 
     /// The agent configuration these options make.
@@ -129,6 +144,12 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 /// kernel).
 pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recorded, String> {
     opts.check()?;
+    if let Some(dir) = &opts.mount {
+        crate::fuse::check_mount_point(dir)?;
+    }
+    for warning in opts.check_program(prog)? {
+        eprintln!("{warning}");
+    }
     let out = &opts.output;
     if out.exists() {
         if is_recording(out) {

@@ -48,12 +48,21 @@ const C_BUILDS: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
+/// Builds with no sites (name, compiler, flags): no instrumentation, and gcc's plain `-pg`
+/// (`call mcount`, no site list).
+const UNTRACEABLE_BUILDS: &[(&str, &str, &[&str])] =
+    &[("gcc-plain", "gcc", &[]), ("gcc-pg", "gcc", &["-pg"])];
+
 /// Programs built by this test process (each is built once: other tests may be running it).
 static BUILT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 fn build_c(src: &str, variant: &str) -> PathBuf {
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
-    let (_, cc, flags) = C_BUILDS.iter().find(|b| b.0 == variant).unwrap();
+    let (_, cc, flags) = C_BUILDS
+        .iter()
+        .chain(UNTRACEABLE_BUILDS)
+        .find(|b| b.0 == variant)
+        .unwrap();
     let out = scratch().join(format!("{}-{variant}", src.trim_end_matches(".c")));
     if built.contains(&out) {
         return out;
@@ -666,4 +675,223 @@ fn ftrace_cli_live_record_report() {
         .unwrap();
     assert_eq!(st.status.code(), Some(128 + libc::SIGSEGV));
     assert!(String::from_utf8_lossy(&st.stdout).contains(": work <-main"));
+}
+
+/// `ftrace ARGS...` in the scratch directory: (exit code, stdout, stderr).
+fn ftrace_cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(args)
+        .current_dir(scratch())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A refusal: exit status 1, nothing from the program, one line on stderr.
+fn assert_refused((code, stdout, stderr): &(Option<i32>, String, String), says: &[&str]) {
+    assert_eq!(*code, Some(1), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "the program must not have run: {stdout}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(stderr.starts_with("ftrace: "), "{stderr}");
+    for s in says {
+        assert!(stderr.contains(s), "{s:?} not in: {stderr}");
+    }
+}
+
+#[test]
+fn site_check_finds_every_build_s_sites_by_name() {
+    // Read from the files before they run: non-PIE, PIE (relocated entries) and each form.
+    for (variant, _, _) in C_BUILDS {
+        let exe = build_c("calls.c", variant);
+        let sites = ftrace_user::sitecheck::scan_program(exe.to_str().unwrap()).unwrap();
+        let names = &sites.objects[0].names;
+        for f in ["fib", "leaf", "worker", "sum6", "fadd"] {
+            assert!(names.iter().any(|n| n == f), "{variant}: {f} in {names:?}");
+        }
+        assert!(
+            !names.iter().any(|n| n.starts_with("0x")),
+            "{variant}: {names:?}"
+        );
+    }
+    for (variant, _, _) in UNTRACEABLE_BUILDS {
+        let exe = build_c("calls.c", variant);
+        let sites = ftrace_user::sitecheck::scan_program(exe.to_str().unwrap()).unwrap();
+        assert_eq!(sites.site_count(), 0, "{variant}");
+        assert_eq!(sites.calls_mcount, *variant == "gcc-pg", "{variant}");
+    }
+}
+
+#[test]
+fn filters_matching_no_site_and_untraceable_programs_are_refused() {
+    let exe = build_c("calls.c", "gcc-mcount");
+    let exe = exe.to_str().unwrap();
+    let dir = scratch().join("refused-rec");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = dir.to_str().unwrap();
+    // A glob that matches no function: the mount's set_ftrace_filter would say EINVAL.
+    let r = ftrace_cli(&["record", "-o", out, "-F", "nosuch*", "--", exe, "1", "1"]);
+    assert_refused(
+        &r,
+        &[
+            "ftrace: -F 'nosuch*': set_ftrace_filter: Invalid argument: no function of the ",
+            &format!("call sites of {exe}"),
+            "--force runs it anyway",
+        ],
+    );
+    assert!(!dir.exists(), "nothing written before the refusal");
+    // A malformed glob (an unclosed class), for each filter option, in `live` too.
+    for (opt, file) in [
+        ("-F", "set_ftrace_filter"),
+        ("-N", "set_ftrace_notrace"),
+        ("-G", "set_graph_function"),
+    ] {
+        let r = ftrace_cli(&["live", opt, "fib[", "--", exe, "1", "1"]);
+        assert_refused(
+            &r,
+            &[
+                &format!("{opt} 'fib[': {file}: Invalid argument"),
+                "a '[' without its ']' matches a '['",
+            ],
+        );
+    }
+    // One good glob does not hide a bad one.
+    let r = ftrace_cli(&[
+        "live", "-F", "fib", "-F", "leaf", "-F", "[^x]eaf", "--", exe,
+    ]);
+    assert_refused(&r, &["-F '[^x]eaf'"]);
+    // --force: a warning before the program starts, then the run as asked (nothing traced).
+    let (code, stdout, stderr) = ftrace_cli(&[
+        "live", "-t", "function", "--force", "-F", "nosuch", "--", exe, "1", "1",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("result ok"), "{stdout}");
+    assert!(
+        stderr.starts_with("ftrace: warning: -F 'nosuch': set_ftrace_filter: Invalid argument"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ftrace: 0 events recorded, 0 lost"),
+        "{stderr}"
+    );
+    // No call sites: how to build it; plain -pg: not supported yet.
+    let plain = build_c("calls.c", "gcc-plain");
+    let r = ftrace_cli(&["record", "-o", out, "--", plain.to_str().unwrap(), "1", "1"]);
+    assert_refused(
+        &r,
+        &[
+            "has no call sites",
+            "-fpatchable-function-entry=5",
+            "-pg -mfentry -mrecord-mcount",
+        ],
+    );
+    let pg = build_c("calls.c", "gcc-pg");
+    let r = ftrace_cli(&["record", "-o", out, "--", pg.to_str().unwrap(), "1", "1"]);
+    assert_refused(&r, &["plain -pg builds are not supported yet"]);
+    assert!(!dir.exists());
+    // A program found on PATH is checked too.
+    let r = ftrace_cli(&["record", "-o", out, "--", "true"]);
+    assert_refused(&r, &["/true has no call sites"]);
+}
+
+#[test]
+fn sites_in_needed_libraries_count_and_dlopen_needs_force() {
+    let lib_dir = scratch().join("needed-lib");
+    std::fs::create_dir_all(&lib_dir).unwrap();
+    let st = Command::new("clang")
+        .args([
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-fpatchable-function-entry=5",
+            "-o",
+        ])
+        .arg(lib_dir.join("libplugin.so"))
+        .arg(examples().join("c/plugin.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // The program itself has no sites; its library (DT_NEEDED, DT_RUNPATH $ORIGIN) has.
+    let exe = lib_dir.join("uses_plugin");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/uses_plugin.c"))
+        .arg("-L")
+        .arg(&lib_dir)
+        .args(["-lplugin", "-Wl,--enable-new-dtags,-rpath,$ORIGIN"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let exe = exe.to_str().unwrap();
+    let (code, stdout, stderr) =
+        ftrace_cli(&["live", "-t", "function", "-F", "plugin_*", "--", exe]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("plugin_work calls 3"), "{stdout}");
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains(": plugin_work [libplugin.so] <-main"))
+            .count(),
+        3,
+        "{stdout}"
+    );
+    let r = ftrace_cli(&["live", "-F", "nosuch", "--", exe]);
+    assert_refused(
+        &r,
+        &[
+            "-F 'nosuch'",
+            "the 0 call sites of ",
+            " and 2 of libplugin.so",
+            "dlopen",
+        ],
+    );
+    // A function only a library loaded later with dlopen has: refused unless forced.
+    let life = build_c("lifecycle.c", "gcc-mcount");
+    let life = life.to_str().unwrap();
+    let plugin = lib_dir.join("libplugin.so");
+    let plugin = plugin.to_str().unwrap();
+    let r = ftrace_cli(&[
+        "live",
+        "-t",
+        "function",
+        "-F",
+        "plugin_work",
+        "--",
+        life,
+        "dlopen",
+        plugin,
+    ]);
+    assert_refused(
+        &r,
+        &["-F 'plugin_work'", "one loaded later by dlopen is not"],
+    );
+    let (code, stdout, stderr) = ftrace_cli(&[
+        "live",
+        "-t",
+        "function",
+        "--force",
+        "-F",
+        "plugin_work",
+        "--",
+        life,
+        "dlopen",
+        plugin,
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.starts_with("ftrace: warning: -F 'plugin_work'"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains(": plugin_work [libplugin.so] <-"))
+            .count(),
+        25,
+        "{stdout}"
+    );
 }

@@ -220,6 +220,144 @@ pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Ve
     out
 }
 
+/// What an ELF file holds before it is loaded: its sites and symbols (addresses as the file
+/// gives them, load bias 0), the libraries it asks for, and whether it calls a profiling hook.
+#[derive(Clone, Debug, Default)]
+pub struct FileScan {
+    /// Sites and function symbols, as [`scan`] finds them in the loaded image (no symbols
+    /// when there are no sites: nothing to name).
+    pub scanned: Scanned,
+    /// `DT_NEEDED`: the libraries it needs, as written.
+    pub needed: Vec<String>,
+    /// `DT_RPATH` directories (`:`-separated entries, unexpanded).
+    pub rpath: Vec<String>,
+    /// `DT_RUNPATH` directories (unexpanded).
+    pub runpath: Vec<String>,
+    /// Whether it has a symbol `mcount`, `_mcount` or `__fentry__` (defined or not): the mark
+    /// of gcc's `-pg` calls, which without `-mrecord-mcount` leave no site list.
+    pub calls_mcount: bool,
+}
+
+/// `R_X86_64_RELATIVE`: `*where = load bias + addend`.
+const R_X86_64_RELATIVE: u32 = 8;
+/// `PF_X`: an executable segment.
+const PF_X: u32 = 1;
+
+/// Scans an ELF file as it will be loaded (bias 0): the same sections and symbols [`scan`]
+/// reads from a loaded image, with the image built from the file's `PT_LOAD` segments and its
+/// `R_X86_64_RELATIVE` relocations applied (what the dynamic linker does before [`scan`] runs
+/// in the program). `None` if `file` is not a 64-bit little-endian ELF object.
+pub fn scan_file(path: &std::path::Path, file: &[u8]) -> Option<FileScan> {
+    use object::{ObjectSegment as _, RelocationFlags, SegmentFlags};
+    let elf = object::File::parse(file).ok()?;
+    if !matches!(elf, object::File::Elf64(_)) || !elf.is_little_endian() {
+        return None;
+    }
+    let segments: Vec<(u64, u64, &[u8])> = elf
+        .segments()
+        .filter_map(|s| Some((s.address(), s.size(), s.data().ok()?)))
+        .collect();
+    let exec = elf
+        .segments()
+        .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0))
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    let obj = LoadedObject {
+        path: path.to_path_buf(),
+        name: String::new(),
+        bias: 0,
+        exec,
+    };
+    let relative: Vec<(u64, u64)> = elf
+        .dynamic_relocations()
+        .into_iter()
+        .flatten()
+        .filter(|(_, r)| {
+            matches!(r.flags(), RelocationFlags::Elf { r_type } if r_type == R_X86_64_RELATIVE)
+        })
+        .map(|(at, r)| (at, r.addend() as u64))
+        .collect();
+    let read_image = |addr: u64, len: usize| {
+        let mut out = vec![0u8; len];
+        let end = addr.saturating_add(len as u64);
+        if let Some(&(lo, _, data)) = segments
+            .iter()
+            .find(|&&(lo, size, _)| addr >= lo && end <= lo.saturating_add(size))
+        {
+            // Bytes past the segment's file part are zero (`.bss`), as loaded.
+            let from = (addr - lo) as usize;
+            if from < data.len() {
+                let n = (data.len() - from).min(len);
+                out[..n].copy_from_slice(&data[from..from + n]);
+            }
+        }
+        for &(at, value) in &relative {
+            if at >= addr && at.saturating_add(8) <= end {
+                let i = (at - addr) as usize;
+                out[i..i + 8].copy_from_slice(&value.to_le_bytes());
+            }
+        }
+        out
+    };
+    // Symbols only matter for naming sites: an object without sites (most libraries) is not
+    // demangled.
+    let has_sites = elf.sections().any(|s| {
+        matches!(
+            s.name(),
+            Ok("__mcount_loc" | "__patchable_function_entries")
+        ) && s.address() != 0
+            && s.size() != 0
+    });
+    let mut out = FileScan {
+        scanned: if has_sites {
+            scan(&obj, file, read_image)
+        } else {
+            Scanned::default()
+        },
+        ..FileScan::default()
+    };
+    out.calls_mcount = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .any(|s| matches!(s.name(), Ok("mcount" | "_mcount" | "__fentry__")));
+    read_dynamic(&elf, &mut out);
+    Some(out)
+}
+
+/// Reads `DT_NEEDED`, `DT_RPATH` and `DT_RUNPATH` from the `.dynamic` section.
+fn read_dynamic(elf: &object::File<'_>, out: &mut FileScan) {
+    const DT_NEEDED: u64 = 1;
+    const DT_RPATH: u64 = 15;
+    const DT_RUNPATH: u64 = 29;
+    let data = |name: &str| {
+        elf.section_by_name(name)
+            .and_then(|s| s.data().ok())
+            .unwrap_or(&[])
+    };
+    let (dynamic, strings) = (data(".dynamic"), data(".dynstr"));
+    let string = |off: u64| {
+        let rest = strings.get(usize::try_from(off).ok()?..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    };
+    for entry in dynamic.chunks_exact(16) {
+        let tag = u64::from_le_bytes(entry[..8].try_into().unwrap());
+        let val = u64::from_le_bytes(entry[8..].try_into().unwrap());
+        let Some(s) = matches!(tag, DT_NEEDED | DT_RPATH | DT_RUNPATH)
+            .then(|| string(val))
+            .flatten()
+        else {
+            continue;
+        };
+        let dirs = || s.split(':').filter(|d| !d.is_empty()).map(String::from);
+        match tag {
+            DT_NEEDED => out.needed.push(s.clone()),
+            DT_RPATH => out.rpath.extend(dirs()),
+            _ => out.runpath.extend(dirs()),
+        }
+    }
+}
+
 /// Reads `len` bytes of this process's memory at `addr`.
 pub fn read_own_memory(addr: u64, len: usize) -> Vec<u8> {
     // SAFETY: callers pass ranges of loaded, readable sections of loaded objects.
@@ -262,5 +400,22 @@ mod tests {
         let getpid = libc::getpid as *const () as u64;
         assert_eq!(s.func_at(getpid).map(|f| f.name.as_str()), Some("getpid"));
         assert!(s.sites.is_empty(), "libc is not instrumented");
+    }
+
+    #[test]
+    fn scans_own_file_as_loaded() {
+        let objs = loaded_objects();
+        let exe = &objs[0];
+        let file = std::fs::read(&exe.path).unwrap();
+        let s = scan_file(&exe.path, &file).expect("an ELF file");
+        // Not instrumented: no sites, so no symbols read (the e2e tests scan programs with).
+        assert!(s.scanned.sites.is_empty() && s.scanned.funcs.is_empty());
+        assert!(
+            s.needed.iter().any(|n| n.starts_with("libc.so")),
+            "{:?}",
+            s.needed
+        );
+        assert!(!s.calls_mcount);
+        assert!(scan_file(&exe.path, b"#!/bin/sh\n").is_none());
     }
 }
