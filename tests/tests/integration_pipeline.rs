@@ -32,7 +32,7 @@ use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{CallSites, PatchRecords, RecordSource};
 use ftrace_tracefs::{
     Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
-    TracerOption, ring_buffer_pages,
+    TracerOption, WriteMode, ring_buffer_pages,
 };
 use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
 use ftrace_tracers::function_graph::{
@@ -638,7 +638,7 @@ fn cat(fs: &mut Tracefs<SimHost>, path: &str) -> String {
 }
 
 fn echo(fs: &mut Tracefs<SimHost>, text: &str, path: &str) -> Result<(), Errno> {
-    fs.write_all(path, format!("{text}\n").as_bytes(), false)
+    fs.write_all(path, format!("{text}\n").as_bytes(), WriteMode::Truncate)
 }
 
 fn body(trace: &str) -> Vec<&str> {
@@ -714,7 +714,7 @@ fn a_program_traced_through_tracefs() {
     );
 
     // a filter change while tracing re-patches: add g_gamma
-    fs.write_all("set_ftrace_filter", b"g_gamma\n", true)
+    fs.write_all("set_ftrace_filter", b"g_gamma\n", WriteMode::Append)
         .unwrap();
     assert_eq!(calls_sites(&world), ["f_alpha", "f_beta", "g_gamma"]);
     echo(&mut fs, "f*", "set_ftrace_filter").unwrap();

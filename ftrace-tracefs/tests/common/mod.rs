@@ -25,7 +25,7 @@ use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
 use ftrace_tracefs::triggers::Trigger;
 use ftrace_tracefs::{
     Errno, EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend,
-    Tracefs, TracerOption, ring_buffer_pages,
+    Tracefs, TracerOption, WriteMode, ring_buffer_pages,
 };
 use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
 use ftrace_tracers::function_graph::FunctionGraphTracer;
@@ -796,10 +796,10 @@ pub fn cat(fs: &mut Tracefs<ModelHost>, path: &str) -> Result<String, Errno> {
 
 /// `echo data > path` (the shell adds the newline).
 pub fn echo(fs: &mut Tracefs<ModelHost>, data: &str, path: &str) -> Result<(), Errno> {
-    fs.write_all(path, format!("{data}\n").as_bytes(), false)
+    fs.write_all(path, format!("{data}\n").as_bytes(), WriteMode::Truncate)
 }
 
 /// `echo data >> path`.
 pub fn echo_append(fs: &mut Tracefs<ModelHost>, data: &str, path: &str) -> Result<(), Errno> {
-    fs.write_all(path, format!("{data}\n").as_bytes(), true)
+    fs.write_all(path, format!("{data}\n").as_bytes(), WriteMode::Append)
 }
