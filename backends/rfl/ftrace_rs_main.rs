@@ -405,7 +405,7 @@ pub unsafe extern "C" fn rfl_rs_show_stats(m: *mut shim::SeqFile) {
         let s = pc.snapshot(t.buffer.cpu(cpu), now);
         let _ = writeln!(w, "cpu: {cpu}");
         if let Some(ring) = &s.ring {
-            let _ = ring.write_to(&mut w, true);
+            let _ = ring.write_to(&mut w, ftrace_ringbuf::ClockUnit::Nanoseconds);
         }
         let _ = writeln!(w, "calls: {}", s.calls);
         let _ = writeln!(w, "hits: {}", s.hits);

@@ -274,6 +274,10 @@ fn trace_pipe_consumes_and_trace_clock_switches() {
         .map(|l| l.split_whitespace().nth(3).unwrap().to_owned())
         .collect();
     assert_eq!(ts, ["0:", "1:"]);
+    // The stats file prints the counter's raw value, not `secs.usecs`.
+    let stats = cat(&mut fs, "per_cpu/cpu0/stats");
+    let now = stats.lines().find(|l| l.starts_with("now ts: ")).unwrap();
+    assert!(now[8..].trim().parse::<u64>().is_ok(), "{stats}");
     assert_eq!(echo(&mut fs, "mono", "trace_clock"), Err(Errno::EINVAL));
 }
 

@@ -27,7 +27,7 @@ use ftrace_patch::{
     DynFtrace, FixedTargets, FtraceOpsView, PageStats, Protocol, RecordOps, RecordTable, SiteForm,
     UpdatePass,
 };
-use ftrace_ringbuf::{CpuBuffer, HeapPages};
+use ftrace_ringbuf::{ClockUnit, CpuBuffer, HeapPages};
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{CallSites, PatchRecords, RecordSource};
 use ftrace_tracefs::{
@@ -465,7 +465,7 @@ impl TraceBackend for Backend {
         let mut s = String::new();
         BUFS.read().unwrap()[cpu as usize]
             .stats(SimClock.now_ns())
-            .write_to(&mut s, true)?;
+            .write_to(&mut s, ClockUnit::Nanoseconds)?;
         w.write_str(&s)
     }
     fn open_trace(&mut self, _cpu: Option<u32>) -> Box<dyn Reader> {

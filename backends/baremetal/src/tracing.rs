@@ -35,7 +35,7 @@ use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::reclaim::ReaderCount;
 use ftrace_core::symbols::SymbolTable;
 use ftrace_patch::{FixedTargets, FtraceBug, Protocol, UpdateStats};
-use ftrace_ringbuf::RingBuffer;
+use ftrace_ringbuf::{ClockUnit, RingBuffer};
 use ftrace_tracefs::FilterFile;
 use ftrace_tracefs::filters::FilterState;
 use ftrace_tracefs::records::CallSites;
@@ -789,7 +789,8 @@ impl Tracing {
         match ring().and_then(|r| r.cpu(cpu as usize)) {
             Some(b) => {
                 let mut s = Buf::<512>::new();
-                b.stats(BareMetal.now_ns()).write_to(&mut s, true)?;
+                b.stats(BareMetal.now_ns())
+                    .write_to(&mut s, ClockUnit::Nanoseconds)?;
                 w.write_str(s.as_str())
             }
             None => Ok(()),

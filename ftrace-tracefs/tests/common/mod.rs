@@ -17,7 +17,7 @@ use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{DynFtrace, PageStats, RecordTable, SiteForm};
 use ftrace_ringbuf::CpuBuffer;
-use ftrace_ringbuf::{At, HeapPages};
+use ftrace_ringbuf::{At, ClockUnit, HeapPages};
 use ftrace_tracefs::event_filter::EventFilter;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{PatchRecords, StaticRecords};
@@ -661,7 +661,7 @@ impl TraceBackend for ModelBackend {
         let mut s = String::new();
         st.bufs[cpu as usize]
             .stats(st.stats_now_ns)
-            .write_to(&mut s, true)?;
+            .write_to(&mut s, ClockUnit::Nanoseconds)?;
         w.write_str(&s)
     }
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
