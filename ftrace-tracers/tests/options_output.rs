@@ -6,7 +6,7 @@ use ftrace_core::symbols::SortedSymbols;
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
 
@@ -62,7 +62,7 @@ fn text(
     l: &mut EventLists<'_>,
     env: &OutputEnv<'_>,
     style: OutputStyle,
-    overruns: bool,
+    overruns: Overruns,
     header: Option<&HeaderInfo<'_>>,
 ) -> String {
     let mut st = vec![GraphCpuState::INIT; env.nr_cpu_ids as usize];
@@ -89,7 +89,7 @@ fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> Stri
         &mut l,
         &env,
         OutputStyle::Default,
-        false,
+        Overruns::None,
         header.then_some(&i),
     )
 }
@@ -171,7 +171,7 @@ fn counter_clock_prints_the_raw_value() {
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 1);
     env.time_in_ns = false;
-    let out = text(&mut l, &env, OutputStyle::Default, false, None);
+    let out = text(&mut l, &env, OutputStyle::Default, Overruns::None, None);
     assert!(
         out.ends_with(".....            5: do_sys_openat2 <-__x64_sys_openat\n"),
         "{out}"
@@ -238,7 +238,7 @@ fn module_symbols_and_lost_events_and_annotate() {
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 2);
     env.options |= TraceOptions::SYM_OFFSET;
-    let out = text(&mut l, &env, OutputStyle::Default, true, None);
+    let out = text(&mut l, &env, OutputStyle::Default, Overruns::Lost, None);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[2], "CPU:0 [LOST 7 EVENTS]");
     assert!(lines[3].ends_with(": mod_func+0x4/0x40 [mymod] <-__x64_sys_openat+0x6e/0xa0"));
@@ -305,7 +305,13 @@ fn graph_proc_overrun_latency_and_irqs() {
         env.irq_text = Some((0xffffffff81e00000, 0xffffffff81f00000));
         let mut i = info();
         i.tracer = "function_graph";
-        text(&mut l, &env, OutputStyle::Graph(flags), false, Some(&i))
+        text(
+            &mut l,
+            &env,
+            OutputStyle::Graph(flags),
+            Overruns::None,
+            Some(&i),
+        )
     };
     let f = GraphFlags::DEFAULT | GraphFlags::PROC | GraphFlags::OVERRUN;
     assert_eq!(
@@ -388,7 +394,7 @@ fn scheduler_records_and_stacks() {
         l.push(EventRef::new(0, 3000, &stack));
         let mut env = OutputEnv::new(&s, &Sh, 1);
         env.options = opts;
-        text(&mut l, &env, OutputStyle::Default, false, None)
+        text(&mut l, &env, OutputStyle::Default, Overruns::None, None)
     };
     let out = render(D - TraceOptions::CONTEXT_INFO);
     assert_eq!(
@@ -455,7 +461,13 @@ fn graph_without_duration_or_overhead_or_context() {
         env.options = opts;
         let mut i = info();
         i.tracer = "function_graph";
-        text(&mut l, &env, OutputStyle::Graph(flags), false, Some(&i))
+        text(
+            &mut l,
+            &env,
+            OutputStyle::Graph(flags),
+            Overruns::None,
+            Some(&i),
+        )
     };
     let d = GraphFlags::DEFAULT;
     assert_eq!(

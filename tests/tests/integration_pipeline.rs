@@ -42,7 +42,7 @@ use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::TraceWriter;
+use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::ringbuf::CpuBufferSink;
 use ftrace_tracers::tracer::{AdmitAll, Registry, Tracer};
@@ -310,7 +310,11 @@ impl World {
         let mut env = OutputEnv::new(&*self.syms, &Names, 1);
         env.options = TraceOptions::from_bits_retain(self.trace_flags);
         let mut state = vec![GraphCpuState::INIT; 1];
-        let mut w = TraceWriter::new(t.output_style(t.default_flags()), &mut state, false);
+        let mut w = TraceWriter::new(
+            t.output_style(t.default_flags()),
+            &mut state,
+            Overruns::None,
+        );
         let mut iter = TraceIter::new(&mut lists, None);
         let mut out = Vec::new();
         w.write_trace(&mut out, &env, Some(&info), &mut iter)

@@ -46,7 +46,7 @@ use ftrace_tracers::function_graph::{FunctionGraphTracer, GraphEntry, ShadowStac
 use ftrace_tracers::iter::{EventSource, TraceIter};
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
 use ftrace_tracers::tracer::{AdmitAll, EntrySink, Tracer as TracerImpl};
 
@@ -626,7 +626,11 @@ impl Tracing {
             _ => OutputStyle::Default,
         };
         let mut graph = [GraphCpuState::INIT; MAX_CPUS];
-        let mut writer = TraceWriter::new(style, &mut graph, written > entries);
+        let mut writer = TraceWriter::new(
+            style,
+            &mut graph,
+            Overruns::of(written.saturating_sub(entries)),
+        );
         let info = HeaderInfo {
             tracer: tracer.name(),
             entries,

@@ -52,7 +52,7 @@ use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::TraceWriter;
+use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
@@ -376,7 +376,7 @@ impl State {
             latency: LatencyInfo::default(),
         };
         let style = t.output_style(self.tracer_flags.get(t.name()).copied().unwrap_or(0));
-        let mut w = TraceWriter::new(style, gstate, lost > 0);
+        let mut w = TraceWriter::new(style, gstate, Overruns::of(lost));
         let mut it = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
         let _ = w.write_trace(&mut out, &env, header.then_some(&info), &mut it);

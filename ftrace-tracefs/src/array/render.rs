@@ -9,7 +9,7 @@ use ftrace_core::platform::Reclaim;
 use ftrace_ringbuf::ClockUnit;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::ringbuf::BufferedEvents;
 use ftrace_tracers::{TraceIter, TraceOptions};
@@ -84,7 +84,11 @@ pub(super) fn trace_text<P: Platform, const CPUS: usize>(
     };
     let mut state = vec![GraphCpuState::INIT; nr as usize];
     // Lost events turn on the buffer-started notices (`TRACE_FILE_ANNOTATE`).
-    let mut w = TraceWriter::new(style::<P, CPUS>(c), &mut state, written > entries);
+    let mut w = TraceWriter::new(
+        style::<P, CPUS>(c),
+        &mut state,
+        Overruns::of(written.saturating_sub(entries)),
+    );
     let mut iter = TraceIter::new(&mut lists, cpu);
     let names = Names(a.platform());
     let env = env(a, &names);
@@ -124,7 +128,7 @@ impl<P: Platform, const CPUS: usize> Reader for PipeReader<P, CPUS> {
         }
         let style = style::<P, CPUS>(&a.control());
         let mut lists = events.lists();
-        let mut w = TraceWriter::new(style, &mut self.graph, false);
+        let mut w = TraceWriter::new(style, &mut self.graph, Overruns::None);
         let mut iter = TraceIter::new(&mut lists, None);
         let names = Names(a.platform());
         let _ = w.write_events(out, &env(a, &names), &mut iter);

@@ -33,7 +33,7 @@ use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::trace_event;
 use ftrace_tracers::tracer::{EntrySink, Registry, Tracer};
@@ -263,7 +263,7 @@ impl State {
             latency: LatencyInfo::default(),
         };
         let mut state = vec![GraphCpuState::INIT; self.cpus as usize];
-        let mut w = TraceWriter::new(self.style(), &mut state, false);
+        let mut w = TraceWriter::new(self.style(), &mut state, Overruns::None);
         let mut iter = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
         let env = self.env(syms);
@@ -492,7 +492,7 @@ impl Reader for PipeReader {
         let mut lists = EventLists::new(st.cpus);
         lists.push(ev);
         let mut state = vec![GraphCpuState::INIT; st.cpus as usize];
-        let mut w = TraceWriter::new(st.style(), &mut state, false);
+        let mut w = TraceWriter::new(st.style(), &mut state, Overruns::None);
         let mut iter = TraceIter::new(&mut lists, None);
         w.write_events(out, &st.env(&self.syms), &mut iter)
             .expect("formats");
