@@ -17,7 +17,7 @@
 //!
 //! [`array::TraceArray`] is the tracing machinery itself, generic over one small
 //! [`array::Platform`] binding: a backend that uses it writes only its platform (see the
-//! [porting guide](array#porting-guide)).
+//! [porting guide](mod@array#porting-guide)).
 //!
 //! Trace events are registered by the host ([`Tracefs::register_event`]); [`events`] keeps
 //! their per-instance state, [`event_filter`] and [`triggers`] parse what users write into
