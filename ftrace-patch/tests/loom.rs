@@ -145,7 +145,11 @@ fn trap_while_disarm() {
         // The sites are "freed" (kept in memory, so a failing model reads nothing freed).
         alive.store(false, Ordering::Relaxed);
         cpu.join().unwrap();
-        assert_eq!(sites[0].status(), SiteStatus::Done, "kept until the CPU is done");
+        assert_eq!(
+            sites[0].status(),
+            SiteStatus::Done,
+            "kept until the CPU is done"
+        );
     });
 }
 

@@ -86,7 +86,11 @@ fn the_example_is_at_most_40_lines_besides_its_simulated_trampoline() {
         lines.join("\n")
     );
     // What is counted is the platform, the static instance and the session.
-    for needle in ["unsafe impl Platform for Host", "static TRACE", "pub fn main()"] {
+    for needle in [
+        "unsafe impl Platform for Host",
+        "static TRACE",
+        "pub fn main()",
+    ] {
         assert!(lines.iter().any(|l| l.contains(needle)), "{needle}");
     }
 }
