@@ -5,7 +5,8 @@
 
 use core::fmt;
 
-use ftrace_ringbuf::ClockUnit;
+// What a clock counts; re-exported for `OutputEnv::clock_unit`.
+pub use ftrace_ringbuf::ClockUnit;
 
 /// A trace clock, as listed by `trace_clock` on Linux 6.12 x86_64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

@@ -3,6 +3,7 @@
 
 use ftrace_core::entry::{FtraceEntry, Pod, TraceEntry};
 use ftrace_core::symbols::SortedSymbols;
+use ftrace_tracers::clock::ClockUnit;
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
@@ -74,7 +75,7 @@ fn text(
 }
 
 /// Two events 42.413 ms apart on CPU 0, printed with `opts`.
-fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> String {
+fn print(opts: TraceOptions, unit: ClockUnit, header: bool, time_start: u64) -> String {
     let d = openat(148);
     let mut l = EventLists::new(2);
     l.push(EventRef::new(0, TS, &d));
@@ -82,7 +83,7 @@ fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> Stri
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 2);
     env.options = opts;
-    env.time_in_ns = in_ns;
+    env.clock_unit = unit;
     env.time_start = time_start;
     let i = info();
     text(
@@ -102,7 +103,7 @@ const D: TraceOptions = TraceOptions::DEFAULT;
 
 #[test]
 fn sym_addr() {
-    let s = print(D | TraceOptions::SYM_ADDR, true, false, 0);
+    let s = print(D | TraceOptions::SYM_ADDR, ClockUnit::Nanoseconds, false, 0);
     assert!(
         first_line(&s)
             .ends_with(": do_sys_openat2 <ffffffff81453d90> <-__x64_sys_openat <ffffffff8145446e>"),
@@ -112,12 +113,12 @@ fn sym_addr() {
 
 #[test]
 fn raw_and_hex() {
-    let s = print(D | TraceOptions::RAW, true, false, 0);
+    let s = print(D | TraceOptions::RAW, ClockUnit::Nanoseconds, false, 0);
     assert_eq!(
         first_line(&s),
         "148 0 33607019616 ffffffff81453d90 ffffffff8145446e"
     );
-    let s = print(D | TraceOptions::HEX, true, false, 0);
+    let s = print(D | TraceOptions::HEX, ClockUnit::Nanoseconds, false, 0);
     assert_eq!(
         first_line(&s),
         "00000094 00000000 00000007d3226c60 ffffffff81453d90 ffffffff8145446e "
@@ -127,7 +128,12 @@ fn raw_and_hex() {
 #[test]
 fn latency_format_and_verbose() {
     let start = TS - 21_275_000;
-    let s = print(D | TraceOptions::LATENCY_FORMAT, true, false, start);
+    let s = print(
+        D | TraceOptions::LATENCY_FORMAT,
+        ClockUnit::Nanoseconds,
+        false,
+        start,
+    );
     assert_eq!(
         first_line(&s),
         "      sh-148       0..... 21275us*: do_sys_openat2 <-__x64_sys_openat"
@@ -139,7 +145,7 @@ fn latency_format_and_verbose() {
     );
     let s = print(
         D | TraceOptions::LATENCY_FORMAT | TraceOptions::VERBOSE,
-        true,
+        ClockUnit::Nanoseconds,
         false,
         start,
     );
@@ -151,7 +157,7 @@ fn latency_format_and_verbose() {
     // The verbose latency header has the block but no column legend.
     let s = print(
         D | TraceOptions::LATENCY_FORMAT | TraceOptions::VERBOSE,
-        true,
+        ClockUnit::Nanoseconds,
         true,
         start,
     );
@@ -170,7 +176,7 @@ fn counter_clock_prints_the_raw_value() {
     l.push(EventRef::new(0, 5, &d));
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 1);
-    env.time_in_ns = false;
+    env.clock_unit = ClockUnit::Ticks;
     let out = text(&mut l, &env, OutputStyle::Default, Overruns::None, None);
     assert!(
         out.ends_with(".....            5: do_sys_openat2 <-__x64_sys_openat\n"),
@@ -180,13 +186,18 @@ fn counter_clock_prints_the_raw_value() {
 
 #[test]
 fn no_context_info_and_no_irq_info() {
-    let s = print(D - TraceOptions::CONTEXT_INFO, true, true, 0);
+    let s = print(
+        D - TraceOptions::CONTEXT_INFO,
+        ClockUnit::Nanoseconds,
+        true,
+        0,
+    );
     assert_eq!(
         s,
         "# tracer: function\n#\ndo_sys_openat2 <-__x64_sys_openat\n\
          do_sys_openat2 <-__x64_sys_openat\n"
     );
-    let s = print(D - TraceOptions::IRQ_INFO, true, true, 0);
+    let s = print(D - TraceOptions::IRQ_INFO, ClockUnit::Nanoseconds, true, 0);
     let lines: Vec<&str> = s.lines().collect();
     assert_eq!(
         lines[4],
@@ -197,13 +208,23 @@ fn no_context_info_and_no_irq_info() {
         lines[6],
         "              sh-148     [000]     33.607020: do_sys_openat2 <-__x64_sys_openat"
     );
-    let s = print(D - TraceOptions::PRINT_PARENT, true, false, 0);
+    let s = print(
+        D - TraceOptions::PRINT_PARENT,
+        ClockUnit::Nanoseconds,
+        false,
+        0,
+    );
     assert!(first_line(&s).ends_with(": do_sys_openat2"));
 }
 
 #[test]
 fn record_tgid() {
-    let s = print(D | TraceOptions::RECORD_TGID, true, true, 0);
+    let s = print(
+        D | TraceOptions::RECORD_TGID,
+        ClockUnit::Nanoseconds,
+        true,
+        0,
+    );
     let lines: Vec<&str> = s.lines().collect();
     assert_eq!(
         lines[4],

@@ -44,6 +44,7 @@ use ftrace_tracefs::{
     EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
     TraceBackend, TracerOption,
 };
+use ftrace_tracers::clock::ClockUnit;
 use ftrace_tracers::function::{
     FunctionTracer, trace_marker_raw_write as marker_raw, trace_marker_write as marker,
 };
@@ -356,7 +357,10 @@ impl State {
         let t = tracer_obj(self.tracer);
         let mut env = OutputEnv::new(syms, &tasks, self.nr_cpus);
         env.options = TraceOptions::from_bits_retain(self.flags);
-        env.time_in_ns = self.clock != ClockKind::X86Tsc;
+        env.clock_unit = match self.clock {
+            ClockKind::X86Tsc => ClockUnit::Ticks,
+            _ => ClockUnit::Nanoseconds,
+        };
         env.time_start = evs.first().map_or(0, |e| e.ts);
         let mut lists = EventLists::new(self.nr_cpus);
         let mut lost = 0;

@@ -392,7 +392,7 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
         symbols: &syms,
         tasks: &cmdlines,
         options: opts.trace,
-        time_in_ns: clock.in_ns(),
+        clock_unit: clock.unit(),
         time_start,
         nr_cpu_ids: nr_cpus,
         irq_text,

@@ -6,7 +6,6 @@ use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
 use ftrace_core::platform::Reclaim;
-use ftrace_ringbuf::ClockUnit;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
@@ -59,7 +58,7 @@ fn env<'a, P: Platform, const CPUS: usize>(
 ) -> OutputEnv<'a> {
     let mut env = OutputEnv::new(a.platform().symbols(), names, a.nr_cpus() as u32);
     env.options = TraceOptions::from_bits_retain(a.options.load(Ordering::Relaxed));
-    env.time_in_ns = a.clock_unit() == ClockUnit::Nanoseconds;
+    env.clock_unit = a.clock_unit();
     env
 }
 
