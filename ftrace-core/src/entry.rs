@@ -94,6 +94,50 @@ pub struct FtraceGraphRetEntry {
     pub backport_rettime: u64,
 }
 
+/// `struct ftrace_graph_ret_entry` (`funcgraph_exit`, id 10) of a 6.12 kernel built with
+/// `CONFIG_FUNCTION_GRAPH_RETVAL`: 64 bytes, [`FtraceGraphRetEntry`] with the function's return
+/// value (the integer return register) after `func`.
+///
+/// Readers tell the two layouts apart by the record's length (56 or 64 bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct FtraceGraphRetvalEntry {
+    /// The common header.
+    pub ent: TraceEntry,
+    /// Address of the returning function.
+    pub func: u64,
+    /// The return value (`regs_return_value`: `rax` on x86_64).
+    pub retval: u64,
+    /// Call depth, as in the matching entry.
+    pub depth: i32,
+    /// Shadow-stack overruns seen so far by this task.
+    pub overrun: u32,
+    /// Timestamp of the call (trace clock).
+    pub calltime: u64,
+    /// Timestamp of the return (trace clock).
+    pub rettime: u64,
+    /// Entry-level `calltime` of the backport; always zero in that kernel's pages.
+    pub backport_calltime: u64,
+    /// Entry-level `rettime` of the backport; always zero in that kernel's pages.
+    pub backport_rettime: u64,
+}
+
+impl FtraceGraphRetvalEntry {
+    /// The record without its return value, in the 56-byte layout.
+    pub fn without_retval(&self) -> FtraceGraphRetEntry {
+        FtraceGraphRetEntry {
+            ent: self.ent,
+            func: self.func,
+            depth: self.depth,
+            overrun: self.overrun,
+            calltime: self.calltime,
+            rettime: self.rettime,
+            backport_calltime: self.backport_calltime,
+            backport_rettime: self.backport_rettime,
+        }
+    }
+}
+
 /// The size `events/ftrace/funcgraph_exit/format` describes (40) for the 56-byte
 /// [`FtraceGraphRetEntry`].
 pub const FTRACE_GRAPH_RET_FORMAT_SIZE: usize = 40;
@@ -368,6 +412,7 @@ pod!(
     FtraceEntry,
     FtraceGraphEntEntry,
     FtraceGraphRetEntry,
+    FtraceGraphRetvalEntry,
     PrintEntry,
     BprintEntry,
     BputsEntry,
@@ -385,6 +430,7 @@ const_assert_eq!(size_of::<TraceEntry>(), 8);
 const_assert_eq!(size_of::<FtraceEntry>(), 24);
 const_assert_eq!(size_of::<FtraceGraphEntEntry>(), 20);
 const_assert_eq!(size_of::<FtraceGraphRetEntry>(), 56);
+const_assert_eq!(size_of::<FtraceGraphRetvalEntry>(), 64);
 const_assert_eq!(size_of::<PrintEntry>(), 16);
 const_assert_eq!(size_of::<BprintEntry>(), 24);
 const_assert_eq!(size_of::<BputsEntry>(), 24);
@@ -426,6 +472,16 @@ offsets!(FtraceGraphRetEntry {
     rettime: 32,
     backport_calltime: 40,
     backport_rettime: 48,
+});
+offsets!(FtraceGraphRetvalEntry {
+    func: 8,
+    retval: 16,
+    depth: 24,
+    overrun: 28,
+    calltime: 32,
+    rettime: 40,
+    backport_calltime: 48,
+    backport_rettime: 56,
 });
 offsets!(PrintEntry { ip: 8 });
 offsets!(BprintEntry { ip: 8, fmt: 16 });

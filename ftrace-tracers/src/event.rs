@@ -8,7 +8,7 @@
 use ftrace_core::EventId;
 use ftrace_core::entry::{
     BprintEntry, BputsEntry, CtxSwitchEntry, FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry,
-    FuncRepeatsEntry, Pod, PrintEntry, RawDataEntry, TraceEntry,
+    FtraceGraphRetvalEntry, FuncRepeatsEntry, Pod, PrintEntry, RawDataEntry, TraceEntry,
 };
 
 /// Events lost before an event (the ring buffer's missed-events information).
@@ -76,7 +76,7 @@ impl<'a> EventRef<'a> {
                 FtraceGraphEntEntry::read_from(d).map_or(Entry::Truncated, Entry::GraphEntry)
             }
             Some(EventId::FuncgraphExit) => {
-                read_graph_ret(d).map_or(Entry::Truncated, Entry::GraphReturn)
+                read_graph_return(d).map_or(Entry::Truncated, Entry::GraphReturn)
             }
             Some(EventId::Print) => match PrintEntry::read_from(d) {
                 Some(p) => Entry::Print {
@@ -120,17 +120,52 @@ impl<'a> EventRef<'a> {
 }
 
 /// Reads a `funcgraph_exit` record of either in-buffer size: 56 bytes (Debian 6.12.117) or the
-/// 40 bytes its format file describes (the times sit at the same offsets in both).
+/// 40 bytes its format file describes (the times sit at the same offsets in both). A 64-byte
+/// record (`CONFIG_FUNCTION_GRAPH_RETVAL`) is read too, without its return value.
 pub fn read_graph_ret(d: &[u8]) -> Option<FtraceGraphRetEntry> {
-    if let Some(r) = FtraceGraphRetEntry::read_from(d) {
-        return Some(r);
+    read_graph_return(d).map(|r| r.ret)
+}
+
+/// Reads a `funcgraph_exit` record of any layout this crate knows: the 64-byte one of a
+/// `CONFIG_FUNCTION_GRAPH_RETVAL` kernel (with its return value), the 56-byte one of Debian
+/// 6.12.117, or the 40 bytes that kernel's format file describes (both without).
+pub fn read_graph_return(d: &[u8]) -> Option<GraphReturnRecord> {
+    if d.len() >= size_of::<FtraceGraphRetvalEntry>() {
+        let r = FtraceGraphRetvalEntry::read_from(d)?;
+        return Some(GraphReturnRecord {
+            ret: r.without_retval(),
+            retval: Some(r.retval),
+        });
     }
-    if d.len() < ftrace_core::entry::FTRACE_GRAPH_RET_FORMAT_SIZE {
-        return None;
+    let ret = match FtraceGraphRetEntry::read_from(d) {
+        Some(r) => r,
+        None => {
+            if d.len() < ftrace_core::entry::FTRACE_GRAPH_RET_FORMAT_SIZE {
+                return None;
+            }
+            let mut full = [0u8; size_of::<FtraceGraphRetEntry>()];
+            full[..d.len()].copy_from_slice(d);
+            FtraceGraphRetEntry::read_from(&full)?
+        }
+    };
+    Some(GraphReturnRecord { ret, retval: None })
+}
+
+/// A decoded `funcgraph_exit`: the record and, when its layout carries one, the function's
+/// return value. Dereferences to the record's fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphReturnRecord {
+    /// The record's fields, in the 56-byte layout.
+    pub ret: FtraceGraphRetEntry,
+    /// The return value, if the record has one (a 64-byte record).
+    pub retval: Option<u64>,
+}
+
+impl core::ops::Deref for GraphReturnRecord {
+    type Target = FtraceGraphRetEntry;
+    fn deref(&self) -> &FtraceGraphRetEntry {
+        &self.ret
     }
-    let mut full = [0u8; size_of::<FtraceGraphRetEntry>()];
-    full[..d.len()].copy_from_slice(d);
-    FtraceGraphRetEntry::read_from(&full)
 }
 
 /// The bytes of `b` up to its first NUL.
@@ -147,7 +182,7 @@ pub enum Entry<'a> {
     /// `funcgraph_entry`.
     GraphEntry(FtraceGraphEntEntry),
     /// `funcgraph_exit`.
-    GraphReturn(FtraceGraphRetEntry),
+    GraphReturn(GraphReturnRecord),
     /// `print` (`trace_marker`): the caller and the text up to its NUL.
     Print {
         /// Where it was recorded (`tracing_mark_write`).

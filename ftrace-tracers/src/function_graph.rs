@@ -12,9 +12,14 @@
 //! - a full stack hooks nothing and counts an overrun, which every later return record carries;
 //! - `max_graph_depth` (0 = unlimited), `set_graph_function` (trace only inside those
 //!   functions), `set_graph_notrace` (trace nothing inside those) and `tracing_thresh` (record
-//!   only returns that took at least that long, no entries) decide what is recorded.
+//!   only returns that took at least that long, no entries) decide what is recorded;
+//! - under [`ReturnValues::Recorded`] a return passed through
+//!   [`FunctionGraphTracer::exit_with_retval`] carries the function's return value, which
+//!   `funcgraph-retval` prints (`CONFIG_FUNCTION_GRAPH_RETVAL`).
 
-use ftrace_core::entry::{FtraceGraphEntEntry, FtraceGraphRetEntry, Pod, TraceEntry};
+use ftrace_core::entry::{
+    FtraceGraphEntEntry, FtraceGraphRetEntry, FtraceGraphRetvalEntry, Pod, TraceEntry,
+};
 use ftrace_core::platform::TaskContext;
 use ftrace_core::{Errno, EventId};
 
@@ -152,6 +157,18 @@ pub struct FunctionGraphTracer {
     max_depth: AtomicU32,
     thresh_ns: AtomicU64,
     with_profiler: bool,
+    return_values: ReturnValues,
+}
+
+/// Whether a function_graph tracer's backend passes return values at exit
+/// (`CONFIG_FUNCTION_GRAPH_RETVAL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReturnValues {
+    /// No return values: 56-byte return records, no `funcgraph-retval` options (Debian 6.12).
+    Absent,
+    /// The backend calls [`FunctionGraphTracer::exit_with_retval`]: 64-byte return records
+    /// and the `funcgraph-retval` and `funcgraph-retval-hex` options.
+    Recorded,
 }
 
 impl Default for FunctionGraphTracer {
@@ -168,7 +185,24 @@ impl FunctionGraphTracer {
             max_depth: AtomicU32::new(0),
             thresh_ns: AtomicU64::new(0),
             with_profiler,
+            return_values: ReturnValues::Absent,
         }
+    }
+
+    /// This tracer with return values as `values` says (the options it offers follow).
+    pub const fn with_return_values(mut self, values: ReturnValues) -> Self {
+        self.return_values = values;
+        self
+    }
+
+    /// Whether this tracer records return values.
+    pub fn return_values(&self) -> ReturnValues {
+        self.return_values
+    }
+
+    /// `tracing_thresh` in nanoseconds (0 = off).
+    pub fn thresh_ns(&self) -> u64 {
+        self.thresh_ns.load(Ordering::Relaxed)
     }
 
     /// `max_graph_depth` (0 = unlimited).
@@ -273,10 +307,41 @@ impl FunctionGraphTracer {
     /// The return trampoline's half: pops the frame, records the return (unless under
     /// `tracing_thresh` or inside a notrace function) and gives back the return address.
     /// Returns `None` on an empty stack (a return that was never hooked: a backend bug).
+    /// The record has no return value; see [`FunctionGraphTracer::exit_with_retval`].
     pub fn exit<const N: usize>(
         &self,
         stack: &mut ShadowStack<N>,
         now: u64,
+        task: &(impl TaskContext + ?Sized),
+        sink: &(impl EntrySink + ?Sized),
+    ) -> Option<GraphExit> {
+        self.pop_and_record(stack, now, None, task, sink)
+    }
+
+    /// [`FunctionGraphTracer::exit`] for a backend that captured the function's return value
+    /// (the integer return register): under [`ReturnValues::Recorded`] the record is the
+    /// 64-byte [`FtraceGraphRetvalEntry`] carrying `retval`; under [`ReturnValues::Absent`]
+    /// the value is dropped and the record is the 56-byte one.
+    pub fn exit_with_retval<const N: usize>(
+        &self,
+        stack: &mut ShadowStack<N>,
+        now: u64,
+        retval: u64,
+        task: &(impl TaskContext + ?Sized),
+        sink: &(impl EntrySink + ?Sized),
+    ) -> Option<GraphExit> {
+        let retval = match self.return_values {
+            ReturnValues::Recorded => Some(retval),
+            ReturnValues::Absent => None,
+        };
+        self.pop_and_record(stack, now, retval, task, sink)
+    }
+
+    fn pop_and_record<const N: usize>(
+        &self,
+        stack: &mut ShadowStack<N>,
+        now: u64,
+        retval: Option<u64>,
         task: &(impl TaskContext + ?Sized),
         sink: &(impl EntrySink + ?Sized),
     ) -> Option<GraphExit> {
@@ -316,9 +381,27 @@ impl FunctionGraphTracer {
             backport_calltime: 0,
             backport_rettime: 0,
         };
-        exit.recorded = sink.write_entry(size_of::<FtraceGraphRetEntry>(), &mut |b| {
-            b[..size_of::<FtraceGraphRetEntry>()].copy_from_slice(r.as_bytes())
-        });
+        exit.recorded = match retval {
+            None => sink.write_entry(size_of::<FtraceGraphRetEntry>(), &mut |b| {
+                b[..size_of::<FtraceGraphRetEntry>()].copy_from_slice(r.as_bytes())
+            }),
+            Some(retval) => {
+                let r = FtraceGraphRetvalEntry {
+                    ent: r.ent,
+                    func: r.func,
+                    retval,
+                    depth: r.depth,
+                    overrun: r.overrun,
+                    calltime: r.calltime,
+                    rettime: r.rettime,
+                    backport_calltime: 0,
+                    backport_rettime: 0,
+                };
+                sink.write_entry(size_of::<FtraceGraphRetvalEntry>(), &mut |b| {
+                    b[..size_of::<FtraceGraphRetvalEntry>()].copy_from_slice(r.as_bytes())
+                })
+            }
+        };
         Some(exit)
     }
 }
@@ -328,10 +411,11 @@ impl Tracer for FunctionGraphTracer {
         "function_graph"
     }
     fn options(&self) -> &'static [TracerOpt] {
-        if self.with_profiler {
-            &GraphFlags::OPTS_WITH_PROFILER
-        } else {
-            &GraphFlags::OPTS
+        match (self.return_values, self.with_profiler) {
+            (ReturnValues::Absent, false) => &GraphFlags::OPTS,
+            (ReturnValues::Absent, true) => &GraphFlags::OPTS_WITH_PROFILER,
+            (ReturnValues::Recorded, false) => &GraphFlags::OPTS_WITH_RETVAL,
+            (ReturnValues::Recorded, true) => &GraphFlags::OPTS_WITH_RETVAL_AND_PROFILER,
         }
     }
     fn default_flags(&self) -> u32 {

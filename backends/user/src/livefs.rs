@@ -8,13 +8,19 @@
 //! program's call sites) and sent to the agent as one whole wanted state
 //! ([`crate::agentctl`]), which it applies with its live patching protocols.
 //!
+//! `set_ftrace_pid` / `set_ftrace_notrace_pid` (top level) go to the agent with the
+//! `function-fork` option: a pid there is a thread id of the program ([`ftrace_agent::pids`]).
+//! `tracing_cpumask` goes to the agent too ([`ftrace_agent::cpumask`]: the program's events are
+//! recorded only on the CPUs of the mask); the markers this tool records are not masked (their
+//! CPU is the tool's, not the writer's).
+//!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
 //! instances/x`) get their own buffers of marker events, their own function-filter files and
 //! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
 //! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
-//! filters and cpumasks other than "all" (`EINVAL`), a function in `set_graph_notrace`
+//! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
 //! commands other than `traceon` / `traceoff` (`EINVAL`; none in an instance). Invariant: a refused write
 //! changes nothing, here or in the program.
@@ -111,6 +117,10 @@ struct State {
     on: bool,
     depth: u32,
     flags: u64,
+    /// `set_ftrace_pid`, `set_ftrace_notrace_pid` (top level: sent to the agent).
+    pids: [Vec<u32>; 2],
+    /// `tracing_cpumask` when not all CPUs (top level: sent to the agent).
+    cpumask: Option<Vec<u64>>,
     tracer_flags: HashMap<&'static str, u32>,
     markers: Markers,
     comms: HashMap<u32, String>,
@@ -168,6 +178,11 @@ fn now_clock(clock: ClockKind) -> u64 {
     }
 }
 
+/// Whether the `function-fork` trace option is set in the flag word `flags`.
+fn function_fork(flags: u64) -> bool {
+    ftrace_tracefs::TraceFlags::bit_of(b"function-fork").is_some_and(|b| flags >> b & 1 == 1)
+}
+
 fn this_cpu() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::sched_getcpu() }.max(0) as u32
@@ -199,6 +214,8 @@ impl State {
             on: true,
             depth: 0,
             flags: 0,
+            pids: [Vec::new(), Vec::new()],
+            cpumask: None,
             tracer_flags,
             markers: Markers::default(),
             comms: HashMap::new(),
@@ -248,6 +265,10 @@ impl State {
                 .filter(|&ip| (f.is_empty() || f.contains(ip)) && !n.contains(ip))
                 .collect(),
             roots: g.ips().collect(),
+            pids: self.pids[0].clone(),
+            no_pids: self.pids[1].clone(),
+            follow_fork: function_fork(self.flags),
+            cpus: self.cpumask.clone(),
         })
     }
 
@@ -634,8 +655,12 @@ impl TraceBackend for UserBackend {
                 st.push().inspect_err(|_| st.depth = old)
             }
             Param::Flags(f) => {
+                let old = st.flags;
                 st.flags = f.0;
-                Ok(())
+                if function_fork(old) == function_fork(f.0) {
+                    return Ok(());
+                }
+                st.push().inspect_err(|_| st.flags = old)
             }
             Param::Clock(c) => {
                 let new = ClockKind::parse(c).ok_or(Errno::EINVAL)?;
@@ -658,9 +683,19 @@ impl TraceBackend for UserBackend {
                     m.get((c / 64) as usize)
                         .is_some_and(|w| w >> (c % 64) & 1 == 1)
                 });
-                if all { Ok(()) } else { Err(Errno::EINVAL) }
+                let new = (!all).then(|| m.to_vec());
+                let old = std::mem::replace(&mut st.cpumask, new);
+                st.push().inspect_err(|_| st.cpumask = old)
             }
-            Param::Pids(PidFile::Ftrace | PidFile::FtraceNotrace, []) => Ok(()),
+            Param::Pids(_, []) if st.agent.is_none() => Ok(()),
+            Param::Pids(which, list) if st.agent.is_some() => {
+                let slot = match which {
+                    PidFile::Ftrace => 0,
+                    PidFile::FtraceNotrace => 1,
+                };
+                let old = std::mem::replace(&mut st.pids[slot], list.to_vec());
+                st.push().inspect_err(|_| st.pids[slot] = old)
+            }
             // Values that change nothing this backend does: the reader wake-up watermark
             // (blocked readers are polled), the latency value (the tree keeps it), how many
             // task names to keep (all are kept).

@@ -1100,3 +1100,128 @@ fn random_writes_on_the_live_mount_never_panic_and_errors_change_nothing() {
     let (out, _, _) = m.finish();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// Clears the trace, then waits for `n` events and returns the tids of the events seen
+/// (cleared twice: an event from before the last state change cannot be in the second window).
+fn fresh_tids(m: &Mounted, n: usize, what: &str) -> BTreeSet<String> {
+    for _ in 0..2 {
+        std::fs::write(m.path("trace"), "").unwrap();
+        wait_for(what, || (events(&m.read("trace")).len() >= n).then_some(()));
+    }
+    events(&m.read("trace"))
+        .iter()
+        .map(|l| tid_of(l).to_string())
+        .collect()
+}
+
+#[test]
+fn pid_filters_select_the_programs_threads() {
+    let m = Mounted::start("pids", "function");
+    // The two workers' thread ids.
+    let tids: Vec<String> = wait_for("events of both workers", || {
+        let t = m.read("trace");
+        let tids: BTreeSet<String> = events(&t)
+            .iter()
+            .filter(|l| l.contains("tick_"))
+            .map(|l| tid_of(l).to_string())
+            .collect();
+        (tids.len() >= 2).then(|| tids.into_iter().collect())
+    });
+    let (a, b) = (&tids[0], &tids[1]);
+
+    // set_ftrace_pid: only that thread.
+    m.echo(a, "set_ftrace_pid");
+    assert_eq!(m.read("set_ftrace_pid"), format!("{a}\n"));
+    assert_eq!(
+        fresh_tids(&m, 20, "events of the listed thread"),
+        [a.clone()].into()
+    );
+
+    // set_ftrace_notrace_pid: every thread but that one.
+    std::fs::write(m.path("set_ftrace_pid"), "").unwrap();
+    assert_eq!(m.read("set_ftrace_pid"), "no pid\n");
+    m.echo(a, "set_ftrace_notrace_pid");
+    let seen = fresh_tids(&m, 20, "events of the other threads");
+    assert!(seen.contains(b) && !seen.contains(a), "{seen:?}");
+
+    // Both lists: listed and not in the notrace list.
+    m.echo(&format!("{a} {b}"), "set_ftrace_pid");
+    assert_eq!(
+        fresh_tids(&m, 20, "events of the thread listed once"),
+        [b.clone()].into()
+    );
+
+    // A bad pid changes nothing.
+    let o = sh(&format!("echo x > {}", m.path("set_ftrace_pid").display()));
+    assert!(!o.status.success());
+    assert_eq!(
+        fresh_tids(&m, 20, "events after a refused write"),
+        [b.clone()].into()
+    );
+
+    // Cleared: every thread again (and the fast path back).
+    std::fs::write(m.path("set_ftrace_pid"), "").unwrap();
+    std::fs::write(m.path("set_ftrace_notrace_pid"), "").unwrap();
+    let seen = wait_for("events of both workers again", || {
+        let s = fresh_tids(&m, 40, "events after clearing");
+        (s.contains(a) && s.contains(b)).then_some(s)
+    });
+    assert!(seen.len() >= 2);
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = String::from_utf8_lossy(&out.stdout);
+    assert!(calls.ends_with(" wrong 0\n"), "{calls}");
+}
+
+/// The CPU field of a function-tracer line (`comm-tid [cpu] ...`).
+fn cpu_of(line: &str) -> &str {
+    line.split_whitespace().nth(1).unwrap_or("")
+}
+
+#[test]
+fn tracing_cpumask_records_only_its_cpus() {
+    let nr = std::thread::available_parallelism().unwrap().get();
+    assert!(nr >= 2, "a cpumask test needs two CPUs");
+    let m = Mounted::start("cpumask", "function");
+    wait_for("events", || {
+        (!events(&m.read("trace")).is_empty()).then_some(())
+    });
+    // Only CPU 0, then only CPU 1: the workers migrate between them, so each shows up.
+    for (mask, cpu) in [("1", "[000]"), ("2", "[001]")] {
+        m.echo(mask, "tracing_cpumask");
+        let text = wait_for("events on the masked CPU", || {
+            std::fs::write(m.path("trace"), "").unwrap();
+            let t = wait_for("events", || {
+                let t = m.read("trace");
+                (events(&t).len() >= 20).then_some(t)
+            });
+            let cpus: BTreeSet<&str> = events(&t).iter().map(|l| cpu_of(l)).collect();
+            (cpus == [cpu].into()).then(|| t.clone())
+        });
+        assert!(events(&text).iter().all(|l| cpu_of(l) == cpu), "{text}");
+    }
+    // A refused mask (a CPU the machine lacks) changes nothing.
+    let o = sh(&format!(
+        "echo 1,00000000,00000000,00000000,00000000 > {}",
+        m.path("tracing_cpumask").display()
+    ));
+    assert!(!o.status.success());
+    let before = m.read("tracing_cpumask");
+    assert_eq!(
+        u64::from_str_radix(before.trim().replace(',', "").as_str(), 16),
+        Ok(2)
+    );
+    // All CPUs again.
+    let all = format!("{:x}", u64::MAX >> (64 - nr.min(64)));
+    m.echo(&all, "tracing_cpumask");
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

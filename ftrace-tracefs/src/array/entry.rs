@@ -60,7 +60,7 @@ impl<P: Platform, const CPUS: usize> RecursionState for Cx<P, CPUS> {
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     /// The trampoline's entry point: `ip` was called from `parent_ip`, and `ret_slot` holds
     /// the return address (`function_graph` may replace it with
-    /// [`Platform::return_handler`]; see the [porting guide](super#porting-guide)).
+    /// [`Platform::return_handler`]; see the [porting guide](mod@crate::array#porting-guide)).
     #[inline]
     pub fn on_entry(&self, ip: usize, parent_ip: usize, ret_slot: &mut usize) {
         // No guard here: the instance registers its ops dynamic, which needs the ops list

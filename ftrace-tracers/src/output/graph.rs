@@ -16,7 +16,7 @@ use bitflags::bitflags;
 
 use super::context::write_lat_fmt;
 use super::{OutputEnv, StripNewline, comm_of, digits, trace_find_mark, write_graph_duration};
-use crate::event::{Entry, EventRef};
+use crate::event::{Entry, EventRef, GraphReturnRecord};
 use crate::iter::TraceIter;
 use crate::options::{TraceOptions, TracerOpt};
 use crate::output::entries::write_trace_body;
@@ -47,6 +47,10 @@ bitflags! {
         const SLEEP_TIME = 0x200;
         /// `graph-time`: the profiler counts time in children.
         const GRAPH_TIME = 0x400;
+        /// `funcgraph-retval`: print each function's return value.
+        const RETVAL = 0x800;
+        /// `funcgraph-retval-hex`: print return values in hexadecimal only.
+        const RETVAL_HEX = 0x1000;
     }
 }
 
@@ -101,18 +105,51 @@ impl GraphFlags {
     ];
 
     /// [`GraphFlags::OPTS`] plus `graph-time`, for builds with the function profiler.
-    pub const OPTS_WITH_PROFILER: [TracerOpt; 10] = {
+    pub const OPTS_WITH_PROFILER: [TracerOpt; 10] = Self::opts_with(&Self::OPTS, &[]);
+
+    /// [`GraphFlags::OPTS`] with `funcgraph-retval` and `funcgraph-retval-hex` after
+    /// `funcgraph-tail`, as a kernel with `CONFIG_FUNCTION_GRAPH_RETVAL` lists them.
+    pub const OPTS_WITH_RETVAL: [TracerOpt; 11] = Self::opts_with(&Self::OPTS, &Self::RETVAL_OPTS);
+
+    /// [`GraphFlags::OPTS_WITH_RETVAL`] plus `graph-time`.
+    pub const OPTS_WITH_RETVAL_AND_PROFILER: [TracerOpt; 12] =
+        Self::opts_with(&Self::OPTS_WITH_RETVAL, &[]);
+
+    const RETVAL_OPTS: [TracerOpt; 2] = [
+        TracerOpt {
+            name: "funcgraph-retval",
+            bit: 0x800,
+        },
+        TracerOpt {
+            name: "funcgraph-retval-hex",
+            bit: 0x1000,
+        },
+    ];
+
+    /// `base` with `insert` placed before `sleep-time` (the last entry of `base` without the
+    /// profiler) and, when `M` leaves room, `graph-time` at the end.
+    const fn opts_with<const M: usize>(base: &[TracerOpt], insert: &[TracerOpt]) -> [TracerOpt; M] {
         let mut all = [TracerOpt {
             name: "graph-time",
             bit: 0x400,
-        }; 10];
+        }; M];
         let mut i = 0;
-        while i < Self::OPTS.len() {
-            all[i] = Self::OPTS[i];
+        let mut o = 0;
+        while i < base.len() {
+            if base[i].bit == 0x200 {
+                let mut j = 0;
+                while j < insert.len() {
+                    all[o] = insert[j];
+                    o += 1;
+                    j += 1;
+                }
+            }
+            all[o] = base[i];
+            o += 1;
             i += 1;
         }
         all
-    };
+    }
 }
 
 /// `FTRACE_RETFUNC_DEPTH`: the deepest call a shadow stack holds.
@@ -169,6 +206,29 @@ enum Fill {
     End,
 }
 
+/// Which line a return value goes on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Brace {
+    /// A leaf: `func(); /* = v */`.
+    Leaf,
+    /// A closing brace: `} /* func = v */`.
+    Closing,
+}
+
+/// `MAX_ERRNO`: the largest errno a negative return value encodes.
+const MAX_ERRNO: u64 = 4095;
+
+/// The value as a negative errno (`IS_ERR_VALUE`), taking a set bit 31 with a clear upper half
+/// as a sign-extended `int`; `None` if it is no errno.
+fn errno_value(retval: u64) -> Option<i64> {
+    let v = if retval & (1 << 31) != 0 && retval >> 32 == 0 {
+        retval as u32 as i32 as i64
+    } else {
+        retval as i64
+    };
+    (v as u64 >= MAX_ERRNO.wrapping_neg()).then_some(v)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum IrqMark {
     Entry,
@@ -206,8 +266,7 @@ impl<'s> GraphPrinter<'s> {
                 Ok(LineResult::Handled)
             }
             Entry::GraphReturn(r) => {
-                let duration = r.rettime.wrapping_sub(r.calltime);
-                self.print_return(out, env, ev, r.func, r.depth, r.overrun, duration)?;
+                self.print_return(out, env, ev, &r)?;
                 Ok(LineResult::Handled)
             }
             // Function and stack events are not shown as comments.
@@ -437,8 +496,13 @@ impl<'s> GraphPrinter<'s> {
             let duration = r.rettime.wrapping_sub(r.calltime);
             self.write_duration(out, env, duration, Fill::None)?;
             Self::indent(out, depth)?;
-            super::write_sym(out, env.symbols, func)?;
-            out.write_str("();\n")?;
+            match self.shown_retval(&r) {
+                Some(retval) => self.write_retval(out, env, func, retval, Brace::Leaf)?,
+                None => {
+                    super::write_sym(out, env.symbols, func)?;
+                    out.write_str("();\n")?;
+                }
+            }
             self.print_irq_mark(out, env, ev, r.func, IrqMark::Return)
         } else {
             if let Some(st) = self.state(ev.cpu) {
@@ -454,17 +518,54 @@ impl<'s> GraphPrinter<'s> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The return value to print: `funcgraph-retval` is set and the record has one.
+    fn shown_retval(&self, r: &GraphReturnRecord) -> Option<u64> {
+        r.retval.filter(|_| self.flags.contains(GraphFlags::RETVAL))
+    }
+
+    /// `print_graph_retval`: `func(); /* = 0x3 */` or `} /* func = -2 */`. A value that is a
+    /// negative errno (as `unsigned long`, or as a sign-extended 32-bit `int`) prints in
+    /// decimal; anything else, and everything under `funcgraph-retval-hex`, as `0x%lx`.
+    fn write_retval(
+        &self,
+        out: &mut dyn Write,
+        env: &OutputEnv<'_>,
+        func: u64,
+        retval: u64,
+        brace: Brace,
+    ) -> fmt::Result {
+        let hex = self.flags.contains(GraphFlags::RETVAL_HEX);
+        let err_code = if retval == 0 || hex {
+            None
+        } else {
+            errno_value(retval)
+        };
+        match brace {
+            Brace::Leaf => {
+                super::write_sym(out, env.symbols, func)?;
+                out.write_str("(); /* = ")?;
+            }
+            Brace::Closing => {
+                out.write_str("} /* ")?;
+                super::write_sym(out, env.symbols, func)?;
+                out.write_str(" = ")?;
+            }
+        }
+        match err_code {
+            Some(e) => writeln!(out, "{e} */"),
+            None => writeln!(out, "{retval:#x} */"),
+        }
+    }
+
     fn print_return(
         &mut self,
         out: &mut dyn Write,
         env: &OutputEnv<'_>,
         ev: &EventRef<'_>,
-        func: u64,
-        depth: i32,
-        overrun: u32,
-        duration: u64,
+        r: &GraphReturnRecord,
     ) -> fmt::Result {
+        let (func, depth, overrun) = (r.func, r.depth, r.overrun);
+        let duration = r.rettime.wrapping_sub(r.calltime);
         // check_irq_return.
         if !self.flags.contains(GraphFlags::IRQS) {
             if let Some(st) = self.state(ev.cpu) {
@@ -487,14 +588,15 @@ impl<'s> GraphPrinter<'s> {
         self.prologue(out, env, ev, None)?;
         self.write_duration(out, env, duration, Fill::None)?;
         Self::indent(out, depth)?;
-        if func_match && !self.flags.contains(GraphFlags::TAIL) {
-            out.write_char('}')?;
+        if let Some(retval) = self.shown_retval(r) {
+            self.write_retval(out, env, func, retval, Brace::Closing)?;
+        } else if func_match && !self.flags.contains(GraphFlags::TAIL) {
+            out.write_str("}\n")?;
         } else {
             out.write_str("} /* ")?;
             super::write_sym(out, env.symbols, func)?;
-            out.write_str(" */")?;
+            out.write_str(" */\n")?;
         }
-        out.write_char('\n')?;
         if self.flags.contains(GraphFlags::OVERRUN) {
             writeln!(out, " (Overruns: {overrun})")?;
         }

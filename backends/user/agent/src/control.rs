@@ -8,7 +8,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
-//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus>` | `OK <sites changed>` or `ERR <errno> <text>` |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
@@ -17,7 +17,11 @@
 //! the sites to enable (the filter files resolved by the tool) and the function_graph roots
 //! (`set_graph_function`); then the function commands (`-`, or comma-separated
 //! `addr:traceon|traceoff:count`, `u` for no count), run in the program ([`crate::probe`]),
-//! which `PROBES` reads back with the `tracing_on` they may have changed. The agent patches with its usual protocols ([`crate::patch`]):
+//! which `PROBES` reads back with the `tracing_on` they may have changed; then the pid filters
+//! ([`crate::pids`]): `set_ftrace_pid` and `set_ftrace_notrace_pid` as comma-separated decimal
+//! thread ids (`-` for none) and `function-fork` (0/1); last `tracing_cpumask`
+//! ([`crate::cpumask`]): `-` for all CPUs, else comma-separated hex 64-bit words, CPU 0 in bit
+//! 0 of the first. The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
 //! fast-path switches), and a site is only retargeted while disabled. The thread never runs
@@ -53,6 +57,35 @@ pub struct Wanted {
     /// The function commands (`f:traceoff:N`): their sites are enabled whatever the tracer,
     /// calling the full-save path, where [`crate::probe`] runs them.
     pub probes: Vec<WantedProbe>,
+    /// `set_ftrace_pid`: trace only these threads (empty: no list).
+    pub pids: Vec<u32>,
+    /// `set_ftrace_notrace_pid`: never trace these threads (empty: no list).
+    pub no_pids: Vec<u32>,
+    /// `function-fork`: forked children of listed threads join the lists.
+    pub follow_fork: bool,
+    /// `tracing_cpumask` as 64-bit words (bit n = CPU n); `None`: all CPUs.
+    pub cpus: Option<Vec<u64>>,
+}
+
+fn parse_pids(s: &str) -> Option<Vec<u32>> {
+    if s == "-" {
+        return Some(Vec::new());
+    }
+    let mut v: Vec<u32> = s
+        .split(',')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Some(v)
+}
+
+fn fmt_pids(pids: &[u32]) -> String {
+    if pids.is_empty() {
+        return "-".into();
+    }
+    let v: Vec<String> = pids.iter().map(u32::to_string).collect();
+    v.join(",")
 }
 
 fn parse_addrs(s: &str) -> Option<HashSet<u64>> {
@@ -92,14 +125,21 @@ impl Wanted {
     /// The `STATE` request line (without the newline).
     pub fn to_request(&self) -> String {
         format!(
-            "STATE {} {} {} {} {} {} {}",
+            "STATE {} {} {} {} {} {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
             u8::from(self.on),
             self.depth,
             self.clock.name(),
             fmt_addrs(&self.sel),
             fmt_addrs(&self.roots),
-            fmt_probes(&self.probes)
+            fmt_probes(&self.probes),
+            fmt_pids(&self.pids),
+            fmt_pids(&self.no_pids),
+            u8::from(self.follow_fork),
+            self.cpus.as_ref().map_or("-".into(), |w| {
+                let v: Vec<String> = w.iter().map(|x| format!("{x:x}")).collect();
+                v.join(",")
+            })
         )
     }
 
@@ -125,6 +165,21 @@ impl Wanted {
                 .map(WantedProbe::parse)
                 .collect::<Option<_>>()?,
         };
+        let pids = parse_pids(it.next()?)?;
+        let no_pids = parse_pids(it.next()?)?;
+        let follow_fork = match it.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        let cpus = match it.next()? {
+            "-" => None,
+            w => Some(
+                w.split(',')
+                    .map(|x| u64::from_str_radix(x, 16).ok())
+                    .collect::<Option<Vec<u64>>>()?,
+            ),
+        };
         if it.next().is_some() {
             return None;
         }
@@ -136,6 +191,10 @@ impl Wanted {
             sel,
             roots,
             probes,
+            pids,
+            no_pids,
+            follow_fork,
+            cpus,
         })
     }
 }
@@ -263,6 +322,9 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     );
     handler::TRACING_ON.store(w.on, Ordering::Relaxed);
     handler::CLOCK_TSC.store(w.clock.is_tsc(), Ordering::Relaxed);
+    crate::pids::FOLLOW_FORK.store(w.follow_fork, Ordering::Relaxed);
+    crate::pids::set_lists(&w.pids, &w.no_pids);
+    crate::cpumask::set_mask(w.cpus.as_deref());
     a.config.clock = w.clock;
     handler::update_fast_path();
     crate::probe::publish(&w.probes, &traced);
@@ -309,23 +371,31 @@ mod tests {
                     count: None,
                 },
             ],
+            pids: vec![7, 12],
+            no_pids: vec![],
+            follow_fork: true,
+            cpus: Some(vec![0x2, 0x1]),
         };
         let line = w.to_request();
         assert_eq!(
             line,
-            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u"
+            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1"
         );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
-        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - -");
+        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0 -");
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
-        assert_eq!(Wanted::parse("STATE bogus 1 0 local - - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local zz - -"), None);
+        assert_eq!(Wanted::parse("STATE bogus 1 0 local - - - - - 0 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - - - - 0 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local zz - - - - 0 -"), None);
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u"),
+            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u - - 0 -"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - x - 0 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 2 -"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 g"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0"), None);
     }
 }

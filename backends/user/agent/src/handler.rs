@@ -31,11 +31,20 @@ pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 /// tracing on, no `set_graph_function`, no `max_graph_depth`); kept by [`update_fast_path`].
 pub static GRAPH_OK: AtomicU8 = AtomicU8::new(0);
 
-/// Recomputes [`FAST_OK`] and [`GRAPH_OK`] after a change of tracer, clock, filters or
-/// `tracing_on`.
+/// A pid filter ([`crate::pids`]) or a cpumask ([`crate::cpumask`]) is set: the full-save
+/// entry path checks them; kept by [`update_fast_path`].
+pub static TASK_FILTERS: AtomicBool = AtomicBool::new(false);
+
+/// Recomputes [`TASK_FILTERS`], [`FAST_OK`] and [`GRAPH_OK`] after a change of tracer, clock, filters, pid
+/// filters or `tracing_on`.
 pub fn update_fast_path() {
     let tsc_on = CLOCK_TSC.load(Ordering::Relaxed) && TRACING_ON.load(Ordering::Relaxed);
     let tracer = TRACER.load(Ordering::Relaxed);
+    // Pid-filtered or cpu-masked tracing takes the full-save path, where they are checked.
+    let task_filters = crate::pids::PID_FILTERED.load(Ordering::Relaxed)
+        || crate::cpumask::CPU_FILTERED.load(Ordering::Relaxed);
+    TASK_FILTERS.store(task_filters, Ordering::Relaxed);
+    let tsc_on = tsc_on && !task_filters;
     FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
     let graph = tsc_on
         && tracer == 2
@@ -96,8 +105,9 @@ pub struct ThreadState {
     pub cpu: *const u32,
     /// The CPU at registration, when rseq is not available.
     pub fallback_cpu: u32,
-    /// Reserved.
-    pub pad: u32,
+    /// The thread id (set at registration; 0 before): what the pid filters ([`crate::pids`])
+    /// match.
+    pub tid: u32,
     /// The shadow stack (function_graph).
     pub shadow: *mut Frame,
     /// Frames on the shadow stack.
@@ -159,6 +169,10 @@ pub unsafe extern "C" fn on_entry(
         st.guard = 0;
         return;
     }
+    if TASK_FILTERS.load(Ordering::Relaxed) && !task_admitted(st) {
+        st.guard = 0;
+        return;
+    }
     let ip = ret - 5;
     if tracer == 1 {
         crate::dispatch::DISPATCHER.call(ip, parent, None);
@@ -167,6 +181,14 @@ pub unsafe extern "C" fn on_entry(
         unsafe { graph_entry(st, ip, parent, slot, root != 0) };
     }
     st.guard = 0;
+}
+
+/// Whether the pid filters and the cpumask let this registered thread record now.
+#[cold]
+#[inline(never)]
+fn task_admitted(st: &ThreadState) -> bool {
+    // SAFETY: registered: `cpu` is live.
+    crate::pids::admits(st.tid) && crate::cpumask::admits(unsafe { *st.cpu })
 }
 
 #[inline(always)]
@@ -317,6 +339,8 @@ fn register(st: &mut ThreadState) -> bool {
     match create_buffer(inst) {
         Some(w) => {
             st.writer = w;
+            // SAFETY: no preconditions.
+            st.tid = unsafe { libc::gettid() } as u32;
             match inst.rseq_offset {
                 Some(off) => st.cpu = (thread_pointer() as i64 + off as i64) as *const u32,
                 None => {

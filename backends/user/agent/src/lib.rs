@@ -24,10 +24,12 @@ pub mod buffer;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod cpumask;
 pub mod dispatch;
 pub mod elf;
 pub mod handler;
 pub mod patch;
+pub mod pids;
 pub mod probe;
 pub mod text;
 pub mod tramp;
@@ -383,6 +385,11 @@ extern "C" fn agent_fini() {
 }
 
 extern "C" fn after_fork_child() {
+    // SAFETY: this thread's own block, copied from the thread that forked.
+    let parent_tid = unsafe { (*handler::current()).tid };
+    if parent_tid != 0 {
+        pids::follow_fork(parent_tid);
+    }
     handler::reset_current_thread();
     text::register_sync_core();
     let mut g = agent();

@@ -11,16 +11,16 @@
 //! written only while every other thread is parked outside them; text is R-X after every batch.
 //!
 //! Publication: the breakpoint batch in flight is in ftrace-patch's [`BreakpointSlot`]
-//! ([`BREAKPOINTS`]); the known sites and the last stop-the-world's windows are
+//! (`BREAKPOINTS`); the known sites and the last stop-the-world's windows are
 //! [`RcuCell`]s whose replaced values are freed after a grace period of a [`ReaderCount`]
 //! domain. Their readers are signal handlers (`SIGTRAP`, the stop signal), which must not take
 //! locks or allocate: crossbeam-epoch's `EpochReclaim` is out there (its pin may register a
 //! thread-local on first use, which allocates, and every so many pins runs deferred frees,
 //! which take the allocator's lock the interrupted thread may hold); a `ReaderCount` pin is
 //! an atomic increment and a fence. Each domain's grace period is waited for by the control
-//! thread in place, never while a reader of that domain can be parked: [`TRAP_READERS`]
+//! thread in place, never while a reader of that domain can be parked: `TRAP_READERS`
 //! readers pin only around a lookup and drop the guard before chaining to another handler;
-//! [`STOP_READERS`] readers pin in the stop handler after their release, and the windows
+//! `STOP_READERS` readers pin in the stop handler after their release, and the windows
 //! are replaced while every thread is parked before that point.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -63,9 +63,9 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the SIGTRAP handler finds the breakpoint batch in flight.
 static BREAKPOINTS: BreakpointSlot = BreakpointSlot::new();
-/// The grace-period domain of what the SIGTRAP handler reads besides [`BREAKPOINTS`].
+/// The grace-period domain of what the SIGTRAP handler reads besides `BREAKPOINTS`.
 static TRAP_READERS: ReaderCount = ReaderCount::new();
-/// Every known site address, sorted (for late traps); read under [`TRAP_READERS`].
+/// Every known site address, sorted (for late traps); read under `TRAP_READERS`.
 static KNOWN: RcuCell<Vec<u64>> = RcuCell::empty();
 /// The grace-period domain of the stop handler's reads of [`STOPPED_WINDOWS`].
 static STOP_READERS: ReaderCount = ReaderCount::new();

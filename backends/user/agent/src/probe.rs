@@ -4,7 +4,7 @@
 //!
 //! The control thread publishes a [`Probes`] in an [`RcuCell`]; the counts live here, in the
 //! program (the tool reads them back with the `PROBES` request). Invariant: a handler reads
-//! the published [`Probes`] inside a guard of [`PROBE_READERS`], and a replaced one is freed
+//! the published [`Probes`] inside a guard of `PROBE_READERS`, and a replaced one is freed
 //! only after that domain's grace period (waited for in place by the control thread), so no
 //! handler runs a freed one; it is replaced only when the set of probes changes (a count-only
 //! change is stored into the live counts).
@@ -80,7 +80,7 @@ static PROBES: RcuCell<Probes> = RcuCell::empty();
 /// The grace-period domain [`PROBES`] is replaced through.
 static PROBE_READERS: ReaderCount = ReaderCount::new();
 
-/// Runs `f` on the published probes, inside a guard of [`PROBE_READERS`] (`f` must not
+/// Runs `f` on the published probes, inside a guard of `PROBE_READERS` (`f` must not
 /// publish: the grace period would wait for this guard).
 fn with_current<R>(f: impl FnOnce(Option<&Probes>) -> R) -> R {
     let _g = PROBE_READERS.pin();
