@@ -40,7 +40,7 @@ use ftrace_core::recursion::TraceRecursion;
 use ftrace_tracers::function::FunctionTracer;
 use ftrace_tracers::iter::TraceIter;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::{AdmitAll, Tracer};
 
@@ -374,7 +374,11 @@ pub unsafe extern "C" fn rfl_rs_show_trace(m: *mut shim::SeqFile) {
     };
     let mut src = snap.source();
     let mut iter = TraceIter::new(&mut src, None);
-    let mut writer = TraceWriter::new(OutputStyle::Default, &mut [], written > entries);
+    let mut writer = TraceWriter::new(
+        OutputStyle::Default,
+        &mut [],
+        Overruns::of(written.saturating_sub(entries)),
+    );
     let _ = writer.write_trace(&mut w, &env, Some(&info), &mut iter);
     if snap.truncated != 0 {
         let _ = writeln!(
@@ -405,7 +409,7 @@ pub unsafe extern "C" fn rfl_rs_show_stats(m: *mut shim::SeqFile) {
         let s = pc.snapshot(t.buffer.cpu(cpu), now);
         let _ = writeln!(w, "cpu: {cpu}");
         if let Some(ring) = &s.ring {
-            let _ = ring.write_to(&mut w, true);
+            let _ = ring.write_to(&mut w, ftrace_ringbuf::ClockUnit::Nanoseconds);
         }
         let _ = writeln!(w, "calls: {}", s.calls);
         let _ = writeln!(w, "hits: {}", s.hits);

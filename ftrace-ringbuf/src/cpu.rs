@@ -217,6 +217,17 @@ pub(crate) fn record_length(p: *const u8) -> Option<usize> {
     }
 }
 
+/// What a trace clock counts, which decides how its timestamps print (the kernel's
+/// `trace_clocks[].in_ns`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockUnit {
+    /// Nanoseconds (`local`, `global`, `mono`, ...): printed as `secs.usecs`.
+    Nanoseconds,
+    /// Ticks of a counter clock (`counter`'s increments, `uptime`'s jiffies, `x86-tsc`'s
+    /// cycles): printed as the raw value.
+    Ticks,
+}
+
 /// Counters of one CPU buffer; what `per_cpu/cpuN/stats` prints.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -251,14 +262,13 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Writes the stats in the kernel's exact format. `in_ns` is the clock's unit: ns clocks
-    /// print `secs.usecs`, counter clocks the raw value.
-    pub fn write_to(&self, w: &mut impl fmt::Write, in_ns: bool) -> fmt::Result {
+    /// Writes the stats in the kernel's exact format, the two timestamps in the clock's `unit`.
+    pub fn write_to(&self, w: &mut impl fmt::Write, unit: ClockUnit) -> fmt::Result {
         writeln!(w, "entries: {}", self.entries)?;
         writeln!(w, "overrun: {}", self.overrun)?;
         writeln!(w, "commit overrun: {}", self.commit_overrun)?;
         writeln!(w, "bytes: {}", self.bytes)?;
-        if in_ns {
+        if unit == ClockUnit::Nanoseconds {
             let (s, us) = ns_to_secs_usecs(self.oldest_event_ts);
             writeln!(w, "oldest event ts: {s:5}.{us:06}")?;
             let (s, us) = ns_to_secs_usecs(self.now_ts);
@@ -275,7 +285,7 @@ impl Stats {
 impl fmt::Display for Stats {
     /// The stats file of a nanosecond clock.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.write_to(f, true)
+        self.write_to(f, ClockUnit::Nanoseconds)
     }
 }
 

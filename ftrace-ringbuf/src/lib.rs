@@ -52,8 +52,8 @@ mod tests;
 
 pub use buffer::RingBuffer;
 pub use cpu::{
-    At, BufferError, CpuBuffer, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Mode, ReadPage, Reservation, Stats,
-    ns_to_secs_usecs,
+    At, BufferError, ClockUnit, CpuBuffer, MAX_PAGE_SIZE, MIN_PAGE_SIZE, Mode, ReadPage,
+    Reservation, Stats, ns_to_secs_usecs,
 };
 pub use page::{Event, Page, PageError};
 #[cfg(feature = "alloc")]

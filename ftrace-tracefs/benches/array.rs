@@ -8,6 +8,7 @@ mod common;
 
 use common::sim::{DO_WORK, RETURN_HANDLER, SCHEDULE, Sim, become_task};
 use criterion::{Criterion, criterion_group, criterion_main};
+use ftrace_tracefs::WriteMode;
 use ftrace_tracefs::array::TraceArray;
 use std::hint::black_box;
 
@@ -25,7 +26,7 @@ fn array(c: &mut Criterion) {
     become_task(0, 2);
     let mut fs = TRACE.tracefs().unwrap();
     for tracer in ["nop", "function", "function_graph"] {
-        fs.write_all("current_tracer", tracer.as_bytes(), false)
+        fs.write_all("current_tracer", tracer.as_bytes(), WriteMode::Truncate)
             .unwrap();
         c.bench_function(&format!("traced call, {tracer}"), |b| b.iter(traced_call));
     }

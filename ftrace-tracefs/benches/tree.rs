@@ -6,6 +6,7 @@
 mod common;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use ftrace_tracefs::WriteMode;
 use std::hint::black_box;
 
 fn tree(c: &mut Criterion) {
@@ -18,13 +19,13 @@ fn tree(c: &mut Criterion) {
     });
     c.bench_function("echo 1 > tracing_on", |b| {
         b.iter(|| {
-            fs.write_all("tracing_on", black_box(b"1\n"), false)
+            fs.write_all("tracing_on", black_box(b"1\n"), WriteMode::Truncate)
                 .unwrap()
         })
     });
     c.bench_function("echo 50 > buffer_percent", |b| {
         b.iter(|| {
-            fs.write_all("buffer_percent", black_box(b"50\n"), false)
+            fs.write_all("buffer_percent", black_box(b"50\n"), WriteMode::Truncate)
                 .unwrap()
         })
     });

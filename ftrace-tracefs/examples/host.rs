@@ -5,7 +5,9 @@
 //! Run it with `cargo run -p ftrace-tracefs --example host`; `tests/host_example.rs` checks
 //! its output against the kernel's formats and its size.
 
-use ftrace_tracefs::array::{HeapPages, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray};
+// Everything a platform and a session name: `Platform`, `TraceArray`, `HeapPages`, `Symbol`,
+// `SymbolSlice`, `SymbolTable`, `WriteMode`.
+use ftrace_tracefs::array::*;
 
 // The simulated kernel: its functions (sorted by address) and its CPUs (one per thread).
 static SYMS: SymbolSlice = SymbolSlice(&[
@@ -72,11 +74,11 @@ fn workload() {
 pub fn main() -> Result<(), ftrace_tracefs::Errno> {
     let mut fs = TRACE.tracefs()?;
     for tracer in ["function", "function_graph"] {
-        fs.write_all("current_tracer", tracer.as_bytes(), false)?;
+        fs.write_all("current_tracer", tracer.as_bytes(), WriteMode::Truncate)?;
         workload();
         print!("{}", String::from_utf8_lossy(&fs.read_to_end("trace")?));
     }
-    let err = fs.write_all("current_tracer", b"bogus", false).unwrap_err();
-    println!("echo bogus > current_tracer: {err:?} ({err})");
+    let bad = fs.write_all("current_tracer", b"bogus", WriteMode::Truncate);
+    println!("echo bogus > current_tracer: {0:?} ({0})", bad.unwrap_err());
     Ok(())
 }

@@ -76,6 +76,27 @@ pub struct OpenFlags {
     pub create: bool,
 }
 
+/// How a write opens its file: the shell's two redirections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMode {
+    /// `echo x > file` (`O_TRUNC`): replaces the content; clears `trace`, filters, pid lists,
+    /// `error_log`.
+    Truncate,
+    /// `echo x >> file` (`O_APPEND`): adds to a filter or pid list instead of replacing it.
+    Append,
+}
+
+impl WriteMode {
+    /// The `open(2)` flags of this redirection: [`OpenFlags::TRUNCATE`] or
+    /// [`OpenFlags::APPEND`].
+    pub const fn open_flags(self) -> OpenFlags {
+        match self {
+            WriteMode::Truncate => OpenFlags::TRUNCATE,
+            WriteMode::Append => OpenFlags::APPEND,
+        }
+    }
+}
+
 impl OpenFlags {
     /// `cat file`.
     pub const READ: OpenFlags = OpenFlags {
@@ -1545,18 +1566,11 @@ impl<H: Host> Tracefs<H> {
         r.and(rel).map(|()| out)
     }
 
-    /// `echo -n data > path` (`append`: `>>`): open, write until every byte is taken (as
-    /// `full_write` does: a filter file takes one token per `write`), close; the first error
-    /// wins.
-    pub fn write_all(&mut self, path: &str, data: &[u8], append: bool) -> Result<(), Errno> {
-        let fh = self.open(
-            path,
-            if append {
-                OpenFlags::APPEND
-            } else {
-                OpenFlags::TRUNCATE
-            },
-        )?;
+    /// `echo -n data > path` (or `>>`, as `mode` says): open, write until every byte is taken
+    /// (as `full_write` does: a filter file takes one token per `write`), close; the first
+    /// error wins.
+    pub fn write_all(&mut self, path: &str, data: &[u8], mode: WriteMode) -> Result<(), Errno> {
+        let fh = self.open(path, mode.open_flags())?;
         let mut done = 0;
         let r = loop {
             match self.write(fh, done as u64, &data[done..]) {

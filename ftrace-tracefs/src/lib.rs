@@ -69,8 +69,8 @@ pub use backend::{
 #[cfg(feature = "alloc")]
 pub use fs::{
     Fh, MAX_TRACER_SIZE, OpenFlags, PID_BUF_SIZE, PID_LIST_MAX, PID_MAX_DEFAULT, RAW_DATA_MAX_SIZE,
-    SAVED_CMDLINES_DEFAULT, Stat, TRACE_MARKER_MAX_SIZE, Tracefs, WaitKey, marker_text_max,
-    saved_cmdlines_capacity,
+    SAVED_CMDLINES_DEFAULT, Stat, TRACE_MARKER_MAX_SIZE, Tracefs, WaitKey, WriteMode,
+    marker_text_max, saved_cmdlines_capacity,
 };
 pub use ftrace_core::Errno;
 

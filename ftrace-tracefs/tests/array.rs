@@ -5,7 +5,7 @@ mod common;
 
 use common::sim::{DO_WORK, HELPER, LEAF, SCHEDULE, Sim, become_task, call, workload};
 use ftrace_tracefs::array::{ArrayHost, TraceArray};
-use ftrace_tracefs::{Errno, Tracefs};
+use ftrace_tracefs::{Errno, Tracefs, WriteMode};
 
 type Fs = Tracefs<ArrayHost<Sim, 2>>;
 
@@ -14,7 +14,7 @@ fn cat(fs: &mut Fs, path: &str) -> String {
 }
 
 fn echo(fs: &mut Fs, data: &str, path: &str) -> Result<(), Errno> {
-    fs.write_all(path, format!("{data}\n").as_bytes(), false)
+    fs.write_all(path, format!("{data}\n").as_bytes(), WriteMode::Truncate)
 }
 
 /// The event lines of `trace` (the header's `#` lines dropped).
@@ -274,6 +274,10 @@ fn trace_pipe_consumes_and_trace_clock_switches() {
         .map(|l| l.split_whitespace().nth(3).unwrap().to_owned())
         .collect();
     assert_eq!(ts, ["0:", "1:"]);
+    // The stats file prints the counter's raw value, not `secs.usecs`.
+    let stats = cat(&mut fs, "per_cpu/cpu0/stats");
+    let now = stats.lines().find(|l| l.starts_with("now ts: ")).unwrap();
+    assert!(now[8..].trim().parse::<u64>().is_ok(), "{stats}");
     assert_eq!(echo(&mut fs, "mono", "trace_clock"), Err(Errno::EINVAL));
 }
 
@@ -305,8 +309,12 @@ fn instances_are_refused() {
 fn function_commands_run_and_unsupported_ones_are_refused() {
     let (a, mut fs) = instance!();
     echo(&mut fs, "function", "current_tracer").unwrap();
-    fs.write_all("set_ftrace_filter", b"helper:traceoff:1\n", true)
-        .unwrap();
+    fs.write_all(
+        "set_ftrace_filter",
+        b"helper:traceoff:1\n",
+        WriteMode::Append,
+    )
+    .unwrap();
     assert_eq!(
         cat(&mut fs, "set_ftrace_filter"),
         "#### all functions enabled ####\nhelper:traceoff:count=1\n"
@@ -320,12 +328,20 @@ fn function_commands_run_and_unsupported_ones_are_refused() {
         "#### all functions enabled ####\nhelper:traceoff:count=0\n"
     );
     for cmd in ["helper:snapshot", "helper:stacktrace", "helper:dump"] {
-        let r = fs.write_all("set_ftrace_filter", format!("{cmd}\n").as_bytes(), true);
+        let r = fs.write_all(
+            "set_ftrace_filter",
+            format!("{cmd}\n").as_bytes(),
+            WriteMode::Append,
+        );
         assert_eq!(r, Err(Errno::EINVAL), "{cmd}");
     }
     // Removing the command stops its ops.
-    fs.write_all("set_ftrace_filter", b"!helper:traceoff:1\n", true)
-        .unwrap();
+    fs.write_all(
+        "set_ftrace_filter",
+        b"!helper:traceoff:1\n",
+        WriteMode::Append,
+    )
+    .unwrap();
     echo(&mut fs, "1", "tracing_on").unwrap();
     workload(a);
     assert_eq!(lines(&mut fs).len(), 7);

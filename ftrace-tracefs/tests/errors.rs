@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use common::{ModelHost, golden, tracefs, tracefs_with_sched};
 use ftrace_tracefs::tree::Node;
-use ftrace_tracefs::{Errno, OpenFlags, Tracefs};
+use ftrace_tracefs::{Errno, OpenFlags, Tracefs, WriteMode};
 
 type Fs = Tracefs<ModelHost>;
 
@@ -205,7 +205,8 @@ fn the_25_bad_writes_of_linux_6_12() {
     let log = String::from_utf8(fs.read_to_end("error_log").unwrap()).unwrap();
     assert_eq!(log, golden("07-errors/error_log.txt"));
     // `echo > error_log` clears it.
-    fs.write_all("error_log", b"\n", false).unwrap();
+    fs.write_all("error_log", b"\n", WriteMode::Truncate)
+        .unwrap();
     assert_eq!(
         fs.read_to_end("error_log").unwrap(),
         golden("07-errors/error_log_after_clear.txt").as_bytes()
@@ -216,13 +217,19 @@ fn the_25_bad_writes_of_linux_6_12() {
 fn errors_beyond_the_capture() {
     let mut fs = tracefs();
     let e = |fs: &mut Fs, path: &str, data: &str| {
-        fs.write_all(path, data.as_bytes(), false).unwrap_err()
+        fs.write_all(path, data.as_bytes(), WriteMode::Truncate)
+            .unwrap_err()
     };
     // kstrtoul_from_user cuts the write at 22 bytes: 23 zeros and a 1 parse as 0.
-    fs.write_all("tracing_on", b"000000000000000000000001\n", false)
-        .unwrap();
+    fs.write_all(
+        "tracing_on",
+        b"000000000000000000000001\n",
+        WriteMode::Truncate,
+    )
+    .unwrap();
     assert_eq!(common::cat(&mut fs, "tracing_on").unwrap(), "0\n");
-    fs.write_all("tracing_on", b"1\n", false).unwrap();
+    fs.write_all("tracing_on", b"1\n", WriteMode::Truncate)
+        .unwrap();
     assert_eq!(
         e(&mut fs, "tracing_on", "99999999999999999999\n"),
         Errno::ERANGE
@@ -235,13 +242,13 @@ fn errors_beyond_the_capture() {
         e(&mut fs, "buffer_subbuf_size_kb", "4398046511104\n"),
         Errno::EINVAL
     );
-    fs.write_all("buffer_subbuf_size_kb", b"512\n", false)
+    fs.write_all("buffer_subbuf_size_kb", b"512\n", WriteMode::Truncate)
         .unwrap();
     assert_eq!(
         common::cat(&mut fs, "buffer_subbuf_size_kb").unwrap(),
         "512\n"
     );
-    fs.write_all("buffer_subbuf_size_kb", b"3\n", false)
+    fs.write_all("buffer_subbuf_size_kb", b"3\n", WriteMode::Truncate)
         .unwrap();
     assert_eq!(
         common::cat(&mut fs, "buffer_subbuf_size_kb").unwrap(),
@@ -261,10 +268,11 @@ fn errors_beyond_the_capture() {
         Errno::EINVAL
     );
     // `(pid_t)val` keeps the low 32 bits, as Linux does.
-    fs.write_all("set_ftrace_pid", b"4294967301\n", false)
+    fs.write_all("set_ftrace_pid", b"4294967301\n", WriteMode::Truncate)
         .unwrap();
     assert_eq!(common::cat(&mut fs, "set_ftrace_pid").unwrap(), "5\n");
-    fs.write_all("set_ftrace_pid", b"\n", false).unwrap();
+    fs.write_all("set_ftrace_pid", b"\n", WriteMode::Truncate)
+        .unwrap();
     assert_eq!(e(&mut fs, "trace_clock", &"x".repeat(64)), Errno::EINVAL);
     assert_eq!(e(&mut fs, "options/test_nop_refuse", "1\n"), Errno::EINVAL);
     assert_eq!(
@@ -280,8 +288,12 @@ fn errors_beyond_the_capture() {
         e(&mut fs, "trace_marker_raw", &"a".repeat(3073)),
         Errno::EINVAL
     );
-    fs.write_all("trace_marker_raw", "a".repeat(3072).as_bytes(), false)
-        .unwrap();
+    fs.write_all(
+        "trace_marker_raw",
+        "a".repeat(3072).as_bytes(),
+        WriteMode::Truncate,
+    )
+    .unwrap();
     assert_eq!(e(&mut fs, "available_tracers", "nop\n"), Errno::EINVAL);
     assert_eq!(e(&mut fs, "kprobe_events", "-:nosuch\n"), Errno::ENOENT);
     assert_eq!(
@@ -301,10 +313,13 @@ fn errors_beyond_the_capture() {
     assert_eq!(fs.rmdir("instances/nope").unwrap_err(), Errno::ENOENT);
     assert_eq!(fs.rmdir("options").unwrap_err(), Errno::EPERM);
     // markers off: trace_marker refuses; tracing off: the ring buffer refuses (EBADF).
-    fs.write_all("options/markers", b"0\n", false).unwrap();
+    fs.write_all("options/markers", b"0\n", WriteMode::Truncate)
+        .unwrap();
     assert_eq!(e(&mut fs, "trace_marker", "x\n"), Errno::EINVAL);
-    fs.write_all("options/markers", b"1\n", false).unwrap();
-    fs.write_all("tracing_on", b"0\n", false).unwrap();
+    fs.write_all("options/markers", b"1\n", WriteMode::Truncate)
+        .unwrap();
+    fs.write_all("tracing_on", b"0\n", WriteMode::Truncate)
+        .unwrap();
     assert_eq!(e(&mut fs, "trace_marker", "x\n"), Errno::EBADF);
 }
 
@@ -315,7 +330,7 @@ fn errors_beyond_the_capture() {
 fn a_long_marker_write_is_cut_to_one_event() {
     let mut fs = tracefs();
     assert_eq!(ftrace_tracefs::marker_text_max(4096), 4054);
-    fs.write_all("trace", b"", false).unwrap();
+    fs.write_all("trace", b"", WriteMode::Truncate).unwrap();
     let text = vec![b'X'; 5000];
     let fh = fs.open("trace_marker", OpenFlags::TRUNCATE).unwrap();
     assert_eq!(fs.write(fh, 0, &text).unwrap(), 4054);

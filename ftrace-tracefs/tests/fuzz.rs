@@ -9,7 +9,7 @@ use common::sim::Sim;
 use common::{ModelHost, tracefs_with_sched};
 use ftrace_tracefs::array::TraceArray;
 use ftrace_tracefs::tree::Node;
-use ftrace_tracefs::{Host, OpenFlags, Tracefs};
+use ftrace_tracefs::{Host, OpenFlags, Tracefs, WriteMode};
 use proptest::prelude::*;
 
 type Fs = Tracefs<ModelHost>;
@@ -169,7 +169,7 @@ proptest! {
         static FUZZ: TraceArray<Sim, 2> = TraceArray::new(Sim);
         let mut fs = FUZZ.tracefs().unwrap();
         // Something to lose: a rejected write must not clear it.
-        fs.write_all("trace_marker", b"fuzz\n", false).unwrap_or(());
+        fs.write_all("trace_marker", b"fuzz\n", WriteMode::Truncate).unwrap_or(());
         common::sim::workload(&FUZZ);
         check_writes(&mut fs, ops)?;
     }

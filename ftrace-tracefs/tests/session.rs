@@ -5,7 +5,7 @@
 mod common;
 
 use common::{ModelHost, cat, echo, echo_append, golden, tracefs};
-use ftrace_tracefs::{Errno, OpenFlags, Tracefs};
+use ftrace_tracefs::{Errno, OpenFlags, Tracefs, WriteMode};
 
 const FUNCS: &str = "vfs_read vfs_write do_sys_openat2 ksys_read";
 
@@ -405,7 +405,8 @@ fn the_tree_moves_between_threads() {
 fn trace_pipe_raw_passes_real_pages() {
     let mut fs = tracefs();
     echo(&mut fs, "hello", "trace_marker").unwrap();
-    fs.write_all("trace_marker", b"no-newline", false).unwrap();
+    fs.write_all("trace_marker", b"no-newline", WriteMode::Truncate)
+        .unwrap();
     let fh = fs
         .open(
             "per_cpu/cpu0/trace_pipe_raw",
@@ -455,7 +456,8 @@ fn marker_session_matches_linux() {
     ];
     for (data, ts) in writes {
         set_writer(&mut fs, 1, ts);
-        fs.write_all("trace_marker", data, false).unwrap();
+        fs.write_all("trace_marker", data, WriteMode::Truncate)
+            .unwrap();
     }
     assert_eq!(
         cat(&mut fs, "trace").unwrap(),
@@ -480,8 +482,12 @@ fn marker_session_matches_linux() {
     );
     // `printf '\001\000\000\000ABCDEFGH' > trace_marker_raw` on CPU 0.
     set_writer(&mut fs, 0, 128_631_039_000);
-    fs.write_all("trace_marker_raw", b"\x01\x00\x00\x00ABCDEFGH", false)
-        .unwrap();
+    fs.write_all(
+        "trace_marker_raw",
+        b"\x01\x00\x00\x00ABCDEFGH",
+        WriteMode::Truncate,
+    )
+    .unwrap();
     // `timeout 3 cat trace_pipe` with tracing off: every line, then end of file.
     echo(&mut fs, "0", "tracing_on").unwrap();
     let fh = fs.open("trace_pipe", OpenFlags::READ).unwrap();

@@ -7,6 +7,7 @@ mod common;
 
 use common::{cat, echo, tracefs};
 use ftrace_core::Errno;
+use ftrace_tracefs::WriteMode;
 
 #[test]
 fn thresh_parses_reads_back_and_reaches_the_backend() {
@@ -20,7 +21,8 @@ fn thresh_parses_reads_back_and_reaches_the_backend() {
         "{params:?}"
     );
     // A leading '+' is kstrtoul's, and a write without the newline is as good.
-    fs.write_all("tracing_thresh", b"+7", false).unwrap();
+    fs.write_all("tracing_thresh", b"+7", WriteMode::Truncate)
+        .unwrap();
     assert_eq!(cat(&mut fs, "tracing_thresh").unwrap(), "7\n");
     for (bad, errno) in [
         ("abc", Errno::EINVAL),

@@ -9,7 +9,7 @@ use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, 
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::{EventRef, TraceIter};
 
@@ -125,7 +125,7 @@ fn run(
                 l.push(EventRef::new(*cpu, *ts, d));
             }
             let mut st = [GraphCpuState::INIT; 2];
-            let mut w = TraceWriter::new(style, &mut st, false);
+            let mut w = TraceWriter::new(style, &mut st, Overruns::None);
             let mut it = TraceIter::new(&mut l, None);
             out.clear();
             w.write_events(&mut out, &env, &mut it).unwrap();

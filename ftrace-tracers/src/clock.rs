@@ -5,6 +5,9 @@
 
 use core::fmt;
 
+// What a clock counts; re-exported for `OutputEnv::clock_unit`.
+pub use ftrace_ringbuf::ClockUnit;
+
 /// A trace clock, as listed by `trace_clock` on Linux 6.12 x86_64.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum ClockId {
@@ -65,6 +68,15 @@ impl ClockId {
     /// Whether the clock counts nanoseconds (`trace_clocks[].in_ns`).
     pub const fn in_ns(self) -> bool {
         !matches!(self, ClockId::Counter | ClockId::Uptime | ClockId::X86Tsc)
+    }
+
+    /// What the clock counts, as [`Stats::write_to`](ftrace_ringbuf::Stats::write_to) takes it.
+    pub const fn unit(self) -> ClockUnit {
+        if self.in_ns() {
+            ClockUnit::Nanoseconds
+        } else {
+            ClockUnit::Ticks
+        }
     }
 
     /// The clock called `name`.

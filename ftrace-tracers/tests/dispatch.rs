@@ -20,7 +20,7 @@ use ftrace_tracers::function_graph::{
     FunctionGraphTracer, GraphEntry, GraphFunctions, ShadowStack,
 };
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::ringbuf::{BufferedEvents, RingBufferSink};
 use ftrace_tracers::tracer::{AdmitAll, Tracer};
@@ -123,7 +123,7 @@ fn print(rb: &RingBuffer<HeapPages>, style: OutputStyle) -> Vec<String> {
     let env = OutputEnv::new(&s, &Names, 1);
     let mut l = ev.lists();
     let mut st = [GraphCpuState::INIT];
-    let mut w = TraceWriter::new(style, &mut st, false);
+    let mut w = TraceWriter::new(style, &mut st, Overruns::None);
     let mut out = Vec::new();
     w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None))
         .unwrap();

@@ -17,7 +17,7 @@ use ftrace_core::symbols::SortedSymbols;
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::{EventRef, TraceIter, TraceOptions};
 
@@ -64,7 +64,7 @@ struct Render<'a> {
 fn render(evs: &[Ev], r: &Render<'_>) -> String {
     let mut l = lists(evs);
     let mut state = [GraphCpuState::INIT; 2];
-    let mut w = TraceWriter::new(r.style, &mut state, false);
+    let mut w = TraceWriter::new(r.style, &mut state, Overruns::None);
     let mut it = TraceIter::new(&mut l, r.cpu_file);
     let mut out: Vec<u8> = Vec::new();
     w.write_trace(&mut out, &r.env, r.header.as_ref(), &mut it)
@@ -337,7 +337,7 @@ fn function_trace_bin() {
     env.options |= TraceOptions::BIN;
     let mut l = lists(&run.evs);
     let mut state = [GraphCpuState::INIT; 2];
-    let mut w = TraceWriter::new(OutputStyle::Default, &mut state, false);
+    let mut w = TraceWriter::new(OutputStyle::Default, &mut state, Overruns::None);
     let mut it = TraceIter::new(&mut l, None);
     let mut out: Vec<u8> = Vec::new();
     let info = header("function", run.entries, run.written, &uts, 0);

@@ -18,7 +18,7 @@ use ftrace_tracers::function_graph::{FunctionGraphTracer, ReturnValues};
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::HeaderInfo;
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::Tracer;
 use ftrace_tracers::{EventRef, Options, TraceIter, TraceOptions};
@@ -139,7 +139,7 @@ fn render(run: &str) -> (String, Vec<Ev>) {
         latency: Default::default(),
     };
     let mut state = vec![GraphCpuState::INIT; cpus as usize];
-    let mut w = TraceWriter::new(OutputStyle::Graph(graph), &mut state, false);
+    let mut w = TraceWriter::new(OutputStyle::Graph(graph), &mut state, Overruns::None);
     let mut out = Vec::new();
     w.write_trace(
         &mut out,

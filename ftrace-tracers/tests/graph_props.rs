@@ -13,7 +13,7 @@ use ftrace_tracers::function_graph::{
 };
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{NoTaskNames, OutputEnv};
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, TraceIter};
@@ -141,7 +141,7 @@ proptest! {
             l.push(EventRef::new(0, *ts, b));
         }
         let mut gst = [GraphCpuState::INIT];
-        let mut w = TraceWriter::new(OutputStyle::Graph(GraphFlags::DEFAULT), &mut gst, false);
+        let mut w = TraceWriter::new(OutputStyle::Graph(GraphFlags::DEFAULT), &mut gst, Overruns::None);
         let mut out = Vec::new();
         w.write_events(&mut out, &env, &mut TraceIter::new(&mut l, None)).unwrap();
         let text = String::from_utf8(out).unwrap();

@@ -16,7 +16,7 @@ use ftrace_tracers::function_graph::{
 };
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, Options, TraceIter, TraceOptions};
@@ -108,7 +108,7 @@ fn render(recs: &[Vec<u8>], flags: GraphFlags) -> String {
     }
     let env = OutputEnv::new(&s, &Sh, 1);
     let mut st = [GraphCpuState::INIT; 1];
-    let mut w = TraceWriter::new(OutputStyle::Graph(flags), &mut st, false);
+    let mut w = TraceWriter::new(OutputStyle::Graph(flags), &mut st, Overruns::None);
     let mut out = Vec::new();
     w.write_trace(&mut out, &env, None, &mut TraceIter::new(&mut l, None))
         .unwrap();

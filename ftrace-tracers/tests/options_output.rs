@@ -3,10 +3,11 @@
 
 use ftrace_core::entry::{FtraceEntry, Pod, TraceEntry};
 use ftrace_core::symbols::SortedSymbols;
+use ftrace_tracers::clock::ClockUnit;
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
 
@@ -62,7 +63,7 @@ fn text(
     l: &mut EventLists<'_>,
     env: &OutputEnv<'_>,
     style: OutputStyle,
-    overruns: bool,
+    overruns: Overruns,
     header: Option<&HeaderInfo<'_>>,
 ) -> String {
     let mut st = vec![GraphCpuState::INIT; env.nr_cpu_ids as usize];
@@ -74,7 +75,7 @@ fn text(
 }
 
 /// Two events 42.413 ms apart on CPU 0, printed with `opts`.
-fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> String {
+fn print(opts: TraceOptions, unit: ClockUnit, header: bool, time_start: u64) -> String {
     let d = openat(148);
     let mut l = EventLists::new(2);
     l.push(EventRef::new(0, TS, &d));
@@ -82,14 +83,14 @@ fn print(opts: TraceOptions, in_ns: bool, header: bool, time_start: u64) -> Stri
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 2);
     env.options = opts;
-    env.time_in_ns = in_ns;
+    env.clock_unit = unit;
     env.time_start = time_start;
     let i = info();
     text(
         &mut l,
         &env,
         OutputStyle::Default,
-        false,
+        Overruns::None,
         header.then_some(&i),
     )
 }
@@ -102,7 +103,7 @@ const D: TraceOptions = TraceOptions::DEFAULT;
 
 #[test]
 fn sym_addr() {
-    let s = print(D | TraceOptions::SYM_ADDR, true, false, 0);
+    let s = print(D | TraceOptions::SYM_ADDR, ClockUnit::Nanoseconds, false, 0);
     assert!(
         first_line(&s)
             .ends_with(": do_sys_openat2 <ffffffff81453d90> <-__x64_sys_openat <ffffffff8145446e>"),
@@ -112,12 +113,12 @@ fn sym_addr() {
 
 #[test]
 fn raw_and_hex() {
-    let s = print(D | TraceOptions::RAW, true, false, 0);
+    let s = print(D | TraceOptions::RAW, ClockUnit::Nanoseconds, false, 0);
     assert_eq!(
         first_line(&s),
         "148 0 33607019616 ffffffff81453d90 ffffffff8145446e"
     );
-    let s = print(D | TraceOptions::HEX, true, false, 0);
+    let s = print(D | TraceOptions::HEX, ClockUnit::Nanoseconds, false, 0);
     assert_eq!(
         first_line(&s),
         "00000094 00000000 00000007d3226c60 ffffffff81453d90 ffffffff8145446e "
@@ -127,7 +128,12 @@ fn raw_and_hex() {
 #[test]
 fn latency_format_and_verbose() {
     let start = TS - 21_275_000;
-    let s = print(D | TraceOptions::LATENCY_FORMAT, true, false, start);
+    let s = print(
+        D | TraceOptions::LATENCY_FORMAT,
+        ClockUnit::Nanoseconds,
+        false,
+        start,
+    );
     assert_eq!(
         first_line(&s),
         "      sh-148       0..... 21275us*: do_sys_openat2 <-__x64_sys_openat"
@@ -139,7 +145,7 @@ fn latency_format_and_verbose() {
     );
     let s = print(
         D | TraceOptions::LATENCY_FORMAT | TraceOptions::VERBOSE,
-        true,
+        ClockUnit::Nanoseconds,
         false,
         start,
     );
@@ -151,7 +157,7 @@ fn latency_format_and_verbose() {
     // The verbose latency header has the block but no column legend.
     let s = print(
         D | TraceOptions::LATENCY_FORMAT | TraceOptions::VERBOSE,
-        true,
+        ClockUnit::Nanoseconds,
         true,
         start,
     );
@@ -170,8 +176,8 @@ fn counter_clock_prints_the_raw_value() {
     l.push(EventRef::new(0, 5, &d));
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 1);
-    env.time_in_ns = false;
-    let out = text(&mut l, &env, OutputStyle::Default, false, None);
+    env.clock_unit = ClockUnit::Ticks;
+    let out = text(&mut l, &env, OutputStyle::Default, Overruns::None, None);
     assert!(
         out.ends_with(".....            5: do_sys_openat2 <-__x64_sys_openat\n"),
         "{out}"
@@ -180,13 +186,18 @@ fn counter_clock_prints_the_raw_value() {
 
 #[test]
 fn no_context_info_and_no_irq_info() {
-    let s = print(D - TraceOptions::CONTEXT_INFO, true, true, 0);
+    let s = print(
+        D - TraceOptions::CONTEXT_INFO,
+        ClockUnit::Nanoseconds,
+        true,
+        0,
+    );
     assert_eq!(
         s,
         "# tracer: function\n#\ndo_sys_openat2 <-__x64_sys_openat\n\
          do_sys_openat2 <-__x64_sys_openat\n"
     );
-    let s = print(D - TraceOptions::IRQ_INFO, true, true, 0);
+    let s = print(D - TraceOptions::IRQ_INFO, ClockUnit::Nanoseconds, true, 0);
     let lines: Vec<&str> = s.lines().collect();
     assert_eq!(
         lines[4],
@@ -197,13 +208,23 @@ fn no_context_info_and_no_irq_info() {
         lines[6],
         "              sh-148     [000]     33.607020: do_sys_openat2 <-__x64_sys_openat"
     );
-    let s = print(D - TraceOptions::PRINT_PARENT, true, false, 0);
+    let s = print(
+        D - TraceOptions::PRINT_PARENT,
+        ClockUnit::Nanoseconds,
+        false,
+        0,
+    );
     assert!(first_line(&s).ends_with(": do_sys_openat2"));
 }
 
 #[test]
 fn record_tgid() {
-    let s = print(D | TraceOptions::RECORD_TGID, true, true, 0);
+    let s = print(
+        D | TraceOptions::RECORD_TGID,
+        ClockUnit::Nanoseconds,
+        true,
+        0,
+    );
     let lines: Vec<&str> = s.lines().collect();
     assert_eq!(
         lines[4],
@@ -238,7 +259,7 @@ fn module_symbols_and_lost_events_and_annotate() {
     let s = syms();
     let mut env = OutputEnv::new(&s, &Sh, 2);
     env.options |= TraceOptions::SYM_OFFSET;
-    let out = text(&mut l, &env, OutputStyle::Default, true, None);
+    let out = text(&mut l, &env, OutputStyle::Default, Overruns::Lost, None);
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[2], "CPU:0 [LOST 7 EVENTS]");
     assert!(lines[3].ends_with(": mod_func+0x4/0x40 [mymod] <-__x64_sys_openat+0x6e/0xa0"));
@@ -305,7 +326,13 @@ fn graph_proc_overrun_latency_and_irqs() {
         env.irq_text = Some((0xffffffff81e00000, 0xffffffff81f00000));
         let mut i = info();
         i.tracer = "function_graph";
-        text(&mut l, &env, OutputStyle::Graph(flags), false, Some(&i))
+        text(
+            &mut l,
+            &env,
+            OutputStyle::Graph(flags),
+            Overruns::None,
+            Some(&i),
+        )
     };
     let f = GraphFlags::DEFAULT | GraphFlags::PROC | GraphFlags::OVERRUN;
     assert_eq!(
@@ -388,7 +415,7 @@ fn scheduler_records_and_stacks() {
         l.push(EventRef::new(0, 3000, &stack));
         let mut env = OutputEnv::new(&s, &Sh, 1);
         env.options = opts;
-        text(&mut l, &env, OutputStyle::Default, false, None)
+        text(&mut l, &env, OutputStyle::Default, Overruns::None, None)
     };
     let out = render(D - TraceOptions::CONTEXT_INFO);
     assert_eq!(
@@ -455,7 +482,13 @@ fn graph_without_duration_or_overhead_or_context() {
         env.options = opts;
         let mut i = info();
         i.tracer = "function_graph";
-        text(&mut l, &env, OutputStyle::Graph(flags), false, Some(&i))
+        text(
+            &mut l,
+            &env,
+            OutputStyle::Graph(flags),
+            Overruns::None,
+            Some(&i),
+        )
     };
     let d = GraphFlags::DEFAULT;
     assert_eq!(

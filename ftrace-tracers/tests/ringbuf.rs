@@ -12,7 +12,7 @@ use ftrace_tracers::function_graph::{
 };
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::ringbuf::{BufferedEvents, RingBufferSink};
 use ftrace_tracers::tracer::Tracer;
@@ -88,7 +88,7 @@ fn print(ev: &BufferedEvents, rb_totals: (u64, u64), style: OutputStyle, tracer:
     let env = OutputEnv::new(&s, &Names, 2);
     let mut lists = ev.lists();
     let mut st = [GraphCpuState::INIT; 2];
-    let mut w = TraceWriter::new(style, &mut st, false);
+    let mut w = TraceWriter::new(style, &mut st, Overruns::None);
     let info = HeaderInfo {
         tracer,
         entries: rb_totals.0,
@@ -244,7 +244,7 @@ fn overwritten_events_are_reported_as_lost() {
     let env = OutputEnv::new(&s, &Names, 1);
     let mut lists = ev.lists();
     let mut st = [GraphCpuState::INIT];
-    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, true);
+    let mut w = TraceWriter::new(OutputStyle::Default, &mut st, Overruns::Lost);
     let mut out = Vec::new();
     w.write_events(&mut out, &env, &mut TraceIter::new(&mut lists, None))
         .unwrap();

@@ -16,7 +16,7 @@ use ftrace_tracers::function_graph::{
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{NoTaskNames, OutputEnv, TaskNames};
 use ftrace_tracers::profiler::{ProfileMode, ProfileTable};
 use ftrace_tracers::tracer::{AdmitAll, EntrySink, Registry, Tracer};
@@ -343,7 +343,7 @@ fn format(sink: &VecSink, syms: &SortedSymbols, style: OutputStyle, opts: TraceO
     let mut env = OutputEnv::new(syms, &Names, 1);
     env.options = opts;
     let mut st = [GraphCpuState::INIT];
-    let mut w = TraceWriter::new(style, &mut st, false);
+    let mut w = TraceWriter::new(style, &mut st, Overruns::None);
     let mut it = TraceIter::new(&mut l, None);
     let mut out = Vec::new();
     w.write_events(&mut out, &env, &mut it).unwrap();

@@ -27,12 +27,12 @@ use ftrace_patch::{
     DynFtrace, FixedTargets, FtraceOpsView, PageStats, Protocol, RecordOps, RecordTable, SiteForm,
     UpdatePass,
 };
-use ftrace_ringbuf::{CpuBuffer, HeapPages};
+use ftrace_ringbuf::{ClockUnit, CpuBuffer, HeapPages};
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{CallSites, PatchRecords, RecordSource};
 use ftrace_tracefs::{
     Errno, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend, Tracefs,
-    TracerOption, ring_buffer_pages,
+    TracerOption, WriteMode, ring_buffer_pages,
 };
 use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
 use ftrace_tracers::function_graph::{
@@ -42,7 +42,7 @@ use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::TraceWriter;
+use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::ringbuf::CpuBufferSink;
 use ftrace_tracers::tracer::{AdmitAll, Registry, Tracer};
@@ -310,7 +310,11 @@ impl World {
         let mut env = OutputEnv::new(&*self.syms, &Names, 1);
         env.options = TraceOptions::from_bits_retain(self.trace_flags);
         let mut state = vec![GraphCpuState::INIT; 1];
-        let mut w = TraceWriter::new(t.output_style(t.default_flags()), &mut state, false);
+        let mut w = TraceWriter::new(
+            t.output_style(t.default_flags()),
+            &mut state,
+            Overruns::None,
+        );
         let mut iter = TraceIter::new(&mut lists, None);
         let mut out = Vec::new();
         w.write_trace(&mut out, &env, Some(&info), &mut iter)
@@ -465,7 +469,7 @@ impl TraceBackend for Backend {
         let mut s = String::new();
         BUFS.read().unwrap()[cpu as usize]
             .stats(SimClock.now_ns())
-            .write_to(&mut s, true)?;
+            .write_to(&mut s, ClockUnit::Nanoseconds)?;
         w.write_str(&s)
     }
     fn open_trace(&mut self, _cpu: Option<u32>) -> Box<dyn Reader> {
@@ -638,7 +642,7 @@ fn cat(fs: &mut Tracefs<SimHost>, path: &str) -> String {
 }
 
 fn echo(fs: &mut Tracefs<SimHost>, text: &str, path: &str) -> Result<(), Errno> {
-    fs.write_all(path, format!("{text}\n").as_bytes(), false)
+    fs.write_all(path, format!("{text}\n").as_bytes(), WriteMode::Truncate)
 }
 
 fn body(trace: &str) -> Vec<&str> {
@@ -714,7 +718,7 @@ fn a_program_traced_through_tracefs() {
     );
 
     // a filter change while tracing re-patches: add g_gamma
-    fs.write_all("set_ftrace_filter", b"g_gamma\n", true)
+    fs.write_all("set_ftrace_filter", b"g_gamma\n", WriteMode::Append)
         .unwrap();
     assert_eq!(calls_sites(&world), ["f_alpha", "f_beta", "g_gamma"]);
     echo(&mut fs, "f*", "set_ftrace_filter").unwrap();

@@ -10,6 +10,7 @@
 use core::fmt::{self, Write};
 
 use ftrace_core::Errno;
+use ftrace_tracefs::WriteMode;
 
 /// Where the kernel's tracefs tree would be mounted; accepted as a path prefix.
 pub const TRACEFS_ROOT: &str = "/sys/kernel/tracing";
@@ -25,9 +26,8 @@ pub trait FileTree {
     /// Writes the contents of `path` to `out`.
     fn read(&self, path: &str, out: &mut dyn Write) -> Result<(), Errno>;
 
-    /// Writes `data` to `path` (`>>` when `append`, else `>`: the file was opened with
-    /// `O_TRUNC`).
-    fn write(&self, path: &str, data: &str, append: bool) -> Result<(), Errno>;
+    /// Writes `data` to `path`, opened as the redirection says (`>` or `>>`).
+    fn write(&self, path: &str, data: &str, mode: WriteMode) -> Result<(), Errno>;
 }
 
 /// What a builtin did.
@@ -229,7 +229,12 @@ fn run(
             if i + 2 != argv.len() {
                 return fail(out, format_args!("sh: syntax error: bad redirection"));
             }
-            (&argv[..i], Some((argv[i + 1], argv[i] == ">>")))
+            let mode = if argv[i] == ">>" {
+                WriteMode::Append
+            } else {
+                WriteMode::Truncate
+            };
+            (&argv[..i], Some((argv[i + 1], mode)))
         }
         None => (argv, None),
     };
@@ -256,7 +261,7 @@ fn fail(out: &mut dyn Write, msg: fmt::Arguments<'_>) -> Outcome {
 
 fn echo(
     args: &[&str],
-    redirect: Option<(&str, bool)>,
+    redirect: Option<(&str, WriteMode)>,
     tree: &dyn FileTree,
     out: &mut dyn Write,
 ) -> Outcome {
@@ -281,7 +286,7 @@ fn echo(
             let _ = out.write_str(j.as_str());
             Outcome::Ok
         }
-        Some((file, append)) => match tree.write(tracefs_path(file), j.as_str(), append) {
+        Some((file, mode)) => match tree.write(tracefs_path(file), j.as_str(), mode) {
             Ok(()) => Outcome::Ok,
             Err(Errno::ENOENT) => fail(
                 out,
@@ -351,7 +356,7 @@ mod tests {
     /// A two-file tree: `current_tracer` (accepts nop/function) and `trace` (read-only).
     struct Tree {
         tracer: RefCell<String>,
-        writes: RefCell<Vec<(String, bool)>>,
+        writes: RefCell<Vec<(String, WriteMode)>>,
     }
 
     impl FileTree for Tree {
@@ -370,8 +375,8 @@ mod tests {
             }
             Ok(())
         }
-        fn write(&self, path: &str, data: &str, append: bool) -> Result<(), Errno> {
-            self.writes.borrow_mut().push((data.into(), append));
+        fn write(&self, path: &str, data: &str, mode: WriteMode) -> Result<(), Errno> {
+            self.writes.borrow_mut().push((data.into(), mode));
             match (path, data.trim()) {
                 ("current_tracer", t @ ("nop" | "function")) => {
                     *self.tracer.borrow_mut() = t.into();
@@ -430,8 +435,8 @@ mod tests {
         assert_eq!(sh.commands, 10);
         assert_eq!(sh.failures, 4);
         let writes = tree.writes.borrow();
-        assert_eq!(writes[0], ("function\n".into(), false));
-        assert_eq!(writes[2], ("x".into(), true));
+        assert_eq!(writes[0], ("function\n".into(), WriteMode::Truncate));
+        assert_eq!(writes[2], ("x".into(), WriteMode::Append));
     }
 
     #[test]

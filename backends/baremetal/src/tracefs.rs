@@ -30,7 +30,7 @@ use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{CallSites, PatchRecords, RecordSource};
 use ftrace_tracefs::{
     FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TextReader, TraceBackend,
-    Tracefs, TracerOption,
+    Tracefs, TracerOption, WriteMode,
 };
 use ftrace_tracers::TraceOptions;
 
@@ -316,8 +316,8 @@ impl FileTree for SerialTracefs {
             .map_err(|_| Errno::EIO)
     }
 
-    fn write(&self, path: &str, data: &str, append: bool) -> Result<(), Errno> {
-        self.tree.lock().write_all(path, data.as_bytes(), append)
+    fn write(&self, path: &str, data: &str, mode: WriteMode) -> Result<(), Errno> {
+        self.tree.lock().write_all(path, data.as_bytes(), mode)
     }
 }
 
@@ -391,42 +391,51 @@ mod tests {
 
         // the filter language: globs, append, `!`; a rejected token adds nothing (with `>`
         // the truncating open still empties the file at close, as in Linux: 07-errors/03)
-        fs.write("set_ftrace_filter", "b*\n", false).unwrap();
+        fs.write("set_ftrace_filter", "b*\n", WriteMode::Truncate)
+            .unwrap();
         assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "beta\n");
         assert_eq!(
-            fs.write("set_ftrace_filter", "nothing_here\n", true),
+            fs.write("set_ftrace_filter", "nothing_here\n", WriteMode::Append),
             Err(Errno::EINVAL)
         );
         assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "beta\n");
         assert_eq!(
-            fs.write("set_ftrace_filter", "nothing_here\n", false),
+            fs.write("set_ftrace_filter", "nothing_here\n", WriteMode::Truncate),
             Err(Errno::EINVAL)
         );
         assert_eq!(
             read(&fs, "set_ftrace_filter").unwrap(),
             "#### all functions enabled ####\n"
         );
-        fs.write("set_ftrace_filter", "beta\n", false).unwrap();
-        fs.write("set_ftrace_filter", "*a\n", true).unwrap();
+        fs.write("set_ftrace_filter", "beta\n", WriteMode::Truncate)
+            .unwrap();
+        fs.write("set_ftrace_filter", "*a\n", WriteMode::Append)
+            .unwrap();
         assert_eq!(
             read(&fs, "set_ftrace_filter").unwrap(),
             "alpha\nbeta\ngamma\n"
         );
-        fs.write("set_ftrace_filter", "!gamma\n", true).unwrap();
+        fs.write("set_ftrace_filter", "!gamma\n", WriteMode::Append)
+            .unwrap();
         assert_eq!(read(&fs, "set_ftrace_filter").unwrap(), "alpha\nbeta\n");
-        fs.write("set_ftrace_notrace", "gamma\n", false).unwrap();
+        fs.write("set_ftrace_notrace", "gamma\n", WriteMode::Truncate)
+            .unwrap();
         assert_eq!(read(&fs, "set_ftrace_notrace").unwrap(), "gamma\n");
 
         // the graph files reach the graph filter the entry hook reads
-        fs.write("set_graph_function", "alpha\n", false).unwrap();
-        fs.write("set_graph_notrace", "beta\n", false).unwrap();
+        fs.write("set_graph_function", "alpha\n", WriteMode::Truncate)
+            .unwrap();
+        fs.write("set_graph_notrace", "beta\n", WriteMode::Truncate)
+            .unwrap();
         assert_eq!(read(&fs, "set_graph_function").unwrap(), "alpha\n");
         GRAPH_FILTER.with(|g| {
             assert_eq!(g.functions, [addr(0)]);
             assert_eq!(g.notrace, [addr(1)]);
         });
-        fs.write("set_graph_function", "", false).unwrap();
-        fs.write("set_graph_notrace", "", false).unwrap();
+        fs.write("set_graph_function", "", WriteMode::Truncate)
+            .unwrap();
+        fs.write("set_graph_notrace", "", WriteMode::Truncate)
+            .unwrap();
         GRAPH_FILTER.with(|g| assert!(g.functions.is_empty() && g.notrace.is_empty()));
 
         // under nop no ops is enabled: nothing patched, nothing touched, text unchanged

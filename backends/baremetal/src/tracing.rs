@@ -35,7 +35,7 @@ use ftrace_core::platform::{CpuId, TaskContext, TraceClock};
 use ftrace_core::reclaim::ReaderCount;
 use ftrace_core::symbols::SymbolTable;
 use ftrace_patch::{FixedTargets, FtraceBug, Protocol, UpdateStats};
-use ftrace_ringbuf::RingBuffer;
+use ftrace_ringbuf::{ClockUnit, RingBuffer};
 use ftrace_tracefs::FilterFile;
 use ftrace_tracefs::filters::FilterState;
 use ftrace_tracefs::records::CallSites;
@@ -46,7 +46,7 @@ use ftrace_tracers::function_graph::{FunctionGraphTracer, GraphEntry, ShadowStac
 use ftrace_tracers::iter::{EventSource, TraceIter};
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{ByteSink, NoTaskNames, OutputEnv};
 use ftrace_tracers::tracer::{AdmitAll, EntrySink, Tracer as TracerImpl};
 
@@ -626,7 +626,11 @@ impl Tracing {
             _ => OutputStyle::Default,
         };
         let mut graph = [GraphCpuState::INIT; MAX_CPUS];
-        let mut writer = TraceWriter::new(style, &mut graph, written > entries);
+        let mut writer = TraceWriter::new(
+            style,
+            &mut graph,
+            Overruns::of(written.saturating_sub(entries)),
+        );
         let info = HeaderInfo {
             tracer: tracer.name(),
             entries,
@@ -789,7 +793,8 @@ impl Tracing {
         match ring().and_then(|r| r.cpu(cpu as usize)) {
             Some(b) => {
                 let mut s = Buf::<512>::new();
-                b.stats(BareMetal.now_ns()).write_to(&mut s, true)?;
+                b.stats(BareMetal.now_ns())
+                    .write_to(&mut s, ClockUnit::Nanoseconds)?;
                 w.write_str(s.as_str())
             }
             None => Ok(()),

@@ -50,6 +50,7 @@ use ftrace_tracefs::{
     EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
     TraceBackend, TracerOption,
 };
+use ftrace_tracers::clock::ClockUnit;
 use ftrace_tracers::function::{
     FunctionTracer, trace_marker_raw_write as marker_raw, trace_marker_write as marker,
 };
@@ -58,7 +59,7 @@ use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::TraceWriter;
+use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
@@ -377,7 +378,10 @@ impl State {
         let t = tracer_obj(self.tracer);
         let mut env = OutputEnv::new(syms, &tasks, self.nr_cpus);
         env.options = TraceOptions::from_bits_retain(self.flags);
-        env.time_in_ns = self.clock != ClockKind::X86Tsc;
+        env.clock_unit = match self.clock {
+            ClockKind::X86Tsc => ClockUnit::Ticks,
+            _ => ClockUnit::Nanoseconds,
+        };
         env.time_start = evs.first().map_or(0, |e| e.ts);
         let mut lists = EventLists::new(self.nr_cpus);
         let mut lost = 0;
@@ -397,7 +401,7 @@ impl State {
             latency: LatencyInfo::default(),
         };
         let style = t.output_style(self.tracer_flags.get(t.name()).copied().unwrap_or(0));
-        let mut w = TraceWriter::new(style, gstate, lost > 0);
+        let mut w = TraceWriter::new(style, gstate, Overruns::of(lost));
         let mut it = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
         let _ = w.write_trace(&mut out, &env, header.then_some(&info), &mut it);

@@ -351,7 +351,7 @@ fn seed_tree<H: ftrace_tracefs::Host>(tree: &mut ftrace_tracefs::Tracefs<H>, opt
     ];
     for (file, globs) in files {
         for g in globs {
-            if let Err(e) = tree.write_all(file, g.as_bytes(), true) {
+            if let Err(e) = tree.write_all(file, g.as_bytes(), ftrace_tracefs::WriteMode::Append) {
                 eprintln!(
                     "ftrace: {file}: {g:?}: {}",
                     e.description().unwrap_or("error")
@@ -361,7 +361,11 @@ fn seed_tree<H: ftrace_tracefs::Host>(tree: &mut ftrace_tracefs::Tracefs<H>, opt
     }
     if opts.max_depth > 0 {
         let v = opts.max_depth.to_string();
-        if let Err(e) = tree.write_all("max_graph_depth", v.as_bytes(), false) {
+        if let Err(e) = tree.write_all(
+            "max_graph_depth",
+            v.as_bytes(),
+            ftrace_tracefs::WriteMode::Truncate,
+        ) {
             eprintln!(
                 "ftrace: max_graph_depth: {}",
                 e.description().unwrap_or("error")

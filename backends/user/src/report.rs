@@ -37,7 +37,7 @@ use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::TraceWriter;
+use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::Tracer;
 use ftrace_tracers::{ClockId, EventRef, Missed, Options, TraceIter, TraceOptions};
@@ -392,7 +392,7 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
         symbols: &syms,
         tasks: &cmdlines,
         options: opts.trace,
-        time_in_ns: clock.in_ns(),
+        clock_unit: clock.unit(),
         time_start,
         nr_cpu_ids: nr_cpus,
         irq_text,
@@ -409,7 +409,12 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     };
     let style = current.output_style(opts.tracer);
     let mut state = vec![GraphCpuState::INIT; nr_cpus as usize];
-    let mut w = TraceWriter::new(style, &mut state, decoded.lost_any);
+    let lost = if decoded.lost_any {
+        Overruns::Lost
+    } else {
+        Overruns::None
+    };
+    let mut w = TraceWriter::new(style, &mut state, lost);
     let mut it = TraceIter::new(&mut lists, args.cpu);
     let mut out = Vec::new();
     w.write_trace(&mut out, &env, Some(&info), &mut it)

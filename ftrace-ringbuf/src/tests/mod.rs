@@ -12,7 +12,7 @@ use ftrace_core::platform::TraceClock;
 
 use crate::page::{self, Page, RecordKind};
 use crate::sync::inject;
-use crate::{At, CpuBuffer, HeapPages, Mode};
+use crate::{At, ClockUnit, CpuBuffer, HeapPages, Mode};
 
 /// A clock that advances by one on every read, with jumps on demand.
 struct Tick(Cell<u64>);
@@ -472,7 +472,9 @@ fn stats_render_like_the_kernel() {
     }
     let text = |now| {
         let mut s = String::new();
-        buf.stats(now).write_to(&mut s, true).unwrap();
+        buf.stats(now)
+            .write_to(&mut s, ClockUnit::Nanoseconds)
+            .unwrap();
         s
     };
     let before =

@@ -310,7 +310,7 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         let mut s = String::new();
         a.with_buffer(|rb| {
             rb.cpu(cpu as usize)
-                .map(|b| b.stats(now).write_to(&mut s, true))
+                .map(|b| b.stats(now).write_to(&mut s, a.clock_unit()))
         })
         .flatten()
         .unwrap_or(Ok(()))?;

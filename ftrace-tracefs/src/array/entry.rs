@@ -9,6 +9,7 @@ use ftrace_core::event::TraceCtx;
 use ftrace_core::ops::{FtraceOps, FtraceRegs};
 use ftrace_core::platform::{ExecContext, Reclaim, RecursionState, TaskContext, TraceClock};
 use ftrace_core::recursion::TraceRecursion;
+use ftrace_ringbuf::ClockUnit;
 use ftrace_tracers::function_graph::{GraphEntry, GraphFilter, GraphFunctions, ShadowStack};
 use ftrace_tracers::ringbuf::CpuBufferSink;
 use ftrace_tracers::tracer::AdmitAll;
@@ -104,9 +105,12 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         (self.platform().current_cpu() as usize).min(CPUS - 1)
     }
 
-    /// Whether the selected trace clock counts nanoseconds (`counter` does not).
-    pub(super) fn clock_in_ns(&self) -> bool {
-        self.clock.load(Ordering::Relaxed) == 0
+    /// What the selected trace clock counts (`local`: nanoseconds, `counter`: ticks).
+    pub(super) fn clock_unit(&self) -> ClockUnit {
+        match self.clock.load(Ordering::Relaxed) {
+            0 => ClockUnit::Nanoseconds,
+            _ => ClockUnit::Ticks,
+        }
     }
 
     pub(super) fn now(&self) -> u64 {

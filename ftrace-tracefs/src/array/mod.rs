@@ -41,7 +41,9 @@
 //! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
 //!
 //! ```
-//! use ftrace_tracefs::array::{HeapPages, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray};
+//! use ftrace_tracefs::array::{
+//!     HeapPages, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray, WriteMode,
+//! };
 //!
 //! static SYMS: SymbolSlice = SymbolSlice(&[Symbol::new("work", 0x1000, 0x40)]);
 //! struct Host;
@@ -57,7 +59,7 @@
 //! static TRACE: TraceArray<Host, 1> = TraceArray::new(Host);
 //!
 //! let mut fs = TRACE.tracefs().unwrap();
-//! fs.write_all("current_tracer", b"function\n", false).unwrap();
+//! fs.write_all("current_tracer", b"function\n", WriteMode::Truncate).unwrap();
 //! let mut ret = 0x2000;
 //! TRACE.on_entry(0x1000, 0x2000, &mut ret);
 //! let trace = String::from_utf8(fs.read_to_end("trace").unwrap()).unwrap();
@@ -98,6 +100,8 @@ pub use platform::Platform;
 // What a platform names in its binding, re-exported so that one `use` line suffices.
 pub use ftrace_core::symbols::{Symbol, SymbolSlice, SymbolTable};
 pub use ftrace_ringbuf::HeapPages;
+// What a session writes with (`echo >` or `echo >>`).
+pub use crate::fs::WriteMode;
 
 use commands::{Commands, GraphHashes, StaticSymbols};
 use entry::{CpuGraph, Cx, function_op, graph_op};

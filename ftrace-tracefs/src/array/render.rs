@@ -8,7 +8,7 @@ use core::sync::atomic::Ordering;
 use ftrace_core::platform::Reclaim;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::ringbuf::BufferedEvents;
 use ftrace_tracers::{TraceIter, TraceOptions};
@@ -58,7 +58,7 @@ fn env<'a, P: Platform, const CPUS: usize>(
 ) -> OutputEnv<'a> {
     let mut env = OutputEnv::new(a.platform().symbols(), names, a.nr_cpus() as u32);
     env.options = TraceOptions::from_bits_retain(a.options.load(Ordering::Relaxed));
-    env.time_in_ns = a.clock_in_ns();
+    env.clock_unit = a.clock_unit();
     env
 }
 
@@ -83,7 +83,11 @@ pub(super) fn trace_text<P: Platform, const CPUS: usize>(
     };
     let mut state = vec![GraphCpuState::INIT; nr as usize];
     // Lost events turn on the buffer-started notices (`TRACE_FILE_ANNOTATE`).
-    let mut w = TraceWriter::new(style::<P, CPUS>(c), &mut state, written > entries);
+    let mut w = TraceWriter::new(
+        style::<P, CPUS>(c),
+        &mut state,
+        Overruns::of(written.saturating_sub(entries)),
+    );
     let mut iter = TraceIter::new(&mut lists, cpu);
     let names = Names(a.platform());
     let env = env(a, &names);
@@ -123,7 +127,7 @@ impl<P: Platform, const CPUS: usize> Reader for PipeReader<P, CPUS> {
         }
         let style = style::<P, CPUS>(&a.control());
         let mut lists = events.lists();
-        let mut w = TraceWriter::new(style, &mut self.graph, false);
+        let mut w = TraceWriter::new(style, &mut self.graph, Overruns::None);
         let mut iter = TraceIter::new(&mut lists, None);
         let names = Names(a.platform());
         let _ = w.write_events(out, &env(a, &names), &mut iter);

@@ -17,7 +17,7 @@ use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{DynFtrace, PageStats, RecordTable, SiteForm};
 use ftrace_ringbuf::CpuBuffer;
-use ftrace_ringbuf::{At, HeapPages};
+use ftrace_ringbuf::{At, ClockUnit, HeapPages};
 use ftrace_tracefs::event_filter::EventFilter;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::records::{PatchRecords, StaticRecords};
@@ -25,7 +25,7 @@ use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
 use ftrace_tracefs::triggers::Trigger;
 use ftrace_tracefs::{
     Errno, EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, Reader, TraceBackend,
-    Tracefs, TracerOption, ring_buffer_pages,
+    Tracefs, TracerOption, WriteMode, ring_buffer_pages,
 };
 use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
 use ftrace_tracers::function_graph::FunctionGraphTracer;
@@ -33,7 +33,7 @@ use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
-use ftrace_tracers::output::trace_file::{OutputStyle, TraceWriter};
+use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::trace_event;
 use ftrace_tracers::tracer::{EntrySink, Registry, Tracer};
@@ -263,7 +263,7 @@ impl State {
             latency: LatencyInfo::default(),
         };
         let mut state = vec![GraphCpuState::INIT; self.cpus as usize];
-        let mut w = TraceWriter::new(self.style(), &mut state, false);
+        let mut w = TraceWriter::new(self.style(), &mut state, Overruns::None);
         let mut iter = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
         let env = self.env(syms);
@@ -492,7 +492,7 @@ impl Reader for PipeReader {
         let mut lists = EventLists::new(st.cpus);
         lists.push(ev);
         let mut state = vec![GraphCpuState::INIT; st.cpus as usize];
-        let mut w = TraceWriter::new(st.style(), &mut state, false);
+        let mut w = TraceWriter::new(st.style(), &mut state, Overruns::None);
         let mut iter = TraceIter::new(&mut lists, None);
         w.write_events(out, &st.env(&self.syms), &mut iter)
             .expect("formats");
@@ -661,7 +661,7 @@ impl TraceBackend for ModelBackend {
         let mut s = String::new();
         st.bufs[cpu as usize]
             .stats(st.stats_now_ns)
-            .write_to(&mut s, true)?;
+            .write_to(&mut s, ClockUnit::Nanoseconds)?;
         w.write_str(&s)
     }
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
@@ -796,10 +796,10 @@ pub fn cat(fs: &mut Tracefs<ModelHost>, path: &str) -> Result<String, Errno> {
 
 /// `echo data > path` (the shell adds the newline).
 pub fn echo(fs: &mut Tracefs<ModelHost>, data: &str, path: &str) -> Result<(), Errno> {
-    fs.write_all(path, format!("{data}\n").as_bytes(), false)
+    fs.write_all(path, format!("{data}\n").as_bytes(), WriteMode::Truncate)
 }
 
 /// `echo data >> path`.
 pub fn echo_append(fs: &mut Tracefs<ModelHost>, data: &str, path: &str) -> Result<(), Errno> {
-    fs.write_all(path, format!("{data}\n").as_bytes(), true)
+    fs.write_all(path, format!("{data}\n").as_bytes(), WriteMode::Append)
 }

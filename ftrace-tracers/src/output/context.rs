@@ -10,6 +10,7 @@ use ftrace_core::TraceFlags;
 use ftrace_core::entry::TraceEntry;
 
 use super::{OutputEnv, comm_of, ns2usecs, trace_find_mark, write_time};
+use crate::clock::ClockUnit;
 use crate::event::EventRef;
 use crate::options::TraceOptions;
 
@@ -81,7 +82,7 @@ pub fn write_context(out: &mut dyn Write, env: &OutputEnv<'_>, ev: &EventRef<'_>
     if env.options.contains(TraceOptions::IRQ_INFO) {
         write_lat_fmt(out, &ent)?;
     }
-    write_time(out, ev.ts, env.time_in_ns)?;
+    write_time(out, ev.ts, env.clock_unit)?;
     out.write_str(": ")
 }
 
@@ -111,7 +112,7 @@ pub fn write_lat_context(
         write!(out, "{comm:>8.8}-{:<7} {:3}", ent.pid, ev.cpu)?;
         write_lat_fmt(out, &ent)?;
     }
-    let in_ns = env.time_in_ns;
+    let in_ns = env.clock_unit == ClockUnit::Nanoseconds;
     let mut abs = ev.ts.wrapping_sub(env.time_start);
     let mut rel = next_ts.wrapping_sub(ev.ts);
     if in_ns {

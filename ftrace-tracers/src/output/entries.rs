@@ -56,7 +56,7 @@ pub fn write_trace_body(
             write_fn_trace(out, env, r.ip, r.parent_ip)?;
             write!(out, " (repeats: {}, last_ts:", { r.count })?;
             let delta = ((r.top_delta_ts as u64) << 32) | r.bottom_delta_ts as u64;
-            write_time(out, ev.ts.wrapping_sub(delta), env.time_in_ns)?;
+            write_time(out, ev.ts.wrapping_sub(delta), env.clock_unit)?;
             out.write_str(")\n")
         }
         Entry::Print { ip, text } => {

@@ -26,6 +26,7 @@ use core::fmt::{self, Write};
 
 use ftrace_core::symbols::SymbolTable;
 
+use crate::clock::ClockUnit;
 use crate::options::TraceOptions;
 
 /// Task names and thread-group ids (the kernel's saved-cmdlines and saved-tgids caches).
@@ -66,8 +67,8 @@ pub struct OutputEnv<'e> {
     pub tasks: &'e dyn TaskNames,
     /// The global trace options.
     pub options: TraceOptions,
-    /// Whether timestamps are nanoseconds (`TRACE_FILE_TIME_IN_NS`).
-    pub time_in_ns: bool,
+    /// What the timestamps count (`TRACE_FILE_TIME_IN_NS` when nanoseconds).
+    pub clock_unit: ClockUnit,
     /// When the buffer was last reset (`time_start`): latency times are relative to it.
     pub time_start: u64,
     /// `nr_cpu_ids` (the width of function_graph's CPU column).
@@ -83,7 +84,7 @@ impl<'e> OutputEnv<'e> {
             symbols,
             tasks,
             options: TraceOptions::DEFAULT,
-            time_in_ns: true,
+            clock_unit: ClockUnit::Nanoseconds,
             time_start: 0,
             nr_cpu_ids,
             irq_text: None,
@@ -248,8 +249,8 @@ pub const fn ns2usecs(ns: u64) -> u64 {
 }
 
 /// `trace_print_time`: `" %5lu.%06lu"` (rounded µs) for ns clocks, else `" %12llu"`.
-pub fn write_time(out: &mut dyn Write, ts: u64, in_ns: bool) -> fmt::Result {
-    if in_ns {
+pub fn write_time(out: &mut dyn Write, ts: u64, unit: ClockUnit) -> fmt::Result {
+    if unit == ClockUnit::Nanoseconds {
         let us = ns2usecs(ts);
         write!(out, " {:5}.{:06}", us / 1_000_000, us % 1_000_000)
     } else {
@@ -414,10 +415,13 @@ mod tests {
     #[test]
     fn times_round_to_microseconds() {
         assert_eq!(
-            run(|o| write_time(o, 25_053_148_816, true)).s(),
+            run(|o| write_time(o, 25_053_148_816, ClockUnit::Nanoseconds)).s(),
             "    25.053149"
         );
-        assert_eq!(run(|o| write_time(o, 5, false)).s(), "            5");
+        assert_eq!(
+            run(|o| write_time(o, 5, ClockUnit::Ticks)).s(),
+            "            5"
+        );
     }
 
     #[test]

@@ -47,6 +47,29 @@ impl CpuSet {
     }
 }
 
+/// Whether a buffer lost events before the `trace` file was opened: the kernel then sets
+/// `TRACE_FILE_ANNOTATE` (`ring_buffer_overruns()` is non-zero), so that the `annotate` option
+/// marks where each CPU's surviving events start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overruns {
+    /// No event was lost: no marks.
+    None,
+    /// Events were overwritten: with `annotate` set, each CPU's first event after the first two
+    /// lines is preceded by `##### CPU N buffer started ####`.
+    Lost,
+}
+
+impl Overruns {
+    /// [`Overruns::Lost`] when `lost` (events overwritten) is non-zero.
+    pub const fn of(lost: u64) -> Overruns {
+        if lost > 0 {
+            Overruns::Lost
+        } else {
+            Overruns::None
+        }
+    }
+}
+
 /// One open trace file: prints headers and lines.
 pub struct TraceWriter<'s> {
     style: OutputStyle,
@@ -57,9 +80,12 @@ pub struct TraceWriter<'s> {
 
 impl<'s> TraceWriter<'s> {
     /// A writer for `style`. `graph_state` needs one slot per CPU (function_graph only; may be
-    /// empty otherwise). `overruns` says whether any buffer lost events, which turns on the
-    /// `annotate` notices (`TRACE_FILE_ANNOTATE`).
-    pub fn new(style: OutputStyle, graph_state: &'s mut [GraphCpuState], overruns: bool) -> Self {
+    /// empty otherwise). `overruns` says whether any buffer lost events (see [`Overruns`]).
+    pub fn new(
+        style: OutputStyle,
+        graph_state: &'s mut [GraphCpuState],
+        overruns: Overruns,
+    ) -> Self {
         let flags = match style {
             OutputStyle::Graph(f) => f,
             OutputStyle::Default => GraphFlags::DEFAULT,
@@ -67,7 +93,7 @@ impl<'s> TraceWriter<'s> {
         TraceWriter {
             style,
             graph: GraphPrinter::new(graph_state, flags),
-            annotate: overruns,
+            annotate: overruns == Overruns::Lost,
             started: CpuSet::default(),
         }
     }
