@@ -11,11 +11,13 @@
 //! - an empty `CARGO_HOME` (registry, git checkouts and installed tools such as `bindgen`
 //!   start empty; rustup's toolchains are kept through `RUSTUP_HOME`), no `CARGO_TARGET_DIR`, so
 //!   the clone's own empty `target/`;
+//! - a `PATH` whose cargo bin directory holds only rustup's proxies (`cargo`, `rustc`, ...): a
+//!   tool an earlier `cargo install` left there (`bindgen`) must be installed again by the run;
 //! - an empty kernel cache (`RFL_CACHE` in the new directory stands for a machine without
 //!   `/var/cache/ftrace-rs`), so the Rust-for-Linux stage builds its kernel from scratch;
 //! - `CI=true`, standard input from `/dev/null`.
 //!
-//! Debian packages stay installed (removing them would uninstall the machine's tools); the
+//! Debian packages, and tools installed outside cargo's bin directory, stay installed (removing them would uninstall the machine's tools); the
 //! `apt` stage and `scripts/rfl/install.sh` are what install them on a new machine. The output
 //! goes to the terminal and to `ci.log` in the directory, which is kept (`FRESH_DIR` chooses
 //! it; default `/tmp/ftrace-rs-fresh`, emptied first).
@@ -78,6 +80,8 @@ pub fn fresh_check() -> Result<(), String> {
         .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".rustup")))
         .ok_or("neither RUSTUP_HOME nor HOME is set")?;
 
+    let path = toolchain_only_path(&dir.join("toolchain-bin"))?;
+
     let log = dir.join("ci.log");
     println!(
         "fresh-check: {} (CARGO_HOME {}, RFL_CACHE {}), log {}",
@@ -100,6 +104,7 @@ pub fn fresh_check() -> Result<(), String> {
     .env("CARGO_HOME", &cargo_home)
     .env("RUSTUP_HOME", &rustup_home)
     .env("RFL_CACHE", &rfl_cache)
+    .env("PATH", &path)
     .env("FRESH_LOG", &log);
     // What the calling cargo and this task set must not leak into the run.
     for var in [
@@ -124,6 +129,38 @@ pub fn fresh_check() -> Result<(), String> {
         secs % 60
     );
     result
+}
+
+/// `PATH` with the caller's cargo bin directory replaced by `proxies`, a directory of links to
+/// the rustup proxies found there (entries that resolve to its `rustup`); the fresh
+/// `CARGO_HOME`'s own bin directory comes first, so what the run installs is found.
+fn toolchain_only_path(proxies: &Path) -> Result<std::ffi::OsString, String> {
+    let cargo_bin = env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .ok_or("neither CARGO_HOME nor HOME is set")?
+        .join("bin");
+    let rustup = fs::canonicalize(cargo_bin.join("rustup")).ok();
+    fs::create_dir_all(proxies).map_err(|e| format!("{}: {e}", proxies.display()))?;
+    if let Ok(entries) = fs::read_dir(&cargo_bin) {
+        for entry in entries.flatten() {
+            let target = fs::canonicalize(entry.path()).ok();
+            if target.is_some() && target == rustup {
+                std::os::unix::fs::symlink(entry.path(), proxies.join(entry.file_name()))
+                    .map_err(|e| format!("{}: {e}", proxies.display()))?;
+            }
+        }
+    }
+    let fresh_bin = proxies.with_file_name("cargo-home").join("bin");
+    let mut dirs = vec![fresh_bin];
+    for d in env::split_paths(&env::var_os("PATH").unwrap_or_default()) {
+        dirs.push(if d == cargo_bin {
+            proxies.to_path_buf()
+        } else {
+            d
+        });
+    }
+    env::join_paths(dirs).map_err(|e| format!("PATH: {e}"))
 }
 
 /// `remove_dir_all` cannot enter the read-only copy of `shared/` of an earlier run.
