@@ -12,6 +12,8 @@
 //! nothing is skipped when they are missing: it fails. The suite is extracted once into the
 //! target directory.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -181,28 +183,7 @@ fn suite() -> PathBuf {
 
 /// The traced program, built with the kernel-style gcc flags.
 fn build_target(dir: &Path) -> PathBuf {
-    let out = dir.join("kernel_names");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/kernel_names.c");
-    let st = Command::new("gcc")
-        .args([
-            "-O2",
-            "-g",
-            "-pthread",
-            "-pg",
-            "-mfentry",
-            "-mrecord-mcount",
-        ])
-        .args(["-mnop-mcount", "-fno-pie", "-no-pie", "-o"])
-        .arg(&out)
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(
-        st.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    out
+    common::build_kernel_style(dir, "kernel_names")
 }
 
 /// A running `ftrace record --mount`, stopped (SIGTERM: it unmounts) when dropped.

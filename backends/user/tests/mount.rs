@@ -7,6 +7,8 @@
 //! stdin closes, so the test decides when it ends; every wait for the program to produce
 //! events is bounded (a failure names what never came), never a timing assertion.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -28,28 +30,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// The traced program, built with the kernel-style gcc flags.
 fn build_target(dir: &Path) -> PathBuf {
-    let out = dir.join("mount_target");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/mount_target.c");
-    let st = Command::new("gcc")
-        .args([
-            "-O2",
-            "-g",
-            "-pthread",
-            "-pg",
-            "-mfentry",
-            "-mrecord-mcount",
-        ])
-        .args(["-mnop-mcount", "-fno-pie", "-no-pie", "-o"])
-        .arg(&out)
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(
-        st.status.success(),
-        "gcc: {}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    out
+    common::build_kernel_style(dir, "mount_target")
 }
 
 /// Polls `f` until it answers, for at most a minute (a loaded CI machine is slow, never this
