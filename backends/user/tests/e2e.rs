@@ -471,19 +471,7 @@ fn sigtrap_chaining_longjmp_and_dlopen() {
     assert_eq!(t.get("jump_out"), Some(&60));
     // A library loaded later: its sites are found and patched at dlopen.
     let plugin = scratch().join("libplugin.so");
-    let st = Command::new("clang")
-        .args([
-            "-O2",
-            "-shared",
-            "-fPIC",
-            "-fpatchable-function-entry=5",
-            "-o",
-        ])
-        .arg(&plugin)
-        .arg(examples().join("c/plugin.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    build_plugin(&plugin);
     for tracer in [TracerKind::Function, TracerKind::FunctionGraph] {
         let run = run_traced(&exe, &["dlopen", plugin.to_str().unwrap()], |c| {
             c.tracer = tracer
@@ -801,19 +789,7 @@ fn filters_matching_no_site_and_untraceable_programs_are_refused() {
 fn sites_in_needed_libraries_count_and_dlopen_needs_force() {
     let lib_dir = scratch().join("needed-lib");
     std::fs::create_dir_all(&lib_dir).unwrap();
-    let st = Command::new("clang")
-        .args([
-            "-O2",
-            "-shared",
-            "-fPIC",
-            "-fpatchable-function-entry=5",
-            "-o",
-        ])
-        .arg(lib_dir.join("libplugin.so"))
-        .arg(examples().join("c/plugin.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    build_plugin(&lib_dir.join("libplugin.so"));
     // The program itself has no sites; its library (DT_NEEDED, DT_RUNPATH $ORIGIN) has.
     let exe = lib_dir.join("uses_plugin");
     let st = Command::new("gcc")
@@ -894,4 +870,22 @@ fn sites_in_needed_libraries_count_and_dlopen_needs_force() {
         25,
         "{stdout}"
     );
+}
+
+/// Builds `examples/c/plugin.c` into the shared library `out`, with call sites (clang's
+/// `-fpatchable-function-entry=5`).
+fn build_plugin(out: &Path) {
+    let st = Command::new("clang")
+        .args([
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-fpatchable-function-entry=5",
+            "-o",
+        ])
+        .arg(out)
+        .arg(examples().join("c/plugin.c"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "clang: building {}", out.display());
 }
