@@ -24,6 +24,16 @@ pub enum ProfileMode {
     Graph,
 }
 
+/// The `graph-time` trace option: whether a function's time includes the time of the
+/// functions it calls (on, the default) or only its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphTime {
+    /// `graph-time` on: a function's whole duration.
+    Included,
+    /// `graph-time` off: the duration minus the hooked children's.
+    Excluded,
+}
+
 /// One function's counters (`struct ftrace_profile`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProfileRecord {
@@ -107,12 +117,11 @@ impl ProfileTable {
     }
 
     /// A function_graph return (`profile_graph_return`): adds its duration, with hooked
-    /// children's time included (`graph-time` on, the default) or excluded (off).
-    pub fn graph_return(&mut self, exit: &crate::function_graph::GraphExit, graph_time: bool) {
-        let ns = if graph_time {
-            exit.duration
-        } else {
-            exit.self_time
+    /// children's time included or excluded as the `graph-time` option says.
+    pub fn graph_return(&mut self, exit: &crate::function_graph::GraphExit, graph_time: GraphTime) {
+        let ns = match graph_time {
+            GraphTime::Included => exit.duration,
+            GraphTime::Excluded => exit.self_time,
         };
         self.add_time(exit.func, ns);
     }

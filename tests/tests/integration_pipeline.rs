@@ -133,7 +133,7 @@ impl TaskNames for Names {
 
 static DISPATCHER: Dispatcher<ReaderCount, Task> = Dispatcher::new(ReaderCount::new(), Task);
 static FUNCTION: FunctionTracer = FunctionTracer::new();
-static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new();
 static NOP: NopTracer = NopTracer;
 /// The function tracer's ops (`function_trace_call`).
 static FUNC_OPS: FtraceOps = FtraceOps::new(function_trace_call, OpsFlags::empty());

@@ -79,7 +79,7 @@ const CLOCKS: [&str; 3] = ["local", "mono", "x86-tsc"];
 
 static NOP: NopTracer = NopTracer;
 static FUNCTION: FunctionTracer = FunctionTracer::new();
-static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new();
 
 fn tracer_obj(name: &str) -> &'static dyn Tracer {
     match name {

@@ -374,7 +374,7 @@ impl Host for ModelHost {
         // Each backend gets its own tracer objects (they keep state in atomics).
         let nop: &'static dyn Tracer = Box::leak(Box::new(NopTracer));
         let func: &'static dyn Tracer = Box::leak(Box::new(FunctionTracer::new()));
-        let graph: &'static dyn Tracer = Box::leak(Box::new(FunctionGraphTracer::new(false)));
+        let graph: &'static dyn Tracer = Box::leak(Box::new(FunctionGraphTracer::new()));
         let mut registry = Registry::new(nop);
         for t in [func, graph] {
             if instance.is_none() || t.allow_instances() {
