@@ -24,11 +24,12 @@ use crate::dynevent;
 use crate::error_log::ErrorLog;
 use crate::event_filter;
 use crate::events::{
-    DEFAULT_SYS_FILTER_MESSAGE, EventFile, EventSet, FilterSlot, enable_summary, set_event_matcher,
+    DEFAULT_SYS_FILTER_MESSAGE, EnableMode, EventFile, EventSet, FilterSlot, enable_summary,
+    set_event_matcher,
 };
 use crate::options::{FLAGS, TraceFlags};
 use crate::parse::{is_space, kstrtoul_from_user, parse_cpumask, short_name, write_cpumask};
-use crate::readme::write_readme;
+use crate::readme::{CallSiteFiles, write_readme};
 use crate::tree::{self, Dir, DirEntry, File, ListCtx, Node};
 use crate::triggers::{self, Trigger, TriggerCmd, TriggerCtx, TriggerKind, TriggerType};
 
@@ -669,7 +670,7 @@ impl<H: Host> Tracefs<H> {
                         // `ftrace_clear_events()`.
                         let mut set = i.events.clone();
                         for f in set.files.values_mut() {
-                            f.enable_disable(false, false);
+                            f.enable_disable(false, EnableMode::Hard);
                         }
                         commit_events(i, &self.events, set)?;
                     }
@@ -1036,7 +1037,13 @@ impl<H: Host> Tracefs<H> {
             }
             File::TraceEventFormat(id) => self.event(id)?.write_to(w),
             File::TraceEventId(id) => writeln!(w, "{}", self.event(id)?.id),
-            File::Readme => write_readme(w, self.host.functions().is_some()),
+            File::Readme => write_readme(
+                w,
+                match self.host.functions() {
+                    Some(_) => CallSiteFiles::Present,
+                    None => CallSiteFiles::Absent,
+                },
+            ),
             File::SavedCmdlines => self.top.backend.write_saved_cmdlines(w),
             File::SavedTgids => self.top.backend.write_saved_tgids(w),
             File::SavedCmdlinesSize => writeln!(w, "{}", self.globals.saved_cmdlines),
@@ -1366,7 +1373,7 @@ impl<H: Host> Tracefs<H> {
                 set.files
                     .get_mut(&id)
                     .ok_or(Errno::ENODEV)?
-                    .enable_disable(v == 1, false);
+                    .enable_disable(v == 1, EnableMode::Hard);
                 commit_events(i, &self.events, set)?;
                 Ok(cnt)
             }
@@ -1695,7 +1702,7 @@ fn set_clr_event(
     let mut any = false;
     for e in registry.iter().filter(|e| matches(e)) {
         if let Some(f) = set.files.get_mut(&e.id) {
-            f.enable_disable(on, false);
+            f.enable_disable(on, EnableMode::Hard);
             any = true;
         }
     }
@@ -1749,7 +1756,7 @@ fn apply_filter(
 fn attach_trigger(set: &mut EventSet, id: u16, t: Trigger) {
     if let Some(target) = t.target() {
         if let Some(tf) = set.files.get_mut(&target) {
-            tf.enable_disable(true, true);
+            tf.enable_disable(true, EnableMode::Soft);
         }
     }
     if let Some(f) = set.files.get_mut(&id) {
@@ -1769,7 +1776,7 @@ fn detach_trigger(set: &mut EventSet, id: u16, t: &Trigger) {
     }
     if let Some(target) = t.target() {
         if let Some(tf) = set.files.get_mut(&target) {
-            tf.enable_disable(false, true);
+            tf.enable_disable(false, EnableMode::Soft);
         }
     }
 }
