@@ -26,8 +26,8 @@ use ftrace_core::{Errno, EventId};
 use crate::options::TracerOpt;
 use crate::output::graph::{FTRACE_RETFUNC_DEPTH, GraphFlags};
 use crate::output::trace_file::OutputStyle;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::tracer::{EntrySink, Tracer};
+use ftrace_core::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The graph filters: `set_graph_function` and `set_graph_notrace`.
 pub trait GraphFilter {

@@ -13,7 +13,7 @@ use ftrace_core::Errno;
 use ftrace_core::symbols::SymbolTable;
 
 use crate::output::write_graph_duration;
-use crate::sync::{AtomicBool, Ordering};
+use ftrace_core::sync::{AtomicBool, Ordering};
 
 /// What the profiler measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
