@@ -16,8 +16,8 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::fmt;
 
+use crate::filter_edit::{self as filter, CommandEnv, FilterSet, ProbeTable};
 use ftrace_core::Errno;
-use ftrace_core::filter::{self, CommandEnv, FilterSet, ProbeTable};
 use ftrace_core::symbols::SymbolTable;
 
 use crate::backend::{FilterEdit, FilterFile};

@@ -47,6 +47,8 @@ pub mod event_filter;
 #[cfg(feature = "alloc")]
 pub mod events;
 #[cfg(feature = "alloc")]
+pub mod filter_edit;
+#[cfg(feature = "alloc")]
 pub mod filters;
 #[cfg(feature = "alloc")]
 mod fs;

@@ -35,7 +35,7 @@ use alloc::vec::Vec;
 
 use ftrace_core::Errno;
 use ftrace_core::dispatch::Dispatcher;
-use ftrace_core::filter::{CommandEnv, FtraceHash, ProbeActions, ProbeCommand, ProbeRunner};
+use ftrace_core::filter::{FtraceHash, ProbeActions, ProbeCommand, ProbeRunner};
 use ftrace_core::ops::FtraceOps;
 use ftrace_core::platform::{Reclaim, RecursionState};
 use ftrace_core::reclaim::{Published, ReaderCount};
@@ -45,6 +45,7 @@ use ftrace_patch::{
     RecordOps, RecordTable, TextPoke, UpdatePass, UpdateStats, init_records,
 };
 use ftrace_tracefs::FilterFile;
+use ftrace_tracefs::filter_edit::CommandEnv;
 use ftrace_tracefs::filters::FilterState;
 use ftrace_tracefs::records::CallSites;
 use ftrace_tracers::function_graph::GraphFunctions;

@@ -41,10 +41,11 @@ use ftrace_agent::control::Wanted;
 use ftrace_agent::probe::WantedProbe;
 use ftrace_core::Errno;
 use ftrace_core::event::{TraceCtx, TraceFlags as CtxFlags};
-use ftrace_core::filter::{CommandEnv, ProbeCommand};
+use ftrace_core::filter::ProbeCommand;
 use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::PageStats;
+use ftrace_tracefs::filter_edit::CommandEnv;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::{
     EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,

@@ -3,11 +3,12 @@
 //! language (globs, `!`, `:mod:`, commands, append vs replace) behaves as the kernel's.
 
 use ftrace_core::errno::Errno;
-use ftrace_core::filter::{
-    CommandEnv, FilterEdit, FilterFile, FilterSet, NoEvents, ProbeCommand, ProbeTable,
-};
+use ftrace_core::filter::ProbeCommand;
 use ftrace_core::pid::{show_pids, write_pids};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+use ftrace_tracefs::filter_edit::{
+    CommandEnv, FilterEdit, FilterFile, FilterSet, NoEvents, ProbeTable,
+};
 
 const REFERENCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -3,11 +3,9 @@
 //! of the ip hash, and `u64::from_str_radix` for the kernel's number parser.
 
 use ftrace_core::errno::Errno;
-use ftrace_core::filter::{
-    FilterEdit, FilterFile, FilterSet, FtraceHash, Glob, MatchType, NoEvents, ProbeTable,
-    glob_match, kstrtoul,
-};
+use ftrace_core::filter::{FtraceHash, Glob, MatchType, glob_match, kstrtoul};
 use ftrace_core::symbols::SortedSymbols;
+use ftrace_tracefs::filter_edit::{FilterEdit, FilterFile, FilterSet, NoEvents, ProbeTable};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 

@@ -1,4 +1,6 @@
-//! Editing and reading the filter files (feature `alloc`).
+//! The filter-file language: editing and reading `set_ftrace_filter`, `set_ftrace_notrace`,
+//! `set_graph_function` and `set_graph_notrace`. The patterns ([`Glob`]), the hash the
+//! dispatcher reads ([`FtraceHash`]) and the probe runner are ftrace-core's.
 //!
 //! A [`FilterEdit`] is one open of a filter file for writing: `>` (`O_TRUNC`) starts from an
 //! empty set, `>>` from a copy of the current one. Like the kernel's `ftrace_regex_write`, each
@@ -12,18 +14,17 @@
 //! `set_ftrace_filter` read back in that order; plain functions of `set_ftrace_filter` and
 //! `set_ftrace_notrace` read back in listing order.
 
-use super::{Glob, MatchType, kstrtoul};
-use crate::errno::Errno;
-use crate::symbols::SymbolTable;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt::Write;
+use ftrace_core::errno::Errno;
+use ftrace_core::filter::{Glob, MatchType, kstrtoul};
+use ftrace_core::symbols::SymbolTable;
 
-use super::probe::{ProbeCommand, ProbeCount, ProbeRunner, RunProbe};
-
-use super::FtraceHash;
+use ftrace_core::filter::FtraceHash;
+use ftrace_core::filter::probe::{ProbeCommand, ProbeCount, ProbeRunner, RunProbe};
 
 /// `FTRACE_HASH_DEFAULT_BITS`.
 const HASH_DEFAULT_BITS: u32 = 10;
@@ -308,21 +309,20 @@ impl<S: SymbolTable> CommandEnv for NoEvents<S> {
     }
 }
 
-impl ProbeCommand {
-    fn from_name(name: &str, env: &dyn CommandEnv) -> Option<ProbeCommand> {
-        Some(match name {
-            "traceon" => ProbeCommand::Traceon,
-            "traceoff" => ProbeCommand::Traceoff,
-            "stacktrace" => ProbeCommand::Stacktrace,
-            "snapshot" if env.has_snapshot() => ProbeCommand::Snapshot,
-            "enable_event" => ProbeCommand::EnableEvent,
-            "disable_event" => ProbeCommand::DisableEvent,
-            "dump" => ProbeCommand::Dump,
-            "cpudump" => ProbeCommand::Cpudump,
-            _ => return None,
-        })
-        .filter(|&c| env.supports(c))
-    }
+/// The command a function-command name selects, if `env` offers it.
+fn probe_command(name: &str, env: &dyn CommandEnv) -> Option<ProbeCommand> {
+    Some(match name {
+        "traceon" => ProbeCommand::Traceon,
+        "traceoff" => ProbeCommand::Traceoff,
+        "stacktrace" => ProbeCommand::Stacktrace,
+        "snapshot" if env.has_snapshot() => ProbeCommand::Snapshot,
+        "enable_event" => ProbeCommand::EnableEvent,
+        "disable_event" => ProbeCommand::DisableEvent,
+        "dump" => ProbeCommand::Dump,
+        "cpudump" => ProbeCommand::Cpudump,
+        _ => return None,
+    })
+    .filter(|&c| env.supports(c))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -791,7 +791,7 @@ impl FilterEdit {
             };
             return self.mod_command(func, module, symbols);
         }
-        let Some(cmd) = ProbeCommand::from_name(command, env) else {
+        let Some(cmd) = probe_command(command, env) else {
             return Err(Errno::EINVAL);
         };
         // "hash funcs only work with set_ftrace_filter"
@@ -929,5 +929,5 @@ fn event_command(
 }
 
 fn is_sep(c: u8) -> bool {
-    super::is_kernel_space(c) || c == 0
+    ftrace_core::filter::is_kernel_space(c) || c == 0
 }
