@@ -34,6 +34,31 @@ pub enum FilterFile {
     GraphNotrace,
 }
 
+impl FilterFile {
+    /// The file's name in tracefs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FilterFile::Filter => "set_ftrace_filter",
+            FilterFile::Notrace => "set_ftrace_notrace",
+            FilterFile::GraphFunction => "set_graph_function",
+            FilterFile::GraphNotrace => "set_graph_notrace",
+        }
+    }
+
+    /// What an empty file reads as.
+    pub const fn empty_text(self) -> &'static str {
+        match self {
+            FilterFile::Filter | FilterFile::GraphFunction => "#### all functions enabled ####\n",
+            FilterFile::Notrace | FilterFile::GraphNotrace => "#### no functions disabled ####\n",
+        }
+    }
+
+    /// Whether it is one of function_graph's files.
+    pub(crate) fn is_graph(self) -> bool {
+        matches!(self, FilterFile::GraphFunction | FilterFile::GraphNotrace)
+    }
+}
+
 /// A pid-filter file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PidFile {
@@ -190,11 +215,12 @@ pub trait TraceBackend: Send {
     /// `trace_marker_raw`: records a raw-data event (`id` then `data`).
     fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno>;
 
-    /// Starts writing a filter file; `truncate` (O_TRUNC) starts from an empty filter.
+    /// Starts writing a filter file; [`WriteMode::Truncate`](crate::WriteMode::Truncate)
+    /// (`O_TRUNC`) starts from an empty filter.
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: crate::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno>;
     /// Writes a filter file's read-back text.
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result;

@@ -2,11 +2,11 @@
 //! `set_graph_function` and `set_graph_notrace`. The patterns ([`Glob`]), the hash the
 //! dispatcher reads ([`FtraceHash`]) and the probe runner are ftrace-core's.
 //!
-//! A [`FilterEdit`] is one open of a filter file for writing: `>` (`O_TRUNC`) starts from an
+//! A [`FilterDraft`] is one open of a filter file for writing: `>` (`O_TRUNC`) starts from an
 //! empty set, `>>` from a copy of the current one. Like the kernel's `ftrace_regex_write`, each
-//! [`FilterEdit::write`] call consumes at most one whitespace-separated token (a token cut at
+//! [`FilterDraft::write`] call consumes at most one whitespace-separated token (a token cut at
 //! the end of a write continues in the next) and applies it, or fails with the kernel's errno
-//! and changes nothing; [`FilterEdit::close`] applies a pending token and yields the new
+//! and changes nothing; [`FilterDraft::close`] applies a pending token and yields the new
 //! [`FilterSet`]. Function commands go to the instance's [`ProbeTable`] at write time.
 //!
 //! The sets keep the kernel's hash-bucket order (`hash_64` buckets, `hlist_add_head` chains,
@@ -14,6 +14,8 @@
 //! `set_ftrace_filter` read back in that order; plain functions of `set_ftrace_filter` and
 //! `set_ftrace_notrace` read back in listing order.
 
+use crate::WriteMode;
+use crate::backend::FilterFile;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec;
@@ -107,43 +109,6 @@ impl KHash {
 impl Default for KHash {
     fn default() -> Self {
         KHash::new(0)
-    }
-}
-
-/// Which filter file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FilterFile {
-    /// `set_ftrace_filter`: functions to trace, plus function commands.
-    Filter,
-    /// `set_ftrace_notrace`: functions never to trace.
-    Notrace,
-    /// `set_graph_function`: function_graph roots.
-    GraphFunction,
-    /// `set_graph_notrace`: function_graph exclusions.
-    GraphNotrace,
-}
-
-impl FilterFile {
-    /// The file's name in tracefs.
-    pub const fn name(self) -> &'static str {
-        match self {
-            FilterFile::Filter => "set_ftrace_filter",
-            FilterFile::Notrace => "set_ftrace_notrace",
-            FilterFile::GraphFunction => "set_graph_function",
-            FilterFile::GraphNotrace => "set_graph_notrace",
-        }
-    }
-
-    /// What an empty file reads as.
-    pub const fn empty_text(self) -> &'static str {
-        match self {
-            FilterFile::Filter | FilterFile::GraphFunction => "#### all functions enabled ####\n",
-            FilterFile::Notrace | FilterFile::GraphNotrace => "#### no functions disabled ####\n",
-        }
-    }
-
-    fn is_graph(self) -> bool {
-        matches!(self, FilterFile::GraphFunction | FilterFile::GraphNotrace)
     }
 }
 
@@ -642,9 +607,10 @@ fn module_exists(symbols: &dyn SymbolTable, module: &str) -> bool {
     found
 }
 
-/// One open of a filter file for writing.
+/// One open of a filter file for writing: the new content, built token by token, that
+/// becomes the file's only at [`FilterDraft::close`].
 #[derive(Clone, Debug)]
-pub struct FilterEdit {
+pub struct FilterDraft {
     file: FilterFile,
     hash: KHash,
     mods: Vec<ModEntry>,
@@ -652,16 +618,16 @@ pub struct FilterEdit {
     cont: bool,
 }
 
-impl FilterEdit {
-    /// Opens `file`, whose current content is `current`, for writing; `truncate` is `O_TRUNC`
-    /// (the shell's `>`), which starts from an empty set and drops cached `:mod:` requests.
-    pub fn open(file: FilterFile, current: &FilterSet, truncate: bool) -> FilterEdit {
-        let (hash, mods) = if truncate {
-            (KHash::new(HASH_DEFAULT_BITS), Vec::new())
-        } else {
-            (current.hash.copy(HASH_DEFAULT_BITS), current.mods.clone())
+impl FilterDraft {
+    /// Opens `file`, whose current content is `current`, for writing: [`WriteMode::Truncate`]
+    /// (the shell's `>`) starts from an empty set and drops cached `:mod:` requests,
+    /// [`WriteMode::Append`] from a copy of `current`.
+    pub fn open(file: FilterFile, current: &FilterSet, mode: WriteMode) -> FilterDraft {
+        let (hash, mods) = match mode {
+            WriteMode::Truncate => (KHash::new(HASH_DEFAULT_BITS), Vec::new()),
+            WriteMode::Append => (current.hash.copy(HASH_DEFAULT_BITS), current.mods.clone()),
         };
-        FilterEdit {
+        FilterDraft {
             file,
             hash,
             mods,
@@ -678,7 +644,7 @@ impl FilterEdit {
     /// Consumes whitespace and at most one token of `buf` and applies the token
     /// (`trace_get_user` + `ftrace_process_regex` / `ftrace_graph_set_hash`); returns the
     /// number of bytes consumed. A token that reaches the end of `buf` is kept until the next
-    /// write or [`FilterEdit::close`]. On error nothing changes except that the token is
+    /// write or [`FilterDraft::close`]. On error nothing changes except that the token is
     /// dropped, and the caller should stop writing (as `write(2)` returning -1 does).
     pub fn write(
         &mut self,

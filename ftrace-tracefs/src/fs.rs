@@ -127,6 +127,17 @@ impl OpenFlags {
         create: true,
     };
 
+    /// What a write through this open does: [`WriteMode::Truncate`] for `O_TRUNC` without
+    /// `O_APPEND`, [`WriteMode::Append`] otherwise (an open without `O_TRUNC` keeps the
+    /// content).
+    pub const fn write_mode(self) -> WriteMode {
+        if self.truncate && !self.append {
+            WriteMode::Truncate
+        } else {
+            WriteMode::Append
+        }
+    }
+
     /// Decodes Linux `open(2)` flags (x86_64/generic values).
     pub const fn from_linux(flags: i32) -> OpenFlags {
         let acc = flags & 3;
@@ -644,9 +655,7 @@ impl<H: Host> Tracefs<H> {
                 }
                 File::Filter(which) => {
                     if flags.write {
-                        let edit = i
-                            .backend
-                            .open_filter(which, flags.truncate && !flags.append)?;
+                        let edit = i.backend.open_filter(which, flags.write_mode())?;
                         OpenState::Filter(Some(edit))
                     } else {
                         OpenState::Text(None)

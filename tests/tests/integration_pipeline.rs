@@ -512,9 +512,9 @@ impl TraceBackend for Backend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        Ok(FilterWriter::open(self.0.clone(), which, truncate))
+        Ok(FilterWriter::open(self.0.clone(), which, mode))
     }
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
         self.0.lock().filters.write_filter(which, w)

@@ -265,11 +265,11 @@ impl TraceBackend for BmBackend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
         // No records before `install`: nothing to filter.
         TRACING.with_filters(&mut |_| {})?;
-        Ok(FilterWriter::open(BmFilters, which, truncate))
+        Ok(FilterWriter::open(BmFilters, which, mode))
     }
 
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {

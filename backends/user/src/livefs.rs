@@ -843,7 +843,7 @@ impl TraceBackend for UserBackend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
         if lock(&self.state).filters().is_none() {
             return Err(Errno::ENODEV);
@@ -851,11 +851,7 @@ impl TraceBackend for UserBackend {
         if which == FilterFile::GraphNotrace {
             return Ok(Box::new(NoGraphNotrace));
         }
-        Ok(FilterWriter::open(
-            Filters(self.state.clone()),
-            which,
-            truncate,
-        ))
+        Ok(FilterWriter::open(Filters(self.state.clone()), which, mode))
     }
 
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {

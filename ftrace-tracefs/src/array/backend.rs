@@ -339,9 +339,9 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: crate::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        Ok(FilterWriter::open(*self, which, truncate))
+        Ok(FilterWriter::open(*self, which, mode))
     }
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
         self.ctl().filters.write_filter(which, w)

@@ -707,9 +707,9 @@ impl TraceBackend for ModelBackend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        Ok(FilterWriter::open(self.st.clone(), which, truncate))
+        Ok(FilterWriter::open(self.st.clone(), which, mode))
     }
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
         self.st.borrow().filters.write_filter(which, w)
