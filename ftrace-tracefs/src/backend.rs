@@ -19,7 +19,7 @@ use ftrace_core::symbols::SymbolTable;
 use crate::event_filter::EventFilter;
 use crate::triggers::Trigger;
 
-use crate::options::TraceFlags;
+use ftrace_tracers::TraceOptions;
 
 /// A function-filter file (`set_ftrace_filter` & co, Linux `ftrace_regex_open` users).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,7 +77,7 @@ pub enum Param<'a> {
     /// `tracing_on`: record into the ring buffer or not.
     TracingOn(bool),
     /// `trace_options` / `options/*`: the whole new global flag word.
-    Flags(TraceFlags),
+    Flags(TraceOptions),
     /// `buffer_percent`: reader wake-up watermark, 0..=100.
     BufferPercent(u32),
     /// `tracing_cpumask`: the CPUs to trace (64-bit words, bit n = CPU n).

@@ -32,8 +32,6 @@ extern crate alloc;
 
 pub mod parse;
 
-pub mod options;
-
 #[cfg(feature = "alloc")]
 pub mod array;
 #[cfg(feature = "alloc")]
@@ -80,4 +78,3 @@ pub use ftrace_core::Errno;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-pub use options::TraceFlags;

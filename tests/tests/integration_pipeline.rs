@@ -427,7 +427,7 @@ impl TraceBackend for Backend {
                 .unwrap()
                 .iter()
                 .for_each(|b| b.set_record_on(on)),
-            Param::Flags(f) => w.trace_flags = f.0,
+            Param::Flags(f) => w.trace_flags = f.bits(),
             _ => {}
         }
         Ok(())

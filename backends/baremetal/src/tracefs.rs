@@ -194,8 +194,8 @@ impl TraceBackend for BmBackend {
             }
             // The tree hands its flag word over when it is built; the formatter here prints
             // with the defaults, so only the defaults are accepted.
-            Param::Flags(f) if f == ftrace_tracefs::options::TraceFlags::top_level_default() => {
-                TRACING.set_options(TraceOptions::from_bits_retain(f.0));
+            Param::Flags(f) if f == TraceOptions::DEFAULT => {
+                TRACING.set_options(f);
                 Ok(())
             }
             _ => Err(Errno::EINVAL),

@@ -181,7 +181,7 @@ fn now_clock(clock: ClockKind) -> u64 {
 
 /// Whether the `function-fork` trace option is set in the flag word `flags`.
 fn function_fork(flags: u64) -> bool {
-    ftrace_tracefs::TraceFlags::bit_of(b"function-fork").is_some_and(|b| flags >> b & 1 == 1)
+    TraceOptions::from_bits_retain(flags).contains(TraceOptions::FUNCTION_FORK)
 }
 
 fn this_cpu() -> u32 {
@@ -657,8 +657,8 @@ impl TraceBackend for UserBackend {
             }
             Param::Flags(f) => {
                 let old = st.flags;
-                st.flags = f.0;
-                if function_fork(old) == function_fork(f.0) {
+                st.flags = f.bits();
+                if function_fork(old) == function_fork(f.bits()) {
                     return Ok(());
                 }
                 st.push().inspect_err(|_| st.flags = old)

@@ -207,7 +207,7 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         match param {
             Param::TracingOn(on) => a.set_tracing_on(on),
             Param::Flags(f) => {
-                a.options.store(f.0, Ordering::Relaxed);
+                a.options.store(f.bits(), Ordering::Relaxed);
                 // `overwrite` is the ring's mode; the other flags are read where they act
                 // (the markers, the output).
                 let mode = a.buffer_mode();

@@ -596,7 +596,7 @@ impl TraceBackend for ModelBackend {
                 st.recording = on;
                 st.bufs.iter().for_each(|b| b.set_record_on(on));
             }
-            Param::Flags(f) => st.trace_flags = f.0,
+            Param::Flags(f) => st.trace_flags = f.bits(),
             Param::Clock(_) => st.bufs.iter_mut().for_each(CpuBuffer::reset),
             _ => {}
         }
