@@ -286,7 +286,17 @@ impl LiveRecording {
                     continue;
                 }
                 match ring.read(i) {
+                    // A return value is read with its exit (the next slot); a consumer
+                    // passes over it as over padding.
+                    SlotRead::Event(s) if s.kind() == buffer::KIND_GRAPH_RETVAL => {
+                        if pipe {
+                            b.extra.insert(i);
+                        }
+                    }
                     SlotRead::Event(s) => got.push((i, s)),
+                    SlotRead::Pad if pipe => {
+                        b.extra.insert(i);
+                    }
                     SlotRead::Pad => {}
                     SlotRead::Uncommitted | SlotRead::Overwritten if pipe => break,
                     SlotRead::Uncommitted | SlotRead::Overwritten => {}
@@ -312,13 +322,20 @@ impl LiveRecording {
                     (ClockKind::Local, Some(c)) => c.to_ns(t),
                     _ => t,
                 };
+                let before = match i.checked_sub(1).map(|j| ring.read(j)) {
+                    Some(SlotRead::Event(p)) => Some(p),
+                    _ => None,
+                };
+                let Some(data) = entry_bytes(&s, before.as_ref(), b.tid, &cv) else {
+                    continue;
+                };
                 out.push(LiveEvent {
                     buf: bi,
                     index: i,
                     cpu: s.cpu,
                     ts: cv(s.ts),
                     tid: b.tid,
-                    data: entry_bytes(&s, b.tid, &cv),
+                    data,
                     missed,
                     lost_below: first_ok,
                 });
@@ -341,11 +358,12 @@ impl LiveRecording {
             }
             if e.index == b.below {
                 b.below += 1;
-                while b.extra.remove(&b.below) {
-                    b.below += 1;
-                }
             } else if e.index > b.below {
                 b.extra.insert(e.index);
+            }
+            // Passed-over slots (padding, return values) below it count as read.
+            while b.extra.remove(&b.below) {
+                b.below += 1;
             }
             b.extra.retain(|&i| i >= b.below);
         }

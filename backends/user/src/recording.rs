@@ -14,7 +14,9 @@ use ftrace_agent::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, SlotEvent, depth};
 use ftrace_agent::clock::{TscConversion, TscPair};
 use ftrace_agent::config::ClockKind;
 use ftrace_core::EventId;
-use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, Pod, TraceEntry};
+use ftrace_core::entry::{
+    FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, FtraceGraphRetvalEntry, Pod, TraceEntry,
+};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 
 /// One recorded event, decoded.
@@ -145,14 +147,23 @@ pub fn parse_symbols(text: &str) -> SortedSymbols {
     t
 }
 
-pub(crate) fn entry_bytes(s: &SlotEvent, tid: u32, conv: &dyn Fn(u64) -> u64) -> Vec<u8> {
+/// The kernel record of slot `s` (`before`: the slot written just before it, which holds a
+/// function_graph exit's return value, [`buffer::retval_of`]); `None` for a slot that is no
+/// event of its own ([`buffer::KIND_GRAPH_RETVAL`]).
+pub(crate) fn entry_bytes(
+    s: &SlotEvent,
+    before: Option<&SlotEvent>,
+    tid: u32,
+    conv: &dyn Fn(u64) -> u64,
+) -> Option<Vec<u8>> {
     let ent = |id: EventId| TraceEntry {
         type_: id.as_u16(),
         flags: 0,
         preempt_count: 0,
         pid: tid as i32,
     };
-    match s.kind() {
+    Some(match s.kind() {
+        buffer::KIND_GRAPH_RETVAL => return None,
         KIND_FUNC => FtraceEntry {
             ent: ent(EventId::Function),
             ip: s.ip,
@@ -167,18 +178,32 @@ pub(crate) fn entry_bytes(s: &SlotEvent, tid: u32, conv: &dyn Fn(u64) -> u64) ->
         }
         .as_bytes()
         .to_vec(),
-        _ => FtraceGraphRetEntry {
-            ent: ent(EventId::FuncgraphExit),
-            func: s.ip,
-            depth: depth(s) as i32,
-            overrun: 0,
-            calltime: conv(s.arg),
-            rettime: conv(s.ts),
-            ..Default::default()
-        }
-        .as_bytes()
-        .to_vec(),
-    }
+        _ => match buffer::retval_of(s, before) {
+            None => FtraceGraphRetEntry {
+                ent: ent(EventId::FuncgraphExit),
+                func: s.ip,
+                depth: depth(s) as i32,
+                overrun: 0,
+                calltime: conv(s.arg),
+                rettime: conv(s.ts),
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec(),
+            Some(retval) => FtraceGraphRetvalEntry {
+                ent: ent(EventId::FuncgraphExit),
+                func: s.ip,
+                retval,
+                depth: depth(s) as i32,
+                overrun: 0,
+                calltime: conv(s.arg),
+                rettime: conv(s.ts),
+                ..Default::default()
+            }
+            .as_bytes()
+            .to_vec(),
+        },
+    })
 }
 
 impl Recording {
@@ -273,12 +298,16 @@ impl Recording {
                 let c = buffer::read(&bytes).map_err(|e| err(&b.display().to_string(), &e))?;
                 let mut missed = c.overrun + c.dropped;
                 for (seq, s) in c.events.iter().enumerate() {
+                    let before = seq.checked_sub(1).map(|i| &c.events[i]);
+                    let Some(data) = entry_bytes(s, before, c.tid, &conv) else {
+                        continue;
+                    };
                     rec.per_cpu.entry(s.cpu).or_default().push(Event {
                         cpu: s.cpu,
                         ts: conv(s.ts),
                         pid: c.pid,
                         tid: c.tid,
-                        data: entry_bytes(s, c.tid, &conv),
+                        data,
                         missed,
                         seq: seq as u64,
                         process: rec.processes.len(),
@@ -291,7 +320,11 @@ impl Recording {
                     comm: c.comm,
                     overrun: c.overrun,
                     dropped: c.dropped,
-                    entries: c.events.len() as u64,
+                    entries: c
+                        .events
+                        .iter()
+                        .filter(|e| e.kind() != buffer::KIND_GRAPH_RETVAL)
+                        .count() as u64,
                 });
             }
             rec.processes.push(proc_);

@@ -35,6 +35,25 @@ pub const KIND_FUNC: u32 = 1;
 pub const KIND_GRAPH_ENT: u32 = 2;
 /// A `funcgraph_exit` event: `arg` is the call time.
 pub const KIND_GRAPH_RET: u32 = 3;
+/// The return value of the `funcgraph_exit` that follows (`funcgraph-retval`): `arg` is the
+/// value, `ts`, `ip` and the depth are the exit's. Written just before its exit, in the same
+/// handler run (no other event of the thread between them); a reader pairs the two with
+/// [`retval_of`] and prints no event for this slot.
+pub const KIND_GRAPH_RETVAL: u32 = 4;
+
+/// The return value recorded for `exit` (a [`KIND_GRAPH_RET`] event), given the slot written
+/// just before it: `Some` only when that slot is its [`KIND_GRAPH_RETVAL`] (same time, function
+/// and depth), so a value whose exit was lost, or an exit whose value was lost, pairs with
+/// nothing.
+pub fn retval_of(exit: &SlotEvent, before: Option<&SlotEvent>) -> Option<u64> {
+    let b = before?;
+    (exit.kind() == KIND_GRAPH_RET
+        && b.kind() == KIND_GRAPH_RETVAL
+        && b.ts == exit.ts
+        && b.ip == exit.ip
+        && depth(b) == depth(exit))
+    .then_some(b.arg)
+}
 
 /// The header at the start of every buffer file.
 #[derive(Debug)]
@@ -420,5 +439,31 @@ mod tests {
         let mut v = b.clone();
         v[8] = 1;
         assert_eq!(read(&v), Err(FormatError("version")));
+    }
+
+    #[test]
+    fn a_return_value_pairs_only_with_its_own_exit() {
+        let ev = |ts, ip, arg, kind, depth: u32| SlotEvent {
+            ts,
+            ip,
+            arg,
+            kind: kind | depth << 8,
+            cpu: 0,
+        };
+        let exit = ev(50, 0x1000, 10, KIND_GRAPH_RET, 2);
+        let value = ev(50, 0x1000, (-5i64) as u64, KIND_GRAPH_RETVAL, 2);
+        assert_eq!(retval_of(&exit, Some(&value)), Some((-5i64) as u64));
+        assert_eq!(retval_of(&exit, None), None);
+        // Another exit's value (time, function or depth differ), or no value at all.
+        for other in [
+            ev(49, 0x1000, 1, KIND_GRAPH_RETVAL, 2),
+            ev(50, 0x2000, 1, KIND_GRAPH_RETVAL, 2),
+            ev(50, 0x1000, 1, KIND_GRAPH_RETVAL, 1),
+            ev(50, 0x1000, 1, KIND_GRAPH_ENT, 2),
+        ] {
+            assert_eq!(retval_of(&exit, Some(&other)), None, "{other:?}");
+        }
+        // A value is no exit: nothing pairs with it.
+        assert_eq!(retval_of(&value, Some(&value)), None);
     }
 }

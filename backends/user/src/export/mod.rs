@@ -22,7 +22,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ftrace_core::EventId;
-use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, Pod, TraceEntry};
+use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, Pod, TraceEntry};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_ringbuf::page::{DEFAULT_PAGE_SIZE, Page};
 
@@ -385,11 +385,8 @@ impl What {
                 })
             }
             EventId::FuncgraphExit => {
-                // The in-buffer exit entry may be shorter than ours (the format's 40 bytes):
-                // pad before decoding.
-                let mut b = payload.to_vec();
-                b.resize(b.len().max(core::mem::size_of::<FtraceGraphRetEntry>()), 0);
-                FtraceGraphRetEntry::read_from(&b).map(|e| Call::Exit {
+                // Any exit layout: the format's 40 bytes, 56, or 64 with a return value.
+                ftrace_tracers::event::read_graph_ret(payload).map(|e| Call::Exit {
                     func: e.func,
                     depth: e.depth,
                     calltime: e.calltime,
@@ -608,6 +605,7 @@ pub(crate) fn sym_name(syms: &SortedSymbols, addr: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ftrace_core::entry::FtraceGraphRetEntry;
 
     #[test]
     fn print_text_and_calls_decode() {
