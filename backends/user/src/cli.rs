@@ -60,13 +60,18 @@ pub enum Command {
         /// What to record.
         #[command(flatten)]
         rec: RecordArgs,
+        /// A trace option that changes what is recorded: `funcgraph-retval` (function_graph
+        /// exits carry the return value; `report -O funcgraph-retval` prints it).
+        #[arg(short = 'O', value_name = "OPTION", value_parser = ["funcgraph-retval"])]
+        options: Vec<String>,
     },
     /// Record a program, then print the trace when it exits.
     Live {
         /// What to record.
         #[command(flatten)]
         rec: RecordArgs,
-        /// A trace option for the report (as `report -O`); may be repeated.
+        /// A trace option for the report (as `report -O`); may be repeated. `funcgraph-retval`
+        /// also records the return values it prints.
         #[arg(short = 'O', value_name = "OPTION")]
         options: Vec<String>,
     },
@@ -131,6 +136,7 @@ impl RecordArgs {
             notrace: self.notrace.clone(),
             graph_functions: self.graph.clone(),
             max_depth: self.max_depth,
+            retval: false,
             buffer_kb: self.buffer_kb,
             overwrite: !self.no_overwrite,
             clock: ClockKind::parse(&self.clock).unwrap_or_default(),
@@ -150,11 +156,13 @@ impl RecordArgs {
 
 fn run_record(
     rec: &RecordArgs,
+    trace_options: &[String],
     live: Option<&[String]>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> u8 {
-    let opts = rec.options();
+    let mut opts = rec.options();
+    opts.retval = trace_options.iter().any(|o| o == "funcgraph-retval");
     let (prog, args) = rec.command.split_first().expect("clap requires PROG");
     let result = match live {
         None => crate::record::record(&opts, prog, args).map(|r| (r.status, r.summary, None)),
@@ -212,8 +220,8 @@ pub fn run(
     };
     match cli.command {
         Command::Export(a) => crate::export::run_cli(&a, out, err),
-        Command::Record { rec } => run_record(&rec, None, out, err),
-        Command::Live { rec, options } => run_record(&rec, Some(&options), out, err),
+        Command::Record { rec, options } => run_record(&rec, &options, None, out, err),
+        Command::Live { rec, options } => run_record(&rec, &options, Some(&options), out, err),
         Command::Report {
             raw_dir,
             options,

@@ -55,7 +55,7 @@ use ftrace_tracers::clock::ClockUnit;
 use ftrace_tracers::function::{
     FunctionTracer, trace_marker_raw_write as marker_raw, trace_marker_write as marker,
 };
-use ftrace_tracers::function_graph::FunctionGraphTracer;
+use ftrace_tracers::function_graph::{FunctionGraphTracer, ReturnValues};
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
@@ -80,7 +80,8 @@ const CLOCKS: [&str; 3] = ["local", "mono", "x86-tsc"];
 
 static NOP: NopTracer = NopTracer;
 static FUNCTION: FunctionTracer = FunctionTracer::new();
-static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new();
+static GRAPH: FunctionGraphTracer =
+    FunctionGraphTracer::new().with_return_values(ReturnValues::Recorded);
 
 fn tracer_obj(name: &str) -> &'static dyn Tracer {
     match name {
@@ -270,7 +271,16 @@ impl State {
             no_pids: self.pids[1].clone(),
             follow_fork: function_fork(self.flags),
             cpus: self.cpumask.clone(),
+            retval: self.tracer_option(&GRAPH, "funcgraph-retval"),
         })
+    }
+
+    /// Whether tracer `t`'s option `name` is set (`options/<name>`).
+    fn tracer_option(&self, t: &dyn Tracer, name: &str) -> bool {
+        let flags = self.tracer_flags.get(t.name()).copied().unwrap_or(0);
+        t.options()
+            .iter()
+            .any(|o| o.name == name && flags & o.bit != 0)
     }
 
     /// Takes what the program's function commands changed: its `tracing_on` and the
@@ -635,6 +645,12 @@ impl TraceBackend for UserBackend {
                 t.set_flag(cur, o.bit, on)?;
                 let new = if on { cur | o.bit } else { cur & !o.bit };
                 st.tracer_flags.insert(t.name(), new);
+                // The agent records return values only while `funcgraph-retval` is set.
+                if name == "funcgraph-retval" && new != cur {
+                    return st.push().map(|_| ()).inspect_err(|_| {
+                        st.tracer_flags.insert(t.name(), cur);
+                    });
+                }
                 return Ok(());
             }
         }

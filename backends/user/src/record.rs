@@ -21,6 +21,8 @@ pub struct RecordOptions {
     pub graph_functions: Vec<String>,
     /// `--max-depth`.
     pub max_depth: u32,
+    /// `-O funcgraph-retval`: function_graph exits carry return values.
+    pub retval: bool,
     /// `--buffer-size` (KiB per thread).
     pub buffer_kb: u64,
     /// `--no-overwrite` (false) or overwrite (true).
@@ -44,6 +46,7 @@ impl Default for RecordOptions {
             notrace: Vec::new(),
             graph_functions: Vec::new(),
             max_depth: 0,
+            retval: false,
             buffer_kb: ftrace_agent::config::DEFAULT_BUFFER_KB,
             overwrite: true,
             clock: ClockKind::Local,
@@ -78,6 +81,7 @@ impl RecordOptions {
         c.notrace = self.notrace.clone();
         c.graph_functions = self.graph_functions.clone();
         c.max_depth = self.max_depth;
+        c.retval = self.retval;
         c.buffer_kb = self.buffer_kb;
         c.overwrite = self.overwrite;
         c.clock = self.clock;
@@ -370,6 +374,12 @@ fn seed_tree<H: ftrace_tracefs::Host>(tree: &mut ftrace_tracefs::Tracefs<H>, opt
                 "ftrace: max_graph_depth: {}",
                 e.description().unwrap_or("error")
             );
+        }
+    }
+    if opts.retval {
+        let file = "options/funcgraph-retval";
+        if let Err(e) = tree.write_all(file, b"1", ftrace_tracefs::WriteMode::Truncate) {
+            eprintln!("ftrace: {file}: {}", e.description().unwrap_or("error"));
         }
     }
 }

@@ -32,7 +32,7 @@ use ftrace_core::EventId;
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_ringbuf::page::{Page, PageError};
 use ftrace_tracers::function::FunctionTracer;
-use ftrace_tracers::function_graph::FunctionGraphTracer;
+use ftrace_tracers::function_graph::{FunctionGraphTracer, ReturnValues};
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
@@ -318,7 +318,11 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     let tracer = read_optional(&dir.join("tracer"))?
         .map(|t| t.trim().to_string())
         .unwrap_or_else(|| "function".into());
-    let (nop, function, graph) = (NopTracer, FunctionTracer::new(), FunctionGraphTracer::new());
+    let (nop, function, graph) = (
+        NopTracer,
+        FunctionTracer::new(),
+        FunctionGraphTracer::new().with_return_values(ReturnValues::Recorded),
+    );
     let current: &dyn Tracer = match tracer.as_str() {
         "function_graph" => &graph,
         "function" => &function,

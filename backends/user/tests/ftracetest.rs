@@ -61,10 +61,6 @@ const ABSENT_FEATURES: &[(&str, &str)] = &[
         "ftrace - function profiler with function graph tracing",
         "`function_profile_enabled`",
     ),
-    (
-        "ftrace - function graph print function return value",
-        "`options/funcgraph-retval`",
-    ),
     ("ftrace - function profiling", "`function_profile_enabled`"),
     (
         "ftrace - function profiler with function tracing",
@@ -110,6 +106,11 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "set_ftrace_pid names the suite's shell, not a thread of the traced program: nothing traced",
     ),
     (
+        "ftrace - function graph print function return value",
+        "set_ftrace_pid names the suite's shell, as in `function pid filters`: nothing traced; \
+         with the program's `proc_writer` thread in its place the test passes ([`RETVAL_VARIANT`])",
+    ),
+    (
         "ftrace - stacktrace filter command",
         "the `stacktrace` function command (EINVAL)",
     ),
@@ -138,6 +139,52 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "the sched events cannot be enabled: nothing records them (ENODEV)",
     ),
 ];
+
+/// `fgraph-retval.tc` as the kernel ships it but for one line: the pid it writes into
+/// `set_ftrace_pid` is the thread of the traced program that keeps calling `proc_reg_write`
+/// (kernel_names.c's `proc_writer`) instead of the suite's own shell. It must PASS: return values are recorded
+/// by the agent and printed by the mount in both of the test's forms.
+const RETVAL_VARIANT: (&str, &str) = (
+    "test.d/ftrace/fgraph-retval.tc",
+    "read PID _ < /proc/self/stat",
+);
+
+/// The `proc_writer` thread of the program `tool` (an `ftrace record`) runs.
+fn proc_writer_thread(tool: u32) -> u32 {
+    let ppid_of = |pid: &str| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let prog = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find(|p| ppid_of(p) == Some(tool))
+        .expect("the traced program");
+    std::fs::read_dir(format!("/proc/{prog}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .find(|t| {
+            std::fs::read_to_string(format!("/proc/{prog}/task/{t}/comm"))
+                .is_ok_and(|c| c.trim() == "proc_writer")
+        })
+        .and_then(|t| t.parse().ok())
+        .expect("the program's proc_writer thread")
+}
+
+/// Writes [`RETVAL_VARIANT`] for thread `tid` into `dir`.
+fn retval_variant(suite: &Path, dir: &Path, tid: u32) -> PathBuf {
+    let (file, line) = RETVAL_VARIANT;
+    let text = std::fs::read_to_string(suite.join(file)).unwrap();
+    assert_eq!(text.matches(line).count(), 1, "{file} changed: {line:?}");
+    let out = dir.join("fgraph-retval-worker.tc");
+    std::fs::write(&out, text.replace(line, &format!("PID={tid}"))).unwrap();
+    out
+}
 
 fn target_tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -368,6 +415,15 @@ fn kernel_ftracetest_passes_on_the_live_mount() {
         }
         report.push_str(&format!("{group}: {counts:?}\n"));
         assert!(!res.is_empty(), "{group}: no results in {out}");
+    }
+    let variant = retval_variant(&suite, &dir, proc_writer_thread(m.tool.id()));
+    let out = run_ftracetest(&suite, &m.mnt, &[variant], &dir.join("logs-retval"));
+    let name = "ftrace - function graph print function return value";
+    let got = results(&out).get(name).cloned().unwrap_or_default();
+    if got != "PASS" {
+        bad.push(format!(
+            "fgraph-retval.tc with a thread of the program: {got}"
+        ));
     }
     drop(m);
     eprintln!("{report}");

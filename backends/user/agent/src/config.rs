@@ -20,6 +20,8 @@ pub const ENV_NOTRACE: &str = "FTRACE_AGENT_NOTRACE";
 pub const ENV_GRAPH: &str = "FTRACE_AGENT_GRAPH";
 /// `max_graph_depth` (0: unlimited).
 pub const ENV_MAX_DEPTH: &str = "FTRACE_AGENT_MAX_DEPTH";
+/// `1`: function_graph records return values (`funcgraph-retval`); `0` (default): not.
+pub const ENV_RETVAL: &str = "FTRACE_AGENT_RETVAL";
 /// `buffer_size_kb`: per-thread buffer size.
 pub const ENV_BUFFER_KB: &str = "FTRACE_AGENT_BUFFER_KB";
 /// `1`: overwrite the oldest events when full (flight recorder, the kernel's default);
@@ -117,6 +119,8 @@ pub struct Config {
     pub graph_functions: Vec<String>,
     /// function_graph only: the deepest nesting recorded (0: unlimited).
     pub max_depth: u32,
+    /// function_graph only: exits carry the function's return value (`funcgraph-retval`).
+    pub retval: bool,
     /// Per-thread buffer size in KiB.
     pub buffer_kb: u64,
     /// Overwrite the oldest events when a buffer is full (else drop new ones).
@@ -186,6 +190,7 @@ impl Config {
             notrace: Vec::new(),
             graph_functions: Vec::new(),
             max_depth: 0,
+            retval: false,
             buffer_kb: DEFAULT_BUFFER_KB,
             overwrite: true,
             clock: ClockKind::Local,
@@ -203,6 +208,7 @@ impl Config {
             (ENV_NOTRACE, self.notrace.join("\n")),
             (ENV_GRAPH, self.graph_functions.join("\n")),
             (ENV_MAX_DEPTH, self.max_depth.to_string()),
+            (ENV_RETVAL, u8::from(self.retval).to_string()),
             (ENV_BUFFER_KB, self.buffer_kb.to_string()),
             (ENV_OVERWRITE, u8::from(self.overwrite).to_string()),
             (ENV_CLOCK, self.clock.name().to_string()),
@@ -256,6 +262,7 @@ impl Config {
         };
         c.max_depth = u32::try_from(num(ENV_MAX_DEPTH, 0)?)
             .map_err(|_| ConfigError(ENV_MAX_DEPTH, "too large".into()))?;
+        c.retval = num(ENV_RETVAL, 0)? != 0;
         c.buffer_kb = num(ENV_BUFFER_KB, DEFAULT_BUFFER_KB)?.max(4);
         c.overwrite = num(ENV_OVERWRITE, 1)? != 0;
         c.tracing_on = num(ENV_TRACING_ON, 1)? != 0;
@@ -293,6 +300,7 @@ mod tests {
         c.notrace = vec!["main".into()];
         c.graph_functions = vec!["work".into()];
         c.max_depth = 3;
+        c.retval = true;
         c.buffer_kb = 64;
         c.overwrite = false;
         c.clock = ClockKind::Mono;

@@ -27,8 +27,14 @@ pub static GRAPH_FILTERED: AtomicBool = AtomicBool::new(false);
 /// tracing on); kept by [`update_fast_path`].
 pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 
+/// `funcgraph-retval`: function_graph exits carry the function's return value (`rax`), as a
+/// [`buffer::KIND_GRAPH_RETVAL`] event written before the exit. Recorded by the full-save
+/// return path only, so while it is set the function_graph fast paths stay off.
+pub static RETVAL: AtomicBool = AtomicBool::new(false);
+
 /// Non-zero when the function_graph assembly fast paths may run (function_graph, TSC clock,
-/// tracing on, no `set_graph_function`, no `max_graph_depth`); kept by [`update_fast_path`].
+/// tracing on, no `set_graph_function`, no `max_graph_depth`, no `funcgraph-retval`); kept by
+/// [`update_fast_path`].
 pub static GRAPH_OK: AtomicU8 = AtomicU8::new(0);
 
 /// A pid filter ([`crate::pids`]) or a cpumask ([`crate::cpumask`]) is set: the full-save
@@ -49,7 +55,8 @@ pub fn update_fast_path() {
     let graph = tsc_on
         && tracer == 2
         && !GRAPH_FILTERED.load(Ordering::Relaxed)
-        && MAX_DEPTH.load(Ordering::Relaxed) == 0;
+        && MAX_DEPTH.load(Ordering::Relaxed) == 0
+        && !RETVAL.load(Ordering::Relaxed);
     GRAPH_OK.store(u8::from(graph), Ordering::Relaxed);
 }
 
@@ -231,12 +238,13 @@ unsafe fn graph_entry(st: &mut ThreadState, ip: u64, parent: u64, slot: *mut u64
     }
 }
 
-/// Return handler: records the exit of the frame whose return address sat at `sp - 8` and
-/// returns where that function must really return.
+/// Return handler: records the exit of the frame whose return address sat at `sp - 8` (with
+/// `retval`, the function's `rax`, under [`RETVAL`]) and returns where that function must
+/// really return.
 ///
 /// # Safety
 /// Called only by the return trampoline with the current thread's state block.
-pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64) -> u64 {
+pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -> u64 {
     // SAFETY: the trampoline passes this thread's block.
     let st = unsafe { &mut *st };
     let slot = sp - 8;
@@ -255,6 +263,23 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64) -> u64 {
         let fslot = f.slot & !1;
         if fslot == slot {
             let ts = now();
+            // The value first, then its exit, with the guard held between them so that a
+            // signal handler's events cannot come in between ([`buffer::retval_of`]).
+            let guard = st.guard;
+            st.guard = 1;
+            if RETVAL.load(Ordering::Relaxed) {
+                // SAFETY: a frame was pushed, so the buffer is registered.
+                unsafe {
+                    st.writer.write(
+                        ts,
+                        f.ip,
+                        retval,
+                        buffer::KIND_GRAPH_RETVAL,
+                        depth as u32 - 1,
+                        *st.cpu,
+                    )
+                };
+            }
             // SAFETY: a frame was pushed, so the buffer is registered.
             unsafe {
                 st.writer.write(
@@ -266,6 +291,7 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64) -> u64 {
                     *st.cpu,
                 )
             };
+            st.guard = guard;
             return f.ret;
         }
         if fslot > slot {

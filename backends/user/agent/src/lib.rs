@@ -314,6 +314,7 @@ fn start(cfg: Config) -> std::io::Result<()> {
     text::register_sync_core();
     handler::CLOCK_TSC.store(cfg.clock.is_tsc(), Ordering::Relaxed);
     handler::MAX_DEPTH.store(cfg.max_depth, Ordering::Relaxed);
+    handler::RETVAL.store(cfg.retval, Ordering::Relaxed);
     handler::GRAPH_FILTERED.store(
         cfg.tracer == TracerKind::FunctionGraph && !cfg.graph_functions.is_empty(),
         Ordering::Relaxed,

@@ -28,8 +28,9 @@
 //!
 //! Return trampoline (function_graph): pops the shadow frame whose return-address slot is the
 //! one it was entered through, records the exit and returns to the original return address;
-//! anything else (roots, frames skipped by `longjmp`) goes to the full-save return path, which
-//! asks the handler.
+//! anything else (roots, frames skipped by `longjmp`, and every return while
+//! `funcgraph-retval` is set) goes to the full-save return path, which asks the handler and
+//! hands it the function's `rax`.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -577,6 +578,8 @@ ftrace_agent_return_slow:
     movq ftrace_agent_tls@GOTTPOFF(%rip), %rdi
     addq %fs:0, %rdi
     leaq 16(%rbp), %rsi
+    // The traced function's return value (rax is untouched since the function returned).
+    movq %rax, %rdx
     call {on_return}
     movq %rax, 8(%rbp)
     FTRACE_AGENT_RESTORE_XMM

@@ -4,6 +4,7 @@
  * them, about a thousand rounds a second each, until stdin reaches end of file. The bodies are
  * trivial; what matters is that each is a real, instrumented function that keeps being called
  * while the suite runs. */
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "workers.h"
@@ -84,8 +85,22 @@ __attribute__((noinline)) void *worker(void *arg) {
     return NULL;
 }
 
+/* Fails a write every ~100 us, on a thread of its own: fgraph-retval.tc's window between
+ * enabling and disabling tracing (two writes of tracing_on, about a millisecond) then always
+ * holds calls (the kernel's test makes the call itself, in its window). */
+__attribute__((noinline)) void *proc_writer(void *arg) {
+    (void)arg;
+    prctl(PR_SET_NAME, "proc_writer");
+    for (;;) {
+        proc_reg_write(2);
+        usleep(100);
+    }
+    return NULL;
+}
+
 int main(void) {
-    pthread_t t[2];
+    pthread_t t[2], writer;
+    pthread_create(&writer, NULL, proc_writer, NULL);
     run_workers_until_eof(t, worker);
     return 0;
 }
