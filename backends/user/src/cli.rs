@@ -98,6 +98,10 @@ pub struct RecordArgs {
     /// function_graph: the deepest nesting recorded (`max_graph_depth`; 0: unlimited).
     #[arg(long = "max-depth", value_name = "N", default_value_t = 0)]
     pub max_depth: u32,
+    /// function_graph: record only calls lasting at least this many microseconds, as their
+    /// exits (`tracing_thresh`; 0: every call).
+    #[arg(long = "thresh", value_name = "USECS", default_value_t = 0)]
+    pub thresh_us: u64,
     /// Per-thread buffer size in KiB (`buffer_size_kb`).
     #[arg(long = "buffer-size", value_name = "KB",
           default_value_t = ftrace_agent::config::DEFAULT_BUFFER_KB)]
@@ -137,6 +141,7 @@ impl RecordArgs {
             graph_functions: self.graph.clone(),
             max_depth: self.max_depth,
             retval: false,
+            thresh_ns: self.thresh_us.saturating_mul(1000),
             buffer_kb: self.buffer_kb,
             overwrite: !self.no_overwrite,
             clock: ClockKind::parse(&self.clock).unwrap_or_default(),

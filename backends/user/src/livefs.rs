@@ -118,6 +118,8 @@ struct State {
     tracer: &'static str,
     on: bool,
     depth: u32,
+    /// `tracing_thresh` in nanoseconds (top level: sent to the agent).
+    thresh_ns: u64,
     flags: u64,
     /// `set_ftrace_pid`, `set_ftrace_notrace_pid` (top level: sent to the agent).
     pids: [Vec<u32>; 2],
@@ -215,6 +217,7 @@ impl State {
             tracer: "nop",
             on: true,
             depth: 0,
+            thresh_ns: 0,
             flags: 0,
             pids: [Vec::new(), Vec::new()],
             cpumask: None,
@@ -272,6 +275,7 @@ impl State {
             follow_fork: function_fork(self.flags),
             cpus: self.cpumask.clone(),
             retval: self.tracer_option(&GRAPH, "funcgraph-retval"),
+            thresh_ns: self.thresh_ns,
         })
     }
 
@@ -717,6 +721,10 @@ impl TraceBackend for UserBackend {
             // (blocked readers are polled), the latency value (the tree keeps it), how many
             // task names to keep (all are kept).
             Param::BufferPercent(_) | Param::MaxLatency(_) | Param::SavedCmdlines(_) => Ok(()),
+            Param::TracingThresh(ns) if st.agent.is_some() => {
+                let old = std::mem::replace(&mut st.thresh_ns, ns);
+                st.push().inspect_err(|_| st.thresh_ns = old)
+            }
             Param::TracingThresh(0) | Param::ProfileEnabled(false) => Ok(()),
             _ => Err(Errno::EINVAL),
         }

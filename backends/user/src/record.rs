@@ -23,6 +23,8 @@ pub struct RecordOptions {
     pub max_depth: u32,
     /// `-O funcgraph-retval`: function_graph exits carry return values.
     pub retval: bool,
+    /// `--thresh` (`tracing_thresh`) in nanoseconds; 0: off.
+    pub thresh_ns: u64,
     /// `--buffer-size` (KiB per thread).
     pub buffer_kb: u64,
     /// `--no-overwrite` (false) or overwrite (true).
@@ -47,6 +49,7 @@ impl Default for RecordOptions {
             graph_functions: Vec::new(),
             max_depth: 0,
             retval: false,
+            thresh_ns: 0,
             buffer_kb: ftrace_agent::config::DEFAULT_BUFFER_KB,
             overwrite: true,
             clock: ClockKind::Local,
@@ -82,6 +85,7 @@ impl RecordOptions {
         c.graph_functions = self.graph_functions.clone();
         c.max_depth = self.max_depth;
         c.retval = self.retval;
+        c.thresh_ns = self.thresh_ns;
         c.buffer_kb = self.buffer_kb;
         c.overwrite = self.overwrite;
         c.clock = self.clock;
@@ -372,6 +376,19 @@ fn seed_tree<H: ftrace_tracefs::Host>(tree: &mut ftrace_tracefs::Tracefs<H>, opt
         ) {
             eprintln!(
                 "ftrace: max_graph_depth: {}",
+                e.description().unwrap_or("error")
+            );
+        }
+    }
+    if opts.thresh_ns > 0 {
+        let v = (opts.thresh_ns / 1000).to_string();
+        if let Err(e) = tree.write_all(
+            "tracing_thresh",
+            v.as_bytes(),
+            ftrace_tracefs::WriteMode::Truncate,
+        ) {
+            eprintln!(
+                "ftrace: tracing_thresh: {}",
                 e.description().unwrap_or("error")
             );
         }

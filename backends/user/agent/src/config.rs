@@ -22,6 +22,9 @@ pub const ENV_GRAPH: &str = "FTRACE_AGENT_GRAPH";
 pub const ENV_MAX_DEPTH: &str = "FTRACE_AGENT_MAX_DEPTH";
 /// `1`: function_graph records return values (`funcgraph-retval`); `0` (default): not.
 pub const ENV_RETVAL: &str = "FTRACE_AGENT_RETVAL";
+/// `tracing_thresh` in nanoseconds: function_graph records only calls lasting at least this
+/// long, as their exits (0, the default: every call).
+pub const ENV_THRESH_NS: &str = "FTRACE_AGENT_THRESH_NS";
 /// `buffer_size_kb`: per-thread buffer size.
 pub const ENV_BUFFER_KB: &str = "FTRACE_AGENT_BUFFER_KB";
 /// `1`: overwrite the oldest events when full (flight recorder, the kernel's default);
@@ -121,6 +124,8 @@ pub struct Config {
     pub max_depth: u32,
     /// function_graph only: exits carry the function's return value (`funcgraph-retval`).
     pub retval: bool,
+    /// function_graph only: `tracing_thresh` in nanoseconds (0: off).
+    pub thresh_ns: u64,
     /// Per-thread buffer size in KiB.
     pub buffer_kb: u64,
     /// Overwrite the oldest events when a buffer is full (else drop new ones).
@@ -191,6 +196,7 @@ impl Config {
             graph_functions: Vec::new(),
             max_depth: 0,
             retval: false,
+            thresh_ns: 0,
             buffer_kb: DEFAULT_BUFFER_KB,
             overwrite: true,
             clock: ClockKind::Local,
@@ -209,6 +215,7 @@ impl Config {
             (ENV_GRAPH, self.graph_functions.join("\n")),
             (ENV_MAX_DEPTH, self.max_depth.to_string()),
             (ENV_RETVAL, u8::from(self.retval).to_string()),
+            (ENV_THRESH_NS, self.thresh_ns.to_string()),
             (ENV_BUFFER_KB, self.buffer_kb.to_string()),
             (ENV_OVERWRITE, u8::from(self.overwrite).to_string()),
             (ENV_CLOCK, self.clock.name().to_string()),
@@ -263,6 +270,7 @@ impl Config {
         c.max_depth = u32::try_from(num(ENV_MAX_DEPTH, 0)?)
             .map_err(|_| ConfigError(ENV_MAX_DEPTH, "too large".into()))?;
         c.retval = num(ENV_RETVAL, 0)? != 0;
+        c.thresh_ns = num(ENV_THRESH_NS, 0)?;
         c.buffer_kb = num(ENV_BUFFER_KB, DEFAULT_BUFFER_KB)?.max(4);
         c.overwrite = num(ENV_OVERWRITE, 1)? != 0;
         c.tracing_on = num(ENV_TRACING_ON, 1)? != 0;
@@ -301,6 +309,7 @@ mod tests {
         c.graph_functions = vec!["work".into()];
         c.max_depth = 3;
         c.retval = true;
+        c.thresh_ns = 20_000;
         c.buffer_kb = 64;
         c.overwrite = false;
         c.clock = ClockKind::Mono;

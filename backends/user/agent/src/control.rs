@@ -8,7 +8,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
-//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh>` | `OK <sites changed>` or `ERR <errno> <text>` |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
@@ -21,7 +21,8 @@
 //! ([`crate::pids`]): `set_ftrace_pid` and `set_ftrace_notrace_pid` as comma-separated decimal
 //! thread ids (`-` for none) and `function-fork` (0/1); last `tracing_cpumask`
 //! ([`crate::cpumask`]): `-` for all CPUs, else comma-separated hex 64-bit words, CPU 0 in bit
-//! 0 of the first; then `funcgraph-retval` (0/1: function_graph exits carry return values).
+//! 0 of the first; then `funcgraph-retval` (0/1: function_graph exits carry return values) and
+//! `tracing_thresh` in nanoseconds ([`crate::thresh`]; 0: off).
 //! The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
@@ -68,6 +69,8 @@ pub struct Wanted {
     pub cpus: Option<Vec<u64>>,
     /// `funcgraph-retval`: function_graph exits carry the function's return value.
     pub retval: bool,
+    /// `tracing_thresh` in nanoseconds (0: off).
+    pub thresh_ns: u64,
 }
 
 fn parse_pids(s: &str) -> Option<Vec<u32>> {
@@ -128,7 +131,7 @@ impl Wanted {
     /// The `STATE` request line (without the newline).
     pub fn to_request(&self) -> String {
         format!(
-            "STATE {} {} {} {} {} {} {} {} {} {} {} {}",
+            "STATE {} {} {} {} {} {} {} {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
             u8::from(self.on),
             self.depth,
@@ -144,6 +147,7 @@ impl Wanted {
                 v.join(",")
             }),
             u8::from(self.retval),
+            self.thresh_ns,
         )
     }
 
@@ -189,6 +193,7 @@ impl Wanted {
             "1" => true,
             _ => return None,
         };
+        let thresh_ns = it.next()?.parse().ok()?;
         if it.next().is_some() {
             return None;
         }
@@ -205,6 +210,7 @@ impl Wanted {
             follow_fork,
             cpus,
             retval,
+            thresh_ns,
         })
     }
 }
@@ -328,6 +334,8 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     handler::MAX_DEPTH.store(w.depth, Ordering::Relaxed);
     handler::RETVAL.store(w.retval, Ordering::Relaxed);
     a.config.retval = w.retval;
+    crate::thresh::set(w.thresh_ns, w.clock);
+    a.config.thresh_ns = w.thresh_ns;
     handler::GRAPH_FILTERED.store(
         w.tracer == Some(TracerKind::FunctionGraph) && !w.roots.is_empty(),
         Ordering::Relaxed,
@@ -388,30 +396,45 @@ mod tests {
             follow_fork: true,
             cpus: Some(vec![0x2, 0x1]),
             retval: true,
+            thresh_ns: 20_000,
         };
         let line = w.to_request();
         assert_eq!(
             line,
-            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1"
+            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1 20000"
         );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
-        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0 - 0");
+        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0 - 0 0");
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
-        assert_eq!(Wanted::parse("STATE bogus 1 0 local - - - - - 0 - 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - - - - 0 - 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local zz - - - - 0 - 0"), None);
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u - - 0 - 0"),
+            Wanted::parse("STATE bogus 1 0 local - - - - - 0 - 0 0"),
+            None
+        );
+        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - - - - 0 - 0 0"), None);
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local zz - - - - 0 - 0 0"),
+            None
+        );
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u - - 0 - 0 0"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - x - 0 - 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 2 - 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 g 0"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - x - 0 - 0 0"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 2 - 0 0"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 g 0 0"), None);
         assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0"), None);
         assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 - 2"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 x"), None);
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0"), None);
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 -1"),
+            None
+        );
+        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 - 2 0"), None);
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 x"),
+            None
+        );
     }
 }

@@ -33,8 +33,8 @@ pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 pub static RETVAL: AtomicBool = AtomicBool::new(false);
 
 /// Non-zero when the function_graph assembly fast paths may run (function_graph, TSC clock,
-/// tracing on, no `set_graph_function`, no `max_graph_depth`, no `funcgraph-retval`); kept by
-/// [`update_fast_path`].
+/// tracing on, no `set_graph_function`, no `max_graph_depth`, no `funcgraph-retval`, no
+/// `tracing_thresh`); kept by [`update_fast_path`].
 pub static GRAPH_OK: AtomicU8 = AtomicU8::new(0);
 
 /// A pid filter ([`crate::pids`]) or a cpumask ([`crate::cpumask`]) is set: the full-save
@@ -56,7 +56,8 @@ pub fn update_fast_path() {
         && tracer == 2
         && !GRAPH_FILTERED.load(Ordering::Relaxed)
         && MAX_DEPTH.load(Ordering::Relaxed) == 0
-        && !RETVAL.load(Ordering::Relaxed);
+        && !RETVAL.load(Ordering::Relaxed)
+        && crate::thresh::THRESH.load(Ordering::Relaxed) == 0;
     GRAPH_OK.store(u8::from(graph), Ordering::Relaxed);
 }
 
@@ -216,11 +217,14 @@ unsafe fn graph_entry(st: &mut ThreadState, ip: u64, parent: u64, slot: *mut u64
         return;
     }
     let ts = now();
-    // SAFETY: registered buffer, live cpu pointer.
-    unsafe {
-        st.writer
-            .write(ts, ip, parent, KIND_GRAPH_ENT, depth as u32, *st.cpu)
-    };
+    // Under `tracing_thresh` only exits are recorded ([`crate::thresh`]).
+    if crate::thresh::THRESH.load(Ordering::Relaxed) == 0 {
+        // SAFETY: registered buffer, live cpu pointer.
+        unsafe {
+            st.writer
+                .write(ts, ip, parent, KIND_GRAPH_ENT, depth as u32, *st.cpu)
+        };
+    }
     st.depth = depth + 1;
     // SAFETY: `depth < SHADOW_FRAMES`, the stack holds that many frames; `slot` is live.
     unsafe {
@@ -263,6 +267,9 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -
         let fslot = f.slot & !1;
         if fslot == slot {
             let ts = now();
+            if !crate::thresh::lasted(f.calltime, ts) {
+                return f.ret;
+            }
             // The value first, then its exit, with the guard held between them so that a
             // signal handler's events cannot come in between ([`buffer::retval_of`]).
             let guard = st.guard;

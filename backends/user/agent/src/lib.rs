@@ -32,6 +32,7 @@ pub mod patch;
 pub mod pids;
 pub mod probe;
 pub mod text;
+pub mod thresh;
 pub mod tramp;
 
 use core::sync::atomic::Ordering;
@@ -315,6 +316,7 @@ fn start(cfg: Config) -> std::io::Result<()> {
     handler::CLOCK_TSC.store(cfg.clock.is_tsc(), Ordering::Relaxed);
     handler::MAX_DEPTH.store(cfg.max_depth, Ordering::Relaxed);
     handler::RETVAL.store(cfg.retval, Ordering::Relaxed);
+    thresh::set(cfg.thresh_ns, cfg.clock);
     handler::GRAPH_FILTERED.store(
         cfg.tracer == TracerKind::FunctionGraph && !cfg.graph_functions.is_empty(),
         Ordering::Relaxed,
