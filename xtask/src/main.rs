@@ -35,6 +35,8 @@ const CORE_CRATES: &[&str] = &[
 const APT_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("clang", "clang"),
+    // C++ programs of backends/user/tests/unwind.rs (g++; clang++ comes with clang).
+    ("g++", "g++"),
     ("uftrace", "uftrace"),
     ("trace-cmd", "trace-cmd"),
     ("fusermount3", "fuse3"),

@@ -104,7 +104,8 @@ pub struct Frame {
 pub struct ThreadState {
     /// The thread's buffer (valid when `state == 1`).
     pub writer: Writer,
-    /// 0: no buffer yet, 1: registered, 2: registration failed.
+    /// 0: no buffer yet, 1: registered, 2: registration failed, [`crate::unwind::UNWOUND`]:
+    /// registered, return addresses restored for an unwinder.
     pub state: u32,
     /// Non-zero while a handler runs on this thread. Follows `state`, so the fast paths test
     /// "registered and not nested" with one 64-bit compare against 1.
@@ -124,6 +125,9 @@ pub struct ThreadState {
     pub graph_active: u64,
     /// The dispatcher's recursion word for this thread.
     pub recursion: ftrace_core::recursion::TraceRecursion,
+    /// The stack pointer of the unwinder call that restored the return addresses (state
+    /// [`crate::unwind::UNWOUND`]).
+    pub unwinder_sp: u64,
 }
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() <= tramp::TLS_BYTES);
@@ -160,6 +164,11 @@ pub unsafe extern "C" fn on_entry(
     if st.guard != 0 {
         return;
     }
+    if st.state == crate::unwind::UNWOUND && slot as u64 > st.unwinder_sp {
+        // The unwinder is done with this thread (a landing pad or a catch runs): the frames
+        // at or below this call's slot are dead.
+        crate::unwind::reconcile(st, slot as u64 + 1);
+    }
     // The function commands first (they run whatever `tracing_on` and the tracer are); a
     // site only probed records nothing.
     st.guard = 1;
@@ -173,7 +182,7 @@ pub unsafe extern "C" fn on_entry(
         return;
     }
     st.guard = 1;
-    if st.state != 1 && !register(st) {
+    if st.state != 1 && st.state != crate::unwind::UNWOUND && !register(st) {
         st.guard = 0;
         return;
     }
@@ -260,11 +269,11 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -
         // SAFETY: `depth - 1 < SHADOW_FRAMES`.
         let f = unsafe { *st.shadow.add(depth as usize - 1) };
         st.depth = depth - 1;
+        let fslot = f.slot & !1;
         let root = f.slot & 1 != 0;
-        if root {
+        if root && fslot == slot {
             st.graph_active = st.graph_active.saturating_sub(1);
         }
-        let fslot = f.slot & !1;
         if fslot == slot {
             let ts = now();
             if !crate::thresh::lasted(f.calltime, ts) {
@@ -304,7 +313,9 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -
         if fslot > slot {
             lost_return();
         }
-        // Below `slot`: a frame skipped by longjmp; discard it.
+        // Below `slot`: a frame skipped by `longjmp` (or an unwinder that was not seen):
+        // closed now.
+        crate::unwind::close(st, depth - 1);
     }
 }
 

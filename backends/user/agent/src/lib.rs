@@ -34,6 +34,7 @@ pub mod probe;
 pub mod text;
 pub mod thresh;
 pub mod tramp;
+pub mod unwind;
 
 use core::sync::atomic::Ordering;
 use std::ffi::{CString, c_void};

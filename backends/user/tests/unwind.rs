@@ -1,0 +1,262 @@
+//! Unwinding through traced frames under function_graph (the agent's `unwind` module): a C++
+//! program (built by g++ and by clang++) and a Rust program throw / panic through three
+//! traced frames (one of them running a destructor on the way) and catch. Traced, each must
+//! behave exactly as untraced (same stdout, same stderr, same exit status; a Rust panic's
+//! backtrace names the same frames), every entry must be paired with an exit, and the frames
+//! the unwinder skipped must be closed before the code after the catch runs.
+//!
+//! Needs g++, clang++ and rustc (`RUSTC_BOOTSTRAP=1` for `-Zpatchable-function-entry`);
+//! nothing is skipped when one is missing: it fails.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A directory of the test's own (tests run in parallel; each builds its program there).
+fn scratch(test: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("ftrace-unwind")
+        .join(test);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn program(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}"))
+}
+
+fn build(cmd: &mut Command) {
+    let out = cmd.output().expect("compiler");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `text` without the thread ids Rust prints in a panic message (`thread 'main' (1234)`).
+fn without_tids(text: &str) -> String {
+    text.lines()
+        .map(|l| match (l.find("' ("), l.find(") panicked")) {
+            (Some(a), Some(b)) if a < b => format!("{}' (TID{}", &l[..a], &l[b..]),
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Runs `exe args` untraced and under `ftrace live ftrace_args`; checks that the program
+/// behaved the same and returns the trace.
+fn traced_as_untraced(
+    dir: &Path,
+    exe: &Path,
+    args: &[&str],
+    ftrace_args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    let untraced = Command::new(exe)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let mut a = vec!["live", "-t", "function_graph"];
+    a.extend_from_slice(ftrace_args);
+    a.push("--");
+    a.push(exe.to_str().unwrap());
+    a.extend_from_slice(args);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ftrace"));
+    cmd.args(&a).envs(env.iter().copied()).current_dir(dir);
+    // On one CPU: the graph printer then finds every exit in its entry's CPU buffer (an exit
+    // that migrated prints as `} /* name */`, as in the kernel, which `balanced` would take
+    // for an exit without its entry).
+    // SAFETY: no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
+    // SAFETY: only sched_setaffinity (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let traced: Output = cmd.output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&traced.stdout),
+        String::from_utf8_lossy(&traced.stderr),
+    );
+    assert_eq!(traced.status.code(), untraced.status.code(), "{out}{err}");
+    assert!(untraced.status.success(), "{untraced:?}");
+    let own = String::from_utf8_lossy(&untraced.stdout);
+    assert!(
+        out.starts_with(&*own),
+        "stdout differs:\n{out}\nuntraced:\n{own}"
+    );
+    // The tool's own lines end stderr; the program's come first and match.
+    let prog_err: String = err
+        .lines()
+        .filter(|l| !l.starts_with("ftrace: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        without_tids(&prog_err),
+        without_tids(&String::from_utf8_lossy(&untraced.stderr)),
+        "stderr differs"
+    );
+    out[own.len()..].to_string()
+}
+
+/// The duration a trace line prints, in microseconds.
+fn us(line: &str) -> f64 {
+    let left = line.split('|').next().unwrap();
+    let v: Vec<&str> = left.split_whitespace().collect();
+    assert_eq!(v.last(), Some(&"us"), "no duration: {line}");
+    v[v.len() - 2].parse().unwrap()
+}
+
+/// The trace's function column, trimmed.
+fn calls(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once("|  ").map(|(_, f)| f.trim().to_string()))
+        .collect()
+}
+
+/// Every entry has its exit: opening lines and closing lines balance, and no exit prints
+/// without its entry (`} /* name */`).
+fn balanced(calls: &[String]) {
+    let mut open = 0i64;
+    for c in calls {
+        if c.ends_with('{') {
+            open += 1;
+        } else if c.starts_with('}') {
+            assert!(
+                !c.contains("/*"),
+                "an exit without its entry: {c}\n{calls:#?}"
+            );
+            open -= 1;
+            assert!(open >= 0, "{calls:#?}");
+        }
+    }
+    assert_eq!(open, 0, "entries without exits: {calls:#?}");
+}
+
+/// One round of catcher(): the skipped frames (`thrower`, `level3` at the destructor, `level2`
+/// and `level1` at the catch) closed before `after_catch` runs.
+fn round(name: impl Fn(&str) -> String) -> Vec<String> {
+    vec![
+        format!("{} {{", name("catcher")),
+        format!("{} {{", name("level1")),
+        format!("{} {{", name("level2")),
+        format!("{} {{", name("level3")),
+        format!("{};", name("thrower")),
+        "}".into(),
+        format!("{};", name("dtor_work")),
+        "}".into(),
+        "}".into(),
+        format!("{};", name("after_catch")),
+        "}".into(),
+    ]
+}
+
+fn expected(rounds: usize, main: &str, name: impl Fn(&str) -> String) -> Vec<String> {
+    let mut v = vec![format!("{main} {{")];
+    for _ in 0..rounds {
+        v.extend(round(&name));
+    }
+    v.push("}".into());
+    v
+}
+
+#[test]
+fn cpp_exceptions_through_traced_frames() {
+    let dir = scratch("cpp");
+    let src = program("throw.cpp");
+    let builds: [(&str, &str, &[&str]); 2] = [
+        (
+            "g++",
+            "throw-gcc",
+            &[
+                "-pg",
+                "-mfentry",
+                "-mrecord-mcount",
+                "-mnop-mcount",
+                "-fno-pie",
+                "-no-pie",
+            ],
+        ),
+        ("clang++", "throw-clang", &["-fpatchable-function-entry=5"]),
+    ];
+    for (cxx, name, flags) in builds {
+        let exe = dir.join(name);
+        build(
+            Command::new(cxx)
+                .args(["-O2", "-g"])
+                .args(flags)
+                .arg("-o")
+                .arg(&exe)
+                .arg(&src),
+        );
+        let trace = traced_as_untraced(&dir, &exe, &["3"], &[], &[]);
+        let got = calls(&trace);
+        balanced(&got);
+        let want = expected(3, "main()", |f| {
+            let arg = if f == "dtor_work" { "" } else { "long" };
+            format!("{f}({arg})()")
+        });
+        assert_eq!(got, want, "{cxx}:\n{trace}");
+        // Closed at the catch: `level1` (the exit just before `after_catch`) lasted less than
+        // the catch block's 100 ms sleep, `catcher` more.
+        let lines: Vec<&str> = trace.lines().filter(|l| l.contains(" |  ")).collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.contains("after_catch") {
+                let (level1, catcher) = (us(lines[i - 1]), us(lines[i + 1]));
+                assert!(
+                    level1 < 100_000.0 && catcher >= 100_000.0,
+                    "{cxx}:\n{trace}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rust_panics_through_traced_frames() {
+    let dir = scratch("rust");
+    let exe = dir.join("panic");
+    build(
+        Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args([
+                "-O",
+                "--edition",
+                "2021",
+                "-Zpatchable-function-entry=5",
+                "-o",
+            ])
+            .arg(&exe)
+            .arg(program("panic.rs")),
+    );
+    // Only the program's own functions: the exact graph.
+    for backtrace in ["0", "1"] {
+        let env = [("RUST_BACKTRACE", backtrace)];
+        let trace = traced_as_untraced(&dir, &exe, &["2"], &["-F", "panic::*"], &env);
+        let got = calls(&trace);
+        balanced(&got);
+        let want = expected(2, "panic::main()", |f| format!("panic::{f}()"));
+        assert_eq!(got, want, "RUST_BACKTRACE={backtrace}:\n{trace}");
+    }
+    // Everything the build instruments (std's generic code, the allocator shims): every
+    // entry still has its exit.
+    let env = [("RUST_BACKTRACE", "0")];
+    let trace = traced_as_untraced(&dir, &exe, &["2"], &[], &env);
+    let got = calls(&trace);
+    balanced(&got);
+    assert_eq!(
+        got.iter().filter(|c| *c == "panic::after_catch();").count(),
+        2,
+        "{trace}"
+    );
+}
