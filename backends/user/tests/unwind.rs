@@ -260,3 +260,37 @@ fn rust_panics_through_traced_frames() {
         "{trace}"
     );
 }
+
+#[test]
+fn glibc_backtrace_sees_the_real_frames() {
+    let dir = scratch("backtrace");
+    let exe = dir.join("backtrace");
+    build(
+        Command::new("gcc")
+            .args(["-O2", "-rdynamic", "-pg", "-mfentry", "-mrecord-mcount"])
+            .args(["-mnop-mcount", "-fno-pie", "-no-pie", "-o"])
+            .arg(&exe)
+            .arg(program("backtrace.c")),
+    );
+    // The program's own frames (libc's addresses move with ASLR): `inner`, `mid`, `main`,
+    // `_start`, and the frame count.
+    let own = |out: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(out)
+            .lines()
+            .take_while(|l| !l.starts_with('#'))
+            .filter(|l| l.contains("/backtrace(") || l.starts_with("n="))
+            .map(String::from)
+            .collect()
+    };
+    let untraced = Command::new(&exe).output().unwrap();
+    let traced = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["live", "-t", "function_graph", "--"])
+        .arg(&exe)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(traced.status.success());
+    let want = own(&untraced.stdout);
+    assert_eq!(want.len(), 5, "{want:?}");
+    assert_eq!(own(&traced.stdout), want);
+}

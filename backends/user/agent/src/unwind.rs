@@ -6,7 +6,7 @@
 //! ends in `std::terminate`). The agent interposes the unwinder's entry points (it is
 //! preloaded, so the program's calls into libgcc_s reach these first):
 //! `_Unwind_RaiseException`, `_Unwind_Resume`, `_Unwind_Resume_or_Rethrow`,
-//! `_Unwind_ForcedUnwind` and `_Unwind_Backtrace`. Before the real one runs, every live
+//! `_Unwind_ForcedUnwind` and `_Unwind_Backtrace`, and glibc's `backtrace(3)`. Before the real one runs, every live
 //! frame of the thread's shadow stack gets its original return address back ([`restore`]):
 //! the unwinder sees the stack exactly as untraced. Frames the unwinder then skips are closed
 //! in the trace (their exits recorded), and the survivors are hooked again ([`reconcile`]):
@@ -18,7 +18,8 @@
 //!   interposable, nor does a landing pad that only runs destructors): the stack-pointer rule,
 //!   a frame whose return slot is at or below the new call's is dead; the exits of the skipped
 //!   frames are then stamped at that call, not at the catch;
-//! - `_Unwind_Backtrace` hooks every frame again as soon as the walk is done (nothing died).
+//! - `_Unwind_Backtrace` and `backtrace(3)` hook every frame again as soon as the walk is
+//!   done (nothing died).
 //!
 //! Invariant: the return slots of live frames hold either all the trampoline (state 1) or all
 //! their original return addresses (state [`UNWOUND`]), never a mix, and a slot is written
@@ -173,12 +174,14 @@ static RESUME_OR_RETHROW: AtomicUsize = AtomicUsize::new(0);
 static FORCED: AtomicUsize = AtomicUsize::new(0);
 static BACKTRACE: AtomicUsize = AtomicUsize::new(0);
 static BEGIN_CATCH: AtomicUsize = AtomicUsize::new(0);
+static GLIBC_BACKTRACE: AtomicUsize = AtomicUsize::new(0);
 
 type Raise = unsafe extern "C" fn(*mut c_void) -> c_int;
 type Resume = unsafe extern "C" fn(*mut c_void) -> !;
 type Forced = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void) -> c_int;
 type Backtrace = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 type BeginCatch = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+type GlibcBacktrace = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
 
 // The interposed entry points are naked functions (exported like any `no_mangle` item):
 // each passes its caller's stack pointer (the address just above its return-address slot)
@@ -222,7 +225,12 @@ interpose!(
 );
 interpose!(
     /// Interposes libgcc_s's `_Unwind_Backtrace` (Rust's `std::backtrace`).
-    _Unwind_Backtrace => backtrace, "rdx"
+    _Unwind_Backtrace => unwind_backtrace, "rdx"
+);
+interpose!(
+    /// Interposes glibc's `backtrace(3)`, which calls libgcc_s's `_Unwind_Backtrace` through
+    /// a pointer of its own, past the interposition above.
+    backtrace => glibc_backtrace, "rdx"
 );
 interpose!(
     /// Interposes libstdc++'s `__cxa_begin_catch` (the start of a C++ `catch` block).
@@ -280,12 +288,42 @@ unsafe extern "C" fn forced_unwind(
 
 /// libgcc_s's `_Unwind_Backtrace` (Rust's `std::backtrace`, the panic message's backtrace),
 /// interposed: the walk sees the real return addresses; every frame is hooked again after it.
-unsafe extern "C" fn backtrace(trace: *mut c_void, arg: *mut c_void, sp: u64) -> c_int {
+unsafe extern "C" fn unwind_backtrace(trace: *mut c_void, arg: *mut c_void, sp: u64) -> c_int {
     before_unwinding(sp);
     // SAFETY: the real function of this signature.
     let real: Backtrace = unsafe { core::mem::transmute(next(c"_Unwind_Backtrace", &BACKTRACE)) };
     // SAFETY: the caller's contract.
     let r = unsafe { real(trace, arg) };
+    after_unwinding(sp);
+    r
+}
+
+/// glibc's `backtrace(3)`, interposed: as [`unwind_backtrace`].
+unsafe extern "C" fn glibc_backtrace(buf: *mut *mut c_void, size: c_int, sp: u64) -> c_int {
+    before_unwinding(sp);
+    // SAFETY: the real function of this signature.
+    let real: GlibcBacktrace =
+        unsafe { core::mem::transmute(next(c"backtrace", &GLIBC_BACKTRACE)) };
+    // The walk starts in this function: its frame is dropped from the answer, which is then
+    // the untraced program's (walked one frame deeper into a buffer of our own, so that a
+    // full answer is full; past 255 frames the deepest is lost instead).
+    let mut own = [core::ptr::null_mut::<c_void>(); 256];
+    let r = if size >= 0 && (size as usize) < own.len() {
+        // SAFETY: `own` holds `size + 1` entries.
+        let n = unsafe { real(own.as_mut_ptr(), size + 1) };
+        let n = (n.max(1) - 1) as usize;
+        // SAFETY: `buf` holds `size >= n` entries (the caller's contract).
+        unsafe { core::ptr::copy_nonoverlapping(own.as_ptr().add(1), buf, n) };
+        n as c_int
+    } else {
+        // SAFETY: the caller's contract.
+        let n = unsafe { real(buf, size) };
+        if n > 0 {
+            // SAFETY: `n` entries of `buf` were written.
+            unsafe { core::ptr::copy(buf.add(1), buf, n as usize - 1) };
+        }
+        (n - 1).max(0)
+    };
     after_unwinding(sp);
     r
 }
