@@ -7,8 +7,11 @@
 //! will patch and their function names. Refused (or, with [`Force::Warn`], told as a
 //! warning):
 //!
-//! - no site anywhere: the build instructions (or, for gcc's plain `-pg`, whose `call mcount`
-//!   leaves no site list, that it is not supported yet);
+//! - no site anywhere: the build instructions (or, for `-pg -mfentry` without
+//!   `-mrecord-mcount`, whose `call __fentry__` leaves no site list, that it is not
+//!   supported). gcc's plain `-pg` (`call mcount`) has no sites either but is traced through
+//!   the agent's `mcount`: only a filter (`-F`, `-N`, `-G`) is refused, there being no sites
+//!   to select;
 //! - a glob that matches no site's function, checked with ftrace-core's glob as the agent and
 //!   the mount's filter files match it: the mount's `set_ftrace_filter` answers `EINVAL`
 //!   ("Invalid argument") for the same text, and the message says so and names what was
@@ -51,8 +54,11 @@ pub struct ProgramSites {
     pub objects: Vec<ObjectSites>,
     /// How many libraries were scanned.
     pub libraries: usize,
-    /// Whether the executable calls a `-pg` hook (`mcount`, `__fentry__`).
+    /// Whether the executable calls gcc's plain `-pg` hook (`mcount`), which the agent
+    /// traces without sites.
     pub calls_mcount: bool,
+    /// Whether the executable calls `__fentry__` (`-pg -mfentry`).
+    pub calls_fentry: bool,
 }
 
 /// The flags that give a program sites (the README's).
@@ -144,6 +150,7 @@ pub fn scan_program(prog: &str) -> Option<ProgramSites> {
         objects: vec![object_sites(&exe, &exe_scan)],
         libraries: 0,
         calls_mcount: exe_scan.calls_mcount,
+        calls_fentry: exe_scan.calls_fentry,
     };
     let ld_library_path: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
         .map(|p| std::env::split_paths(&p).collect())
@@ -301,11 +308,29 @@ pub struct Filters<'a> {
 pub fn problems(sites: &ProgramSites, filters: &Filters<'_>) -> Vec<String> {
     if sites.site_count() == 0 {
         let exe = sites.exe.display();
-        let why = if sites.calls_mcount {
+        if sites.calls_mcount && !sites.calls_fentry {
+            // Plain -pg: the agent's mcount traces every function; nothing to select.
+            let mut out = Vec::new();
+            for (opt, file, patterns) in [
+                ("-F", "set_ftrace_filter", filters.filter),
+                ("-N", "set_ftrace_notrace", filters.notrace),
+                ("-G", "set_graph_function", filters.graph),
+            ] {
+                for p in patterns {
+                    out.push(format!(
+                        "{opt} '{p}': {file}: Invalid argument: {exe} is a plain -pg build \
+                         (every function calls mcount, traced without call sites to select); \
+                         trace it without {opt}, or {BUILD_FLAGS}"
+                    ));
+                }
+            }
+            return out;
+        }
+        let why = if sites.calls_fentry {
             format!(
-                "{exe} calls mcount/__fentry__ but has no list of its call sites: plain -pg \
-                 builds are not supported yet; add -mfentry -mrecord-mcount -mnop-mcount, or \
-                 {BUILD_FLAGS}"
+                "{exe} calls __fentry__ but has no list of its call sites: -pg -mfentry \
+                 without -mrecord-mcount is not supported; add -mrecord-mcount -mnop-mcount, \
+                 or {BUILD_FLAGS}"
             )
         } else {
             format!(
@@ -365,6 +390,7 @@ mod tests {
             }],
             libraries: 2,
             calls_mcount: false,
+            calls_fentry: false,
         }
     }
 
@@ -411,9 +437,26 @@ mod tests {
         };
         let found = problems(&p, &none);
         assert!(found[0].contains("no call sites") && found[0].contains("-fpatchable"));
-        p.calls_mcount = true;
+        p.calls_fentry = true;
         let found = problems(&p, &none);
-        assert!(found[0].contains("plain -pg builds are not supported yet"));
+        assert!(found[0].contains("-pg -mfentry without -mrecord-mcount is not supported"));
+        // Plain -pg: traced through mcount; only a filter is refused.
+        p.calls_fentry = false;
+        p.calls_mcount = true;
+        assert_eq!(problems(&p, &none), Vec::<String>::new());
+        let f = ["fib".to_string()];
+        let found = problems(
+            &p,
+            &Filters {
+                filter: &f,
+                notrace: &[],
+                graph: &[],
+            },
+        );
+        assert!(
+            found.len() == 1 && found[0].contains("-F 'fib'") && found[0].contains("plain -pg"),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -776,9 +776,20 @@ fn filters_matching_no_site_and_untraceable_programs_are_refused() {
             "-pg -mfentry -mrecord-mcount",
         ],
     );
+    // Plain -pg is traced through mcount (tests/mcount.rs); a filter has no sites to select.
     let pg = build_c("calls.c", "gcc-pg");
-    let r = ftrace_cli(&["record", "-o", out, "--", pg.to_str().unwrap(), "1", "1"]);
-    assert_refused(&r, &["plain -pg builds are not supported yet"]);
+    let r = ftrace_cli(&[
+        "record",
+        "-o",
+        out,
+        "-F",
+        "fib",
+        "--",
+        pg.to_str().unwrap(),
+        "1",
+        "1",
+    ]);
+    assert_refused(&r, &["-F 'fib'", "is a plain -pg build"]);
     assert!(!dir.exists());
     // A program found on PATH is checked too.
     let r = ftrace_cli(&["record", "-o", out, "--", "true"]);

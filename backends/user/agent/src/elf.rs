@@ -233,9 +233,13 @@ pub struct FileScan {
     pub rpath: Vec<String>,
     /// `DT_RUNPATH` directories (unexpanded).
     pub runpath: Vec<String>,
-    /// Whether it has a symbol `mcount`, `_mcount` or `__fentry__` (defined or not): the mark
-    /// of gcc's `-pg` calls, which without `-mrecord-mcount` leave no site list.
+    /// Whether it imports `mcount` or `_mcount`: the mark of gcc's plain `-pg` calls (into
+    /// glibc, or the preloaded agent), which leave no site list (the agent's `mcount` traces them,
+    /// [`crate::mcount`]).
     pub calls_mcount: bool,
+    /// Whether it imports `__fentry__`: gcc's `-pg -mfentry` calls, which without
+    /// `-mrecord-mcount` leave no site list.
+    pub calls_fentry: bool,
 }
 
 /// `R_X86_64_RELATIVE`: `*where = load bias + addend`.
@@ -316,10 +320,13 @@ pub fn scan_file(path: &std::path::Path, file: &[u8]) -> Option<FileScan> {
         },
         ..FileScan::default()
     };
-    out.calls_mcount = elf
-        .symbols()
-        .chain(elf.dynamic_symbols())
-        .any(|s| matches!(s.name(), Ok("mcount" | "_mcount" | "__fentry__")));
+    let has = |names: &[&str]| {
+        elf.symbols()
+            .chain(elf.dynamic_symbols())
+            .any(|s| s.is_undefined() && s.name().is_ok_and(|n| names.contains(&n)))
+    };
+    out.calls_mcount = has(&["mcount", "_mcount"]);
+    out.calls_fentry = has(&["__fentry__"]);
     read_dynamic(&elf, &mut out);
     Some(out)
 }

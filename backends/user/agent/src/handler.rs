@@ -52,6 +52,8 @@ pub fn update_fast_path() {
     TASK_FILTERS.store(task_filters, Ordering::Relaxed);
     let tsc_on = tsc_on && !task_filters;
     FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
+    let recording = TRACING_ON.load(Ordering::Relaxed) && tracer != 0;
+    crate::mcount::MCOUNT_ON.store(u8::from(recording), Ordering::Relaxed);
     let graph = tsc_on
         && tracer == 2
         && !GRAPH_FILTERED.load(Ordering::Relaxed)

@@ -28,6 +28,7 @@ pub mod cpumask;
 pub mod dispatch;
 pub mod elf;
 pub mod handler;
+pub mod mcount;
 pub mod patch;
 pub mod pids;
 pub mod probe;
