@@ -125,8 +125,18 @@ pub struct RecordArgs {
     /// them (the refusal becomes a warning).
     #[arg(long)]
     pub force: bool,
+    /// Attach to this running process (same user) instead of starting a program (`record`
+    /// only): trace until Ctrl-C (SIGINT, SIGTERM, SIGHUP), then detach, leaving every site
+    /// as its NOP.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
+    pub pid: Option<u32>,
     /// The program and its arguments (after `--`).
-    #[arg(last = true, required = true, value_name = "PROG")]
+    #[arg(last = true, required_unless_present = "pid", value_name = "PROG")]
     pub command: Vec<String>,
 }
 
@@ -168,6 +178,22 @@ fn run_record(
 ) -> u8 {
     let mut opts = rec.options();
     opts.retval = trace_options.iter().any(|o| o == "funcgraph-retval");
+    if let Some(pid) = rec.pid {
+        if live.is_some() {
+            let _ = writeln!(err, "ftrace: live -p is not supported yet; use record -p");
+            return 2;
+        }
+        return match crate::attach::record(&opts, pid) {
+            Ok(r) => {
+                let _ = err.write_all(r.summary.as_bytes());
+                0
+            }
+            Err(e) => {
+                let _ = writeln!(err, "ftrace: {e}");
+                1
+            }
+        };
+    }
     let (prog, args) = rec.command.split_first().expect("clap requires PROG");
     let result = match live {
         None => crate::record::record(&opts, prog, args).map(|r| (r.status, r.summary, None)),

@@ -8,6 +8,7 @@
 //! - [`sitecheck`]: before it starts, the program's call sites and the `-F`/`-N`/`-G` globs
 //!   checked against them (refused, or a warning with `--force`);
 //! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
+//! - [`attach`]: `ftrace record -p PID` (load the agent into a running process, detach after);
 //! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU;
 //! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads;
 //! - [`live`], [`livefs`], [`agentctl`]: a running program's tracefs (`--mount`): its buffers
@@ -15,6 +16,7 @@
 //! - [`export`]: a capture as trace-cmd's `trace.dat`, a `uftrace.data` directory or Chrome JSON.
 
 pub mod agentctl;
+pub mod attach;
 pub mod capture;
 pub mod cli;
 pub mod export;

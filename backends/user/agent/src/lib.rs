@@ -2,7 +2,8 @@
 //! the call sites of every loaded object, patches them to call its trampolines, and records into
 //! per-thread buffers that the `ftrace` tool reads.
 //!
-//! - [`config`]: what the tool asks for, carried by environment variables.
+//! - [`config`]: what the tool asks for, carried by environment variables; [`attach`]: the
+//!   entry points for a process the tool attached to (configuration from a file).
 //! - [`elf`]: loaded objects, `__mcount_loc` / `__patchable_function_entries`, symbols.
 //! - [`tramp`]: the assembly trampolines and the stub pages near each object.
 //! - [`handler`]: the function / function_graph handlers and per-thread state;
@@ -20,6 +21,7 @@
 //! `DIR/<pid>.<n>/`, holding `meta` (key=value lines), `symbols` (`addr\tsize\tmodule\tname`
 //! lines, runtime addresses) and one `buf-<tid>` file per thread ([`buffer`]).
 
+pub mod attach;
 pub mod buffer;
 pub mod clock;
 pub mod config;
@@ -335,8 +337,12 @@ fn start(cfg: Config) -> std::io::Result<()> {
         },
         Ordering::Relaxed,
     );
+    // Once per process: a re-attached agent starts again (see [`attach`]).
+    static ATFORK: std::sync::Once = std::sync::Once::new();
     // SAFETY: registering plain functions with no preconditions.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    ATFORK.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+    });
     let mut a = Agent {
         on: cfg.tracing_on,
         config: cfg,
