@@ -33,24 +33,27 @@ use ftrace_agent::config::Config;
 /// Why the tool may not ptrace `pid`, in words naming the cause; `None` when nothing stands in
 /// the way that the tool can see (ptrace itself decides).
 pub fn ptrace_obstacle(pid: u32) -> Option<String> {
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
-        Ok(s) => s,
-        Err(_) => return Some(format!("no process {pid}")),
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Some(format!("no process {pid}"));
     };
     // SAFETY: no preconditions.
     let me = unsafe { libc::geteuid() };
-    let uid: Option<u32> = status
+    owner_obstacle(pid, &status, me)
+}
+
+/// The other-user refusal for process `pid` whose `/proc/PID/status` is `status`, seen by a
+/// tool running as user `me` (root may trace anyone).
+fn owner_obstacle(pid: u32, status: &str, me: u32) -> Option<String> {
+    let uid: u32 = status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().next()?.parse().ok());
-    if me != 0 && uid.is_some_and(|u| u != me) {
-        return Some(format!(
-            "process {pid} belongs to another user (uid {}, we are uid {me}): ptrace attaches \
-             only to processes of the same user (or as root)",
-            uid.unwrap_or_default()
-        ));
-    }
-    None
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())?;
+    (me != 0 && uid != me).then(|| {
+        format!(
+            "process {pid} belongs to another user (uid {uid}, ftrace runs as uid {me}): ptrace \
+             attaches only to processes of the same user (or as root)"
+        )
+    })
 }
 
 /// Explains a refused `PTRACE_SEIZE` (`EPERM`) by `kernel.yama.ptrace_scope`.
@@ -547,6 +550,15 @@ mod tests {
         // interposes its own `dlopen` before it).
         let real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr()) } as u64;
         assert_eq!(addr, real);
+    }
+
+    #[test]
+    fn another_users_process_is_refused_by_name() {
+        let status = "Name:\tx\nUid:\t1001\t1001\t1001\t1001\n";
+        let e = owner_obstacle(7, status, 1000).unwrap();
+        assert!(e.contains("belongs to another user (uid 1001"), "{e}");
+        assert_eq!(owner_obstacle(7, status, 1001), None);
+        assert_eq!(owner_obstacle(7, status, 0), None);
     }
 
     #[test]

@@ -183,3 +183,61 @@ fn a_missing_process_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no process 4000000000"), "{err}");
 }
+
+#[test]
+fn a_program_without_call_sites_is_refused_and_untouched() {
+    let mut prog = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = prog.id();
+    let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["record", "-o"])
+        .arg(scratch("nosites").join("out"))
+        .args(["-p", &pid.to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no call sites"), "{err}");
+    assert!(prog.try_wait().unwrap().is_none(), "sleep still runs");
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("libftrace_agent"), "no agent loaded: {maps}");
+    prog.kill().unwrap();
+    prog.wait().unwrap();
+}
+
+#[test]
+fn a_process_that_exits_while_attached_ends_the_recording() {
+    let dir = scratch("exits");
+    let exe = common::build_kernel_style(&dir, "attach_target");
+    let mut prog = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = prog.id();
+    std::thread::sleep(Duration::from_millis(200));
+    let out = dir.join("out");
+    let tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["record", "-t", "function", "-o"])
+        .arg(&out)
+        .args(["-p", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()) {
+        assert!(start.elapsed() < Duration::from_secs(20), "not attached");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    drop(prog.stdin.take());
+    let line = String::from_utf8(prog.wait_with_output().unwrap().stdout).unwrap();
+    assert!(line.ends_with("wrong 0\n"), "{line}");
+    let res = tool.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("process {pid} exited while attached")),
+        "{err}"
+    );
+    assert!(report(&out).contains("tick_beta <-tick_alpha"));
+}
