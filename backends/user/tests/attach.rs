@@ -241,3 +241,48 @@ fn a_process_that_exits_while_attached_ends_the_recording() {
     );
     assert!(report(&out).contains("tick_beta <-tick_alpha"));
 }
+
+#[test]
+fn a_process_started_under_ftrace_is_refused() {
+    let dir = scratch("already");
+    let exe = common::build_kernel_style(&dir, "attach_target");
+    let mut launched = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["record", "-t", "function", "-o"])
+        .arg(dir.join("launched"))
+        .arg("--")
+        .arg(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The program is the tool's child; wait for its agent to be there.
+    let start = Instant::now();
+    let pid = loop {
+        assert!(start.elapsed() < Duration::from_secs(20), "not started");
+        let children =
+            std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", launched.id()))
+                .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            if maps.contains("libftrace_agent") {
+                break pid.to_string();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["record", "-o"])
+        .arg(dir.join("attached"))
+        .args(["-p", &pid])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("already traced by ftrace"), "{err}");
+    drop(launched.stdin.take());
+    let res = launched.wait_with_output().unwrap();
+    assert!(res.status.success());
+    let line = String::from_utf8(res.stdout).unwrap();
+    assert!(line.ends_with("wrong 0\n"), "{line}");
+}
