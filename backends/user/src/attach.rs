@@ -517,6 +517,37 @@ pub fn record(
     })
 }
 
+/// `ftrace live -p PID`: [`record`]s `pid` (into `opts.output`, or a temporary directory
+/// removed afterwards when `keep` is false), then reports it with the `-O` `options`, as
+/// [`crate::record::live`] does for a program it starts.
+pub fn live(
+    opts: &crate::record::RecordOptions,
+    keep: bool,
+    options: &[String],
+    pid: u32,
+) -> Result<crate::record::Live, String> {
+    let mut opts = opts.clone();
+    if !keep {
+        opts.output =
+            std::env::temp_dir().join(format!("ftrace-live-{}-attach-{pid}", std::process::id()));
+    }
+    let recorded = record(&opts, pid);
+    let report = recorded.as_ref().ok().map(|_| {
+        let mut ra = crate::report::ReportArgs::new(&opts.output);
+        ra.options = options.to_vec();
+        crate::report::report(&ra).map_err(|e| e.to_string())
+    });
+    if !keep {
+        let _ = std::fs::remove_dir_all(&opts.output);
+    }
+    let recorded = recorded?;
+    Ok(crate::record::Live {
+        status: recorded.status,
+        report: report.expect("recorded")?,
+        summary: recorded.summary,
+    })
+}
+
 fn c_string(p: &Path) -> Vec<u8> {
     let mut v = p.as_os_str().as_bytes().to_vec();
     v.push(0);

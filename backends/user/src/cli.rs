@@ -125,9 +125,9 @@ pub struct RecordArgs {
     /// them (the refusal becomes a warning).
     #[arg(long)]
     pub force: bool,
-    /// Attach to this running process (same user) instead of starting a program (`record`
-    /// only): trace until Ctrl-C (SIGINT, SIGTERM, SIGHUP), then detach, leaving every site
-    /// as its NOP.
+    /// Attach to this running process (same user) instead of starting a program: trace until
+    /// Ctrl-C (SIGINT, SIGTERM, SIGHUP) or its exit, then detach, leaving every site as its
+    /// NOP (`live`: then print the report).
     #[arg(
         short = 'p',
         long = "pid",
@@ -178,27 +178,19 @@ fn run_record(
 ) -> u8 {
     let mut opts = rec.options();
     opts.retval = trace_options.iter().any(|o| o == "funcgraph-retval");
-    if let Some(pid) = rec.pid {
-        if live.is_some() {
-            let _ = writeln!(err, "ftrace: live -p is not supported yet; use record -p");
-            return 2;
-        }
-        return match crate::attach::record(&opts, pid) {
-            Ok(r) => {
-                let _ = err.write_all(r.summary.as_bytes());
-                0
-            }
-            Err(e) => {
-                let _ = writeln!(err, "ftrace: {e}");
-                1
-            }
-        };
-    }
-    let (prog, args) = rec.command.split_first().expect("clap requires PROG");
-    let result = match live {
-        None => crate::record::record(&opts, prog, args).map(|r| (r.status, r.summary, None)),
-        Some(o) => crate::record::live(&opts, rec.output.is_some(), o, prog, args)
+    let result = match (rec.pid, live) {
+        (Some(pid), None) => crate::attach::record(&opts, pid).map(|r| (r.status, r.summary, None)),
+        (Some(pid), Some(o)) => crate::attach::live(&opts, rec.output.is_some(), o, pid)
             .map(|l| (l.status, l.summary, Some(l.report))),
+        (None, None) => {
+            let (prog, args) = rec.command.split_first().expect("clap requires PROG");
+            crate::record::record(&opts, prog, args).map(|r| (r.status, r.summary, None))
+        }
+        (None, Some(o)) => {
+            let (prog, args) = rec.command.split_first().expect("clap requires PROG");
+            crate::record::live(&opts, rec.output.is_some(), o, prog, args)
+                .map(|l| (l.status, l.summary, Some(l.report)))
+        }
     };
     match result {
         Ok((status, summary, report)) => {

@@ -286,3 +286,42 @@ fn a_process_started_under_ftrace_is_refused() {
     let line = String::from_utf8(res.stdout).unwrap();
     assert!(line.ends_with("wrong 0\n"), "{line}");
 }
+
+#[test]
+fn live_attaches_and_reports() {
+    let dir = scratch("live");
+    let exe = common::build_kernel_style(&dir, "attach_target");
+    let mut prog = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = prog.id();
+    std::thread::sleep(Duration::from_millis(200));
+    let tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["live", "-t", "function_graph", "-p", &pid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    while text_is_the_files(pid, &exe) {
+        assert!(start.elapsed() < Duration::from_secs(20), "not attached");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(maps().contains("libftrace_agent"));
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(tool.id() as libc::pid_t, libc::SIGINT) };
+    let res = tool.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{err}");
+    assert!(text_is_the_files(pid, &exe));
+    let text = String::from_utf8(res.stdout).unwrap();
+    assert!(text.starts_with("# tracer: function_graph"), "{text}");
+    assert!(text.contains("tick_alpha() {"), "{text}");
+    drop(prog.stdin.take());
+    let line = String::from_utf8(prog.wait_with_output().unwrap().stdout).unwrap();
+    assert!(line.ends_with("wrong 0\n"), "{line}");
+}
