@@ -412,12 +412,12 @@ pub enum End {
 
 const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 
-/// Waits until the tool gets one of [`STOP_SIGNALS`] or process `pid` ends (exits, or is a
-/// zombie).
-fn wait_for_end(pid: u32) -> End {
-    // SAFETY: plain sigset manipulation on local values; the signals stay blocked in this
-    // thread (the tool's end follows).
-    let set = unsafe {
+/// Blocks [`STOP_SIGNALS`] in the calling thread for the rest of its life (the tool's end
+/// follows the recording): a Ctrl-C while a thread of the process runs a call for the tool
+/// must not end the tool before the thread's registers are back.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: plain sigset manipulation on local values.
+    unsafe {
         let mut set: libc::sigset_t = core::mem::zeroed();
         libc::sigemptyset(&mut set);
         for s in STOP_SIGNALS {
@@ -425,14 +425,19 @@ fn wait_for_end(pid: u32) -> End {
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut());
         set
-    };
+    }
+}
+
+/// Waits until the tool gets one of the signals in `set` (blocked) or process `pid` ends
+/// (exits, or is a zombie).
+fn wait_for_end(pid: u32, set: &libc::sigset_t) -> End {
     loop {
         let ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 50_000_000,
         };
         // SAFETY: `set` and `ts` are valid; no siginfo wanted.
-        let s = unsafe { libc::sigtimedwait(&set, core::ptr::null_mut(), &ts) };
+        let s = unsafe { libc::sigtimedwait(set, core::ptr::null_mut(), &ts) };
         if s > 0 {
             return End::Signal(s);
         }
@@ -486,6 +491,7 @@ pub fn record(
         .canonicalize()
         .map_err(|e| format!("{}: {e}", out.display()))?;
     let agent = crate::launch::find_agent()?;
+    let signals = block_stop_signals();
     let sites = attach(pid, &agent, &config)?;
     if sites == 0 {
         let _ = detach(pid, &agent);
@@ -496,7 +502,7 @@ pub fn record(
         ));
     }
     eprintln!("ftrace: attached to process {pid} ({sites} call sites); Ctrl-C detaches");
-    let end = wait_for_end(pid);
+    let end = wait_for_end(pid, &signals);
     let mut notes = String::new();
     match end {
         End::Signal(_) => match detach(pid, &agent) {
