@@ -137,9 +137,9 @@ pub struct Tracee {
 }
 
 impl Tracee {
-    /// Seizes and stops the main thread of `pid`.
+    /// Seizes and stops a thread of `pid` ([`running_thread`]).
     pub fn stop(pid: u32) -> Result<Tracee, String> {
-        let tid = pid;
+        let tid = running_thread(pid)?;
         if let Err(e) = ptrace(libc::PTRACE_SEIZE, tid, 0, 0) {
             return Err(match e.raw_os_error() {
                 Some(libc::EPERM) => explain_eperm(pid),
@@ -167,8 +167,8 @@ impl Tracee {
         let mem = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open(format!("/proc/{pid}/mem"))
-            .map_err(|e| detach(format!("/proc/{pid}/mem: {e}")))?;
+            .open(format!("/proc/{pid}/task/{tid}/mem"))
+            .map_err(|e| detach(format!("/proc/{pid}/task/{tid}/mem: {e}")))?;
         let mut t = Tracee {
             pid,
             tid,
@@ -286,14 +286,33 @@ impl Drop for Tracee {
     }
 }
 
+/// A thread of `pid` that can run a call: the main thread, or the first other one when the
+/// main thread has exited (`pthread_exit` in `main` leaves it a zombie, which never stops).
+pub fn running_thread(pid: u32) -> Result<u32, String> {
+    let state = |tid: &str| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().next().map(str::to_string)
+    };
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|_| format!("no process {pid}"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_by_key(|&t| (t != pid, t));
+    tids.into_iter()
+        .find(|t| state(&t.to_string()).is_some_and(|s| s != "Z" && s != "X"))
+        .ok_or_else(|| format!("process {pid} has no running thread"))
+}
+
 /// Where `object` (a loaded file, matched by `matches` on its path) is loaded in `pid`, and
 /// its path: the load bias that its symbols' values are added to.
 fn loaded_object(
     pid: u32,
     matches: impl Fn(&Path) -> bool,
 ) -> Result<Option<(u64, PathBuf)>, String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
-        .map_err(|e| format!("/proc/{pid}/maps: {e}"))?;
+    // A zombie main thread has no maps: a running thread's are the process's.
+    let maps_path = format!("/proc/{pid}/task/{}/maps", running_thread(pid)?);
+    let maps = std::fs::read_to_string(&maps_path).map_err(|e| format!("{maps_path}: {e}"))?;
     for line in maps.lines() {
         let mut f = line.split_whitespace();
         let (Some(range), Some(_perms), Some(offset)) = (f.next(), f.next(), f.next()) else {
@@ -310,7 +329,7 @@ fn loaded_object(
             .split('-')
             .next()
             .and_then(|s| u64::from_str_radix(s, 16).ok())
-            .ok_or_else(|| format!("/proc/{pid}/maps: bad line {line:?}"))?;
+            .ok_or_else(|| format!("{maps_path}: bad line {line:?}"))?;
         return Ok(Some((start, path.to_path_buf())));
     }
     Ok(None)
@@ -441,12 +460,8 @@ fn wait_for_end(pid: u32, set: &libc::sigset_t) -> End {
         if s > 0 {
             return End::Signal(s);
         }
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
-        let alive = state
-            .as_deref()
-            .and_then(|s| s.rsplit_once(')'))
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|st| st != "Z" && st != "X");
+        // Alive while a thread runs (a zombie main thread does not end it).
+        let alive = running_thread(pid).is_ok();
         if !alive {
             return End::Exited;
         }
@@ -468,8 +483,8 @@ pub fn record(
     if let Some(o) = ptrace_obstacle(pid) {
         return Err(o);
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map_err(|e| format!("/proc/{pid}/exe: {e}"))?;
+    let exe_path = format!("/proc/{pid}/task/{}/exe", running_thread(pid)?);
+    let exe = std::fs::read_link(&exe_path).map_err(|e| format!("{exe_path}: {e}"))?;
     for warning in opts.check_program(&exe.to_string_lossy())? {
         eprintln!("{warning}");
     }
@@ -507,7 +522,7 @@ pub fn record(
     match end {
         End::Signal(_) => match detach(pid, &agent) {
             Ok(_) => notes += &format!("ftrace: detached from process {pid}\n"),
-            Err(e) if !Path::new(&format!("/proc/{pid}")).exists() => {
+            Err(e) if running_thread(pid).is_err() => {
                 notes += &format!("ftrace: process {pid} exited while attached ({e})\n")
             }
             Err(e) => return Err(e),
@@ -596,6 +611,12 @@ mod tests {
         assert!(e.contains("belongs to another user (uid 1001"), "{e}");
         assert_eq!(owner_obstacle(7, status, 1001), None);
         assert_eq!(owner_obstacle(7, status, 0), None);
+    }
+
+    #[test]
+    fn the_main_thread_runs_calls() {
+        let pid = std::process::id();
+        assert_eq!(running_thread(pid).unwrap(), pid);
     }
 
     #[test]

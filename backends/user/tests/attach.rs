@@ -27,9 +27,16 @@ fn scratch(test: &str) -> PathBuf {
 /// Whether every executable mapping of `exe` in `pid` holds the file's bytes.
 fn text_is_the_files(pid: u32, exe: &Path) -> bool {
     let exe = exe.canonicalize().unwrap();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    // The last thread's view: a zombie main thread has no maps.
+    let task = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .max()
+        .unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/task/{task}/maps")).unwrap();
     let file = std::fs::read(&exe).unwrap();
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/task/{task}/mem")).unwrap();
     let mut seen = 0;
     for line in maps.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -306,6 +313,7 @@ fn live_attaches_and_reports() {
         .unwrap();
     let start = Instant::now();
     let maps = || std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+
     while text_is_the_files(pid, &exe) {
         assert!(start.elapsed() < Duration::from_secs(20), "not attached");
         std::thread::sleep(Duration::from_millis(20));
@@ -321,6 +329,29 @@ fn live_attaches_and_reports() {
     let text = String::from_utf8(res.stdout).unwrap();
     assert!(text.starts_with("# tracer: function_graph"), "{text}");
     assert!(text.contains("tick_alpha() {"), "{text}");
+    drop(prog.stdin.take());
+    let line = String::from_utf8(prog.wait_with_output().unwrap().stdout).unwrap();
+    assert!(line.ends_with("wrong 0\n"), "{line}");
+}
+
+#[test]
+fn a_process_whose_main_thread_exited_is_attached_through_another() {
+    let dir = scratch("exit_main");
+    let exe = common::build_kernel_style(&dir, "attach_target");
+    let mut prog = Command::new(&exe)
+        .arg("exit-main")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = prog.id();
+    std::thread::sleep(Duration::from_millis(200));
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).unwrap();
+    assert!(stat.contains(") Z "), "the main thread is a zombie: {stat}");
+    let out = dir.join("out");
+    attach_for_a_while(pid, &exe, "function", &out);
+    assert!(text_is_the_files(pid, &exe), "text not restored");
+    assert!(report(&out).contains("tick_beta <-tick_alpha"));
     drop(prog.stdin.take());
     let line = String::from_utf8(prog.wait_with_output().unwrap().stdout).unwrap();
     assert!(line.ends_with("wrong 0\n"), "{line}");

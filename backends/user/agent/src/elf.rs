@@ -116,7 +116,8 @@ pub fn loaded_objects() -> Vec<LoadedObject> {
             }
         }
         let path = if name.is_empty() {
-            std::fs::read_link("/proc/self/exe").unwrap_or_default()
+            // thread-self: /proc/self/exe is gone once the main thread exited (a zombie).
+            std::fs::read_link("/proc/thread-self/exe").unwrap_or_default()
         } else {
             PathBuf::from(&name)
         };

@@ -150,7 +150,7 @@ fn install_instance(cfg: &Config, dir: &Path) {
 
 fn write_meta(dir: &Path, cfg: &Config) -> std::io::Result<()> {
     let pair = clock::TscPair::now();
-    let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
+    let exe = std::fs::read_link("/proc/thread-self/exe").unwrap_or_default();
     let mut m = String::new();
     let _ = writeln!(m, "pid={}", std::process::id());
     let _ = writeln!(m, "exe={}", exe.display());

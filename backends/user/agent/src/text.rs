@@ -184,12 +184,22 @@ fn gettid() -> libc::pid_t {
     unsafe { libc::gettid() }
 }
 
+/// Whether thread `t` of this process can still run a signal handler (it exists and is not a
+/// zombie: a main thread that called `pthread_exit` stays one until the process ends).
+fn is_live_thread(t: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{t}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X")
+    })
+}
+
 fn other_threads() -> Vec<libc::pid_t> {
     let me = gettid();
     std::fs::read_dir("/proc/self/task")
         .map(|d| {
             d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .filter(|&t| t != me)
+                .filter(|&t| t != me && is_live_thread(t))
                 .collect()
         })
         .unwrap_or_default()
@@ -226,10 +236,7 @@ pub fn stop_the_world<R>(
             }
         }
         let arrived = STOP_ARRIVED.load(Ordering::Acquire) as usize;
-        let alive = signalled
-            .iter()
-            .filter(|&&t| std::path::Path::new(&format!("/proc/self/task/{t}")).exists())
-            .count();
+        let alive = signalled.iter().filter(|&&t| is_live_thread(t)).count();
         if !fresh && arrived >= alive {
             break;
         }
