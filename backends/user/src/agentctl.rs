@@ -82,6 +82,24 @@ impl AgentLink {
         child: &mut Child,
         timeout: Duration,
     ) -> Result<AgentLink, String> {
+        let pid = child.id();
+        Self::accept_from(listener, pid, timeout, || {
+            child.try_wait().ok().flatten().map(|st| {
+                format!(
+                    "the program exited ({st}) before the agent started (is it built with call sites, and the agent loaded?)"
+                )
+            })
+        })
+    }
+
+    /// Waits for the agent of process `pid` to connect to `listener` (and say hello); `gone`
+    /// says why to stop waiting (the process exited), else `None`.
+    pub fn accept_from(
+        listener: &UnixListener,
+        pid: u32,
+        timeout: Duration,
+        mut gone: impl FnMut() -> Option<String>,
+    ) -> Result<AgentLink, String> {
         listener
             .set_nonblocking(true)
             .map_err(|e| format!("control socket: {e}"))?;
@@ -92,10 +110,8 @@ impl AgentLink {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(format!("control socket: {e}")),
             }
-            if let Ok(Some(st)) = child.try_wait() {
-                return Err(format!(
-                    "the program exited ({st}) before the agent started (is it built with call sites, and the agent loaded?)"
-                ));
+            if let Some(why) = gone() {
+                return Err(why);
             }
             if start.elapsed() > timeout {
                 return Err("the agent did not connect to the control socket".into());
@@ -104,7 +120,7 @@ impl AgentLink {
         };
         // Only the program we started may drive it.
         let peer = peer_pid(&sock).map_err(|e| format!("control socket: {e}"))?;
-        if peer != child.id() {
+        if peer != pid {
             return Err(format!(
                 "control socket: a process other than the program ({peer}) connected"
             ));

@@ -1,4 +1,5 @@
-//! Attaching to a running process: `ftrace record -p PID`.
+//! Attaching to a running process: `ftrace record -p PID`, `ftrace live -p PID`,
+//! `ftrace record --mount DIR -p PID`.
 //!
 //! The tool stops one thread of the process with ptrace (`PTRACE_SEIZE`, `PTRACE_INTERRUPT`),
 //! saves its registers and makes it call functions of the process on the tool's behalf
@@ -477,8 +478,8 @@ pub fn record(
 ) -> Result<crate::record::Recorded, String> {
     use std::os::unix::process::ExitStatusExt as _;
     opts.check()?;
-    if opts.mount.is_some() {
-        return Err("--mount with -p is not supported yet".into());
+    if let Some(dir) = &opts.mount {
+        crate::fuse::check_mount_point(dir)?;
     }
     if let Some(o) = ptrace_obstacle(pid) {
         return Err(o);
@@ -507,6 +508,16 @@ pub fn record(
         .map_err(|e| format!("{}: {e}", out.display()))?;
     let agent = crate::launch::find_agent()?;
     let signals = block_stop_signals();
+    if let Some(dir) = &opts.mount {
+        let notes = record_mounted(opts, config, &agent, pid, dir, &signals)?;
+        let summary = crate::recording::Recording::read(out)
+            .map(|rec| crate::record::summary(&rec, out))
+            .unwrap_or_default();
+        return Ok(crate::record::Recorded {
+            status: std::process::ExitStatus::from_raw(0),
+            summary: notes + &summary,
+        });
+    }
     let sites = attach(pid, &agent, &config)?;
     if sites == 0 {
         let _ = detach(pid, &agent);
@@ -517,18 +528,7 @@ pub fn record(
         ));
     }
     eprintln!("ftrace: attached to process {pid} ({sites} call sites); Ctrl-C detaches");
-    let end = wait_for_end(pid, &signals);
-    let mut notes = String::new();
-    match end {
-        End::Signal(_) => match detach(pid, &agent) {
-            Ok(_) => notes += &format!("ftrace: detached from process {pid}\n"),
-            Err(e) if running_thread(pid).is_err() => {
-                notes += &format!("ftrace: process {pid} exited while attached ({e})\n")
-            }
-            Err(e) => return Err(e),
-        },
-        End::Exited => notes += &format!("ftrace: process {pid} exited while attached\n"),
-    }
+    let notes = end_attached(pid, &agent, wait_for_end(pid, &signals))?;
     let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
     crate::capture::write_capture(&rec, out)?;
     let summary = notes + &crate::record::summary(&rec, out);
@@ -536,6 +536,100 @@ pub fn record(
         status: std::process::ExitStatus::from_raw(0),
         summary,
     })
+}
+
+/// Detaches after `end` (unless the process exited); the lines telling the user how it ended.
+fn end_attached(pid: u32, agent: &Path, end: End) -> Result<String, String> {
+    Ok(match end {
+        End::Signal(_) => match detach(pid, agent) {
+            Ok(_) => format!("ftrace: detached from process {pid}\n"),
+            Err(e) if running_thread(pid).is_err() => {
+                format!("ftrace: process {pid} exited while attached ({e})\n")
+            }
+            Err(e) => return Err(e),
+        },
+        End::Exited => format!("ftrace: process {pid} exited while attached\n"),
+    })
+}
+
+/// `ftrace record --mount DIR -p PID`: attaches with a live control channel, serves the
+/// process's tracefs at `dir` until the end ([`wait_for_end`]), unmounts, writes the capture
+/// and detaches. `echo nop > DIR/current_tracer` puts every site back as its NOP meanwhile
+/// (the agent's usual `STATE` request); the detach does it for good.
+fn record_mounted(
+    opts: &crate::record::RecordOptions,
+    mut config: Config,
+    agent: &Path,
+    pid: u32,
+    dir: &Path,
+    signals: &libc::sigset_t,
+) -> Result<String, String> {
+    use crate::agentctl::AgentLink;
+    use crate::fuse::{TracefsFs, mount};
+    use crate::live::LiveRecording;
+    use crate::livefs::UserHost;
+    use std::os::unix::fs::DirBuilderExt as _;
+
+    // The socket lives in a directory only this user can enter.
+    let sock_dir =
+        std::env::temp_dir().join(format!("ftrace-ctl-{}-attach-{pid}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&sock_dir)
+        .map_err(|e| format!("{}: {e}", sock_dir.display()))?;
+    let sock = sock_dir.join("control");
+    let listener = std::os::unix::net::UnixListener::bind(&sock);
+    let base = ftrace_agent::clock::TscPair::now();
+    config.control = Some(sock.clone());
+    let link = listener
+        .map_err(|e| format!("{}: {e}", sock.display()))
+        .and_then(|listener| {
+            let sites = attach(pid, agent, &config)?;
+            if sites == 0 {
+                return Err(format!("process {pid} has no call sites"));
+            }
+            AgentLink::accept_from(&listener, pid, std::time::Duration::from_secs(20), || {
+                running_thread(pid)
+                    .is_err()
+                    .then(|| format!("process {pid} exited while attaching"))
+            })
+        });
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_dir(&sock_dir);
+    let served = link.and_then(|link| {
+        let live = LiveRecording::new(&config.output, config.clock, base);
+        let host = UserHost::new(
+            link,
+            live,
+            config.tracer,
+            config.clock,
+            config.buffer_kb * 1024,
+        )?;
+        let handle = host.handle();
+        let mut tree = ftrace_tracefs::Tracefs::new(host).map_err(|e| format!("tracefs: {e:?}"))?;
+        crate::livefs::register_events(&mut tree).map_err(|e| format!("tracefs: {e:?}"))?;
+        crate::record::seed_tree(&mut tree, opts);
+        let m = mount(TracefsFs::new(tree), dir)?;
+        eprintln!(
+            "ftrace: tracefs of process {pid} mounted at {}; Ctrl-C detaches",
+            dir.display()
+        );
+        let end = wait_for_end(pid, signals);
+        m.unmount();
+        Ok((end, handle))
+    });
+    match served {
+        Ok((end, handle)) => {
+            let notes = end_attached(pid, agent, end)?;
+            handle.write_capture(&opts.output)?;
+            Ok(notes)
+        }
+        Err(e) => {
+            // Whatever was set up in the process goes back (nothing if the attach failed).
+            let _ = detach(pid, agent);
+            Err(e)
+        }
+    }
 }
 
 /// `ftrace live -p PID`: [`record`]s `pid` (into `opts.output`, or a temporary directory

@@ -351,7 +351,10 @@ fn run_mounted(
 /// Writes the command line's `-F`, `-N`, `-G` and `--max-depth` into the tree's files, so that
 /// they read back and stay in force when other files change. A glob the filter language
 /// refuses (no function matches) is reported, and the run goes on.
-fn seed_tree<H: ftrace_tracefs::Host>(tree: &mut ftrace_tracefs::Tracefs<H>, opts: &RecordOptions) {
+pub(crate) fn seed_tree<H: ftrace_tracefs::Host>(
+    tree: &mut ftrace_tracefs::Tracefs<H>,
+    opts: &RecordOptions,
+) {
     let files = [
         ("set_ftrace_filter", &opts.filter),
         ("set_ftrace_notrace", &opts.notrace),

@@ -356,3 +356,59 @@ fn a_process_whose_main_thread_exited_is_attached_through_another() {
     let line = String::from_utf8(prog.wait_with_output().unwrap().stdout).unwrap();
     assert!(line.ends_with("wrong 0\n"), "{line}");
 }
+
+#[test]
+fn a_mounted_attach_serves_tracefs_and_nop_restores_the_text() {
+    let dir = scratch("mount");
+    let exe = common::build_kernel_style(&dir, "attach_target");
+    let mut prog = Command::new(&exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = prog.id();
+    std::thread::sleep(Duration::from_millis(200));
+    let mnt = dir.join("tracing");
+    std::fs::create_dir(&mnt).unwrap();
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["record", "-t", "function", "--mount"])
+        .arg(&mnt)
+        .arg("-o")
+        .arg(dir.join("rec"))
+        .args(["-p", &pid.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !mnt.join("available_tracers").exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "not mounted");
+        assert!(tool.try_wait().unwrap().is_none(), "ftrace ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let read = |f: &str| std::fs::read_to_string(mnt.join(f)).unwrap();
+    assert_eq!(read("current_tracer"), "function\n");
+    assert!(!text_is_the_files(pid, &exe), "patched while tracing");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(read("trace").contains("tick_beta <-tick_alpha"));
+    std::fs::write(mnt.join("current_tracer"), "nop\n").unwrap();
+    assert!(text_is_the_files(pid, &exe), "nop puts every site back");
+    std::fs::write(mnt.join("current_tracer"), "function_graph\n").unwrap();
+    assert!(!text_is_the_files(pid, &exe), "patched again");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(tool.id() as libc::pid_t, libc::SIGINT) };
+    let mut err = String::new();
+    tool.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(tool.wait().unwrap().success(), "{err}");
+    assert!(
+        err.contains(&format!("detached from process {pid}")),
+        "{err}"
+    );
+    assert!(text_is_the_files(pid, &exe), "detached: text restored");
+    drop(prog.stdin.take());
+    let line = String::from_utf8(prog.wait_with_output().unwrap().stdout).unwrap();
+    assert!(line.ends_with("wrong 0\n"), "{line}");
+}

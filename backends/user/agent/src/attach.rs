@@ -19,7 +19,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use crate::config::{Config, TracerKind};
-use crate::{agent, clock, dispatch, handler, start, text};
+use crate::{Arrival, agent, clock, dispatch, handler, start, text};
 
 /// Parses the NUL-separated `KEY=VALUE` entries of an attach configuration file.
 pub fn parse_config(bytes: &[u8]) -> Result<Option<Config>, String> {
@@ -68,7 +68,7 @@ fn attach(config_path: &Path) -> Result<usize, String> {
     // Threads that recorded for an earlier attach registered with its instance: they register
     // again, with the new one, at their next traced call.
     handler::reset_current_thread();
-    start(cfg).map_err(|e| e.to_string())?;
+    start(cfg, Arrival::Attached).map_err(|e| e.to_string())?;
     Ok(agent().as_ref().map_or(0, |a| a.sites.len()))
 }
 

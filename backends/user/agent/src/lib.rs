@@ -305,12 +305,22 @@ extern "C" fn agent_init() {
     if !loaded_as_shared_object() {
         return;
     }
-    if let Err(e) = start(cfg) {
+    if let Err(e) = start(cfg, Arrival::Preloaded) {
         warn(&format!("not tracing: {e}"));
     }
 }
 
-fn start(cfg: Config) -> std::io::Result<()> {
+/// How the agent came into the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Arrival {
+    /// Preloaded at start-up (`LD_PRELOAD`): the configuration is in the environment, and no
+    /// other thread runs yet.
+    Preloaded,
+    /// Loaded into a running process by the tool ([`attach`]).
+    Attached,
+}
+
+fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
     let dir = create_instance_dir(&cfg.output)?;
     write_meta(&dir, &cfg)?;
     install_instance(&cfg, &dir);
@@ -366,9 +376,11 @@ fn start(cfg: Config) -> std::io::Result<()> {
     if let Some(path) = control {
         // Live control is for this process image only: children and exec'd images trace with
         // the start-up configuration (an exec closes the socket; the tool removed its name).
-        // SAFETY: the agent's constructor runs before the program's `main`, while no other
-        // thread reads the environment.
-        unsafe { std::env::remove_var(config::ENV_CONTROL) };
+        if arrival == Arrival::Preloaded {
+            // SAFETY: the agent's constructor runs before the program's `main`, while no
+            // other thread reads the environment.
+            unsafe { std::env::remove_var(config::ENV_CONTROL) };
+        }
         if let Err(e) = control::start(&path, &dir) {
             warn(&format!(
                 "live control {}: {e}; tracing with the start-up configuration",
