@@ -97,7 +97,14 @@ pub struct RecordArgs {
     #[arg(long = "buffer-size", value_name = "KB",
           default_value_t = ftrace_agent::config::DEFAULT_BUFFER_KB)]
     pub buffer_kb: u64,
-    /// Drop new events when a buffer is full instead of overwriting the oldest.
+    /// Record as a flight recorder: keep only the newest events of each thread, a full
+    /// buffer overwriting its oldest (the kernel's `overwrite` option). Without it every event
+    /// is recorded: the tool drains the buffers while the program runs, and a full buffer
+    /// drops and counts new events (the default, except with `--mount`).
+    #[arg(long = "overwrite", conflicts_with = "no_overwrite")]
+    pub overwrite: bool,
+    /// Record every event (the default; with `--mount`, where overwriting is the default:
+    /// a full buffer drops new events and counts them).
     #[arg(long = "no-overwrite")]
     pub no_overwrite: bool,
     /// The trace clock.
@@ -132,7 +139,7 @@ impl RecordArgs {
             graph_functions: self.graph.clone(),
             max_depth: self.max_depth,
             buffer_kb: self.buffer_kb,
-            overwrite: !self.no_overwrite,
+            overwrite: self.overwrite || (self.mount.is_some() && !self.no_overwrite),
             clock: ClockKind::parse(&self.clock).unwrap_or_default(),
             output: self
                 .output

@@ -23,7 +23,8 @@ pub struct RecordOptions {
     pub max_depth: u32,
     /// `--buffer-size` (KiB per thread).
     pub buffer_kb: u64,
-    /// `--no-overwrite` (false) or overwrite (true).
+    /// `--overwrite` (true: a flight recorder of each thread's newest events) or every event
+    /// recorded, drained while the program runs ([`crate::drain`]; false, the default).
     pub overwrite: bool,
     /// `--clock`.
     pub clock: ClockKind,
@@ -45,7 +46,7 @@ impl Default for RecordOptions {
             graph_functions: Vec::new(),
             max_depth: 0,
             buffer_kb: ftrace_agent::config::DEFAULT_BUFFER_KB,
-            overwrite: true,
+            overwrite: false,
             clock: ClockKind::Local,
             output: PathBuf::from("ftrace.data"),
             mount: None,
@@ -98,16 +99,30 @@ pub struct Recorded {
 /// The end-of-recording lines: events recorded, events lost (per thread where any), bytes
 /// written, where.
 pub fn summary(rec: &crate::recording::Recording, dir: &std::path::Path) -> String {
-    let threads: Vec<_> = rec.processes.iter().flat_map(|p| &p.threads).collect();
-    let kept: u64 = threads.iter().map(|t| t.entries).sum();
-    let lost = rec.lost();
+    let threads: Vec<crate::drain::ThreadCount> = rec
+        .processes
+        .iter()
+        .flat_map(|p| &p.threads)
+        .map(|t| crate::drain::ThreadCount {
+            tid: t.tid,
+            events: t.entries,
+            lost: t.overrun + t.dropped,
+        })
+        .collect();
+    summary_of(&threads, dir)
+}
+
+/// [`summary`] from what each thread recorded.
+pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) -> String {
+    let kept: u64 = threads.iter().map(|t| t.events).sum();
+    let lost: u64 = threads.iter().map(|t| t.lost).sum();
     let bytes = dir_bytes(dir);
     let mut s = format!("ftrace: {kept} events recorded, {lost} lost");
     if lost > 0 {
         let mut per: Vec<String> = threads
             .iter()
-            .filter(|t| t.overrun + t.dropped > 0)
-            .map(|t| format!("tid {}: {}", t.tid, t.overrun + t.dropped))
+            .filter(|t| t.lost > 0)
+            .map(|t| format!("tid {}: {}", t.tid, t.lost))
             .collect();
         if per.len() > 8 {
             let more = per.len() - 8;
@@ -118,8 +133,8 @@ pub fn summary(rec: &crate::recording::Recording, dir: &std::path::Path) -> Stri
     }
     s += &format!(", {} bytes written to {}\n", bytes, dir.display());
     if lost > 0 {
-        s += "ftrace: a full buffer loses events (the newest with --no-overwrite, the oldest \
-              otherwise); --buffer-size sets its size per thread\n";
+        s += "ftrace: a full buffer loses events (the newest while the tool drains it, the \
+              oldest with --overwrite); --buffer-size sets its size per thread\n";
     }
     s
 }
@@ -168,10 +183,24 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
             .unwrap_or_default();
         return Ok(Recorded { status, summary });
     }
-    let status = crate::launch::run(&opts.config(), prog, args)?;
-    let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
-    crate::capture::write_capture(&rec, out)?;
-    let summary = summary(&rec, out);
+    let cfg = opts.config();
+    if opts.overwrite {
+        // The flight recorder: the rings are the recording, their size fixed.
+        let status = crate::launch::run(&cfg, prog, args)?;
+        let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
+        crate::capture::write_capture(&rec, out)?;
+        let summary = summary(&rec, out);
+        return Ok(Recorded { status, summary });
+    }
+    // Every event: drained while the program runs, turned into pages when first read
+    // ([`crate::capture::ensure_capture`]).
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let drainer = crate::drain::Drainer::start(out);
+    let status = crate::launch::run(&cfg, prog, args);
+    let drained = drainer.finish();
+    let status = status?;
+    let threads = drained?;
+    let summary = summary_of(&threads, out);
     Ok(Recorded { status, summary })
 }
 

@@ -300,6 +300,7 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     if !dir.is_dir() {
         return Err(err(dir, None, "not a directory (the capture to report)"));
     }
+    crate::capture::ensure_capture(dir).map_err(|e| err(dir, None, e))?;
     let kpath = dir.join("kallsyms");
     let syms = SortedSymbols::from_kallsyms(&read_text(&kpath)?)
         .map_err(|e| err(&kpath, None, e.to_string()))?;
