@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::report::{ReportArgs, report};
+use crate::report::ReportArgs;
 
 /// The `ftrace` tool.
 #[derive(Debug, Parser)]
@@ -233,9 +233,20 @@ pub fn run(
                 cpu,
                 uts_release,
             };
-            match report(&args) {
-                Ok(bytes) => write_report(&bytes, out, err).unwrap_or(0),
-                Err(e) => {
+            // Streamed as it is formatted; a reader that went away (`ftrace report | head`)
+            // ends it quietly, as it would a `cat`.
+            match crate::report::report_to(&args, out) {
+                Ok(()) => 0,
+                Err(crate::report::ReportFailure::Write(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    0
+                }
+                Err(crate::report::ReportFailure::Write(e)) => {
+                    let _ = writeln!(err, "ftrace: writing the report: {e}");
+                    1
+                }
+                Err(crate::report::ReportFailure::Report(e)) => {
                     let _ = writeln!(err, "ftrace: {e}");
                     1
                 }
