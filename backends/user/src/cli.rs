@@ -93,10 +93,10 @@ pub struct RecordArgs {
     /// function_graph: the deepest nesting recorded (`max_graph_depth`; 0: unlimited).
     #[arg(long = "max-depth", value_name = "N", default_value_t = 0)]
     pub max_depth: u32,
-    /// Per-thread buffer size in KiB (`buffer_size_kb`).
-    #[arg(long = "buffer-size", value_name = "KB",
-          default_value_t = ftrace_agent::config::DEFAULT_BUFFER_KB)]
-    pub buffer_kb: u64,
+    /// Per-thread buffer size in KiB (`buffer_size_kb`; default 8192 while the tool drains
+    /// the buffers, 1024 with `--overwrite` or `--mount`).
+    #[arg(long = "buffer-size", value_name = "KB")]
+    pub buffer_kb: Option<u64>,
     /// Record as a flight recorder: keep only the newest events of each thread, a full
     /// buffer overwriting its oldest (the kernel's `overwrite` option). Without it every event
     /// is recorded: the tool drains the buffers while the program runs, and a full buffer
@@ -138,7 +138,13 @@ impl RecordArgs {
             notrace: self.notrace.clone(),
             graph_functions: self.graph.clone(),
             max_depth: self.max_depth,
-            buffer_kb: self.buffer_kb,
+            buffer_kb: self.buffer_kb.unwrap_or(
+                if self.overwrite || (self.mount.is_some() && !self.no_overwrite) {
+                    ftrace_agent::config::DEFAULT_BUFFER_KB
+                } else {
+                    crate::record::STREAM_BUFFER_KB
+                },
+            ),
             overwrite: self.overwrite || (self.mount.is_some() && !self.no_overwrite),
             clock: ClockKind::parse(&self.clock).unwrap_or_default(),
             output: self

@@ -8,6 +8,11 @@ use std::process::ExitStatus;
 
 use ftrace_agent::config::{ClockKind, Config, TracerKind};
 
+/// The per-thread ring size (KiB) `ftrace record` takes by default when it drains the rings
+/// while the program runs: 262 144 slots, room for the drain to fall behind a fast thread for a
+/// while (the flight recorder keeps the agent's default, 1024).
+pub const STREAM_BUFFER_KB: u64 = 8192;
+
 /// The options `ftrace record` and `ftrace live` take.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordOptions {
