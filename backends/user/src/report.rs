@@ -572,7 +572,13 @@ fn report_windowed(
         Overruns::None
     };
     let mut w = TraceWriter::new(style, &mut state, lost);
-    let mut sink = IoSink { out, error: None };
+    // Lines are written one by one: buffered here, so that a line-buffered stdout does not
+    // make each a system call.
+    let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, out);
+    let mut sink = IoSink {
+        out: &mut buffered,
+        error: None,
+    };
     let failed = |sink: &mut IoSink<'_>| match sink.error.take() {
         Some(e) => ReportFailure::Write(e),
         None => err(dir, None, "formatting failed").into(),
@@ -673,7 +679,8 @@ fn report_windowed(
             want.saturating_mul(2)
         };
     }
-    sink.out.flush().map_err(ReportFailure::Write)?;
+    drop(sink);
+    std::io::Write::flush(&mut buffered).map_err(ReportFailure::Write)?;
     Ok(())
 }
 
