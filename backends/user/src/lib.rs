@@ -8,6 +8,8 @@
 //! - [`sitecheck`]: before it starts, the program's call sites and the `-F`/`-N`/`-G` globs
 //!   checked against them (refused, or a warning with `--force`);
 //! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
+//! - [`drain`]: the tool's consumer of the agent's rings while the program runs, writing
+//!   [`stream`]'s compact per-thread events files;
 //! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU;
 //! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads;
 //! - [`live`], [`livefs`], [`agentctl`]: a running program's tracefs (`--mount`): its buffers
@@ -17,6 +19,7 @@
 pub mod agentctl;
 pub mod capture;
 pub mod cli;
+pub mod drain;
 pub mod export;
 pub mod fuse;
 pub mod launch;
@@ -26,3 +29,4 @@ pub mod record;
 pub mod recording;
 pub mod report;
 pub mod sitecheck;
+pub mod stream;
