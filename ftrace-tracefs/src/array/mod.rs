@@ -3,7 +3,8 @@
 //!
 //! The instance owns the per-CPU ring buffer, the tracer registry (`nop`, `function`,
 //! `function_graph`), the ftrace-core dispatcher and the tracers' ops, the function and
-//! graph filters, `max_graph_depth`, `tracing_thresh`, trace and tracer options,
+//! graph filters, the call-site records (ftrace-patch's record table over the platform's
+//! text), `max_graph_depth`, `tracing_thresh`, trace and tracer options,
 //! `trace_clock`, the markers, pid filters, the cpumask and the `function_graph` shadow
 //! stacks. It is `const`-constructible, so it lives in a `static`, and it is the backend of
 //! the [`Tracefs`](crate::Tracefs) tree ([`TraceArray::tracefs`]): every file of those features
@@ -12,10 +13,20 @@
 //! # Porting guide
 //!
 //! A platform provides the [`Platform`] trait: a clock, the current CPU and the number of
-//! possible CPUs, the current pid, a page provider for the ring buffer, the symbol table of
-//! the traced code, and the address of its return trampoline. The execution context, the
-//! context word and task names have defaults. Grace periods need nothing: the instance uses
+//! possible CPUs, the current pid, a page provider for the ring buffer, the text holding its
+//! call sites ([`CallSiteText`]: the sites' addresses, the trampoline they call, and the text
+//! poke — write, sync cores, stop the others, the breakpoint slot its trap handler reads — as
+//! ftrace-patch's [`TextPoke`](ftrace_patch::TextPoke); or [`NoCallSites`] where every traced
+//! function always calls the trampoline), the symbol table of the traced code, and the
+//! address of its return trampoline. The execution context, the context word, task names and
+//! `ftrace_bug()` reports have defaults. Grace periods need nothing: the instance uses
 //! ftrace-core's [`ReaderCount`].
+//!
+//! With call sites, the instance owns ftrace-patch's record table: `available_filter_functions`,
+//! `enabled_functions` and the other call-site files read it, and every change of what its ops
+//! admit (a tracer switch, `set_ftrace_filter`, `set_ftrace_notrace`, a function command) ends
+//! in one `ftrace_replace_code` batch through ftrace-patch's protocols on the platform's text:
+//! a site calls the trampoline exactly while some ops of the instance admits its function.
 //!
 //! The trampolines (the code that `mcount`/`fentry` call sites jump to) call two entry
 //! points:
@@ -34,15 +45,13 @@
 //! ever blocks or allocates.
 //!
 //! Not in the instance yet (each refused with an errno, never accepted and ignored):
-//! `instances/` (`mkdir` is `ENODEV`), call-site patching (the platform's text poke and
-//! ftrace-patch's record table: today every function reaches `on_entry` and the filter files
-//! act in the dispatcher), trace events, the function profiler, snapshots, and the function
+//! `instances/` (`mkdir` is `ENODEV`), trace events, the function profiler, snapshots, and the function
 //! tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
 //! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
 //!
 //! ```
 //! use ftrace_tracefs::array::{
-//!     HeapPages, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray, WriteMode,
+//!     HeapPages, NoCallSites, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray, WriteMode,
 //! };
 //!
 //! static SYMS: SymbolSlice = SymbolSlice(&[Symbol::new("work", 0x1000, 0x40)]);
@@ -50,6 +59,7 @@
 //! // SAFETY: one CPU, one thread.
 //! unsafe impl Platform for Host {
 //!     type Pages = HeapPages;
+//!     type Text = NoCallSites;
 //!     fn now_ns(&self) -> u64 { 1_000 }
 //!     fn current_cpu(&self) -> u32 { 0 }
 //!     fn current_pid(&self) -> i32 { 1 }
@@ -73,6 +83,8 @@ mod lock;
 mod platform;
 mod render;
 mod ring;
+mod sites;
+mod text;
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -96,6 +108,7 @@ use crate::filters::FilterState;
 
 pub use backend::{ArrayBackend, ArrayHost};
 pub use platform::Platform;
+pub use text::{CallSiteText, NoCallSites};
 
 // What a platform names in its binding, re-exported so that one `use` line suffices.
 pub use ftrace_core::symbols::{Symbol, SymbolSlice, SymbolTable};
@@ -106,6 +119,7 @@ pub use crate::fs::WriteMode;
 use commands::{Commands, GraphHashes, StaticSymbols};
 use entry::{CpuGraph, Cx, function_op, graph_op};
 use lock::SpinLock;
+use sites::{SiteRecords, Sites};
 
 /// The trace clocks an instance offers, in `trace_clock` order: the platform's clock and a
 /// counter that ticks once per event.
@@ -143,6 +157,9 @@ struct Control {
     /// Each tracer's option word, by [`TracerKind`] order.
     tracer_flags: [u32; 3],
     filters: FilterState,
+    /// The call-site records (`None`: the platform has none, every function reaches
+    /// `on_entry`).
+    sites: Option<Box<dyn SiteRecords>>,
     /// The current tracer's registered ops.
     ops: Option<Box<FtraceOps>>,
     /// The function commands' ops (`set_ftrace_filter`'s `func:traceoff`), registered while
@@ -224,22 +241,39 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         (self.platform().possible_cpus() as usize).clamp(1, CPUS)
     }
 
-    /// The control state, built at first use with the instance's tracers registered.
+    /// The control state (built by [`TraceArray::build_control`] before any file is served).
     fn control(&'static self) -> Ctl {
+        let c = self.control.lock();
+        assert!(c.is_some(), "the control state is built with the tree");
+        Ctl(c)
+    }
+
+    /// Builds the control state at first use: the instance's tracers registered, the call-site
+    /// records made from the platform's text. `EINVAL` if the platform's call sites overlap
+    /// (nothing is built; the next call tries again).
+    fn build_control(&'static self) -> Result<(), Errno> {
         let mut c = self.control.lock();
         if c.is_none() {
+            let symbols = self.platform().symbols();
+            let on_bug = &mut |b: &_| self.platform().ftrace_bug(b);
+            let (sites, commands) = match Sites::new(P::Text::default(), symbols, on_bug)? {
+                Some((s, site_syms)) => (
+                    Some(Box::new(s) as Box<dyn SiteRecords>),
+                    Commands(Box::new(site_syms)),
+                ),
+                None => (None, Commands(Box::new(StaticSymbols(symbols)))),
+            };
             let mut registry = Registry::new(&self.nop);
             for k in [TracerKind::Function, TracerKind::FunctionGraph] {
                 registry
                     .register(self.tracer_of(k))
                     .expect("distinct names");
             }
-            let commands =
-                alloc::sync::Arc::new(Commands(StaticSymbols(self.platform().symbols())));
             *c = Some(Control {
                 registry,
                 tracer_flags: TracerKind::ALL.map(|k| self.tracer_of(k).default_flags()),
-                filters: FilterState::new(commands),
+                filters: FilterState::new(alloc::sync::Arc::new(commands)),
+                sites,
                 ops: None,
                 probe_ops: None,
                 pages: alloc::vec![PAGES_DEFAULT; self.nr_cpus()],
@@ -249,7 +283,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 cmdlines_max: crate::fs::SAVED_CMDLINES_DEFAULT as usize,
             });
         }
-        Ctl(c)
+        Ok(())
     }
 }
 
@@ -302,27 +336,32 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             return Ok(());
         }
         let rb = self.build_buffer(c, &c.pages, c.subbuf)?;
-        if let Some(op) = c.ops.take() {
-            self.dispatcher.unregister(&op)?;
-        }
-        self.buffer
-            .replace(Published::Owned(Box::new(rb)), self.reclaim());
-        c.registry.set_current(name)?;
-        let (func, flags): (ftrace_core::ops::FtraceFunc, _) = match kind {
-            TracerKind::Nop => return Ok(()),
-            TracerKind::Function => (function_op::<P, CPUS>, OpsFlags::empty()),
-            TracerKind::FunctionGraph => (graph_op::<P, CPUS>, OpsFlags::GRAPH),
+        let func: Option<(ftrace_core::ops::FtraceFunc, _)> = match kind {
+            TracerKind::Nop => None,
+            TracerKind::Function => Some((function_op::<P, CPUS>, OpsFlags::empty())),
+            TracerKind::FunctionGraph => Some((graph_op::<P, CPUS>, OpsFlags::GRAPH)),
         };
-        let op = Box::new(FtraceOps::with_private(
-            func,
-            flags,
-            core::ptr::from_ref(self).cast(),
-            Some(&self.pids),
-        ));
-        self.publish_filters(c, &op);
-        // SAFETY: the ops lives in `c.ops` until `unregister` has returned.
-        unsafe { self.dispatcher.register_dynamic(&op)? };
-        c.ops = Some(op);
-        Ok(())
+        self.update_sites(c, |c| {
+            if let Some(op) = c.ops.take() {
+                self.dispatcher.unregister(&op)?;
+            }
+            self.buffer
+                .replace(Published::Owned(Box::new(rb)), self.reclaim());
+            c.registry.set_current(name)?;
+            let Some((func, flags)) = func else {
+                return Ok(());
+            };
+            let op = Box::new(FtraceOps::with_private(
+                func,
+                flags,
+                core::ptr::from_ref(self).cast(),
+                Some(&self.pids),
+            ));
+            self.publish_filters(c, &op);
+            // SAFETY: the ops lives in `c.ops` until `unregister` has returned.
+            unsafe { self.dispatcher.register_dynamic(&op)? };
+            c.ops = Some(op);
+            Ok(())
+        })
     }
 }
