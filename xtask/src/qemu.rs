@@ -458,7 +458,9 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     // exactly the filtered functions are patched, each used by one ops
     sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
     let clock = vm.command("cat trace_clock")?;
-    check(clock == "[local]\n", || format!("trace_clock: {clock:?}"))?;
+    check(clock == "[local] counter\n", || {
+        format!("trace_clock: {clock:?}")
+    })?;
     run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
     let on_cpu0 = |flags, rounds| Segment {

@@ -81,6 +81,9 @@ impl<P: Platform, const CPUS: usize> Host for ArrayHost<P, CPUS> {
     fn trace_clocks(&self) -> &[&'static str] {
         TRACE_CLOCKS
     }
+    fn trace_buf_size(&self) -> u64 {
+        self.array.platform().trace_buf_size()
+    }
     fn create_backend(
         &mut self,
         instance: Option<&str>,

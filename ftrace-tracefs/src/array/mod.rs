@@ -128,13 +128,6 @@ pub const TRACE_CLOCKS: &[&str] = &["local", "counter"];
 /// Sub-buffer size of a new instance, header included.
 const SUBBUF_DEFAULT: usize = 4096;
 
-/// The pages per CPU before anyone sets `buffer_size_kb` (the tree asks the top level's
-/// buffer at its minimum until first use; tracing starts with the kernel's default).
-const PAGES_DEFAULT: usize = crate::backend::ring_buffer_pages(
-    crate::backend::TRACE_BUF_SIZE_DEFAULT,
-    (SUBBUF_DEFAULT - 16) as u64,
-) as usize;
-
 /// Which of the instance's tracers an ops calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TracerKind {
@@ -276,7 +269,16 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 sites,
                 ops: None,
                 probe_ops: None,
-                pages: alloc::vec![PAGES_DEFAULT; self.nr_cpus()],
+                // The pages per CPU before anyone sets `buffer_size_kb`: the platform's
+                // `trace_buf_size` (the tree shows the top level's buffer at its minimum until
+                // first use).
+                pages: alloc::vec![
+                    crate::backend::ring_buffer_pages(
+                        self.platform().trace_buf_size(),
+                        (SUBBUF_DEFAULT - 16) as u64,
+                    ) as usize;
+                    self.nr_cpus()
+                ],
                 subbuf: SUBBUF_DEFAULT,
                 cpumask: u64::MAX,
                 cmdlines: alloc::collections::BTreeSet::new(),

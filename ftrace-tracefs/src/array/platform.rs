@@ -58,6 +58,11 @@ pub unsafe trait Platform: Sync + 'static {
     fn possible_cpus(&self) -> u32 {
         u32::MAX
     }
+    /// The per-CPU buffer size tracing starts with, in bytes (the kernel's `trace_buf_size=`
+    /// boot parameter; by default its 1441792).
+    fn trace_buf_size(&self) -> u64 {
+        crate::backend::TRACE_BUF_SIZE_DEFAULT
+    }
     /// The execution context of the caller (irq, softirq, nmi or a task).
     fn exec_context(&self) -> ExecContext {
         ExecContext::Normal
