@@ -191,4 +191,7 @@ impl FileTree for SerialTracefs {
     fn write(&self, path: &str, data: &str, mode: WriteMode) -> Result<(), Errno> {
         self.tree.lock().write_all(path, data.as_bytes(), mode)
     }
+    fn read_bytes(&self, path: &str) -> Result<alloc::vec::Vec<u8>, Errno> {
+        self.tree.lock().read_to_end(path)
+    }
 }

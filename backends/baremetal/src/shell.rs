@@ -1,5 +1,5 @@
 //! A tiny command shell over the serial port that serves a tracefs tree: `ls [DIR]`,
-//! `cat FILE...`, `echo [-n] WORDS... [> FILE | >> FILE]`, plus builtins the kernel supplies.
+//! `cat FILE...`, `xxd FILE` (plain hex), `echo [-n] WORDS... [> FILE | >> FILE]`, plus builtins the kernel supplies.
 //!
 //! The shell only parses and routes; the files are a [`FileTree`] (ftrace-tracefs's tree when it
 //! lands). Messages follow busybox's `sh`, `cat` and `ls`, with the errno text glibc prints
@@ -28,6 +28,14 @@ pub trait FileTree {
 
     /// Writes `data` to `path`, opened as the redirection says (`>` or `>>`).
     fn write(&self, path: &str, data: &str, mode: WriteMode) -> Result<(), Errno>;
+
+    /// The bytes of `path` as read (binary files such as `trace_pipe_raw`); by default the
+    /// text [`FileTree::read`] writes.
+    fn read_bytes(&self, path: &str) -> Result<alloc::vec::Vec<u8>, Errno> {
+        let mut s = alloc::string::String::new();
+        self.read(path, &mut s)?;
+        Ok(s.into_bytes())
+    }
 }
 
 /// What a builtin did.
@@ -245,6 +253,7 @@ fn run(
         "echo" => echo(&argv[1..], redirect, tree, out),
         "cat" if redirect.is_none() => cat(&argv[1..], tree, out),
         "ls" if redirect.is_none() => ls(&argv[1..], tree, out),
+        "xxd" if redirect.is_none() => xxd(&argv[1..], tree, out),
         _ if redirect.is_none() => match builtins.run(argv, out) {
             Some(o) => o,
             None => fail(out, format_args!("sh: {cmd}: not found")),
@@ -318,6 +327,25 @@ fn cat(files: &[&str], tree: &dyn FileTree, out: &mut dyn Write) -> Outcome {
         }
     }
     outcome
+}
+
+/// `xxd -p FILE`: the file's bytes as plain hex, 32 bytes a line (for binary files).
+fn xxd(files: &[&str], tree: &dyn FileTree, out: &mut dyn Write) -> Outcome {
+    let [f] = files else {
+        return fail(out, format_args!("usage: xxd FILE"));
+    };
+    match tree.read_bytes(tracefs_path(f)) {
+        Ok(bytes) => {
+            for line in bytes.chunks(32) {
+                for b in line {
+                    let _ = write!(out, "{b:02x}");
+                }
+                let _ = out.write_str("\n");
+            }
+            Outcome::Ok
+        }
+        Err(e) => fail(out, format_args!("xxd: {f}: {e}")),
+    }
 }
 
 fn ls(dirs: &[&str], tree: &dyn FileTree, out: &mut dyn Write) -> Outcome {
