@@ -295,3 +295,39 @@ fn a_site_that_cannot_be_written_is_reported_and_the_write_is_eio() {
     assert_eq!(BUGS[5].load(Ordering::Relaxed), before + 1);
     assert_eq!(patched::<5>(), [SCHEDULE, DO_WORK, LEAF]);
 }
+
+#[test]
+fn an_instance_patches_the_sites_its_filter_wants() {
+    let (a, mut fs) = instance!(6);
+    fs.mkdir("instances/foo").unwrap();
+    echo(&mut fs, "leaf", "instances/foo/set_ftrace_filter").unwrap();
+    assert!(
+        patched::<6>().is_empty(),
+        "an instance under nop wants nothing"
+    );
+    echo(&mut fs, "function", "instances/foo/current_tracer").unwrap();
+    assert_eq!(
+        patched::<6>(),
+        [LEAF],
+        "the instance's filter, through its forwarding ops"
+    );
+    assert_eq!(cat(&mut fs, "enabled_functions").lines().count(), 1);
+    run_all(a);
+    let foo = cat(&mut fs, "instances/foo/trace");
+    assert_eq!(
+        foo.lines().filter(|l| l.contains(": leaf <-")).count(),
+        1,
+        "{foo}"
+    );
+    // the top level's tracer adds its own ops: leaf serves two
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    assert_eq!(patched::<6>(), LIVE);
+    assert!(cat(&mut fs, "enabled_functions").contains("leaf (2)"));
+    echo(&mut fs, "helper", "instances/foo/set_ftrace_filter").unwrap();
+    assert!(cat(&mut fs, "enabled_functions").contains("helper (2)"));
+    echo(&mut fs, "nop", "current_tracer").unwrap();
+    assert_eq!(patched::<6>(), [HELPER]);
+    fs.rmdir("instances/foo").unwrap();
+    assert!(patched::<6>().is_empty(), "removed with its instance");
+    run_all(a);
+}

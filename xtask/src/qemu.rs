@@ -748,7 +748,8 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
 
 /// What the shared tracing instance brings to bare metal: `buffer_size_kb` (whole and per CPU,
 /// resized while tracing), an options file (`print-parent`, and `trace_options`),
-/// `trace_pipe` (a consuming read) and `trace_pipe_raw` (kernel pages, consumed, decoded here).
+/// `trace_pipe` (a consuming read), `trace_pipe_raw` (kernel pages, consumed, decoded here)
+/// and `instances/`.
 /// Starts and ends under `nop` with the `bm_*` filter; returns the writes meant to fail.
 fn instance_files(vm: &mut Vm, sites: &Sites) -> Result<u32, String> {
     let one_round = |cpu, flags| Segment {
@@ -860,8 +861,39 @@ fn instance_files(vm: &mut Vm, sites: &Sites) -> Result<u32, String> {
         format!("trace_pipe_raw read twice:\n{again}")
     })?;
     echo_ok(vm, "echo nop > current_tracer")?;
-    // the one refused write: `echo lots > buffer_size_kb`
-    Ok(1)
+
+    // instances: one with its own tracer, filter and buffer, reached through the top level's
+    // call sites (only its function patched), refusing function_graph, then removed
+    echo_ok(vm, "mkdir instances/foo")?;
+    let tracers = vm.command("cat instances/foo/available_tracers")?;
+    check(tracers == "function nop\n", || {
+        format!("instances/foo/available_tracers: {tracers:?}")
+    })?;
+    echo_ok(vm, "echo bm_leaf > instances/foo/set_ftrace_filter")?;
+    echo_ok(vm, "echo function > instances/foo/current_tracer")?;
+    sites.expect_enabled(vm, "enabled_functions", &["bm_leaf"], 1)?;
+    let graph = vm.command("echo function_graph > instances/foo/current_tracer")?;
+    check(graph == "sh: write error: Invalid argument\n", || {
+        format!("function_graph in an instance: {graph:?}")
+    })?;
+    run_workload(vm, 1, "")?;
+    let inst = vm.command("cat instances/foo/trace")?;
+    let (counts, events) = function_header(&inst, "function")?;
+    check(
+        counts == (2, 2) && events.iter().all(|l| l.ends_with(": bm_leaf <-bm_middle")),
+        || format!("instances/foo/trace:\n{inst}"),
+    )?;
+    let top = vm.command("cat trace")?;
+    let (counts, _) = function_header(&top, "nop")?;
+    check(counts == (0, 0), || {
+        format!("the top level under nop:\n{top}")
+    })?;
+    echo_ok(vm, "rmdir instances/foo")?;
+    sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+    let ls = vm.command("ls instances")?;
+    check(ls.is_empty(), || format!("instances after rmdir: {ls:?}"))?;
+    // the refused writes: `echo lots > buffer_size_kb`, function_graph in the instance
+    Ok(2)
 }
 
 /// Decodes `xxd` output of `trace_pipe_raw` (4 KiB kernel sub-buffers) into the functions of

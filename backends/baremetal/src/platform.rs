@@ -194,4 +194,10 @@ impl FileTree for SerialTracefs {
     fn read_bytes(&self, path: &str) -> Result<alloc::vec::Vec<u8>, Errno> {
         self.tree.lock().read_to_end(path)
     }
+    fn mkdir(&self, path: &str) -> Result<(), Errno> {
+        self.tree.lock().mkdir(path)
+    }
+    fn rmdir(&self, path: &str) -> Result<(), Errno> {
+        self.tree.lock().rmdir(path)
+    }
 }

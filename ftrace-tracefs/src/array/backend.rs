@@ -28,7 +28,7 @@ use crate::records::PatchRecords;
 use alloc::sync::Arc;
 
 /// The tree's handle on a `static` [`TraceArray`].
-pub struct ArrayBackend<P: Platform, const CPUS: usize>(&'static TraceArray<P, CPUS>);
+pub struct ArrayBackend<P: Platform, const CPUS: usize>(pub(super) &'static TraceArray<P, CPUS>);
 
 impl<P: Platform, const CPUS: usize> Clone for ArrayBackend<P, CPUS> {
     fn clone(&self) -> Self {
@@ -38,8 +38,8 @@ impl<P: Platform, const CPUS: usize> Clone for ArrayBackend<P, CPUS> {
 impl<P: Platform, const CPUS: usize> Copy for ArrayBackend<P, CPUS> {}
 
 /// The tree's [`Host`] for a `static` [`TraceArray`]: CPUs, clocks and symbols come from its
-/// platform, the call-site files from its records. Instances (`mkdir instances/x`) are
-/// refused with `ENODEV`.
+/// platform, the call-site files from its records; `mkdir instances/x` makes an instance of
+/// its own (see [`TraceArray`]'s module docs).
 pub struct ArrayHost<P: Platform, const CPUS: usize> {
     array: &'static TraceArray<P, CPUS>,
     /// The call-site files (`None`: the platform has no call-site records).
@@ -87,10 +87,10 @@ impl<P: Platform, const CPUS: usize> Host for ArrayHost<P, CPUS> {
     fn create_backend(
         &mut self,
         instance: Option<&str>,
-        _bytes_per_cpu: u64,
+        bytes_per_cpu: u64,
     ) -> Result<Box<dyn TraceBackend>, Errno> {
         if instance.is_some() {
-            return Err(Errno::ENODEV);
+            return Ok(Box::new(self.array.create_instance(bytes_per_cpu)?));
         }
         self.array.build_control()?;
         Ok(Box::new(ArrayBackend(self.array)))

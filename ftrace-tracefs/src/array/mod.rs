@@ -44,9 +44,13 @@
 //! `on_return` is called exactly once for every hooked entry, in LIFO order per CPU. Neither
 //! ever blocks or allocates.
 //!
+//! `mkdir instances/NAME` makes an instance of its own (buffer, tracer, options, filter files,
+//! markers, pid filters), reached from the top level's dispatcher through a forwarding ops;
+//! an instance offers `nop` and `function` (see the `instances` module).
+//!
 //! Not in the instance yet (each refused with an errno, never accepted and ignored):
-//! `instances/` (`mkdir` is `ENODEV`), trace events, the function profiler, snapshots, and the function
-//! tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
+//! trace events, the function profiler, snapshots, `function_graph` in an instance, and the
+//! function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
 //! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
 //!
 //! ```
@@ -79,6 +83,7 @@
 mod backend;
 mod commands;
 mod entry;
+mod instances;
 mod lock;
 mod platform;
 mod render;
@@ -144,6 +149,15 @@ impl TracerKind {
     ];
 }
 
+/// Where an instance sits: the top level, which the trampolines call and which owns the call
+/// sites, or one of its `instances/`, which the top level's dispatcher calls through a
+/// forwarding ops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ArrayKind {
+    Top,
+    Instance,
+}
+
 /// What only control paths touch, behind the instance's lock (built at first use).
 struct Control {
     registry: Registry<'static>,
@@ -158,6 +172,13 @@ struct Control {
     /// The function commands' ops (`set_ftrace_filter`'s `func:traceoff`), registered while
     /// there is a command, filtered to the commands' functions.
     probe_ops: Option<Box<FtraceOps>>,
+    /// The forwarding ops of the `instances/` that trace (each calls its instance's
+    /// `on_entry`), filtered as the instance's tracer is.
+    #[allow(
+        clippy::vec_box,
+        reason = "a registered ops must not move when the Vec grows"
+    )]
+    instances: Vec<Box<FtraceOps>>,
     /// Pages per CPU and the sub-buffer size of the next buffer built.
     pages: Vec<usize>,
     subbuf: usize,
@@ -172,6 +193,7 @@ struct Control {
 /// A complete tracing instance over platform `P` with at most `CPUS` CPUs (Linux's
 /// `struct trace_array`). See the [module docs](self) for the porting guide.
 pub struct TraceArray<P: Platform, const CPUS: usize> {
+    kind: ArrayKind,
     dispatcher: Dispatcher<ReaderCount, Cx<P, CPUS>>,
     buffer: RcuCell<RingBuffer<P::Pages>>,
     control: SpinLock<Option<Control>>,
@@ -196,8 +218,13 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     /// An instance over `platform`: tracer `nop`, no buffer until the tree is built or a
     /// tracer is set.
     pub const fn new(platform: P) -> Self {
+        Self::with_kind(platform, ArrayKind::Top)
+    }
+
+    const fn with_kind(platform: P, kind: ArrayKind) -> Self {
         const { assert!(CPUS > 0 && CPUS <= 64, "1..=64 CPUs") };
         TraceArray {
+            kind,
             dispatcher: Dispatcher::new(
                 ReaderCount::new(),
                 Cx {
@@ -257,7 +284,13 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 None => (None, Commands(Box::new(StaticSymbols(symbols)))),
             };
             let mut registry = Registry::new(&self.nop);
-            for k in [TracerKind::Function, TracerKind::FunctionGraph] {
+            // An instance's trampoline is the top level's: its return hook serves the top
+            // level's shadow stacks, so function_graph runs at the top level only.
+            let tracers: &[TracerKind] = match self.kind {
+                ArrayKind::Top => &[TracerKind::Function, TracerKind::FunctionGraph],
+                ArrayKind::Instance => &[TracerKind::Function],
+            };
+            for &k in tracers {
                 registry
                     .register(self.tracer_of(k))
                     .expect("distinct names");
@@ -269,6 +302,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 sites,
                 ops: None,
                 probe_ops: None,
+                instances: Vec::new(),
                 // The pages per CPU before anyone sets `buffer_size_kb`: the platform's
                 // `trace_buf_size` (the tree shows the top level's buffer at its minimum until
                 // first use).
@@ -334,6 +368,9 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     fn set_tracer(&'static self, c: &mut Control, name: &str) -> Result<(), Errno> {
         let name = name.trim_end();
         let kind = Self::known(name).ok_or(Errno::EINVAL)?;
+        if kind == TracerKind::FunctionGraph && self.kind == ArrayKind::Instance {
+            return Err(Errno::EINVAL);
+        }
         if name == c.registry.current().name() {
             return Ok(());
         }

@@ -14,6 +14,7 @@
 //! returns, a record not `DISABLED` calls the trampoline exactly when some registered ops of
 //! the instance admits its address.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use ftrace_core::Errno;
@@ -153,12 +154,19 @@ impl<T: CallSiteText> SiteRecords for Sites<T> {
     }
 }
 
-/// The ops the instance has registered, in registering order (the tracer's, the probes').
+/// The ops the instance has registered, in registering order (the tracer's, the probes',
+/// the instances' forwarding ops).
 fn enabled<'a>(
-    tracer: &'a Option<alloc::boxed::Box<FtraceOps>>,
-    probes: &'a Option<alloc::boxed::Box<FtraceOps>>,
+    tracer: &'a Option<Box<FtraceOps>>,
+    probes: &'a Option<Box<FtraceOps>>,
+    instances: &'a [Box<FtraceOps>],
 ) -> Vec<&'a FtraceOps> {
-    tracer.iter().chain(probes).map(|b| &**b).collect()
+    tracer
+        .iter()
+        .chain(probes)
+        .chain(instances)
+        .map(|b| &**b)
+        .collect()
 }
 
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
@@ -172,11 +180,11 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         change: impl FnOnce(&mut Control) -> Result<R, Errno>,
     ) -> Result<R, Errno> {
         if let Some(s) = c.sites.as_mut() {
-            s.count_out(&enabled(&c.ops, &c.probe_ops));
+            s.count_out(&enabled(&c.ops, &c.probe_ops, &c.instances));
         }
         let r = change(c);
         if let Some(s) = c.sites.as_mut() {
-            let ops = enabled(&c.ops, &c.probe_ops);
+            let ops = enabled(&c.ops, &c.probe_ops, &c.instances);
             let counted = s.count_in(&ops);
             let st = s.replace_code(&ops, &mut |b| self.platform().ftrace_bug(b));
             counted?;
@@ -199,7 +207,7 @@ impl<P: Platform, const CPUS: usize> RecordSource for ArraySites<P, CPUS> {
         let c = self.0.control();
         let Some(s) = c.sites.as_deref() else { return };
         let (table, pages) = s.records();
-        let ops = enabled(&c.ops, &c.probe_ops);
+        let ops = enabled(&c.ops, &c.probe_ops, &c.instances);
         // SAFETY: the control lock is held: no hash is replaced while the views live.
         let v = unsafe { views(&ops) };
         f(CallSites {
