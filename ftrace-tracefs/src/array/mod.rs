@@ -44,6 +44,15 @@
 //! `on_return` is called exactly once for every hooked entry, in LIFO order per CPU. Neither
 //! ever blocks or allocates.
 //!
+//! Worked example: the bare-metal backend (`backends/baremetal/src/platform.rs` in the
+//! repository) is one such binding for an x86_64 kernel: its zero-sized `BareMetal` is the
+//! `Platform` (TSC clock, the CPU id from the GS base, pid 0, RFLAGS for the context word,
+//! the kernel heap as `HeapPages`), its `KernelText` the `CallSiteText` (the boot's
+//! `__patchable_function_entries`, CR0.WP writes, IPIs to sync and stop the other CPUs, the
+//! `#BP` handler's breakpoint slot), a `static TRACE: TraceArray<BareMetal, 4>`, and two
+//! `extern "C"` hooks its assembly trampolines call, which do nothing but call
+//! [`TraceArray::on_entry`] and [`TraceArray::on_return`]. Everything else is this crate's.
+//!
 //! `mkdir instances/NAME` makes an instance of its own (buffer, tracer, options, filter files,
 //! markers, pid filters), reached from the top level's dispatcher through a forwarding ops;
 //! an instance offers `nop` and `function` (see the `instances` module).
