@@ -331,3 +331,58 @@ fn an_instance_patches_the_sites_its_filter_wants() {
     assert!(patched::<6>().is_empty(), "removed with its instance");
     run_all(a);
 }
+
+/// `trace_stat/function0` as (function, hits), in its order.
+fn profile<const ID: usize>(fs: &mut Fs<ID>) -> Vec<(String, u64)> {
+    let text = cat(fs, "trace_stat/function0");
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("  Function                               Hit"),
+        "{text}"
+    );
+    assert_eq!(
+        lines.next(),
+        Some("  --------                               ---"),
+        "{text}"
+    );
+    lines
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            let name = w.next().unwrap().to_owned();
+            (name, w.next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn the_function_profiler_counts_calls_per_cpu_whatever_the_tracer() {
+    let (a, mut fs) = instance!(7);
+    assert_eq!(cat(&mut fs, "function_profile_enabled"), "0\n");
+    echo(&mut fs, "1", "function_profile_enabled").unwrap();
+    assert_eq!(patched::<7>(), LIVE, "the profile ops wants every site");
+    run_all(a);
+    call(a, LEAF, 0x9999);
+    let p = profile(&mut fs);
+    assert_eq!(p[0], ("leaf".to_owned(), 2), "most hits first: {p:?}");
+    assert_eq!(p.len(), 4, "{p:?}");
+    assert!(p[1..].iter().all(|(_, hits)| *hits == 1), "{p:?}");
+    assert!(
+        lines_of(&cat(&mut fs, "trace")).is_empty(),
+        "nop records nothing"
+    );
+    // off: unpatched, the counts stay; on again: from zero
+    echo(&mut fs, "0", "function_profile_enabled").unwrap();
+    assert!(patched::<7>().is_empty());
+    assert_eq!(profile(&mut fs).len(), 4);
+    echo(&mut fs, "1", "function_profile_enabled").unwrap();
+    assert!(profile(&mut fs).is_empty());
+    call(a, HELPER, 0x9999);
+    assert_eq!(profile(&mut fs), [("helper".to_owned(), 1)]);
+    assert_eq!(a.profile_missed(), 0);
+    echo(&mut fs, "0", "function_profile_enabled").unwrap();
+}
+
+fn lines_of(trace: &str) -> Vec<&str> {
+    trace.lines().filter(|l| !l.starts_with('#')).collect()
+}

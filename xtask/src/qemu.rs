@@ -748,8 +748,8 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
 
 /// What the shared tracing instance brings to bare metal: `buffer_size_kb` (whole and per CPU,
 /// resized while tracing), an options file (`print-parent`, and `trace_options`),
-/// `trace_pipe` (a consuming read), `trace_pipe_raw` (kernel pages, consumed, decoded here)
-/// and `instances/`.
+/// `trace_pipe` (a consuming read), `trace_pipe_raw` (kernel pages, consumed, decoded here),
+/// `instances/` and the function profiler.
 /// Starts and ends under `nop` with the `bm_*` filter; returns the writes meant to fail.
 fn instance_files(vm: &mut Vm, sites: &Sites) -> Result<u32, String> {
     let one_round = |cpu, flags| Segment {
@@ -892,6 +892,32 @@ fn instance_files(vm: &mut Vm, sites: &Sites) -> Result<u32, String> {
     sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
     let ls = vm.command("ls instances")?;
     check(ls.is_empty(), || format!("instances after rmdir: {ls:?}"))?;
+
+    // the function profiler: every site patched for its ops under nop, one CPU's hits
+    echo_ok(vm, "echo 1 > function_profile_enabled")?;
+    sites.expect_enabled(vm, "enabled_functions", &sites.names(), 1)?;
+    run_workload(vm, 1, "")?;
+    let stat = vm.command("cat trace_stat/function0")?;
+    let hits = |f: &str| {
+        stat.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(f)).then(|| w.next()?.parse::<u64>().ok())?
+        })
+    };
+    check(
+        stat.starts_with("  Function                               Hit\n")
+            && [
+                ("bm_workload", 1),
+                ("bm_outer", 1),
+                ("bm_middle", 2),
+                ("bm_leaf", 2),
+            ]
+            .iter()
+            .all(|&(f, n)| hits(f) == Some(n)),
+        || format!("trace_stat/function0:\n{stat}"),
+    )?;
+    echo_ok(vm, "echo 0 > function_profile_enabled")?;
+    sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
     // the refused writes: `echo lots > buffer_size_kb`, function_graph in the instance
     Ok(2)
 }
@@ -1050,6 +1076,11 @@ impl Sites {
             })?;
         }
         Ok(Sites { sites })
+    }
+
+    /// Every site's function name.
+    fn names(&self) -> Vec<&str> {
+        self.sites.iter().map(|(_, n)| n.as_str()).collect()
     }
 
     /// Requires `file` (`enabled_functions` or `touched_functions`) to list exactly `names`,

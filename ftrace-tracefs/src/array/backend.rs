@@ -16,6 +16,7 @@ use ftrace_tracers::TraceOptions;
 use ftrace_tracers::function::{trace_marker_raw_write, trace_marker_write};
 
 use super::commands::StaticSymbols;
+use super::profile::ArrayRecords;
 use super::sites::ArraySites;
 use super::{Platform, TRACE_CLOCKS, TraceArray, TracerKind, render};
 use crate::backend::{
@@ -42,8 +43,8 @@ impl<P: Platform, const CPUS: usize> Copy for ArrayBackend<P, CPUS> {}
 /// its own (see [`TraceArray`]'s module docs).
 pub struct ArrayHost<P: Platform, const CPUS: usize> {
     array: &'static TraceArray<P, CPUS>,
-    /// The call-site files (`None`: the platform has no call-site records).
-    records: Option<PatchRecords<ArraySites<P, CPUS>>>,
+    /// The call-site files and the profiler (`None`: the platform has no call-site records).
+    records: Option<ArrayRecords<P, CPUS>>,
 }
 
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
@@ -52,7 +53,10 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         self.build_control()?;
         let records = self.control().sites.is_some().then(|| {
             let symbols = Arc::new(StaticSymbols(self.platform().symbols()));
-            PatchRecords::new(ArraySites(self), symbols)
+            ArrayRecords {
+                array: self,
+                records: PatchRecords::new(ArraySites(self), symbols),
+            }
         });
         Tracefs::new(ArrayHost {
             array: self,
@@ -275,7 +279,7 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
             }
             Param::TracingThresh(ns) => a.graph.set_thresh_ns(ns),
             Param::MaxGraphDepth(d) => a.graph.set_max_depth(d),
-            Param::ProfileEnabled(_) => return Err(Errno::ENODEV),
+            Param::ProfileEnabled(on) => a.set_profiling(&mut c, on)?,
         }
         Ok(())
     }

@@ -53,13 +53,16 @@
 //! `extern "C"` hooks its assembly trampolines call, which do nothing but call
 //! [`TraceArray::on_entry`] and [`TraceArray::on_return`]. Everything else is this crate's.
 //!
+//! With call sites, `function_profile_enabled` and `trace_stat/function<cpu>` are the
+//! function profiler: an ops of its own counting every call per CPU, whatever the tracer.
+//!
 //! `mkdir instances/NAME` makes an instance of its own (buffer, tracer, options, filter files,
 //! markers, pid filters), reached from the top level's dispatcher through a forwarding ops;
 //! an instance offers `nop` and `function` (see the `instances` module).
 //!
 //! Not in the instance yet (each refused with an errno, never accepted and ignored):
-//! trace events, the function profiler, snapshots, `function_graph` in an instance, and the
-//! function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
+//! trace events, the profiler's per-call times (it counts hits: see the `profile` module),
+//! snapshots, `function_graph` in an instance, and the function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
 //! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
 //!
 //! ```
@@ -95,6 +98,7 @@ mod entry;
 mod instances;
 mod lock;
 mod platform;
+mod profile;
 mod render;
 mod ring;
 mod sites;
@@ -188,6 +192,8 @@ struct Control {
         reason = "a registered ops must not move when the Vec grows"
     )]
     instances: Vec<Box<FtraceOps>>,
+    /// The function profiler's ops, registered while `function_profile_enabled` is 1.
+    profile_ops: Option<Box<FtraceOps>>,
     /// Pages per CPU and the sub-buffer size of the next buffer built.
     pages: Vec<usize>,
     subbuf: usize,
@@ -213,14 +219,16 @@ pub struct TraceArray<P: Platform, const CPUS: usize> {
     probes: RcuCell<ProbeRunner>,
     pids: PidFilter,
     graph_cpus: [CpuGraph; CPUS],
+    profile: [profile::CpuProfile; CPUS],
+    profile_missed: AtomicU64,
     tracing_on: AtomicBool,
     options: AtomicU64,
     clock: AtomicU8,
     counter: AtomicU64,
 }
 
-// SAFETY: the shadow stacks are only reached by their CPU, through `CpuGraph::busy`; every
-// other field is atomic, lock-protected or a publication cell.
+// SAFETY: the shadow stacks and profile tables are only reached by whoever holds their CPU's
+// `busy` flag; every other field is atomic, lock-protected or a publication cell.
 unsafe impl<P: Platform, const CPUS: usize> Sync for TraceArray<P, CPUS> {}
 
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
@@ -250,6 +258,8 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             probes: RcuCell::empty(),
             pids: PidFilter::new(),
             graph_cpus: [const { CpuGraph::new() }; CPUS],
+            profile: [const { profile::CpuProfile::new() }; CPUS],
+            profile_missed: AtomicU64::new(0),
             tracing_on: AtomicBool::new(true),
             options: AtomicU64::new(TraceOptions::DEFAULT.bits()),
             clock: AtomicU8::new(0),
@@ -312,6 +322,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 ops: None,
                 probe_ops: None,
                 instances: Vec::new(),
+                profile_ops: None,
                 // The pages per CPU before anyone sets `buffer_size_kb`: the platform's
                 // `trace_buf_size` (the tree shows the top level's buffer at its minimum until
                 // first use).

@@ -155,16 +155,18 @@ impl<T: CallSiteText> SiteRecords for Sites<T> {
 }
 
 /// The ops the instance has registered, in registering order (the tracer's, the probes',
-/// the instances' forwarding ops).
+/// the instances' forwarding ops, the profiler's).
 fn enabled<'a>(
     tracer: &'a Option<Box<FtraceOps>>,
     probes: &'a Option<Box<FtraceOps>>,
     instances: &'a [Box<FtraceOps>],
+    profile: &'a Option<Box<FtraceOps>>,
 ) -> Vec<&'a FtraceOps> {
     tracer
         .iter()
         .chain(probes)
         .chain(instances)
+        .chain(profile)
         .map(|b| &**b)
         .collect()
 }
@@ -180,11 +182,11 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         change: impl FnOnce(&mut Control) -> Result<R, Errno>,
     ) -> Result<R, Errno> {
         if let Some(s) = c.sites.as_mut() {
-            s.count_out(&enabled(&c.ops, &c.probe_ops, &c.instances));
+            s.count_out(&enabled(&c.ops, &c.probe_ops, &c.instances, &c.profile_ops));
         }
         let r = change(c);
         if let Some(s) = c.sites.as_mut() {
-            let ops = enabled(&c.ops, &c.probe_ops, &c.instances);
+            let ops = enabled(&c.ops, &c.probe_ops, &c.instances, &c.profile_ops);
             let counted = s.count_in(&ops);
             let st = s.replace_code(&ops, &mut |b| self.platform().ftrace_bug(b));
             counted?;
@@ -207,7 +209,7 @@ impl<P: Platform, const CPUS: usize> RecordSource for ArraySites<P, CPUS> {
         let c = self.0.control();
         let Some(s) = c.sites.as_deref() else { return };
         let (table, pages) = s.records();
-        let ops = enabled(&c.ops, &c.probe_ops, &c.instances);
+        let ops = enabled(&c.ops, &c.probe_ops, &c.instances, &c.profile_ops);
         // SAFETY: the control lock is held: no hash is replaced while the views live.
         let v = unsafe { views(&ops) };
         f(CallSites {
