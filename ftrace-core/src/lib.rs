@@ -21,7 +21,9 @@
 //!   `set_graph_function` language, commands and read-back;
 //! - [`pid`]: the `set_ftrace_pid` / `set_ftrace_notrace_pid` filter;
 //! - [`reclaim`]: publication cells and grace periods (a reader-count one, and crossbeam-epoch
-//!   with `std`).
+//!   with `std`);
+//! - [`sync`]: the atomics every lock-free protocol of the crates uses (loom's under
+//!   `cfg(loom)`), [`sync::loom_const_fn!`] and a loom-compatible `UnsafeCell`.
 //!
 //! The crate is `#![no_std]` and never allocates unless the `alloc` feature is on. It uses no
 //! floating point and no 128-bit arithmetic, so it builds inside the Linux kernel.
@@ -43,7 +45,7 @@ pub mod platform;
 pub mod reclaim;
 pub mod recursion;
 pub mod symbols;
-mod sync;
+pub mod sync;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

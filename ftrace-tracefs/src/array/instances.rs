@@ -301,9 +301,9 @@ impl<P: Platform, const CPUS: usize> TraceBackend for InstanceBackend<P, CPUS> {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: crate::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        let edit = self.sub.open_filter(which, truncate)?;
+        let edit = self.sub.open_filter(which, mode)?;
         Ok(Box::new(InstanceFilterEdit {
             edit,
             top: self.top,
