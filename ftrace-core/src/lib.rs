@@ -21,7 +21,10 @@
 //!   `set_graph_function` language, commands and read-back;
 //! - [`pid`]: the `set_ftrace_pid` / `set_ftrace_notrace_pid` filter;
 //! - [`reclaim`]: publication cells and grace periods (a reader-count one, and crossbeam-epoch
-//!   with `std`).
+//!   with `std`);
+//! - [`static_key`]: reference-counted switches a call site tests with one relaxed load;
+//! - [`tracepoint`](mod@tracepoint): events declared in Rust ([`tracepoint!`]): record layout,
+//!   `format` field table, id and a `trace_<name>(..)` call site from one declaration.
 //!
 //! The crate is `#![no_std]` and never allocates unless the `alloc` feature is on. It uses no
 //! floating point and no 128-bit arithmetic, so it builds inside the Linux kernel.
@@ -42,8 +45,10 @@ pub mod pid;
 pub mod platform;
 pub mod reclaim;
 pub mod recursion;
+pub mod static_key;
 pub mod symbols;
 mod sync;
+pub mod tracepoint;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
