@@ -4,9 +4,9 @@
 //! per event, the hist commands the guest wrote, the event's `format`, and the kernel's
 //! `trigger` and `hist` files after a workload; beside them the raw ring-buffer pages of the
 //! same events (`cpuN.raw`). The test parses each command with our trigger parser, replays the
-//! kernel's own records through our aggregation (pausing, continuing and clearing where the
-//! guest's `hist-update` markers say it did), and compares our `trigger` lines and `hist` text
-//! with the kernel's.
+//! kernel's own records through our aggregation (each trigger's `if` filter applied, pausing,
+//! continuing and clearing where the guest's `hist-update` markers say it did), and compares
+//! our `trigger` lines and `hist` text with the kernel's.
 
 use std::collections::HashMap;
 
@@ -14,6 +14,7 @@ use ftrace_core::EventId;
 use ftrace_core::format::{Field, FieldArray, TraceEventFormat};
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_ringbuf::page::Page;
+use ftrace_tracefs::event_filter::{self, EventFilter, RecordCtx};
 use ftrace_tracefs::hist::{Comm, HistDef, HistMap, HistNames, write_hist};
 use ftrace_tracefs::triggers::{Trigger, TriggerCmd, TriggerCtx, TriggerKind, parse};
 
@@ -207,15 +208,18 @@ impl Comms {
     }
 }
 
-/// One event's hist triggers: in the order the commands were written.
+/// One event's hist triggers: in the order the commands were written, each with its `if`
+/// filter compiled.
 struct EventHists {
     format: TraceEventFormat,
     hists: Vec<(Trigger, HistDef, HistMap)>,
+    filters: Vec<Option<EventFilter>>,
 }
 
 fn load(system: &str, event: &str) -> EventHists {
     let format = parse_format(system, &text(&format!("events/{system}/{event}/format")));
     let mut hists: Vec<(Trigger, HistDef, HistMap)> = Vec::new();
+    let mut filters = Vec::new();
     for cmd in text(&format!("events/{system}/{event}/commands")).lines() {
         let existing: Vec<Trigger> = hists.iter().map(|h| h.0.clone()).collect();
         let cx = TriggerCtx {
@@ -234,9 +238,18 @@ fn load(system: &str, event: &str) -> EventHists {
         };
         let def = HistDef::compile(spec, &format).unwrap_or_else(|e| panic!("{cmd}: {e}"));
         let map = HistMap::new(&def);
+        filters.push(
+            t.filter
+                .as_ref()
+                .map(|f| event_filter::parse(&format, f).unwrap()),
+        );
         hists.push((t, def, map));
     }
-    EventHists { format, hists }
+    EventHists {
+        format,
+        hists,
+        filters,
+    }
 }
 
 #[test]
@@ -294,9 +307,15 @@ fn kernel_records_aggregate_to_the_kernels_hist_files() {
             continue;
         };
         let pid = e.i32_at(eh.format.field("common_pid").unwrap());
-        for (t, def, map) in &mut eh.hists {
-            if !t.paused {
-                map.update(def, &e.data, e.cpu, &|| comms.at(pid, e.ts));
+        let comm = comms.at(pid, e.ts);
+        let cx = RecordCtx {
+            cpu: e.cpu,
+            comm: &comm[..comm.iter().position(|&c| c == 0).unwrap_or(16)],
+        };
+        for ((t, def, map), filter) in eh.hists.iter_mut().zip(&eh.filters) {
+            let passes = filter.as_ref().is_none_or(|f| f.matches(&e.data, &cx));
+            if !t.paused && passes {
+                map.update(def, &e.data, e.cpu, &|| comm);
             }
         }
     }

@@ -58,8 +58,13 @@ echo 1 > $T/tracing_on
 hist() {
   d=$O/events/$1
   mkdir -p $d
-  if echo "$2:pause" >> $T/events/$1/trigger; then
-    echo "$2:pause" >> $d/commands
+  # The attribute goes before the ` if` filter.
+  case "$2" in
+    *" if "*) cmd="${2%% if *}:pause if ${2#* if }" ;;
+    *) cmd="$2:pause" ;;
+  esac
+  if echo "$cmd" >> $T/events/$1/trigger; then
+    echo "$cmd" >> $d/commands
   else
     echo "GOLDEN: rejected $1 $2"
     cat $T/error_log
@@ -75,6 +80,8 @@ hist kmem/kmalloc 'hist:keys=common_pid.execname,gfp_flags.hex:vals=bytes_alloc.
 hist raw_syscalls/sys_enter 'hist:keys=id.syscall:sort=id'
 hist raw_syscalls/sys_enter 'hist:keys=common_pid.execname,id.syscall:vals=hitcount:sort=common_pid,hitcount.descending'
 hist raw_syscalls/sys_enter 'hist:keys=common_cpu,id:sort=common_cpu,id'
+hist raw_syscalls/sys_enter 'hist:keys=common_pid,id:sort=common_pid,id:size=128'
+hist kmem/kmalloc 'hist:keys=bytes_alloc:vals=bytes_req:sort=bytes_alloc.descending if bytes_req > 256'
 hist sched/sched_switch 'hist:keys=next_comm:vals=prev_prio:sort=hitcount.descending,next_comm'
 hist sched/sched_switch 'hist:keys=prev_pid,next_pid:vals=hitcount,next_prio.hex:sort=prev_pid,next_pid'
 hist sched/sched_wakeup 'hist:keys=comm,target_cpu:vals=prio:sort=comm,target_cpu'
@@ -86,7 +93,11 @@ update() {
   u=0
   while IFS= read -r line; do
     if [ $u = $2 ]; then
-      echo "${line%:pause}:$3" >> $T/events/$1/trigger
+      case "$line" in
+        *" if "*) head="${line%% if *}"; filter=" if ${line#* if }" ;;
+        *) head="$line"; filter="" ;;
+      esac
+      echo "${head%:pause}:$3$filter" >> $T/events/$1/trigger
       echo "hist-update $1 $2 $3" > $T/trace_marker
     fi
     u=$((u + 1))
