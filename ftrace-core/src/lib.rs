@@ -23,6 +23,7 @@
 //! - [`reclaim`]: publication cells and grace periods (a reader-count one, and crossbeam-epoch
 //!   with `std`);
 //! - [`static_key`]: reference-counted switches a call site tests with one relaxed load;
+//!   `jump_label` (feature `jump-label`, x86_64): the same test as a patched 5-byte NOP;
 //! - [`tracepoint`](mod@tracepoint): events declared in Rust ([`tracepoint!`]): record layout,
 //!   `format` field table, id and a `trace_<name>(..)` call site from one declaration.
 //!
@@ -40,6 +41,8 @@ pub mod errno;
 pub mod event;
 pub mod filter;
 pub mod format;
+#[cfg(all(feature = "jump-label", target_arch = "x86_64", not(loom)))]
+pub mod jump_label;
 pub mod ops;
 pub mod pid;
 pub mod platform;
