@@ -22,6 +22,8 @@
 //! - [`pid`]: the `set_ftrace_pid` / `set_ftrace_notrace_pid` filter;
 //! - [`reclaim`]: publication cells and grace periods (a reader-count one, and crossbeam-epoch
 //!   with `std`);
+//! - [`sync`]: the atomics every lock-free protocol of the crates uses (loom's under
+//!   `cfg(loom)`), [`sync::loom_const_fn!`] and a loom-compatible `UnsafeCell`;
 //! - [`static_key`]: reference-counted switches a call site tests with one relaxed load;
 //!   `jump_label` (feature `jump-label`, x86_64): the same test as a patched 5-byte NOP;
 //! - [`tracepoint`](mod@tracepoint): events declared in Rust ([`tracepoint!`]): record layout,
@@ -50,7 +52,7 @@ pub mod reclaim;
 pub mod recursion;
 pub mod static_key;
 pub mod symbols;
-mod sync;
+pub mod sync;
 pub mod tracepoint;
 
 /// The README's examples, compiled and run as doctests.

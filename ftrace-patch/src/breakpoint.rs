@@ -33,7 +33,7 @@ use ftrace_core::reclaim::ReaderCount;
 
 use crate::protocol::{BreakpointTable, TrapAction, late_trap};
 use crate::site::Arch;
-use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell, loom_const_fn, spin_loop};
+use ftrace_core::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell, loom_const_fn, spin_loop};
 
 /// Where a platform's trap handler finds the armed breakpoint batch (one per platform, in a
 /// `static`; see the [module docs](self)).

@@ -41,7 +41,6 @@ pub mod record;
 #[cfg(feature = "alloc")]
 pub mod sim;
 pub mod site;
-mod sync;
 pub mod table;
 pub mod text;
 pub mod x86;

@@ -17,9 +17,9 @@
 use crate::aarch64;
 use crate::breakpoint::BreakpointSlot;
 use crate::site::{Arch, SiteBytes};
-use crate::sync::{AtomicU8, Ordering, fence, loom_const_fn};
 use crate::text::TextPoke;
 use crate::x86;
+use ftrace_core::sync::{AtomicU8, Ordering, fence, loom_const_fn};
 
 /// Which protocol to use for a batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

@@ -1,6 +1,7 @@
-//! The dispatcher's `FtraceOps` driving the record table: ops registered with filters written in
-//! the filter-file language, `ops_enable` / `replace_code` over a simulated text, then a simulated
-//! CPU calling the dispatcher from every live site.
+//! The dispatcher's `FtraceOps` driving the record table: ops registered with filters of
+//! patterns resolved against the sites' symbols, `ops_enable` / `replace_code` over a simulated
+//! text, then a simulated CPU calling the dispatcher from every live site. (The filter-file
+//! language itself is ftrace-tracefs's, tested there.)
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{BASE, STRIDE, TARGETS, segment};
 use ftrace_core::event::TraceCtx;
-use ftrace_core::filter::{FilterEdit, FilterFile, FilterSet, NoEvents, ProbeTable};
+use ftrace_core::filter::{FtraceHash, Glob, tokens};
 use ftrace_core::platform::{ExecContext, RecursionState, TaskContext};
 use ftrace_core::reclaim::{Published, ReaderCount};
 use ftrace_core::recursion::TraceRecursion;
@@ -63,15 +64,22 @@ fn symbols() -> SortedSymbols {
     s
 }
 
-/// The set a `echo '<text>' > <file>` leaves.
-fn filter(file: FilterFile, text: &str, sites: &SortedSymbols) -> FilterSet {
-    let env = NoEvents(sites);
-    let mut probes = ProbeTable::new();
-    let mut e = FilterEdit::open(file, &FilterSet::new(), true);
-    e.write_all(text, &env, &mut probes).expect("filter parses");
-    let (set, r) = e.close(&env, &mut probes);
-    r.unwrap();
-    set
+/// The hash of the functions `text`'s patterns (globs or 1-based indexes into the sites'
+/// listing) select, as `echo '<text>' > set_ftrace_filter` would fill it.
+fn filter(text: &str, sites: &SortedSymbols) -> FtraceHash {
+    let mut ips = Vec::new();
+    for token in tokens(text) {
+        let glob = Glob::parse(token);
+        let mut index = 0;
+        sites.for_each(&mut |s| {
+            if glob.matches(s.name) || glob.index() == Some(index) {
+                ips.push(s.addr);
+            }
+            index += 1;
+        });
+        assert!(!ips.is_empty(), "{token} selects a function");
+    }
+    FtraceHash::from_ips(ips)
 }
 
 /// A simulated CPU: runs every function of the text once; a function whose site holds a call
@@ -129,10 +137,10 @@ fn filtered_ops_patch_exactly_their_sites() {
         core::ptr::null(),
         None,
     )));
-    let fa = filter(FilterFile::Filter, "f*\n", &sites);
-    let na = filter(FilterFile::Notrace, "f_two\n", &sites);
-    d.set_filter(a, Published::Owned(Box::new(fa.to_hash())));
-    d.set_notrace(a, Published::Owned(Box::new(na.to_hash())));
+    let fa = filter("f*\n", &sites);
+    let na = filter("f_two\n", &sites);
+    d.set_filter(a, Published::Owned(Box::new(fa)));
+    d.set_notrace(a, Published::Owned(Box::new(na)));
     d.register(a).unwrap();
     // SAFETY: this test is the only writer of the ops' hashes, and it does not change them
     // while the view is in use.
@@ -167,8 +175,8 @@ fn filtered_ops_patch_exactly_their_sites() {
         std::ptr::without_provenance(1),
         None,
     )));
-    let fb = filter(FilterFile::Filter, "g_three f_one\n", &sites);
-    d.set_filter(b, Published::Owned(Box::new(fb.to_hash())));
+    let fb = filter("g_three f_one\n", &sites);
+    d.set_filter(b, Published::Owned(Box::new(fb)));
     d.register(b).unwrap();
     // SAFETY: as for `va`.
     let vb = unsafe { FtraceOpsView::new(b) };
@@ -242,8 +250,8 @@ fn site_symbols_are_the_records() {
     let want: Vec<(String, u64)> = NAMES.iter().map(|n| (n.to_string(), site(n))).collect();
     assert_eq!(got, want);
     // the index form selects by that order
-    let set = filter(FilterFile::Filter, "3\n", &sites);
-    assert_eq!(set.ips().collect::<Vec<_>>(), vec![site("g_three")]);
+    let set = filter("3\n", &sites);
+    assert_eq!(set.iter().collect::<Vec<_>>(), vec![site("g_three")]);
 }
 
 fn pass<'a>(ops: &'a [&'a dyn RecordOps], enable: bool) -> UpdatePass<'a> {
@@ -267,8 +275,8 @@ fn kernel_flags_reach_the_records() {
     let d: &'static Disp = Box::leak(Box::new(Dispatcher::new(ReaderCount::new(), Platform)));
     let mk = |flags: OpsFlags, pattern: &str| -> &'static FtraceOps {
         let op: &'static FtraceOps = Box::leak(Box::new(FtraceOps::new(record, flags)));
-        let set = filter(FilterFile::Filter, pattern, &sites);
-        d.set_filter(op, Published::Owned(Box::new(set.to_hash())));
+        let set = filter(pattern, &sites);
+        d.set_filter(op, Published::Owned(Box::new(set)));
         op
     };
     let live = mk(OpsFlags::IPMODIFY | OpsFlags::RECURSION, "f_one g_three\n");

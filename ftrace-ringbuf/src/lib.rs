@@ -59,4 +59,4 @@ pub use page::{Event, Page, PageError};
 #[cfg(feature = "alloc")]
 pub use provider::HeapPages;
 pub use provider::PageProvider;
-pub use reader::{Consumer, EventRef, Iter, IterEvent, PeekTs, merge_next};
+pub use reader::{ConsumedEvent, Consumer, Iter, IterEvent, PeekTs, merge_next};

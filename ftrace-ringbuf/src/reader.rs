@@ -19,9 +19,10 @@ use crate::page::{
 use crate::provider::PageProvider;
 use crate::sync::{Ordering, fence};
 
-/// One event as a reader sees it.
+/// One event as the consuming reader ([`Consumer`]) sees it (the non-consuming [`Iter`]
+/// yields [`IterEvent`]s; ftrace-tracers' `EventRef` is the decoded event of the trace).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EventRef<'a> {
+pub struct ConsumedEvent<'a> {
     /// Absolute timestamp.
     pub ts: u64,
     /// The payload (padded to 4 bytes, as the kernel reports its length).
@@ -86,10 +87,10 @@ impl<P: PageProvider> CpuBuffer<P> {
 
 impl<P: PageProvider> Consumer<'_, P> {
     /// The next event without consuming it (padding and time records before it are consumed).
-    pub fn peek(&mut self) -> Option<EventRef<'_>> {
+    pub fn peek(&mut self) -> Option<ConsumedEvent<'_>> {
         let (reader, ts, at, len) = self.next_data()?;
         let (p, n) = payload_of(self.buf.desc(reader).page_ptr().wrapping_add(at), len);
-        Some(EventRef {
+        Some(ConsumedEvent {
             ts,
             // SAFETY: the record lies below the reader page's commit index: final bytes that
             // no writer rewrites while the page is the reader's, which it stays while `self`
@@ -106,12 +107,12 @@ impl<P: PageProvider> Consumer<'_, P> {
 
     /// Consumes and returns the next event (`ring_buffer_consume`).
     #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> Option<EventRef<'_>> {
+    pub fn next(&mut self) -> Option<ConsumedEvent<'_>> {
         let (reader, ts, at, len) = self.next_data()?;
         let lost = self.buf.lost_events.swap(0, Ordering::Relaxed) as u64;
         self.buf.advance_reader(reader);
         let (p, n) = payload_of(self.buf.desc(reader).page_ptr().wrapping_add(at), len);
-        Some(EventRef {
+        Some(ConsumedEvent {
             ts,
             // SAFETY: as in `peek`: committed bytes of the page the reader owns; it is not
             // swapped before the next call, which needs `&mut self`.

@@ -1,7 +1,7 @@
-//! The one place this crate's atomics come from: `core::sync::atomic` normally, `loom`'s
-//! model-checked atomics under `cfg(loom)`.
+//! The one place this crate's atomics come from: ftrace-core's [`sync`](ftrace_core::sync)
+//! shim (`core::sync::atomic` normally, `loom`'s model-checked atomics under `cfg(loom)`).
 //!
-//! Besides the plain atomics it provides [`Local`], the counterpart of the kernel's `local_t`: a
+//! Besides them it provides [`Local`], the counterpart of the kernel's `local_t`: a
 //! word that only the (strictly nested) writers of one buffer modify and that anyone may read.
 //! Its read-modify-write operations need to be atomic only against interrupts (or signal
 //! handlers) on the same CPU, never against other CPUs, so on x86_64 they are single
@@ -16,22 +16,9 @@
 //! so the writer's stores stay in program order around it; the hardware keeps stores in order
 //! (TSO).
 
-#[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
-#[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, fence};
-
-pub(crate) use core::sync::atomic::Ordering;
-
-/// Busy-wait hint (a yield under loom, so models with spinning readers terminate).
-#[inline]
-pub(crate) fn spin_loop() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    core::hint::spin_loop();
-}
-
+pub(crate) use ftrace_core::sync::{
+    AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence, spin_loop,
+};
 /// A word modified only by the nested writers of one buffer (the kernel's `local_t`).
 ///
 /// Loads are atomic and may come from any CPU; stores and read-modify-writes must only come

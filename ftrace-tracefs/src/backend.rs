@@ -19,7 +19,7 @@ use ftrace_core::symbols::SymbolTable;
 use crate::event_filter::EventFilter;
 use crate::triggers::Trigger;
 
-use crate::options::TraceFlags;
+use ftrace_tracers::TraceOptions;
 
 /// A function-filter file (`set_ftrace_filter` & co, Linux `ftrace_regex_open` users).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,6 +32,31 @@ pub enum FilterFile {
     GraphFunction,
     /// `set_graph_notrace`: function_graph skips these and their callees.
     GraphNotrace,
+}
+
+impl FilterFile {
+    /// The file's name in tracefs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            FilterFile::Filter => "set_ftrace_filter",
+            FilterFile::Notrace => "set_ftrace_notrace",
+            FilterFile::GraphFunction => "set_graph_function",
+            FilterFile::GraphNotrace => "set_graph_notrace",
+        }
+    }
+
+    /// What an empty file reads as.
+    pub const fn empty_text(self) -> &'static str {
+        match self {
+            FilterFile::Filter | FilterFile::GraphFunction => "#### all functions enabled ####\n",
+            FilterFile::Notrace | FilterFile::GraphNotrace => "#### no functions disabled ####\n",
+        }
+    }
+
+    /// Whether it is one of function_graph's files.
+    pub(crate) fn is_graph(self) -> bool {
+        matches!(self, FilterFile::GraphFunction | FilterFile::GraphNotrace)
+    }
 }
 
 /// A pid-filter file.
@@ -52,7 +77,7 @@ pub enum Param<'a> {
     /// `tracing_on`: record into the ring buffer or not.
     TracingOn(bool),
     /// `trace_options` / `options/*`: the whole new global flag word.
-    Flags(TraceFlags),
+    Flags(TraceOptions),
     /// `buffer_percent`: reader wake-up watermark, 0..=100.
     BufferPercent(u32),
     /// `tracing_cpumask`: the CPUs to trace (64-bit words, bit n = CPU n).
@@ -190,11 +215,12 @@ pub trait TraceBackend: Send {
     /// `trace_marker_raw`: records a raw-data event (`id` then `data`).
     fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno>;
 
-    /// Starts writing a filter file; `truncate` (O_TRUNC) starts from an empty filter.
+    /// Starts writing a filter file; [`WriteMode::Truncate`](crate::WriteMode::Truncate)
+    /// (`O_TRUNC`) starts from an empty filter.
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: crate::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno>;
     /// Writes a filter file's read-back text.
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result;

@@ -58,9 +58,20 @@ pub struct EventFile {
     pub triggers: Vec<Trigger>,
 }
 
+/// Who enables or disables an event (`__ftrace_event_enable_disable`'s `soft_disable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnableMode {
+    /// The event's `enable` file (or the subsystem's, or `set_event`): the event itself.
+    Hard,
+    /// A trigger or an `enable_event`/`disable_event` command: a reference that keeps the
+    /// event in soft mode (recorded only while soft-enabled).
+    Soft,
+}
+
 impl EventFile {
     /// `__ftrace_event_enable_disable(file, enable, soft_disable)`.
-    pub fn enable_disable(&mut self, enable: bool, soft: bool) {
+    pub fn enable_disable(&mut self, enable: bool, mode: EnableMode) {
+        let soft = mode == EnableMode::Soft;
         let f = &mut self.flags;
         if !enable {
             let disable = if soft {
@@ -107,7 +118,7 @@ impl EventFile {
                 return;
             }
             self.flags.trigger_mode = true;
-            self.enable_disable(true, true);
+            self.enable_disable(true, EnableMode::Soft);
         } else {
             if self.flags.tm_ref == 0 {
                 return;
@@ -117,7 +128,7 @@ impl EventFile {
                 return;
             }
             self.flags.trigger_mode = false;
-            self.enable_disable(false, true);
+            self.enable_disable(false, EnableMode::Soft);
         }
     }
 
@@ -238,15 +249,15 @@ mod tests {
     fn soft_mode_reads_like_the_kernel() {
         let mut f = EventFile::default();
         assert_eq!(enable_text(&f), "0\n");
-        f.enable_disable(true, false);
+        f.enable_disable(true, EnableMode::Hard);
         assert_eq!(enable_text(&f), "1\n");
-        f.enable_disable(true, true);
+        f.enable_disable(true, EnableMode::Soft);
         assert_eq!(enable_text(&f), "1*\n");
         // A hard disable in soft mode only soft-disables.
-        f.enable_disable(false, false);
+        f.enable_disable(false, EnableMode::Hard);
         assert_eq!(enable_text(&f), "0*\n");
         assert!(f.flags.enabled);
-        f.enable_disable(false, true);
+        f.enable_disable(false, EnableMode::Soft);
         assert_eq!(enable_text(&f), "0\n");
         assert!(!f.flags.enabled);
         // Soft enable of a disabled event arms it soft-disabled.

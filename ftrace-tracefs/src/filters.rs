@@ -1,6 +1,6 @@
 //! The function-filter files bound to ftrace-core's filter language: [`FilterState`] (what the
 //! four files of one instance hold, plus its function commands) and [`FilterWriter`] (one open
-//! for writing, the tree's [`FilterEdit`]).
+//! for writing, the tree's [`FilterEdit`] over a [`FilterDraft`]).
 //!
 //! A backend keeps a [`FilterState`] behind its own lock and lets the writer reach it through
 //! [`FilterStore`]; it answers `open_filter` with [`FilterWriter::open`] and `write_filter` with
@@ -16,21 +16,12 @@ use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::fmt;
 
+use crate::WriteMode;
+use crate::filter_edit::{CommandEnv, FilterDraft, FilterSet, ProbeTable};
 use ftrace_core::Errno;
-use ftrace_core::filter::{self, CommandEnv, FilterSet, ProbeTable};
 use ftrace_core::symbols::SymbolTable;
 
 use crate::backend::{FilterEdit, FilterFile};
-
-/// The filter language's name for a tree filter file.
-pub fn core_file(which: FilterFile) -> filter::FilterFile {
-    match which {
-        FilterFile::Filter => filter::FilterFile::Filter,
-        FilterFile::Notrace => filter::FilterFile::Notrace,
-        FilterFile::GraphFunction => filter::FilterFile::GraphFunction,
-        FilterFile::GraphNotrace => filter::FilterFile::GraphNotrace,
-    }
-}
 
 fn slot(which: FilterFile) -> usize {
     match which {
@@ -101,11 +92,7 @@ impl FilterState {
     /// `set_ftrace_filter` the function commands).
     pub fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
         let probes = (which == FilterFile::Filter).then_some(&self.probes);
-        w.write_str(
-            &self
-                .set(which)
-                .show(core_file(which), self.env.symbols(), probes),
-        )
+        w.write_str(&self.set(which).show(which, self.env.symbols(), probes))
     }
 }
 
@@ -128,7 +115,7 @@ pub trait FilterStore: Send {
 pub struct FilterWriter<S: FilterStore> {
     store: S,
     which: FilterFile,
-    edit: filter::FilterEdit,
+    edit: FilterDraft,
 }
 
 impl<S: FilterStore> fmt::Debug for FilterWriter<S> {
@@ -140,15 +127,11 @@ impl<S: FilterStore> fmt::Debug for FilterWriter<S> {
 }
 
 impl<S: FilterStore + 'static> FilterWriter<S> {
-    /// Opens `which` (`truncate`: `O_TRUNC`, the shell's `>`).
-    pub fn open(store: S, which: FilterFile, truncate: bool) -> Box<dyn FilterEdit> {
+    /// Opens `which` (`mode`: the shell's `>` or `>>`).
+    pub fn open(store: S, which: FilterFile, mode: WriteMode) -> Box<dyn FilterEdit> {
         let mut edit = None;
         store.with_state(&mut |st| {
-            edit = Some(filter::FilterEdit::open(
-                core_file(which),
-                st.set(which),
-                truncate,
-            ));
+            edit = Some(FilterDraft::open(which, st.set(which), mode));
         });
         Box::new(FilterWriter {
             store,

@@ -24,13 +24,14 @@ use crate::dynevent;
 use crate::error_log::ErrorLog;
 use crate::event_filter;
 use crate::events::{
-    DEFAULT_SYS_FILTER_MESSAGE, EventFile, EventSet, FilterSlot, enable_summary, set_event_matcher,
+    DEFAULT_SYS_FILTER_MESSAGE, EnableMode, EventFile, EventSet, FilterSlot, enable_summary,
+    set_event_matcher,
 };
-use crate::options::{FLAGS, TraceFlags};
 use crate::parse::{is_space, kstrtoul_from_user, parse_cpumask, short_name, write_cpumask};
-use crate::readme::write_readme;
+use crate::readme::{CallSiteFiles, write_readme};
 use crate::tree::{self, Dir, DirEntry, File, ListCtx, Node};
 use crate::triggers::{self, Trigger, TriggerCmd, TriggerCtx, TriggerKind, TriggerType};
+use ftrace_tracers::TraceOptions;
 
 /// `MAX_TRACER_SIZE`: a `current_tracer` write is cut to this many bytes.
 pub const MAX_TRACER_SIZE: usize = 100;
@@ -126,6 +127,17 @@ impl OpenFlags {
         create: true,
     };
 
+    /// What a write through this open does: [`WriteMode::Truncate`] for `O_TRUNC` without
+    /// `O_APPEND`, [`WriteMode::Append`] otherwise (an open without `O_TRUNC` keeps the
+    /// content).
+    pub const fn write_mode(self) -> WriteMode {
+        if self.truncate && !self.append {
+            WriteMode::Truncate
+        } else {
+            WriteMode::Append
+        }
+    }
+
     /// Decodes Linux `open(2)` flags (x86_64/generic values).
     pub const fn from_linux(flags: i32) -> OpenFlags {
         let acc = flags & 3;
@@ -175,7 +187,7 @@ struct Instance {
     buffer_percent: u32,
     clock: usize,
     cpumask: Vec<u64>,
-    flags: TraceFlags,
+    flags: TraceOptions,
     pids: [Vec<u32>; 2],
     max_latency_ns: u64,
     error_log: ErrorLog,
@@ -271,7 +283,7 @@ fn all_cpus_mask(nr: u32) -> Vec<u64> {
 impl Instance {
     fn new(
         backend: Box<dyn TraceBackend>,
-        flags: TraceFlags,
+        flags: TraceOptions,
         clock: usize,
         nr_cpus: u32,
         expanded: bool,
@@ -314,7 +326,7 @@ impl<H: Host> Tracefs<H> {
         let backend = host.create_backend(None, 0)?;
         let nr = host.nr_cpus();
         let clock = host.default_trace_clock();
-        let mut top = Instance::new(backend, TraceFlags::top_level_default(), clock, nr, false);
+        let mut top = Instance::new(backend, TraceOptions::DEFAULT, clock, nr, false);
         // The backend learns the boot flags as it learns every later change.
         top.backend.set_param(Param::Flags(top.flags))?;
         Ok(Tracefs {
@@ -548,7 +560,7 @@ impl<H: Host> Tracefs<H> {
         let size = self.host.trace_buf_size();
         let backend = self.host.create_backend(Some(name), size)?;
         let nr = self.host.nr_cpus();
-        let flags = TraceFlags::for_new_instance(self.top.flags);
+        let flags = self.top.flags.for_new_instance();
         let clock = self.host.default_trace_clock();
         let mut inst = Instance::new(backend, flags, clock, nr, true);
         inst.backend.set_param(Param::Flags(flags))?;
@@ -608,7 +620,7 @@ impl<H: Host> Tracefs<H> {
                         i.backend.clear(cpu);
                     }
                     if flags.read {
-                        if i.flags.get(TraceFlags::PAUSE_ON_TRACE) {
+                        if i.flags.contains(TraceOptions::PAUSE_ON_TRACE) {
                             i.tracing_on = i.is_on();
                             i.backend.set_param(Param::TracingOn(false))?;
                         }
@@ -643,9 +655,7 @@ impl<H: Host> Tracefs<H> {
                 }
                 File::Filter(which) => {
                     if flags.write {
-                        let edit = i
-                            .backend
-                            .open_filter(which, flags.truncate && !flags.append)?;
+                        let edit = i.backend.open_filter(which, flags.write_mode())?;
                         OpenState::Filter(Some(edit))
                     } else {
                         OpenState::Text(None)
@@ -669,7 +679,7 @@ impl<H: Host> Tracefs<H> {
                         // `ftrace_clear_events()`.
                         let mut set = i.events.clone();
                         for f in set.files.values_mut() {
-                            f.enable_disable(false, false);
+                            f.enable_disable(false, EnableMode::Hard);
                         }
                         commit_events(i, &self.events, set)?;
                     }
@@ -727,14 +737,14 @@ impl<H: Host> Tracefs<H> {
                 Ok(())
             }
             (File::Trace(_), OpenState::Snapshot { .. }) => {
-                if i.flags.get(TraceFlags::PAUSE_ON_TRACE) {
+                if i.flags.contains(TraceOptions::PAUSE_ON_TRACE) {
                     i.backend.set_param(Param::TracingOn(i.tracing_on))?;
                 }
                 Ok(())
             }
             (File::Filter(_), OpenState::Filter(Some(edit))) => edit.release(),
             (File::FreeBuffer, _) if of.flags.write => {
-                if i.flags.get(TraceFlags::DISABLE_ON_FREE) && i.is_on() {
+                if i.flags.contains(TraceOptions::DISABLE_ON_FREE) && i.is_on() {
                     i.backend.set_param(Param::TracingOn(false))?;
                     i.tracing_on = false;
                 }
@@ -898,9 +908,9 @@ impl<H: Host> Tracefs<H> {
             File::CurrentTracer => writeln!(w, "{}", i.backend.current_tracer()),
             File::TracingOn => writeln!(w, "{}", u8::from(i.is_on())),
             File::TraceOptions => {
-                for (bit, f) in FLAGS.iter().enumerate() {
-                    let no = if i.flags.get(bit) { "" } else { "no" };
-                    let _ = writeln!(w, "{no}{}", f.name);
+                for (name, flag) in TraceOptions::NAMES {
+                    let no = if i.flags.contains(flag) { "" } else { "no" };
+                    let _ = writeln!(w, "{no}{name}");
                 }
                 let cur = i.backend.current_tracer();
                 for o in i.backend.tracer_options() {
@@ -910,7 +920,7 @@ impl<H: Host> Tracefs<H> {
                 }
                 Ok(())
             }
-            File::Flag(bit) => writeln!(w, "{}", u8::from(i.flags.get(bit))),
+            File::Flag(flag) => writeln!(w, "{}", u8::from(i.flags.contains(flag))),
             File::TracerOpt(name) => {
                 let v = i
                     .backend
@@ -1036,7 +1046,13 @@ impl<H: Host> Tracefs<H> {
             }
             File::TraceEventFormat(id) => self.event(id)?.write_to(w),
             File::TraceEventId(id) => writeln!(w, "{}", self.event(id)?.id),
-            File::Readme => write_readme(w, self.host.functions().is_some()),
+            File::Readme => write_readme(
+                w,
+                match self.host.functions() {
+                    Some(_) => CallSiteFiles::Present,
+                    None => CallSiteFiles::Absent,
+                },
+            ),
             File::SavedCmdlines => self.top.backend.write_saved_cmdlines(w),
             File::SavedTgids => self.top.backend.write_saved_tgids(w),
             File::SavedCmdlinesSize => writeln!(w, "{}", self.globals.saved_cmdlines),
@@ -1139,8 +1155,8 @@ impl<H: Host> Tracefs<H> {
                     Some(rest) => (true, rest),
                     None => (false, opt),
                 };
-                if let Some(bit) = TraceFlags::bit_of(name) {
-                    set_flag(i, bit, !neg)?;
+                if let Some(flag) = TraceOptions::by_name_bytes(name) {
+                    set_flag(i, flag, !neg)?;
                     return Ok(cnt);
                 }
                 let name = core::str::from_utf8(name).map_err(|_| Errno::EINVAL)?;
@@ -1154,12 +1170,12 @@ impl<H: Host> Tracefs<H> {
                 i.backend.set_tracer_option(name, !neg)?;
                 Ok(cnt)
             }
-            File::Flag(bit) => {
+            File::Flag(flag) => {
                 let v = kstrtoul_from_user(data, 10)?;
                 if v > 1 {
                     return Err(Errno::EINVAL);
                 }
-                set_flag(i, bit, v == 1)?;
+                set_flag(i, flag, v == 1)?;
                 Ok(cnt)
             }
             File::TracerOpt(name) => {
@@ -1252,7 +1268,7 @@ impl<H: Host> Tracefs<H> {
                 Ok(cnt)
             }
             File::TraceMarker => {
-                if !i.flags.get(TraceFlags::MARKERS) {
+                if !i.flags.contains(TraceOptions::MARKERS) {
                     return Err(Errno::EINVAL);
                 }
                 // Linux cuts the write to what one event of the ring buffer holds and returns
@@ -1269,7 +1285,9 @@ impl<H: Host> Tracefs<H> {
                 Ok(cnt)
             }
             File::TraceMarkerRaw => {
-                if !i.flags.get(TraceFlags::MARKERS) || !(4..=RAW_DATA_MAX_SIZE).contains(&cnt) {
+                if !i.flags.contains(TraceOptions::MARKERS)
+                    || !(4..=RAW_DATA_MAX_SIZE).contains(&cnt)
+                {
                     return Err(Errno::EINVAL);
                 }
                 let id = u32::from_ne_bytes([data[0], data[1], data[2], data[3]]);
@@ -1366,7 +1384,7 @@ impl<H: Host> Tracefs<H> {
                 set.files
                     .get_mut(&id)
                     .ok_or(Errno::ENODEV)?
-                    .enable_disable(v == 1, false);
+                    .enable_disable(v == 1, EnableMode::Hard);
                 commit_events(i, &self.events, set)?;
                 Ok(cnt)
             }
@@ -1593,11 +1611,12 @@ fn write_usecs(w: &mut String, ns: u64) -> core::fmt::Result {
     }
 }
 
-fn set_flag(i: &mut Instance, bit: usize, on: bool) -> Result<(), Errno> {
-    if i.flags.get(bit) == on {
+fn set_flag(i: &mut Instance, flag: TraceOptions, on: bool) -> Result<(), Errno> {
+    if i.flags.contains(flag) == on {
         return Ok(());
     }
-    let new = i.flags.with(bit, on);
+    let mut new = i.flags;
+    new.set(flag, on);
     i.backend.set_param(Param::Flags(new))?;
     i.flags = new;
     Ok(())
@@ -1695,7 +1714,7 @@ fn set_clr_event(
     let mut any = false;
     for e in registry.iter().filter(|e| matches(e)) {
         if let Some(f) = set.files.get_mut(&e.id) {
-            f.enable_disable(on, false);
+            f.enable_disable(on, EnableMode::Hard);
             any = true;
         }
     }
@@ -1749,7 +1768,7 @@ fn apply_filter(
 fn attach_trigger(set: &mut EventSet, id: u16, t: Trigger) {
     if let Some(target) = t.target() {
         if let Some(tf) = set.files.get_mut(&target) {
-            tf.enable_disable(true, true);
+            tf.enable_disable(true, EnableMode::Soft);
         }
     }
     if let Some(f) = set.files.get_mut(&id) {
@@ -1769,7 +1788,7 @@ fn detach_trigger(set: &mut EventSet, id: u16, t: &Trigger) {
     }
     if let Some(target) = t.target() {
         if let Some(tf) = set.files.get_mut(&target) {
-            tf.enable_disable(false, true);
+            tf.enable_disable(false, EnableMode::Soft);
         }
     }
 }

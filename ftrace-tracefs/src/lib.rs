@@ -32,8 +32,6 @@ extern crate alloc;
 
 pub mod parse;
 
-pub mod options;
-
 #[cfg(feature = "alloc")]
 pub mod array;
 #[cfg(feature = "alloc")]
@@ -46,6 +44,8 @@ pub mod error_log;
 pub mod event_filter;
 #[cfg(feature = "alloc")]
 pub mod events;
+#[cfg(feature = "alloc")]
+pub mod filter_edit;
 #[cfg(feature = "alloc")]
 pub mod filters;
 #[cfg(feature = "alloc")]
@@ -80,4 +80,3 @@ pub use ftrace_core::Errno;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-pub use options::TraceFlags;

@@ -135,11 +135,20 @@ pub const README_FUNCTIONS: &str =
   dyn_ftrace_total_info\t- number of call sites and pages of records
 ";
 
+/// Whether a tree has the dynamic-ftrace call-site files (the platform has call-site records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallSiteFiles {
+    /// No call-site records: `README` omits [`README_FUNCTIONS`].
+    Absent,
+    /// Call-site records: `README` describes their files.
+    Present,
+}
+
 /// Writes `README` for a tree that has (or lacks) the call-site files.
-pub fn write_readme(w: &mut dyn core::fmt::Write, functions: bool) -> core::fmt::Result {
+pub fn write_readme(w: &mut dyn core::fmt::Write, files: CallSiteFiles) -> core::fmt::Result {
     let split = README.find("  set_ftrace_filter\t").unwrap_or(README.len());
     w.write_str(&README[..split])?;
-    if functions {
+    if files == CallSiteFiles::Present {
         w.write_str(README_FUNCTIONS)?;
     }
     w.write_str(&README[split..])

@@ -12,7 +12,7 @@ use alloc::vec::Vec;
 use ftrace_core::format::{FORMATS, TraceEventFormat};
 
 use crate::backend::{FilterFile, PidFile, TracerOption};
-use crate::options::FLAGS;
+use ftrace_tracers::TraceOptions;
 
 /// A directory of the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -58,8 +58,8 @@ pub enum File {
     TracePipeRaw(u32),
     /// `trace_options`.
     TraceOptions,
-    /// `options/<global flag>` (bit number).
-    Flag(usize),
+    /// `options/<global flag>` (one flag of the word).
+    Flag(TraceOptions),
     /// `options/<tracer option>`.
     TracerOpt(&'static str),
     /// A function-filter file.
@@ -317,9 +317,9 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
             }
         }
         Dir::Options => {
-            for (bit, f) in FLAGS.iter().enumerate() {
-                if cx.top_level || !f.top_level_only {
-                    v.push(file(f.name, File::Flag(bit), MODE_RW));
+            for (name, flag) in TraceOptions::NAMES {
+                if cx.top_level || !TraceOptions::TOP_LEVEL.contains(flag) {
+                    v.push(file(name, File::Flag(flag), MODE_RW));
                 }
             }
             for o in cx.tracer_options {

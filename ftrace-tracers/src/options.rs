@@ -2,6 +2,9 @@
 //!
 //! The global flags are Linux 6.12's `TRACE_FLAGS`, in the kernel's bit order, which is the order
 //! `trace_options` lists them. A tracer's own options ([`TracerOpt`]) follow them in that file.
+//! This is the one table of them: ftrace-tracefs's `trace_options` and `options/` files list,
+//! parse and store exactly these ([`TraceOptions::NAMES`], [`TraceOptions::DEFAULT`],
+//! [`TraceOptions::TOP_LEVEL`], [`TraceOptions::ZEROED`]).
 //! Invariant: [`TraceOptions::NAMES`] lists every flag exactly once, in bit order, so the listing
 //! and the name parser can never disagree.
 
@@ -125,11 +128,33 @@ impl TraceOptions {
         .union(TraceOptions::HASH_PTR)
         .union(TraceOptions::FUNCTION_TRACE);
 
+    /// The flags only the top-level instance has an `options/` file for
+    /// (`TOP_LEVEL_TRACE_FLAGS`).
+    pub const TOP_LEVEL: TraceOptions = TraceOptions::TRACE_PRINTK
+        .union(TraceOptions::PRINTK_MSG_ONLY)
+        .union(TraceOptions::RECORD_CMD);
+
+    /// The flags cleared when an instance is created (`ZEROED_TRACE_FLAGS`).
+    pub const ZEROED: TraceOptions = TraceOptions::EVENT_FORK
+        .union(TraceOptions::FUNCTION_FORK)
+        .union(TraceOptions::TRACE_PRINTK_DEST);
+
+    /// The flags a new instance starts with: `self` (the top level's current flags) minus
+    /// [`TraceOptions::ZEROED`].
+    pub const fn for_new_instance(self) -> TraceOptions {
+        self.difference(TraceOptions::ZEROED)
+    }
+
     /// The flag called `name`, if any.
     pub fn by_name(name: &str) -> Option<TraceOptions> {
+        Self::by_name_bytes(name.as_bytes())
+    }
+
+    /// The flag called `name` (bytes as written to `trace_options`), if any.
+    pub fn by_name_bytes(name: &[u8]) -> Option<TraceOptions> {
         Self::NAMES
             .iter()
-            .find(|(n, _)| *n == name)
+            .find(|(n, _)| n.as_bytes() == name)
             .map(|&(_, flag)| flag)
     }
 

@@ -13,7 +13,7 @@ use ftrace_core::Errno;
 use ftrace_core::symbols::SymbolTable;
 
 use crate::output::write_graph_duration;
-use crate::sync::{AtomicBool, Ordering};
+use ftrace_core::sync::{AtomicBool, Ordering};
 
 /// What the profiler measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,6 +22,16 @@ pub enum ProfileMode {
     Hits,
     /// Hits and time per call, from function_graph's entries and returns.
     Graph,
+}
+
+/// The `graph-time` trace option: whether a function's time includes the time of the
+/// functions it calls (on, the default) or only its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphTime {
+    /// `graph-time` on: a function's whole duration.
+    Included,
+    /// `graph-time` off: the duration minus the hooked children's.
+    Excluded,
 }
 
 /// One function's counters (`struct ftrace_profile`).
@@ -107,12 +117,11 @@ impl ProfileTable {
     }
 
     /// A function_graph return (`profile_graph_return`): adds its duration, with hooked
-    /// children's time included (`graph-time` on, the default) or excluded (off).
-    pub fn graph_return(&mut self, exit: &crate::function_graph::GraphExit, graph_time: bool) {
-        let ns = if graph_time {
-            exit.duration
-        } else {
-            exit.self_time
+    /// children's time included or excluded as the `graph-time` option says.
+    pub fn graph_return(&mut self, exit: &crate::function_graph::GraphExit, graph_time: GraphTime) {
+        let ns = match graph_time {
+            GraphTime::Included => exit.duration,
+            GraphTime::Excluded => exit.self_time,
         };
         self.add_time(exit.func, ns);
     }

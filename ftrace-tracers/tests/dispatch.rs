@@ -216,7 +216,7 @@ fn function_graph_through_the_dispatcher() {
     let d: &'static Dispatcher<ReaderCount, Platform> =
         Box::leak(Box::new(Dispatcher::new(ReaderCount::new(), Platform)));
     let target: &'static GraphTarget = Box::leak(Box::new(GraphTarget {
-        tracer: FunctionGraphTracer::new(false),
+        tracer: FunctionGraphTracer::new(),
         rb: RingBuffer::new(HeapPages, 1, 4, 4096).unwrap(),
     }));
     let ops: &'static FtraceOps = Box::leak(Box::new(function_ops(target, OpsFlags::empty())));

@@ -272,7 +272,7 @@ fn tracing_thresh_returns_only() {
 fn trace_options_listing_with_retval() {
     // The kernel lists funcgraph-retval and funcgraph-retval-hex after funcgraph-tail; a tracer
     // with return values lists the same names in the same order (this kernel has no profiler).
-    let t = FunctionGraphTracer::new(false).with_return_values(ReturnValues::Recorded);
+    let t = FunctionGraphTracer::new().with_return_values(ReturnValues::Recorded);
     for run in ["retval", "retval-hex", "plain"] {
         let (global, graph) = options(run);
         let o = Options {

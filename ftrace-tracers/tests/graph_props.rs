@@ -90,7 +90,7 @@ fn per_depth(c: &Call, d: usize, out: &mut Vec<usize>) {
 proptest! {
     #[test]
     fn graph_is_balanced_and_overruns_are_exact(t in tree(), max_depth in 0u32..8) {
-        let tracer = FunctionGraphTracer::new(false);
+        let tracer = FunctionGraphTracer::new();
         tracer.init().unwrap();
         tracer.set_max_depth(max_depth);
         let (sink, now) = (Sink::default(), Cell::new(0));

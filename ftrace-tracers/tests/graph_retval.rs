@@ -12,7 +12,7 @@ use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_tracers::event::{Entry, read_graph_return};
 use ftrace_tracers::function_graph::{
-    FunctionGraphTracer, GraphEntry, GraphFunctions, ReturnValues, ShadowStack,
+    FunctionGraphTracer, FunctionProfiler, GraphEntry, GraphFunctions, ReturnValues, ShadowStack,
 };
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
@@ -72,7 +72,7 @@ fn syms() -> SortedSymbols {
 /// do_sys_openat2 { getname(); } returning `open_ret`, then the leaf vfs_read returning
 /// `read_ret`, recorded by the tracer with `values`.
 fn record(values: ReturnValues, open_ret: u64, read_ret: u64) -> Vec<Vec<u8>> {
-    let t = FunctionGraphTracer::new(false).with_return_values(values);
+    let t = FunctionGraphTracer::new().with_return_values(values);
     t.init().unwrap();
     let sink = VecSink::default();
     let mut st = ShadowStack::<50>::new();
@@ -222,9 +222,9 @@ fn records_without_values_print_as_before() {
 fn options_exist_only_with_return_values() {
     let names =
         |t: &FunctionGraphTracer| -> Vec<&str> { t.options().iter().map(|o| o.name).collect() };
-    let plain = FunctionGraphTracer::new(false);
+    let plain = FunctionGraphTracer::new();
     assert!(!names(&plain).contains(&"funcgraph-retval"));
-    let with = FunctionGraphTracer::new(false).with_return_values(ReturnValues::Recorded);
+    let with = FunctionGraphTracer::new().with_return_values(ReturnValues::Recorded);
     let n = names(&with);
     let tail = n.iter().position(|&x| x == "funcgraph-tail").unwrap();
     assert_eq!(
@@ -236,7 +236,9 @@ fn options_exist_only_with_return_values() {
             "sleep-time"
         ]
     );
-    let prof = FunctionGraphTracer::new(true).with_return_values(ReturnValues::Recorded);
+    let prof = FunctionGraphTracer::new()
+        .with_profiler(FunctionProfiler::Present)
+        .with_return_values(ReturnValues::Recorded);
     assert_eq!(names(&prof).last(), Some(&"graph-time"));
     assert_eq!(names(&prof).len(), 12);
     // trace_options: set by name, listed after funcgraph-tail, the bits the printer reads.

@@ -177,7 +177,7 @@ fn function_graph_into_the_ring_buffer() {
     let rb = RingBuffer::new(HeapPages, 2, 4, 4096).unwrap();
     let (clock, cpu) = (Clock(Cell::new(43_418_351_000)), Cpu(Cell::new(0)));
     let sink = RingBufferSink::new(&rb, &clock, &cpu);
-    let t = FunctionGraphTracer::new(false);
+    let t = FunctionGraphTracer::new();
     t.init().unwrap();
     let mut stack = ShadowStack::<50>::new();
     let f = GraphFunctions::default();

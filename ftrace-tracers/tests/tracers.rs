@@ -11,14 +11,14 @@ use ftrace_core::symbols::SortedSymbols;
 use ftrace_tracers::event::read_graph_ret;
 use ftrace_tracers::function::{FunctionTracer, trace_marker_raw_write, trace_marker_write};
 use ftrace_tracers::function_graph::{
-    FunctionGraphTracer, GraphEntry, GraphFunctions, ShadowStack,
+    FunctionGraphTracer, FunctionProfiler, GraphEntry, GraphFunctions, ShadowStack,
 };
 use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::{GraphCpuState, GraphFlags};
 use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{NoTaskNames, OutputEnv, TaskNames};
-use ftrace_tracers::profiler::{ProfileMode, ProfileTable};
+use ftrace_tracers::profiler::{GraphTime, ProfileMode, ProfileTable};
 use ftrace_tracers::tracer::{AdmitAll, EntrySink, Registry, Tracer};
 use ftrace_tracers::{EventRef, Options, TraceIter, TraceOptions};
 
@@ -234,7 +234,7 @@ fn assert_paired(recs: &[(bool, u64, i32, u32)]) {
 
 #[test]
 fn function_graph_pairs_every_entry_with_its_exit() {
-    let t = FunctionGraphTracer::new(false);
+    let t = FunctionGraphTracer::new();
     t.init().unwrap();
     let (sink, now) = (VecSink::default(), Cell::new(0));
     let mut stack = ShadowStack::<50>::new();
@@ -253,7 +253,7 @@ fn function_graph_pairs_every_entry_with_its_exit() {
 
 #[test]
 fn function_graph_respects_max_depth() {
-    let t = FunctionGraphTracer::new(false);
+    let t = FunctionGraphTracer::new();
     t.init().unwrap();
     t.set_max_depth_str("2\n").unwrap();
     assert_eq!(t.set_max_depth_str("x"), Err(ftrace_core::Errno::EINVAL));
@@ -268,7 +268,7 @@ fn function_graph_respects_max_depth() {
 
 #[test]
 fn function_graph_filters_roots_and_notrace() {
-    let t = FunctionGraphTracer::new(false);
+    let t = FunctionGraphTracer::new();
     t.init().unwrap();
     let (sink, now) = (VecSink::default(), Cell::new(0));
     let mut stack = ShadowStack::<50>::new();
@@ -300,7 +300,7 @@ fn function_graph_filters_roots_and_notrace() {
 
 #[test]
 fn function_graph_counts_overruns_like_the_kernel() {
-    let t = FunctionGraphTracer::new(false);
+    let t = FunctionGraphTracer::new();
     t.init().unwrap();
     // A 2-frame shadow stack: c and d do not fit.
     let mut stack = ShadowStack::<2>::new();
@@ -315,7 +315,7 @@ fn function_graph_counts_overruns_like_the_kernel() {
 
 #[test]
 fn function_graph_thresh_records_only_slow_returns() {
-    let t = FunctionGraphTracer::new(false);
+    let t = FunctionGraphTracer::new();
     t.init().unwrap();
     t.set_thresh_ns(2500);
     let mut stack = ShadowStack::<50>::new();
@@ -362,7 +362,7 @@ fn syms() -> SortedSymbols {
 
 #[test]
 fn recorded_graph_prints_as_a_call_graph() {
-    let t = FunctionGraphTracer::new(false);
+    let t = FunctionGraphTracer::new();
     t.init().unwrap();
     let mut stack = ShadowStack::<50>::new();
     let sink = run_tree(&t, &mut stack);
@@ -477,7 +477,7 @@ fn profiler_tables_print_trace_stat() {
 
 #[test]
 fn profiler_fed_by_function_graph_with_and_without_graph_time() {
-    let t = FunctionGraphTracer::new(true);
+    let t = FunctionGraphTracer::new().with_profiler(FunctionProfiler::Present);
     t.init().unwrap();
     let sink = VecSink::default();
     let mut stack = ShadowStack::<50>::new();
@@ -491,8 +491,8 @@ fn profiler_fed_by_function_graph_with_and_without_graph_time() {
     }
     for now in [3000, 5000] {
         let exit = t.exit(&mut stack, now, &Task(1), &sink).unwrap();
-        with.graph_return(&exit, true);
-        without.graph_return(&exit, false);
+        with.graph_return(&exit, GraphTime::Included);
+        without.graph_return(&exit, GraphTime::Excluded);
     }
     assert_eq!(with.get(0xa).unwrap().time, 5000);
     assert_eq!(without.get(0xa).unwrap().time, 3000);
@@ -510,7 +510,7 @@ fn profiler_fed_by_function_graph_with_and_without_graph_time() {
 fn registry_switches_tracers_and_lists_them() {
     static NOP: NopTracer = NopTracer;
     static FUNC: FunctionTracer = FunctionTracer::new();
-    static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+    static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new();
     let mut r = Registry::new(&NOP);
     r.register(&FUNC).unwrap();
     r.register(&GRAPH).unwrap();
@@ -536,7 +536,7 @@ fn trace_options_listing_matches_the_kernel() {
     let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
     let nop = NopTracer;
     let func = FunctionTracer::new();
-    let graph = FunctionGraphTracer::new(false);
+    let graph = FunctionGraphTracer::new();
     for (t, file) in [
         (&nop as &dyn Tracer, "02-files/trace_options.txt"),
         (&func, "04-function/trace_options.txt"),
@@ -583,7 +583,7 @@ fn tracers_print_their_headers() {
     let env = OutputEnv::new(&s, &NoTaskNames, 2);
     let nop = NopTracer;
     let func = FunctionTracer::new();
-    let graph = FunctionGraphTracer::new(false);
+    let graph = FunctionGraphTracer::new();
     for (t, file) in [
         (&nop as &dyn Tracer, "02-files/trace.txt"),
         (&func, "04-function/trace_empty.txt"),

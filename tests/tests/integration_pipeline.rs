@@ -133,7 +133,7 @@ impl TaskNames for Names {
 
 static DISPATCHER: Dispatcher<ReaderCount, Task> = Dispatcher::new(ReaderCount::new(), Task);
 static FUNCTION: FunctionTracer = FunctionTracer::new();
-static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new();
 static NOP: NopTracer = NopTracer;
 /// The function tracer's ops (`function_trace_call`).
 static FUNC_OPS: FtraceOps = FtraceOps::new(function_trace_call, OpsFlags::empty());
@@ -427,7 +427,7 @@ impl TraceBackend for Backend {
                 .unwrap()
                 .iter()
                 .for_each(|b| b.set_record_on(on)),
-            Param::Flags(f) => w.trace_flags = f.0,
+            Param::Flags(f) => w.trace_flags = f.bits(),
             _ => {}
         }
         Ok(())
@@ -512,9 +512,9 @@ impl TraceBackend for Backend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        Ok(FilterWriter::open(self.0.clone(), which, truncate))
+        Ok(FilterWriter::open(self.0.clone(), which, mode))
     }
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
         self.0.lock().filters.write_filter(which, w)

@@ -35,7 +35,7 @@ use alloc::vec::Vec;
 
 use ftrace_core::Errno;
 use ftrace_core::dispatch::Dispatcher;
-use ftrace_core::filter::{CommandEnv, FtraceHash, ProbeActions, ProbeCommand, ProbeRunner};
+use ftrace_core::filter::{FtraceHash, ProbeActions, ProbeCommand, ProbeRunner};
 use ftrace_core::ops::FtraceOps;
 use ftrace_core::platform::{Reclaim, RecursionState};
 use ftrace_core::reclaim::{Published, ReaderCount};
@@ -45,6 +45,7 @@ use ftrace_patch::{
     RecordOps, RecordTable, TextPoke, UpdatePass, UpdateStats, init_records,
 };
 use ftrace_tracefs::FilterFile;
+use ftrace_tracefs::filter_edit::CommandEnv;
 use ftrace_tracefs::filters::FilterState;
 use ftrace_tracefs::records::CallSites;
 use ftrace_tracers::function_graph::GraphFunctions;
@@ -536,6 +537,7 @@ mod tests {
     use ftrace_patch::SiteForm;
     use ftrace_patch::sim::SimText;
     use ftrace_patch::x86::NOP5_DISP8;
+    use ftrace_tracefs::WriteMode;
     use ftrace_tracefs::filters::{FilterStore, FilterWriter};
     use std::sync::{Mutex, MutexGuard};
 
@@ -711,10 +713,10 @@ mod tests {
             v
         }
 
-        /// `echo text > file` (`>>` unless `truncate`) through ftrace-tracefs's writer, then
+        /// `echo text > file` (or `>>`, as `mode` says) through ftrace-tracefs's writer, then
         /// the republish its release asks the backend for.
-        fn echo(&mut self, text: &str, which: FilterFile, truncate: bool) -> Result<(), Errno> {
-            let mut w = FilterWriter::open(self.sites.clone(), which, truncate);
+        fn echo(&mut self, text: &str, which: FilterFile, mode: WriteMode) -> Result<(), Errno> {
+            let mut w = FilterWriter::open(self.sites.clone(), which, mode);
             // as write(2) does: the writer may take part of the data per call
             let mut data = text.as_bytes();
             let mut r = Ok(());
@@ -835,17 +837,19 @@ mod tests {
     fn the_hashes_decide_which_sites_are_patched() {
         let mut w = world();
         assert_eq!(
-            w.echo("no_such_function", FilterFile::Filter, true),
+            w.echo("no_such_function", FilterFile::Filter, WriteMode::Truncate),
             Err(Errno::EINVAL)
         );
-        w.echo("bm_*", FilterFile::Filter, true).unwrap();
+        w.echo("bm_*", FilterFile::Filter, WriteMode::Truncate)
+            .unwrap();
         assert!(w.patched().is_empty(), "no ops enabled: nothing patched");
         w.enable(w.a);
         let bm = ["bm_workload", "bm_outer", "bm_middle", "bm_leaf"];
         assert_eq!(w.patched(), bm);
         assert_eq!(w.enabled_functions(false), lines(&bm, 1));
         // notrace wins over the filter: bm_leaf's site goes back to its NOP
-        w.echo("bm_leaf", FilterFile::Notrace, true).unwrap();
+        w.echo("bm_leaf", FilterFile::Notrace, WriteMode::Truncate)
+            .unwrap();
         assert_eq!(w.patched(), ["bm_workload", "bm_outer", "bm_middle"]);
         assert_eq!(w.text.bytes(addr("bm_leaf"), 5), NOP5_DISP8);
         assert_eq!(
@@ -853,14 +857,17 @@ mod tests {
             [(0, "bm_workload"), (0, "bm_outer"), (0, "bm_middle")]
         );
         // `!` removes from the filter; `>>` keeps the rest
-        w.echo("!bm_outer", FilterFile::Filter, false).unwrap();
+        w.echo("!bm_outer", FilterFile::Filter, WriteMode::Append)
+            .unwrap();
         assert_eq!(
             w.filter_text(FilterFile::Filter),
             "bm_workload\nbm_middle\nbm_leaf\n"
         );
         assert_eq!(w.patched(), ["bm_workload", "bm_middle"]);
-        w.echo("", FilterFile::Notrace, true).unwrap();
-        w.echo("*_work", FilterFile::Filter, true).unwrap();
+        w.echo("", FilterFile::Notrace, WriteMode::Truncate)
+            .unwrap();
+        w.echo("*_work", FilterFile::Filter, WriteMode::Truncate)
+            .unwrap();
         assert_eq!(w.patched(), ["other_work"]);
         assert_eq!(w.run(), [(0, "other_work")]);
         assert!(
@@ -868,7 +875,7 @@ mod tests {
             "a filtered ops is called through the list"
         );
         // an empty filter is every function, and the single ops is called directly
-        w.echo("", FilterFile::Filter, true).unwrap();
+        w.echo("", FilterFile::Filter, WriteMode::Truncate).unwrap();
         assert_eq!(w.patched(), LIVE);
         assert!(w.dispatcher.is_direct());
         // disabling the ops restores every site and leaves the touched ones listed
@@ -886,7 +893,8 @@ mod tests {
         w.enable(w.a);
         w.enable(w.b);
         assert_eq!(w.enabled_functions(false), lines(&LIVE, 2));
-        w.echo("bm_leaf", FilterFile::Notrace, true).unwrap();
+        w.echo("bm_leaf", FilterFile::Notrace, WriteMode::Truncate)
+            .unwrap();
         assert_eq!(
             w.patched(),
             ["bm_workload", "bm_outer", "bm_middle", "other_work"]
@@ -935,7 +943,8 @@ mod tests {
     #[test]
     fn function_commands_are_listed_and_leave_the_sites_alone() {
         let mut w = world();
-        w.echo("bm_*", FilterFile::Filter, true).unwrap();
+        w.echo("bm_*", FilterFile::Filter, WriteMode::Truncate)
+            .unwrap();
         w.enable(w.a);
         let bm = ["bm_workload", "bm_outer", "bm_middle", "bm_leaf"];
         // no snapshot buffer, no events: refused, nothing changes
@@ -944,12 +953,12 @@ mod tests {
             "bm_leaf:enable_event:sched:sched_switch",
         ] {
             assert_eq!(
-                w.echo(bad, FilterFile::Filter, false),
+                w.echo(bad, FilterFile::Filter, WriteMode::Append),
                 Err(Errno::EINVAL),
                 "{bad}"
             );
         }
-        w.echo("bm_leaf:traceoff:3", FilterFile::Filter, false)
+        w.echo("bm_leaf:traceoff:3", FilterFile::Filter, WriteMode::Append)
             .unwrap();
         assert_eq!(
             w.filter_text(FilterFile::Filter),
@@ -993,13 +1002,13 @@ mod tests {
         // commands the probe ops cannot run are refused, nothing changes
         for bad in ["bm_leaf:stacktrace", "bm_leaf:dump", "bm_leaf:cpudump:2"] {
             assert_eq!(
-                w.echo(bad, FilterFile::Filter, false),
+                w.echo(bad, FilterFile::Filter, WriteMode::Append),
                 Err(Errno::EINVAL),
                 "{bad}"
             );
         }
         assert!(w.sites().filters().probes().is_empty());
-        w.echo("bm_leaf:traceoff:1", FilterFile::Filter, false)
+        w.echo("bm_leaf:traceoff:1", FilterFile::Filter, WriteMode::Append)
             .unwrap();
         w.probes(op, cell);
         // no tracer: only the probe's site calls the trampoline
@@ -1020,9 +1029,10 @@ mod tests {
         assert!(SWITCH.0.load(Ordering::SeqCst));
 
         // a tracer beside the probes; a second command moves the probe ops' hash
-        w.echo("bm_*", FilterFile::Filter, false).unwrap();
+        w.echo("bm_*", FilterFile::Filter, WriteMode::Append)
+            .unwrap();
         w.enable(w.a);
-        w.echo("bm_middle:traceon", FilterFile::Filter, false)
+        w.echo("bm_middle:traceon", FilterFile::Filter, WriteMode::Append)
             .unwrap();
         w.probes(op, cell);
         let bm = ["bm_workload", "bm_outer", "bm_middle", "bm_leaf"];
@@ -1040,9 +1050,9 @@ mod tests {
         );
 
         // the last command removed: the probe ops goes, its sites with it
-        w.echo("!bm_leaf:traceoff:0", FilterFile::Filter, false)
+        w.echo("!bm_leaf:traceoff:0", FilterFile::Filter, WriteMode::Append)
             .unwrap();
-        w.echo("!bm_middle:traceon", FilterFile::Filter, false)
+        w.echo("!bm_middle:traceon", FilterFile::Filter, WriteMode::Append)
             .unwrap();
         w.probes(op, cell);
         assert!(!w.sites().is_enabled(op));
@@ -1057,9 +1067,10 @@ mod tests {
         let mut w = world();
         w.graph
             .with(|g| assert!(g.functions.is_empty() && g.notrace.is_empty()));
-        w.echo("bm_middle", FilterFile::GraphFunction, true)
+        w.echo("bm_middle", FilterFile::GraphFunction, WriteMode::Truncate)
             .unwrap();
-        w.echo("bm_l*", FilterFile::GraphNotrace, true).unwrap();
+        w.echo("bm_l*", FilterFile::GraphNotrace, WriteMode::Truncate)
+            .unwrap();
         w.graph.with(|g| {
             assert_eq!(g.functions, [addr("bm_middle")]);
             assert_eq!(g.notrace, [addr("bm_leaf")]);
@@ -1069,8 +1080,10 @@ mod tests {
         // set_graph_function is checked in the graph entry callback)
         w.enable(w.b);
         assert_eq!(w.patched(), LIVE);
-        w.echo("", FilterFile::GraphFunction, true).unwrap();
-        w.echo("", FilterFile::GraphNotrace, true).unwrap();
+        w.echo("", FilterFile::GraphFunction, WriteMode::Truncate)
+            .unwrap();
+        w.echo("", FilterFile::GraphNotrace, WriteMode::Truncate)
+            .unwrap();
         w.graph
             .with(|g| assert!(g.functions.is_empty() && g.notrace.is_empty()));
         assert!(!w.graph.0.is_set());
@@ -1129,7 +1142,7 @@ mod tests {
     #[test]
     fn a_site_changed_behind_the_tables_back_is_reported_not_overwritten() {
         let mut w = world();
-        w.echo("bm_leaf bm_middle", FilterFile::Filter, true)
+        w.echo("bm_leaf bm_middle", FilterFile::Filter, WriteMode::Truncate)
             .unwrap();
         w.text.poke(addr("bm_leaf"), &[0x90; 5]);
         let st = w.enable(w.a);

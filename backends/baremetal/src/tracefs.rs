@@ -194,8 +194,8 @@ impl TraceBackend for BmBackend {
             }
             // The tree hands its flag word over when it is built; the formatter here prints
             // with the defaults, so only the defaults are accepted.
-            Param::Flags(f) if f == ftrace_tracefs::options::TraceFlags::top_level_default() => {
-                TRACING.set_options(TraceOptions::from_bits_retain(f.0));
+            Param::Flags(f) if f == TraceOptions::DEFAULT => {
+                TRACING.set_options(f);
                 Ok(())
             }
             _ => Err(Errno::EINVAL),
@@ -265,11 +265,11 @@ impl TraceBackend for BmBackend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
         // No records before `install`: nothing to filter.
         TRACING.with_filters(&mut |_| {})?;
-        Ok(FilterWriter::open(BmFilters, which, truncate))
+        Ok(FilterWriter::open(BmFilters, which, mode))
     }
 
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {

@@ -181,7 +181,7 @@ fn cpu_trace(cpu: u32) -> *mut CpuTrace {
 /// The function tracer (ftrace-tracers).
 static FUNCTION: FunctionTracer = FunctionTracer::new();
 /// The function_graph tracer (ftrace-tracers).
-static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new();
 
 /// The current CPU's ring buffer as the tracers' entry sink.
 struct CpuSink(u32);

@@ -41,10 +41,11 @@ use ftrace_agent::control::Wanted;
 use ftrace_agent::probe::WantedProbe;
 use ftrace_core::Errno;
 use ftrace_core::event::{TraceCtx, TraceFlags as CtxFlags};
-use ftrace_core::filter::{CommandEnv, ProbeCommand};
+use ftrace_core::filter::ProbeCommand;
 use ftrace_core::platform::{ExecContext, TaskContext};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::PageStats;
+use ftrace_tracefs::filter_edit::CommandEnv;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::{
     EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
@@ -79,7 +80,7 @@ const CLOCKS: [&str; 3] = ["local", "mono", "x86-tsc"];
 
 static NOP: NopTracer = NopTracer;
 static FUNCTION: FunctionTracer = FunctionTracer::new();
-static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new(false);
+static GRAPH: FunctionGraphTracer = FunctionGraphTracer::new();
 
 fn tracer_obj(name: &str) -> &'static dyn Tracer {
     match name {
@@ -180,7 +181,7 @@ fn now_clock(clock: ClockKind) -> u64 {
 
 /// Whether the `function-fork` trace option is set in the flag word `flags`.
 fn function_fork(flags: u64) -> bool {
-    ftrace_tracefs::TraceFlags::bit_of(b"function-fork").is_some_and(|b| flags >> b & 1 == 1)
+    TraceOptions::from_bits_retain(flags).contains(TraceOptions::FUNCTION_FORK)
 }
 
 fn this_cpu() -> u32 {
@@ -656,8 +657,8 @@ impl TraceBackend for UserBackend {
             }
             Param::Flags(f) => {
                 let old = st.flags;
-                st.flags = f.0;
-                if function_fork(old) == function_fork(f.0) {
+                st.flags = f.bits();
+                if function_fork(old) == function_fork(f.bits()) {
                     return Ok(());
                 }
                 st.push().inspect_err(|_| st.flags = old)
@@ -842,7 +843,7 @@ impl TraceBackend for UserBackend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
         if lock(&self.state).filters().is_none() {
             return Err(Errno::ENODEV);
@@ -850,11 +851,7 @@ impl TraceBackend for UserBackend {
         if which == FilterFile::GraphNotrace {
             return Ok(Box::new(NoGraphNotrace));
         }
-        Ok(FilterWriter::open(
-            Filters(self.state.clone()),
-            which,
-            truncate,
-        ))
+        Ok(FilterWriter::open(Filters(self.state.clone()), which, mode))
     }
 
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {

@@ -318,11 +318,7 @@ pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     let tracer = read_optional(&dir.join("tracer"))?
         .map(|t| t.trim().to_string())
         .unwrap_or_else(|| "function".into());
-    let (nop, function, graph) = (
-        NopTracer,
-        FunctionTracer::new(),
-        FunctionGraphTracer::new(false),
-    );
+    let (nop, function, graph) = (NopTracer, FunctionTracer::new(), FunctionGraphTracer::new());
     let current: &dyn Tracer = match tracer.as_str() {
         "function_graph" => &graph,
         "function" => &function,

@@ -1,21 +1,20 @@
-//! The filter language of `set_ftrace_filter`, `set_ftrace_notrace`, `set_graph_function` and
-//! `set_graph_notrace`, and the hash it fills.
+//! What the filter files of `set_ftrace_filter`, `set_ftrace_notrace`, `set_graph_function`
+//! and `set_graph_notrace` are made of, and the hash they fill. The language itself (one open
+//! of a file, `>` or `>>`, token by token, commands, `:mod:`, read-back) is ftrace-tracefs's
+//! `filter_edit`, next to the files it parses.
 //!
 //! - [`FtraceHash`]: the ip set an ops filters on (no allocation needed).
 //! - [`Glob`]: one parsed pattern (`filter_parse_regex`): `name`, `foo*`, `*foo`, `*foo*`, a
 //!   full glob (`f*o`, `?`, `[a-z]`, `\`), or a 1-based index into
 //!   `available_filter_functions`; matching as `ftrace_match` / `glob_match` do.
 //! - [`kstrtoul`], [`simple_strtoul`], [`tokens`]: the kernel's number and token rules.
-//! - With `alloc`, `FilterEdit` (one open of a filter file: `>` or `>>`, token by token,
-//!   commands, `:mod:`), `FilterSet` (what a file holds), `ProbeTable` (the function
-//!   commands `traceon`, `traceoff`, `stacktrace`, `snapshot`, `enable_event`,
-//!   `disable_event`, `dump`, `cpudump`), and the read-back text.
-//! - [`probe`]: running those commands when their function is hit (`trace_probe_ops`), with
-//!   the kernel's count rules on atomic counts the table reads back.
+//! - [`probe`]: running the function commands (`traceon`, `traceoff`, `stacktrace`,
+//!   `snapshot`, `enable_event`, `disable_event`, `dump`, `cpudump`) when their function is
+//!   hit (`trace_probe_ops`), with the kernel's count rules on atomic counts the table that
+//!   lists them reads back.
 //!
 //! Invariant: patterns resolve against a [`SymbolTable`](crate::symbols::SymbolTable) in its
-//! listing order, and every rejected token leaves the edited state as it was, with the errno
-//! Linux 6.12 returns.
+//! listing order.
 
 mod hash;
 pub use hash::FtraceHash;
@@ -24,13 +23,6 @@ pub mod probe;
 pub use probe::{ProbeActions, ProbeCommand, ProbeCount, run_probe};
 #[cfg(feature = "alloc")]
 pub use probe::{ProbeRunner, RunProbe};
-
-#[cfg(feature = "alloc")]
-mod edit;
-#[cfg(feature = "alloc")]
-pub use edit::{
-    CommandEnv, FilterEdit, FilterFile, FilterSet, ModEntry, NoEvents, ProbeEntry, ProbeTable,
-};
 
 use crate::errno::Errno;
 

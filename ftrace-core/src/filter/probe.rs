@@ -6,7 +6,7 @@
 //! union of the probes' functions and its callback looks the ip up and runs each probe's action
 //! with that function's count (`kernel/trace/trace_functions.c`,
 //! `trace_events.c:event_enable_probe`). Here: [`ProbeCount`] is one such count (a `long`,
-//! shared between the [`ProbeTable`](super::ProbeTable) that lists it and the runner that
+//! shared between the ftrace-tracefs `ProbeTable` that lists it and the runner that
 //! decrements it), [`run_probe`] one probe's action with the kernel's count rules (no
 //! allocation), [`ProbeActions`] what the backend does for an action, and, with `alloc`,
 //! [`ProbeRunner`] the ip-indexed snapshot of a table a backend publishes to its probe ops.
@@ -276,9 +276,9 @@ mod runner {
         pub event: Option<(String, String)>,
     }
 
-    /// A [`ProbeTable`](crate::filter::ProbeTable)'s probes indexed by function: what a
-    /// backend publishes to its probe ops (`trace_probe_ops`). Built with
-    /// [`ProbeTable::runner`](crate::filter::ProbeTable::runner); running it never allocates.
+    /// A probe table's probes indexed by function: what a backend publishes to its probe ops
+    /// (`trace_probe_ops`). Built with ftrace-tracefs's `ProbeTable::runner`; running it
+    /// never allocates.
     /// The counts are the table's own, so the table's read-back shows what the runner used.
     #[derive(Clone, Debug)]
     pub struct ProbeRunner {

@@ -207,7 +207,7 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         match param {
             Param::TracingOn(on) => a.set_tracing_on(on),
             Param::Flags(f) => {
-                a.options.store(f.0, Ordering::Relaxed);
+                a.options.store(f.bits(), Ordering::Relaxed);
                 // `overwrite` is the ring's mode; the other flags are read where they act
                 // (the markers, the output).
                 let mode = a.buffer_mode();
@@ -339,9 +339,9 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: crate::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        Ok(FilterWriter::open(*self, which, truncate))
+        Ok(FilterWriter::open(*self, which, mode))
     }
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
         self.ctl().filters.write_filter(which, w)

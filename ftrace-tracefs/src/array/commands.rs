@@ -5,8 +5,9 @@ use alloc::boxed::Box;
 
 use core::sync::atomic::Ordering;
 
+use crate::filter_edit::CommandEnv;
 use ftrace_core::Errno;
-use ftrace_core::filter::{CommandEnv, FtraceHash, ProbeActions, ProbeCommand};
+use ftrace_core::filter::{FtraceHash, ProbeActions, ProbeCommand};
 use ftrace_core::ops::{FtraceOps, FtraceRegs, OpsFlags};
 use ftrace_core::reclaim::Published;
 use ftrace_tracers::function_graph::GraphFilter;

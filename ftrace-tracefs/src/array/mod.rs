@@ -199,7 +199,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             control: SpinLock::new(None),
             nop: NopTracer,
             function: FunctionTracer::new(),
-            graph: FunctionGraphTracer::new(false),
+            graph: FunctionGraphTracer::new(),
             graph_filter: RcuCell::empty(),
             probes: RcuCell::empty(),
             pids: PidFilter::new(),

@@ -374,7 +374,7 @@ impl Host for ModelHost {
         // Each backend gets its own tracer objects (they keep state in atomics).
         let nop: &'static dyn Tracer = Box::leak(Box::new(NopTracer));
         let func: &'static dyn Tracer = Box::leak(Box::new(FunctionTracer::new()));
-        let graph: &'static dyn Tracer = Box::leak(Box::new(FunctionGraphTracer::new(false)));
+        let graph: &'static dyn Tracer = Box::leak(Box::new(FunctionGraphTracer::new()));
         let mut registry = Registry::new(nop);
         for t in [func, graph] {
             if instance.is_none() || t.allow_instances() {
@@ -596,7 +596,7 @@ impl TraceBackend for ModelBackend {
                 st.recording = on;
                 st.bufs.iter().for_each(|b| b.set_record_on(on));
             }
-            Param::Flags(f) => st.trace_flags = f.0,
+            Param::Flags(f) => st.trace_flags = f.bits(),
             Param::Clock(_) => st.bufs.iter_mut().for_each(CpuBuffer::reset),
             _ => {}
         }
@@ -707,9 +707,9 @@ impl TraceBackend for ModelBackend {
     fn open_filter(
         &mut self,
         which: FilterFile,
-        truncate: bool,
+        mode: ftrace_tracefs::WriteMode,
     ) -> Result<Box<dyn FilterEdit>, Errno> {
-        Ok(FilterWriter::open(self.st.clone(), which, truncate))
+        Ok(FilterWriter::open(self.st.clone(), which, mode))
     }
     fn write_filter(&self, which: FilterFile, w: &mut dyn fmt::Write) -> fmt::Result {
         self.st.borrow().filters.write_filter(which, w)

@@ -4,8 +4,9 @@
  * them, about a thousand rounds a second each, until stdin reaches end of file. The bodies are
  * trivial; what matters is that each is a real, instrumented function that keeps being called
  * while the suite runs. */
-#include <pthread.h>
 #include <unistd.h>
+
+#include "workers.h"
 
 static volatile long sink;
 
@@ -85,10 +86,6 @@ __attribute__((noinline)) void *worker(void *arg) {
 
 int main(void) {
     pthread_t t[2];
-    char buf[64];
-    for (long i = 0; i < 2; i++)
-        pthread_create(&t[i], NULL, worker, (void *)i);
-    while (read(0, buf, sizeof buf) > 0) {
-    }
+    run_workers_until_eof(t, worker);
     return 0;
 }

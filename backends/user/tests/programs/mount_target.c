@@ -5,9 +5,10 @@
  *
  * gcc -O2 calls tick_beta with rsp 8 off 16 (-fipa-stack-alignment: it knows tick_beta needs
  * no more), so the agent's full-save trampolines (set_graph_function, filters) must align. */
-#include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
+
+#include "workers.h"
 
 static volatile int stop;
 static volatile long sink;
@@ -31,11 +32,7 @@ __attribute__((noinline)) void *worker(void *arg) {
 
 int main(void) {
     pthread_t t[2];
-    char buf[64];
-    for (long i = 0; i < 2; i++)
-        pthread_create(&t[i], NULL, worker, (void *)i);
-    while (read(0, buf, sizeof buf) > 0) {
-    }
+    run_workers_until_eof(t, worker);
     stop = 1;
     for (int i = 0; i < 2; i++)
         pthread_join(t[i], NULL);

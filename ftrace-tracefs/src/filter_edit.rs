@@ -1,10 +1,12 @@
-//! Editing and reading the filter files (feature `alloc`).
+//! The filter-file language: editing and reading `set_ftrace_filter`, `set_ftrace_notrace`,
+//! `set_graph_function` and `set_graph_notrace`. The patterns ([`Glob`]), the hash the
+//! dispatcher reads ([`FtraceHash`]) and the probe runner are ftrace-core's.
 //!
-//! A [`FilterEdit`] is one open of a filter file for writing: `>` (`O_TRUNC`) starts from an
+//! A [`FilterDraft`] is one open of a filter file for writing: `>` (`O_TRUNC`) starts from an
 //! empty set, `>>` from a copy of the current one. Like the kernel's `ftrace_regex_write`, each
-//! [`FilterEdit::write`] call consumes at most one whitespace-separated token (a token cut at
+//! [`FilterDraft::write`] call consumes at most one whitespace-separated token (a token cut at
 //! the end of a write continues in the next) and applies it, or fails with the kernel's errno
-//! and changes nothing; [`FilterEdit::close`] applies a pending token and yields the new
+//! and changes nothing; [`FilterDraft::close`] applies a pending token and yields the new
 //! [`FilterSet`]. Function commands go to the instance's [`ProbeTable`] at write time.
 //!
 //! The sets keep the kernel's hash-bucket order (`hash_64` buckets, `hlist_add_head` chains,
@@ -12,18 +14,19 @@
 //! `set_ftrace_filter` read back in that order; plain functions of `set_ftrace_filter` and
 //! `set_ftrace_notrace` read back in listing order.
 
-use super::{Glob, MatchType, kstrtoul};
-use crate::errno::Errno;
-use crate::symbols::SymbolTable;
+use crate::WriteMode;
+use crate::backend::FilterFile;
 use alloc::string::{String, ToString};
 use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt::Write;
+use ftrace_core::errno::Errno;
+use ftrace_core::filter::{Glob, MatchType, kstrtoul};
+use ftrace_core::symbols::SymbolTable;
 
-use super::probe::{ProbeCommand, ProbeCount, ProbeRunner, RunProbe};
-
-use super::FtraceHash;
+use ftrace_core::filter::FtraceHash;
+use ftrace_core::filter::probe::{ProbeCommand, ProbeCount, ProbeRunner, RunProbe};
 
 /// `FTRACE_HASH_DEFAULT_BITS`.
 const HASH_DEFAULT_BITS: u32 = 10;
@@ -106,43 +109,6 @@ impl KHash {
 impl Default for KHash {
     fn default() -> Self {
         KHash::new(0)
-    }
-}
-
-/// Which filter file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum FilterFile {
-    /// `set_ftrace_filter`: functions to trace, plus function commands.
-    Filter,
-    /// `set_ftrace_notrace`: functions never to trace.
-    Notrace,
-    /// `set_graph_function`: function_graph roots.
-    GraphFunction,
-    /// `set_graph_notrace`: function_graph exclusions.
-    GraphNotrace,
-}
-
-impl FilterFile {
-    /// The file's name in tracefs.
-    pub const fn name(self) -> &'static str {
-        match self {
-            FilterFile::Filter => "set_ftrace_filter",
-            FilterFile::Notrace => "set_ftrace_notrace",
-            FilterFile::GraphFunction => "set_graph_function",
-            FilterFile::GraphNotrace => "set_graph_notrace",
-        }
-    }
-
-    /// What an empty file reads as.
-    pub const fn empty_text(self) -> &'static str {
-        match self {
-            FilterFile::Filter | FilterFile::GraphFunction => "#### all functions enabled ####\n",
-            FilterFile::Notrace | FilterFile::GraphNotrace => "#### no functions disabled ####\n",
-        }
-    }
-
-    fn is_graph(self) -> bool {
-        matches!(self, FilterFile::GraphFunction | FilterFile::GraphNotrace)
     }
 }
 
@@ -308,21 +274,20 @@ impl<S: SymbolTable> CommandEnv for NoEvents<S> {
     }
 }
 
-impl ProbeCommand {
-    fn from_name(name: &str, env: &dyn CommandEnv) -> Option<ProbeCommand> {
-        Some(match name {
-            "traceon" => ProbeCommand::Traceon,
-            "traceoff" => ProbeCommand::Traceoff,
-            "stacktrace" => ProbeCommand::Stacktrace,
-            "snapshot" if env.has_snapshot() => ProbeCommand::Snapshot,
-            "enable_event" => ProbeCommand::EnableEvent,
-            "disable_event" => ProbeCommand::DisableEvent,
-            "dump" => ProbeCommand::Dump,
-            "cpudump" => ProbeCommand::Cpudump,
-            _ => return None,
-        })
-        .filter(|&c| env.supports(c))
-    }
+/// The command a function-command name selects, if `env` offers it.
+fn probe_command(name: &str, env: &dyn CommandEnv) -> Option<ProbeCommand> {
+    Some(match name {
+        "traceon" => ProbeCommand::Traceon,
+        "traceoff" => ProbeCommand::Traceoff,
+        "stacktrace" => ProbeCommand::Stacktrace,
+        "snapshot" if env.has_snapshot() => ProbeCommand::Snapshot,
+        "enable_event" => ProbeCommand::EnableEvent,
+        "disable_event" => ProbeCommand::DisableEvent,
+        "dump" => ProbeCommand::Dump,
+        "cpudump" => ProbeCommand::Cpudump,
+        _ => return None,
+    })
+    .filter(|&c| env.supports(c))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -642,9 +607,10 @@ fn module_exists(symbols: &dyn SymbolTable, module: &str) -> bool {
     found
 }
 
-/// One open of a filter file for writing.
+/// One open of a filter file for writing: the new content, built token by token, that
+/// becomes the file's only at [`FilterDraft::close`].
 #[derive(Clone, Debug)]
-pub struct FilterEdit {
+pub struct FilterDraft {
     file: FilterFile,
     hash: KHash,
     mods: Vec<ModEntry>,
@@ -652,16 +618,16 @@ pub struct FilterEdit {
     cont: bool,
 }
 
-impl FilterEdit {
-    /// Opens `file`, whose current content is `current`, for writing; `truncate` is `O_TRUNC`
-    /// (the shell's `>`), which starts from an empty set and drops cached `:mod:` requests.
-    pub fn open(file: FilterFile, current: &FilterSet, truncate: bool) -> FilterEdit {
-        let (hash, mods) = if truncate {
-            (KHash::new(HASH_DEFAULT_BITS), Vec::new())
-        } else {
-            (current.hash.copy(HASH_DEFAULT_BITS), current.mods.clone())
+impl FilterDraft {
+    /// Opens `file`, whose current content is `current`, for writing: [`WriteMode::Truncate`]
+    /// (the shell's `>`) starts from an empty set and drops cached `:mod:` requests,
+    /// [`WriteMode::Append`] from a copy of `current`.
+    pub fn open(file: FilterFile, current: &FilterSet, mode: WriteMode) -> FilterDraft {
+        let (hash, mods) = match mode {
+            WriteMode::Truncate => (KHash::new(HASH_DEFAULT_BITS), Vec::new()),
+            WriteMode::Append => (current.hash.copy(HASH_DEFAULT_BITS), current.mods.clone()),
         };
-        FilterEdit {
+        FilterDraft {
             file,
             hash,
             mods,
@@ -678,7 +644,7 @@ impl FilterEdit {
     /// Consumes whitespace and at most one token of `buf` and applies the token
     /// (`trace_get_user` + `ftrace_process_regex` / `ftrace_graph_set_hash`); returns the
     /// number of bytes consumed. A token that reaches the end of `buf` is kept until the next
-    /// write or [`FilterEdit::close`]. On error nothing changes except that the token is
+    /// write or [`FilterDraft::close`]. On error nothing changes except that the token is
     /// dropped, and the caller should stop writing (as `write(2)` returning -1 does).
     pub fn write(
         &mut self,
@@ -791,7 +757,7 @@ impl FilterEdit {
             };
             return self.mod_command(func, module, symbols);
         }
-        let Some(cmd) = ProbeCommand::from_name(command, env) else {
+        let Some(cmd) = probe_command(command, env) else {
             return Err(Errno::EINVAL);
         };
         // "hash funcs only work with set_ftrace_filter"
@@ -929,5 +895,5 @@ fn event_command(
 }
 
 fn is_sep(c: u8) -> bool {
-    super::is_kernel_space(c) || c == 0
+    ftrace_core::filter::is_kernel_space(c) || c == 0
 }

@@ -3,11 +3,10 @@
 //! of the ip hash, and `u64::from_str_radix` for the kernel's number parser.
 
 use ftrace_core::errno::Errno;
-use ftrace_core::filter::{
-    FilterEdit, FilterFile, FilterSet, FtraceHash, Glob, MatchType, NoEvents, ProbeTable,
-    glob_match, kstrtoul,
-};
+use ftrace_core::filter::{FtraceHash, Glob, MatchType, glob_match, kstrtoul};
 use ftrace_core::symbols::SortedSymbols;
+use ftrace_tracefs::filter_edit::{FilterDraft, FilterSet, NoEvents, ProbeTable};
+use ftrace_tracefs::{FilterFile, WriteMode};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 
@@ -157,7 +156,8 @@ proptest! {
             if truncate {
                 model.clear();
             }
-            let mut edit = FilterEdit::open(FilterFile::Filter, &set, truncate);
+            let mode = if truncate { WriteMode::Truncate } else { WriteMode::Append };
+            let mut edit = FilterDraft::open(FilterFile::Filter, &set, mode);
             for (not, toks) in tokens {
                 let pat = render(&toks);
                 let text = if not { format!("!{pat} ") } else { format!("{pat} ") };

@@ -3,11 +3,11 @@
 //! language (globs, `!`, `:mod:`, commands, append vs replace) behaves as the kernel's.
 
 use ftrace_core::errno::Errno;
-use ftrace_core::filter::{
-    CommandEnv, FilterEdit, FilterFile, FilterSet, NoEvents, ProbeCommand, ProbeTable,
-};
+use ftrace_core::filter::ProbeCommand;
 use ftrace_core::pid::{show_pids, write_pids};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
+use ftrace_tracefs::filter_edit::{CommandEnv, FilterDraft, FilterSet, NoEvents, ProbeTable};
+use ftrace_tracefs::{FilterFile, WriteMode};
 
 const REFERENCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -51,11 +51,11 @@ fn echo(
     file: FilterFile,
     current: &FilterSet,
     text: &str,
-    truncate: bool,
+    mode: WriteMode,
     env: &dyn CommandEnv,
     probes: &mut ProbeTable,
 ) -> (FilterSet, Result<(), Errno>) {
-    let mut edit = FilterEdit::open(file, current, truncate);
+    let mut edit = FilterDraft::open(file, current, mode);
     let res = edit.write_all(text, env, probes);
     let (set, close_res) = edit.close(env, probes);
     (set, res.and(close_res))
@@ -114,7 +114,14 @@ fn check_captured(case: &str) {
     let env = NoEvents(kernel_symbols());
     let mut probes = ProbeTable::new();
     let before = FilterSet::new();
-    let (after, res) = echo(file, &before, &written, true, &env, &mut probes);
+    let (after, res) = echo(
+        file,
+        &before,
+        &written,
+        WriteMode::Truncate,
+        &env,
+        &mut probes,
+    );
     assert_eq!(
         res,
         expected,
@@ -135,7 +142,14 @@ fn errors_04_filter_reads_back_all_enabled_after_failed_write() {
     let (file, written, _) = captured_write("03");
     let env = NoEvents(kernel_symbols());
     let mut probes = ProbeTable::new();
-    let (after, _) = echo(file, &FilterSet::new(), &written, true, &env, &mut probes);
+    let (after, _) = echo(
+        file,
+        &FilterSet::new(),
+        &written,
+        WriteMode::Truncate,
+        &env,
+        &mut probes,
+    );
     let text = reference("07-errors/04.txt");
     let expected: Vec<&str> = text.lines().skip(1).take_while(|l| *l != "rc=0").collect();
     let shown = after.show(FilterFile::Filter, &env.0, Some(&probes));
@@ -162,12 +176,19 @@ fn errors_25_empty_write_clears_the_filter() {
         FilterFile::Filter,
         &FilterSet::new(),
         "vfs_read",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut probes,
     );
     assert_eq!(set.len(), 1);
-    let (set, res) = echo(FilterFile::Filter, &set, "\n", true, &env, &mut probes);
+    let (set, res) = echo(
+        FilterFile::Filter,
+        &set,
+        "\n",
+        WriteMode::Truncate,
+        &env,
+        &mut probes,
+    );
     assert_eq!(res, Ok(()));
     assert!(set.is_empty());
 }
@@ -182,7 +203,7 @@ fn readback_matches_the_function_capture() {
         FilterFile::Filter,
         &FilterSet::new(),
         "vfs_read vfs_write do_sys_openat2 ksys_read\n",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut probes,
     );
@@ -228,13 +249,20 @@ fn globs_negation_append_and_replace() {
         FilterFile::Filter,
         &FilterSet::new(),
         "vfs_*",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
     r.unwrap();
     assert_eq!(filter_names(&set, syms), ["vfs_read", "vfs_write"]);
-    let (set, r) = echo(FilterFile::Filter, &set, "*_read", false, &env, &mut p);
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "*_read",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     let mut expected = Vec::new();
     syms.for_each(&mut |s| {
@@ -244,36 +272,85 @@ fn globs_negation_append_and_replace() {
     });
     assert!(expected.len() > 3, "{expected:?}");
     assert_eq!(filter_names(&set, syms), expected);
-    let (set, r) = echo(FilterFile::Filter, &set, "!vfs_*", false, &env, &mut p);
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "!vfs_*",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     expected.retain(|n| !n.starts_with("vfs_"));
     assert_eq!(filter_names(&set, syms), expected);
     // `!` of a function that exists but is not in the set succeeds (it matched a record).
-    let (set, r) = echo(FilterFile::Filter, &set, "!vfs_read", false, &env, &mut p);
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "!vfs_read",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Ok(()));
-    let (set, r) = echo(FilterFile::Filter, &set, "*sys_open*", true, &env, &mut p);
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "*sys_open*",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert_eq!(
         filter_names(&set, syms),
         ["do_sys_openat2", "__x64_sys_openat"]
     );
-    let (set, r) = echo(FilterFile::Filter, &set, "v?s_re[a-z]d", true, &env, &mut p);
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "v?s_re[a-z]d",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert_eq!(filter_names(&set, syms), ["vfs_read"]);
     // A 1-based index into the listing.
-    let (set, r) = echo(FilterFile::Filter, &set, "1", true, &env, &mut p);
+    let (set, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "1",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert_eq!(filter_names(&set, syms), ["__traceiter_initcall_level"]);
-    let (_, r) = echo(FilterFile::Filter, &set, "0", true, &env, &mut p);
+    let (_, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "0",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Err(Errno::EINVAL));
-    let (_, r) = echo(FilterFile::Filter, &set, "99999", true, &env, &mut p);
+    let (_, r) = echo(
+        FilterFile::Filter,
+        &set,
+        "99999",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Err(Errno::EINVAL));
     // A failing token in the middle keeps the earlier ones (one token per write(2)).
     let (set, r) = echo(
         FilterFile::Filter,
         &FilterSet::new(),
         "vfs_read nonexistent_fn vfs_write",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -293,7 +370,7 @@ fn notrace_reads_back_and_rejects_commands() {
         FilterFile::Notrace,
         &FilterSet::new(),
         "ksys_*",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -306,7 +383,7 @@ fn notrace_reads_back_and_rejects_commands() {
         FilterFile::Notrace,
         &set,
         "vfs_read:traceon",
-        false,
+        WriteMode::Append,
         &env,
         &mut p,
     );
@@ -323,7 +400,7 @@ fn graph_files_take_globs_only() {
         g,
         &FilterSet::new(),
         "vfs_read ksys_read",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -333,11 +410,11 @@ fn graph_files_take_globs_only() {
     lines.sort();
     assert_eq!(lines, ["ksys_read", "vfs_read"]);
     for bad in ["vfs_read:traceon", "1", "!vfs_write", "nonexistent_fn_xyz"] {
-        let (after, r) = echo(g, &set, bad, false, &env, &mut p);
+        let (after, r) = echo(g, &set, bad, WriteMode::Append, &env, &mut p);
         assert_eq!(r, Err(Errno::EINVAL), "{bad}");
         assert_eq!(after.len(), 2);
     }
-    let (set, r) = echo(g, &set, "!vfs_read", false, &env, &mut p);
+    let (set, r) = echo(g, &set, "!vfs_read", WriteMode::Append, &env, &mut p);
     r.unwrap();
     assert_eq!(set.show(g, &env.0, None), "ksys_read\n");
     assert_eq!(
@@ -356,7 +433,7 @@ fn graph_readback_follows_kernel_hash_order() {
         FilterFile::GraphFunction,
         &FilterSet::new(),
         "vfs_read vfs_write",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -374,25 +451,46 @@ fn function_commands_register_read_back_and_remove() {
     let mut p = ProbeTable::new();
     let f = FilterFile::Filter;
     let empty = FilterSet::new();
-    let (set, r) = echo(f, &empty, "vfs_read:traceon", true, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &empty,
+        "vfs_read:traceon",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert!(set.is_empty(), "commands do not touch the filter hash");
     assert_eq!(
         set.show(f, &env.0, Some(&p)),
         "#### all functions enabled ####\nvfs_read:traceon:unlimited\n"
     );
-    let (set, r) = echo(f, &set, "ksys_read:traceoff:3", false, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &set,
+        "ksys_read:traceoff:3",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     let (set, r) = echo(
         f,
         &set,
         "vfs_write:enable_event:sched:sched_switch:2",
-        false,
+        WriteMode::Append,
         &env,
         &mut p,
     );
     r.unwrap();
-    let (set, r) = echo(f, &set, "ksys_write:snapshot", false, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &set,
+        "ksys_write:snapshot",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     // Newest probe ops first.
     assert_eq!(
@@ -407,27 +505,55 @@ fn function_commands_register_read_back_and_remove() {
     assert_eq!(p.at(0xffffffff81458070).next().unwrap().count, Some(2));
     assert_eq!(p.hash_of(ProbeCommand::Traceon).len(), 1);
     // Truncating the filter does not remove commands.
-    let (set, _) = echo(f, &set, "\n", true, &env, &mut p);
+    let (set, _) = echo(f, &set, "\n", WriteMode::Truncate, &env, &mut p);
     assert_eq!(p.entries().count(), 4);
     // Removal: the uncounted form removes the uncounted probe; the counted one needs `:0`.
-    let (_, r) = echo(f, &set, "!ksys_read:traceoff", false, &env, &mut p);
+    let (_, r) = echo(
+        f,
+        &set,
+        "!ksys_read:traceoff",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Err(Errno::ENODEV));
-    let (set, r) = echo(f, &set, "!ksys_read:traceoff:0", false, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &set,
+        "!ksys_read:traceoff:0",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     r.unwrap();
-    let (_, r) = echo(f, &set, "!vfs_write:traceon", false, &env, &mut p);
+    let (_, r) = echo(
+        f,
+        &set,
+        "!vfs_write:traceon",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Err(Errno::EINVAL), "probe exists but matches nothing");
-    let (set, r) = echo(f, &set, "!*:traceon", false, &env, &mut p);
+    let (set, r) = echo(f, &set, "!*:traceon", WriteMode::Append, &env, &mut p);
     r.unwrap();
     let (set, r) = echo(
         f,
         &set,
         "!vfs_write:enable_event:sched:sched_switch:0",
-        false,
+        WriteMode::Append,
         &env,
         &mut p,
     );
     r.unwrap();
-    let (_, r) = echo(f, &set, "!ksys_write:snapshot", false, &env, &mut p);
+    let (_, r) = echo(
+        f,
+        &set,
+        "!ksys_write:snapshot",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert!(p.is_empty());
 }
@@ -449,12 +575,19 @@ fn function_command_errors() {
         ("vfs_read:mod", Errno::EINVAL),
         ("!vfs_read:stacktrace", Errno::ENODEV),
     ] {
-        let (_, r) = echo(f, &empty, text, true, &env, &mut p);
+        let (_, r) = echo(f, &empty, text, WriteMode::Truncate, &env, &mut p);
         assert_eq!(r, Err(errno), "{text}");
     }
     assert!(p.is_empty());
     // An empty count is a counted probe with no limit, printed as the kernel does.
-    let (set, r) = echo(f, &empty, "vfs_read:stacktrace:", true, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &empty,
+        "vfs_read:stacktrace:",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert_eq!(
         set.show(f, &env.0, Some(&p)),
@@ -462,14 +595,28 @@ fn function_command_errors() {
     );
     // The same function again under the same probe: nothing was added → EINVAL.
     let cmd = "vfs_read:disable_event:sched:sched_switch";
-    let (set, r) = echo(f, &set, cmd, false, &env, &mut p);
+    let (set, r) = echo(f, &set, cmd, WriteMode::Append, &env, &mut p);
     r.unwrap();
-    let (_, r) = echo(f, &set, cmd, false, &env, &mut p);
+    let (_, r) = echo(f, &set, cmd, WriteMode::Append, &env, &mut p);
     assert_eq!(r, Err(Errno::EINVAL));
-    let (_, r) = echo(f, &set, "vfs_read:stacktrace:5", false, &env, &mut p);
+    let (_, r) = echo(
+        f,
+        &set,
+        "vfs_read:stacktrace:5",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Err(Errno::EINVAL));
     // A glob that adds at least one new function succeeds; existing ones keep their count.
-    let (_, r) = echo(f, &set, "vfs_*:stacktrace:5", false, &env, &mut p);
+    let (_, r) = echo(
+        f,
+        &set,
+        "vfs_*:stacktrace:5",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Ok(()));
     let counts: Vec<_> = p
         .entries()
@@ -492,7 +639,7 @@ fn function_command_errors() {
         f,
         &empty,
         "vfs_read:snapshot",
-        true,
+        WriteMode::Truncate,
         &NoSnap(kernel_symbols()),
         &mut p,
     );
@@ -505,37 +652,72 @@ fn module_filters_and_cache() {
     let syms = &env.0;
     let mut p = ProbeTable::new();
     let f = FilterFile::Filter;
-    let (set, r) = echo(f, &FilterSet::new(), ":mod:ext4", true, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &FilterSet::new(),
+        ":mod:ext4",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert_eq!(
         filter_names(&set, syms),
         ["ext4_read [ext4]", "ext4_write [ext4]"]
     );
-    let (set, r) = echo(f, &FilterSet::new(), "*read:mod:*", true, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &FilterSet::new(),
+        "*read:mod:*",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert_eq!(
         filter_names(&set, syms),
         ["ext4_read [ext4]", "xfs_read [xfs]"]
     );
     // `!` on the module: everything outside it.
-    let (set, r) = echo(f, &FilterSet::new(), "*read:mod:!ext4", true, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &FilterSet::new(),
+        "*read:mod:!ext4",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
     assert_eq!(filter_names(&set, syms), ["vfs_read", "xfs_read [xfs]"]);
     // A loaded module with no match fails; an unknown one is cached and read back.
-    let (_, r) = echo(f, &FilterSet::new(), "nope:mod:ext4", true, &env, &mut p);
+    let (_, r) = echo(
+        f,
+        &FilterSet::new(),
+        "nope:mod:ext4",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     assert_eq!(r, Err(Errno::EINVAL));
-    let (set, r) = echo(f, &FilterSet::new(), "foo*:mod:btrfs", true, &env, &mut p);
+    let (set, r) = echo(
+        f,
+        &FilterSet::new(),
+        "foo*:mod:btrfs",
+        WriteMode::Truncate,
+        &env,
+        &mut p,
+    );
     r.unwrap();
-    let (set, r) = echo(f, &set, ":mod:nfs", false, &env, &mut p);
+    let (set, r) = echo(f, &set, ":mod:nfs", WriteMode::Append, &env, &mut p);
     r.unwrap();
     assert_eq!(
         set.show(f, syms, Some(&p)),
         "#### all functions enabled ####\n:mod:nfs\nfoo*:mod:btrfs\n"
     );
-    let (set, r) = echo(f, &set, "!foo*:mod:btrfs", false, &env, &mut p);
+    let (set, r) = echo(f, &set, "!foo*:mod:btrfs", WriteMode::Append, &env, &mut p);
     r.unwrap();
     assert_eq!(set.mods().len(), 1);
-    let (_, r) = echo(f, &set, "!foo*:mod:btrfs", false, &env, &mut p);
+    let (_, r) = echo(f, &set, "!foo*:mod:btrfs", WriteMode::Append, &env, &mut p);
     assert_eq!(r, Err(Errno::EINVAL));
     // Loading the module applies its cached requests.
     let mut set = set;
@@ -543,7 +725,14 @@ fn module_filters_and_cache() {
     loaded.push("nfs_read", 0x4000, 0x10, Some("nfs"));
     loaded.push("nfs_write", 0x4010, 0x10, Some("nfs"));
     loaded.finish();
-    let (mut with_btrfs, _) = echo(f, &set, "btrfs_*:mod:btrfs", false, &env, &mut p);
+    let (mut with_btrfs, _) = echo(
+        f,
+        &set,
+        "btrfs_*:mod:btrfs",
+        WriteMode::Append,
+        &env,
+        &mut p,
+    );
     assert_eq!(with_btrfs.load_module("xfs", &loaded), 0);
     assert_eq!(with_btrfs.load_module("nfs", &loaded), 1);
     assert_eq!(
@@ -552,7 +741,7 @@ fn module_filters_and_cache() {
     );
     assert_eq!(set.load_module("nfs", &loaded), 1);
     // Truncation drops the cache.
-    let (set, _) = echo(f, &set, "\n", true, &env, &mut p);
+    let (set, _) = echo(f, &set, "\n", WriteMode::Truncate, &env, &mut p);
     assert!(set.mods().is_empty());
 }
 
@@ -560,7 +749,7 @@ fn module_filters_and_cache() {
 fn tokens_split_across_writes_and_too_long() {
     let env = NoEvents(kernel_symbols());
     let mut p = ProbeTable::new();
-    let mut e = FilterEdit::open(FilterFile::Filter, &FilterSet::new(), true);
+    let mut e = FilterDraft::open(FilterFile::Filter, &FilterSet::new(), WriteMode::Truncate);
     assert_eq!(e.write("  vfs_", &env, &mut p), Ok(6));
     assert_eq!(e.write("read\nksys", &env, &mut p), Ok(5));
     assert_eq!(e.write("ksys", &env, &mut p), Ok(4));
@@ -569,7 +758,7 @@ fn tokens_split_across_writes_and_too_long() {
     let (set, r) = e.close(&env, &mut p);
     r.unwrap();
     assert_eq!(filter_names(&set, &env.0), ["vfs_read", "ksys_write"]);
-    let mut e = FilterEdit::open(FilterFile::Filter, &FilterSet::new(), true);
+    let mut e = FilterDraft::open(FilterFile::Filter, &FilterSet::new(), WriteMode::Truncate);
     let long = "a".repeat(670);
     assert_eq!(e.write(&long, &env, &mut p), Err(Errno::EINVAL));
     assert_eq!(e.write(&"*".repeat(669), &env, &mut p).map(|_| ()), Ok(()));
@@ -593,7 +782,7 @@ fn command_lines_follow_the_probe_hash_order() {
         FilterFile::Filter,
         &FilterSet::new(),
         "*_read:traceoff",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -653,7 +842,7 @@ fn hits_decrement_the_counts_the_file_reads_back() {
         FilterFile::Filter,
         &FilterSet::new(),
         text,
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -699,7 +888,7 @@ fn hits_decrement_the_counts_the_file_reads_back() {
         FilterFile::Filter,
         &set,
         "vfs_write:traceoff:2",
-        false,
+        WriteMode::Append,
         &env,
         &mut p,
     );
@@ -733,7 +922,7 @@ fn commands_a_backend_cannot_run_are_refused() {
         FilterFile::Filter,
         &FilterSet::new(),
         "vfs_read:traceoff",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -744,7 +933,14 @@ fn commands_a_backend_cannot_run_are_refused() {
         "vfs_write:stacktrace:3",
         "!vfs_read:stacktrace",
     ] {
-        let (after, r) = echo(FilterFile::Filter, &set, bad, false, &env, &mut p);
+        let (after, r) = echo(
+            FilterFile::Filter,
+            &set,
+            bad,
+            WriteMode::Append,
+            &env,
+            &mut p,
+        );
         assert_eq!(r, Err(Errno::EINVAL), "{bad}");
         assert_eq!(p, before, "{bad}");
         assert_eq!(after, set, "{bad}");
@@ -775,7 +971,7 @@ fn concurrent_hits_act_at_most_count_times() {
         FilterFile::Filter,
         &FilterSet::new(),
         "vfs_read:stacktrace:1000",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -822,7 +1018,7 @@ fn dump_counts_once_and_cpudump_is_unlimited() {
         FilterFile::Filter,
         &FilterSet::new(),
         "vfs_read:dump:5 vfs_write:cpudump:7",
-        true,
+        WriteMode::Truncate,
         &env,
         &mut p,
     );
@@ -853,7 +1049,7 @@ fn dump_counts_once_and_cpudump_is_unlimited() {
         FilterFile::Filter,
         &set,
         "!vfs_read:dump !vfs_write:cpudump",
-        false,
+        WriteMode::Append,
         &env,
         &mut p,
     );
