@@ -42,6 +42,7 @@ use ftrace_tracers::iter::TraceIter;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::ringbuf::CpuBufferSink;
 use ftrace_tracers::tracer::{AdmitAll, Tracer};
 
 module! {
@@ -288,10 +289,7 @@ fn function_trace_call(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&
     let Some(buf) = t.buffer.cpu(cpu) else {
         return;
     };
-    let sink = tracing::CpuSink {
-        buf,
-        clock: &platform::LocalClock,
-    };
+    let sink = CpuBufferSink::new(buf, &platform::LocalClock);
     // The kernel's ftrace_set_filter() already filtered the call sites: admit every ip.
     if t.tracer.trace_call(ip, parent_ip, &AdmitAll, &task, &sink) {
         pc.comms

@@ -23,7 +23,11 @@
 //! - [`reclaim`]: publication cells and grace periods (a reader-count one, and crossbeam-epoch
 //!   with `std`);
 //! - [`sync`]: the atomics every lock-free protocol of the crates uses (loom's under
-//!   `cfg(loom)`), [`sync::loom_const_fn!`] and a loom-compatible `UnsafeCell`.
+//!   `cfg(loom)`), [`sync::loom_const_fn!`] and a loom-compatible `UnsafeCell`;
+//! - [`static_key`]: reference-counted switches a call site tests with one relaxed load;
+//!   `jump_label` (feature `jump-label`, x86_64): the same test as a patched 5-byte NOP;
+//! - [`tracepoint`](mod@tracepoint): events declared in Rust ([`tracepoint!`]): record layout,
+//!   `format` field table, id and a `trace_<name>(..)` call site from one declaration.
 //!
 //! The crate is `#![no_std]` and never allocates unless the `alloc` feature is on. It uses no
 //! floating point and no 128-bit arithmetic, so it builds inside the Linux kernel.
@@ -39,13 +43,17 @@ pub mod errno;
 pub mod event;
 pub mod filter;
 pub mod format;
+#[cfg(all(feature = "jump-label", target_arch = "x86_64", not(loom)))]
+pub mod jump_label;
 pub mod ops;
 pub mod pid;
 pub mod platform;
 pub mod reclaim;
 pub mod recursion;
+pub mod static_key;
 pub mod symbols;
 pub mod sync;
+pub mod tracepoint;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -418,3 +418,35 @@ fn rcu_cell_replace_under_readers() {
         );
     });
 }
+
+/// Static keys: an `inc` that returns, fast path or slow, sees the call sites updated by the
+/// 0 -> 1 transition (modelled as a relaxed flag the update sets). Fails when the count's
+/// release store after the update (or the fast path's acquire) is weakened to relaxed.
+#[test]
+fn static_key_inc_returns_after_the_sites_are_enabled() {
+    use ftrace_core::static_key::{Branch, StaticKey};
+    loom::model(|| {
+        let key = Arc::new(StaticKey::new());
+        let sites = Arc::new(AtomicBool::new(false));
+        let enable = |key: &StaticKey, sites: &AtomicBool| {
+            key.inc(|b| {
+                assert_eq!(b, Branch::Enable);
+                sites.store(true, Ordering::Relaxed);
+            });
+            assert!(
+                sites.load(Ordering::Relaxed),
+                "on before its sites were enabled"
+            );
+        };
+        let t = {
+            let (key, sites) = (key.clone(), sites.clone());
+            thread::spawn(move || enable(&key, &sites))
+        };
+        enable(&key, &sites);
+        t.join().unwrap();
+        assert_eq!(key.count(), 2);
+        key.dec(|_| panic!("2 -> 1 updates nothing"));
+        key.dec(|b| assert_eq!(b, Branch::Disable));
+        assert!(!key.is_enabled());
+    });
+}

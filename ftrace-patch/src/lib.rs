@@ -15,6 +15,7 @@
 //! - [`breakpoint`]: [`BreakpointSlot`], where a platform's trap handler finds the armed
 //!   batch (arm, lookup, disarm and drain).
 //! - [`bug`]: `ftrace_bug()` reports.
+//! - [`jump_label`]: a static key's NOP sites to `jmp` and back, through the protocols.
 //! - `sim` (feature `alloc`): an in-memory text segment and an executor model that checks every
 //!   intermediate state of a batch.
 //!
@@ -32,6 +33,7 @@ pub mod aarch64;
 pub mod breakpoint;
 pub mod bug;
 pub mod ftrace_ops;
+pub mod jump_label;
 pub mod ops;
 pub mod pages;
 pub mod protocol;

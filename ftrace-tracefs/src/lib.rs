@@ -51,6 +51,8 @@ pub mod filters;
 #[cfg(feature = "alloc")]
 mod fs;
 #[cfg(feature = "alloc")]
+pub mod hist;
+#[cfg(feature = "alloc")]
 pub mod readme;
 #[cfg(feature = "alloc")]
 pub mod records;

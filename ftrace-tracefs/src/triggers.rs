@@ -1059,7 +1059,8 @@ mod hist {
                 }
                 let mut n = 0;
                 let f = parse_expr(&mut c, field_str, false, false, &mut n)?;
-                if f.graph_percent || f.bucket_log2 || f.sym_syscall_stack {
+                // `__create_val_field`: `.percent` and `.graph` are for values only.
+                if f.bucket_log2 || f.sym_syscall_stack {
                     c.err(hist_msg::BAD_FIELD_MODIFIER, field_str);
                     return Err(Errno::EINVAL);
                 }

@@ -300,9 +300,74 @@ fn tracer_options_change_the_output_or_are_refused() {
 }
 
 #[test]
-fn instances_are_refused() {
+fn an_instance_has_its_own_buffer_tracer_and_filters() {
+    let (a, mut fs) = instance!();
+    fs.mkdir("instances/foo").unwrap();
+    assert_eq!(fs.mkdir("instances/foo"), Err(Errno::EEXIST));
+    assert_eq!(
+        cat(&mut fs, "instances/foo/available_tracers"),
+        "function nop\n"
+    );
+    // function_graph runs at the top level only; refused, nothing changes
+    assert_eq!(
+        echo(&mut fs, "function_graph", "instances/foo/current_tracer"),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(cat(&mut fs, "instances/foo/current_tracer"), "nop\n");
+    echo(&mut fs, "function", "instances/foo/current_tracer").unwrap();
+    echo(&mut fs, "do_work", "instances/foo/set_ftrace_filter").unwrap();
+    workload(a);
+    let foo = cat(&mut fs, "instances/foo/trace");
+    let calls: Vec<&str> = foo
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(": ").nth(1).unwrap())
+        .collect();
+    assert_eq!(calls, ["do_work <-schedule"], "{foo}");
+    assert!(lines(&mut fs).is_empty(), "the top level runs nop");
+    // both trace, each with its own filter and buffer
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    echo(&mut fs, "helper", "set_ftrace_filter").unwrap();
+    echo(&mut fs, "", "instances/foo/trace").unwrap();
+    workload(a);
+    assert_eq!(lines(&mut fs).len(), 2, "helper twice at the top");
+    let foo = cat(&mut fs, "instances/foo/trace");
+    assert_eq!(
+        foo.lines().filter(|l| !l.starts_with('#')).count(),
+        1,
+        "{foo}"
+    );
+    // its own tracing_on and markers
+    echo(&mut fs, "0", "instances/foo/tracing_on").unwrap();
+    echo(&mut fs, "", "instances/foo/trace").unwrap();
+    workload(a);
+    assert_eq!(cat(&mut fs, "tracing_on"), "1\n");
+    assert_eq!(lines(&mut fs).len(), 4);
+    echo(&mut fs, "1", "instances/foo/tracing_on").unwrap();
+    echo(&mut fs, "hello", "instances/foo/trace_marker").unwrap();
+    assert!(cat(&mut fs, "instances/foo/trace").contains("hello"));
+    assert!(!cat(&mut fs, "trace").contains("hello"));
+    // a second instance, then both removed; tracing goes on at the top
+    fs.mkdir("instances/bar").unwrap();
+    echo(&mut fs, "function", "instances/bar/current_tracer").unwrap();
+    fs.rmdir("instances/foo").unwrap();
+    fs.rmdir("instances/bar").unwrap();
+    assert_eq!(fs.rmdir("instances/foo"), Err(Errno::ENOENT));
+    echo(&mut fs, "", "trace").unwrap();
+    workload(a);
+    assert_eq!(lines(&mut fs).len(), 2);
+}
+
+#[test]
+fn an_instance_with_an_open_file_is_busy() {
     let (_a, mut fs) = instance!();
-    assert_eq!(fs.mkdir("instances/foo"), Err(Errno::ENODEV));
+    fs.mkdir("instances/busy").unwrap();
+    let fh = fs
+        .open("instances/busy/trace_pipe", ftrace_tracefs::OpenFlags::READ)
+        .unwrap();
+    assert_eq!(fs.rmdir("instances/busy"), Err(Errno::EBUSY));
+    fs.release(fh).unwrap();
+    fs.rmdir("instances/busy").unwrap();
 }
 
 #[test]

@@ -42,6 +42,8 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("fusermount3", "fuse3"),
     // The kernel's ftracetest (backends/user/tests/ftracetest.rs) is extracted from it.
     ("/usr/src/linux-source-6.12.tar.xz", "linux-source-6.12"),
+    // `cargo xtask stream-check` measures the tool's peak RSS with `/usr/bin/time -v`.
+    ("/usr/bin/time", "time"),
 ];
 
 /// Whether the proof of an [`APT_PACKAGES`] entry is there: the file at an absolute path, or
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Some("demo") => done(user::demo()),
         Some("fresh-check") => done(fresh::fresh_check()),
         Some("bench-vs-uftrace") => done(user::bench_vs_uftrace(&args[1..])),
+        Some("stream-check") => done(user::stream_check(&args[1..])),
         Some("qemu-test") => match qemu::qemu_test(&args[1..]) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
             eprintln!("       cargo xtask fresh-check  (.ci/run in a fresh clone, empty caches)");
             eprintln!("       cargo xtask demo");
             eprintln!("       cargo xtask bench-vs-uftrace [N] [ROUNDS]");
+            eprintln!("       cargo xtask stream-check [MILLION_CALLS] [SCALE]");
             eprintln!("stages: apt fmt clippy no-std package doc test loom qemu rfl");
             ExitCode::from(2)
         }

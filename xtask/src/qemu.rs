@@ -458,7 +458,9 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     // exactly the filtered functions are patched, each used by one ops
     sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
     let clock = vm.command("cat trace_clock")?;
-    check(clock == "[local]\n", || format!("trace_clock: {clock:?}"))?;
+    check(clock == "[local] counter\n", || {
+        format!("trace_clock: {clock:?}")
+    })?;
     run_workload(vm, ROUNDS, "")?;
     let trace = vm.command("cat trace")?;
     let on_cpu0 = |flags, rounds| Segment {
@@ -737,10 +739,225 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     sites.expect_enabled(vm, "enabled_functions", &BM_FUNCS, 1)?;
     echo_ok(vm, "echo nop > current_tracer")?;
     sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+    let refused = instance_files(vm, &sites)?;
     heap_reuse(vm)?;
     // four writes were meant to fail: the two unknown names, the marker with tracing off and
-    // the stacktrace command
-    Ok(4)
+    // the stacktrace command; and those of `instance_files`
+    Ok(4 + refused)
+}
+
+/// What the shared tracing instance brings to bare metal: `buffer_size_kb` (whole and per CPU,
+/// resized while tracing), an options file (`print-parent`, and `trace_options`),
+/// `trace_pipe` (a consuming read), `trace_pipe_raw` (kernel pages, consumed, decoded here),
+/// `instances/` and the function profiler.
+/// Starts and ends under `nop` with the `bm_*` filter; returns the writes meant to fail.
+fn instance_files(vm: &mut Vm, sites: &Sites) -> Result<u32, String> {
+    let one_round = |cpu, flags| Segment {
+        cpu,
+        flags,
+        rounds: 1,
+        calls: BM,
+    };
+    // 32 sub-buffers of 4080 data bytes a CPU at boot
+    let kb = vm.command("cat buffer_size_kb")?;
+    check(kb == "127\n", || format!("buffer_size_kb at boot: {kb:?}"))?;
+    echo_ok(vm, "echo function > current_tracer")?;
+    run_workload(vm, 1, "")?;
+    // resized while tracing: a new, empty ring of ceil(64 KiB / 4080) = 17 sub-buffers a CPU
+    echo_ok(vm, "echo 64 > buffer_size_kb")?;
+    for f in [
+        "buffer_size_kb",
+        "per_cpu/cpu0/buffer_size_kb",
+        "per_cpu/cpu1/buffer_size_kb",
+    ] {
+        let kb = vm.command(&format!("cat {f}"))?;
+        check(kb == "67\n", || format!("{f} after echo 64: {kb:?}"))?;
+    }
+    let trace = vm.command("cat trace")?;
+    let (counts, _) = function_header(&trace, "function")?;
+    check(counts == (0, 0), || {
+        format!("trace after the resize:\n{trace}")
+    })?;
+    run_workload(vm, 1, "")?;
+    let trace = vm.command("cat trace")?;
+    check_function_trace(&trace, &[one_round(0, ".....")], Expectation::Right)?;
+    // one CPU's buffer alone; a size that is not a number is refused and changes nothing
+    echo_ok(vm, "echo 12 > per_cpu/cpu1/buffer_size_kb")?;
+    let kb = vm.command("cat per_cpu/cpu1/buffer_size_kb")?;
+    check(kb == "15\n", || format!("cpu1 after echo 12: {kb:?}"))?;
+    let total = vm.command("cat buffer_size_kb")?;
+    check(total == "X\n", || {
+        format!("buffer_size_kb with two sizes: {total:?}")
+    })?;
+    let bad = vm.command("echo lots > buffer_size_kb")?;
+    check(bad == "sh: write error: Invalid argument\n", || {
+        format!("echo lots > buffer_size_kb: {bad:?}")
+    })?;
+    let kb = vm.command("cat per_cpu/cpu0/buffer_size_kb")?;
+    check(kb == "67\n", || {
+        format!("cpu0 after the refused write: {kb:?}")
+    })?;
+
+    // an options file: print-parent off drops the ` <-parent` column, trace_options says so
+    let opt = vm.command("cat options/print-parent")?;
+    check(opt == "1\n", || format!("options/print-parent: {opt:?}"))?;
+    echo_ok(vm, "echo 0 > options/print-parent")?;
+    let opts = vm.command("cat trace_options")?;
+    check(opts.lines().any(|l| l == "noprint-parent"), || {
+        format!("trace_options with print-parent off:\n{opts}")
+    })?;
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, 1, "")?;
+    let trace = vm.command("cat trace")?;
+    let (_, events) = function_header(&trace, "function")?;
+    let want = expected_calls(1, BM, Expectation::Right);
+    check(
+        events.len() == want.len()
+            && events
+                .iter()
+                .zip(&want)
+                .all(|(l, (f, _))| !l.contains(" <-") && l.ends_with(&format!(": {f}"))),
+        || format!("trace with print-parent off:\n{trace}"),
+    )?;
+    echo_ok(vm, "echo 1 > options/print-parent")?;
+
+    // trace_pipe: the events without a header, consumed by the read
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, 1, "")?;
+    let pipe = vm.command("cat trace_pipe")?;
+    let lines: Vec<&str> = pipe.lines().collect();
+    check(
+        lines.len() == want.len()
+            && lines
+                .iter()
+                .zip(&want)
+                .all(|(l, (f, parent))| match parent {
+                    Some(p) => l.ends_with(&format!(": {f} <-{p}")),
+                    None => l.contains(&format!(": {f} <-")),
+                }),
+        || format!("trace_pipe:\n{pipe}"),
+    )?;
+    let again = vm.command("cat trace_pipe")?;
+    check(again.is_empty(), || {
+        format!("trace_pipe read twice:\n{again}")
+    })?;
+    let trace = vm.command("cat trace")?;
+    let (counts, events) = function_header(&trace, "function")?;
+    check(counts.0 == 0 && events.is_empty(), || {
+        format!("trace after trace_pipe consumed it:\n{trace}")
+    })?;
+
+    // trace_pipe_raw: CPU 0's pages as the kernel's ring buffer lays them out, consumed
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, 1, "")?;
+    let hex = vm.command("xxd per_cpu/cpu0/trace_pipe_raw")?;
+    let names = decode_function_pages(&hex, sites)?;
+    let want_names: Vec<&str> = want.iter().map(|(f, _)| *f).collect();
+    check(names == want_names, || {
+        format!("trace_pipe_raw decoded: {names:?}, want {want_names:?}")
+    })?;
+    let again = vm.command("xxd per_cpu/cpu0/trace_pipe_raw")?;
+    check(again.is_empty(), || {
+        format!("trace_pipe_raw read twice:\n{again}")
+    })?;
+    echo_ok(vm, "echo nop > current_tracer")?;
+
+    // instances: one with its own tracer, filter and buffer, reached through the top level's
+    // call sites (only its function patched), refusing function_graph, then removed
+    echo_ok(vm, "mkdir instances/foo")?;
+    let tracers = vm.command("cat instances/foo/available_tracers")?;
+    check(tracers == "function nop\n", || {
+        format!("instances/foo/available_tracers: {tracers:?}")
+    })?;
+    echo_ok(vm, "echo bm_leaf > instances/foo/set_ftrace_filter")?;
+    echo_ok(vm, "echo function > instances/foo/current_tracer")?;
+    sites.expect_enabled(vm, "enabled_functions", &["bm_leaf"], 1)?;
+    let graph = vm.command("echo function_graph > instances/foo/current_tracer")?;
+    check(graph == "sh: write error: Invalid argument\n", || {
+        format!("function_graph in an instance: {graph:?}")
+    })?;
+    run_workload(vm, 1, "")?;
+    let inst = vm.command("cat instances/foo/trace")?;
+    let (counts, events) = function_header(&inst, "function")?;
+    check(
+        counts == (2, 2) && events.iter().all(|l| l.ends_with(": bm_leaf <-bm_middle")),
+        || format!("instances/foo/trace:\n{inst}"),
+    )?;
+    let top = vm.command("cat trace")?;
+    let (counts, _) = function_header(&top, "nop")?;
+    check(counts == (0, 0), || {
+        format!("the top level under nop:\n{top}")
+    })?;
+    echo_ok(vm, "rmdir instances/foo")?;
+    sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+    let ls = vm.command("ls instances")?;
+    check(ls.is_empty(), || format!("instances after rmdir: {ls:?}"))?;
+
+    // the function profiler: every site patched for its ops under nop, one CPU's hits
+    echo_ok(vm, "echo 1 > function_profile_enabled")?;
+    sites.expect_enabled(vm, "enabled_functions", &sites.names(), 1)?;
+    run_workload(vm, 1, "")?;
+    let stat = vm.command("cat trace_stat/function0")?;
+    let hits = |f: &str| {
+        stat.lines().find_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(f)).then(|| w.next()?.parse::<u64>().ok())?
+        })
+    };
+    check(
+        stat.starts_with("  Function                               Hit\n")
+            && [
+                ("bm_workload", 1),
+                ("bm_outer", 1),
+                ("bm_middle", 2),
+                ("bm_leaf", 2),
+            ]
+            .iter()
+            .all(|&(f, n)| hits(f) == Some(n)),
+        || format!("trace_stat/function0:\n{stat}"),
+    )?;
+    echo_ok(vm, "echo 0 > function_profile_enabled")?;
+    sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
+    // the refused writes: `echo lots > buffer_size_kb`, function_graph in the instance
+    Ok(2)
+}
+
+/// Decodes `xxd` output of `trace_pipe_raw` (4 KiB kernel sub-buffers) into the functions of
+/// its `function` entries (`TRACE_FN`, type 1: `trace_entry` then `ip`, `parent_ip`), named
+/// by the call-site records.
+fn decode_function_pages(hex: &str, sites: &Sites) -> Result<Vec<String>, String> {
+    let digits: String = hex.split_whitespace().collect();
+    let bytes = (0..digits.len() / 2)
+        .map(|i| u8::from_str_radix(&digits[2 * i..2 * i + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|e| format!("trace_pipe_raw hex: {e}"))?;
+    check(!bytes.is_empty() && bytes.len() % 4096 == 0, || {
+        format!(
+            "trace_pipe_raw: {} bytes, not whole 4 KiB pages",
+            bytes.len()
+        )
+    })?;
+    let mut names = Vec::new();
+    for chunk in bytes.chunks(4096) {
+        let page = ftrace_ringbuf::page::Page::new(chunk).map_err(|e| format!("page: {e}"))?;
+        for ev in page.events() {
+            let ev = ev.map_err(|e| format!("page event: {e}"))?;
+            let p = ev.payload;
+            check(
+                p.len() >= 24 && u16::from_le_bytes([p[0], p[1]]) == 1,
+                || format!("not a function entry: {p:02x?}"),
+            )?;
+            let ip = u64::from_le_bytes(p[8..16].try_into().expect("8 bytes"));
+            let name = sites
+                .sites
+                .iter()
+                .find(|(a, _)| *a == ip)
+                .map(|(_, n)| n.clone())
+                .ok_or_else(|| format!("trace_pipe_raw: no call site at {ip:#x}"))?;
+            names.push(name);
+        }
+    }
+    Ok(names)
 }
 
 /// Rounds of the read-only batch the heap-reuse check runs.
@@ -859,6 +1076,11 @@ impl Sites {
             })?;
         }
         Ok(Sites { sites })
+    }
+
+    /// Every site's function name.
+    fn names(&self) -> Vec<&str> {
+        self.sites.iter().map(|(_, n)| n.as_str()).collect()
     }
 
     /// Requires `file` (`enabled_functions` or `touched_functions`) to list exactly `names`,

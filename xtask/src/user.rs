@@ -7,7 +7,14 @@
 //!   has it, to tell code layout from the NOP), with our flags and with `-pg` for uftrace; runs
 //!   it uninstrumented, with the sites off, under our function and function_graph tracers
 //!   (also without their clock reads, for measurement only) and under `uftrace record`, and
-//!   prints ns per traced call and the ratios (minimum over ROUNDS interleaved rounds).
+//!   prints ns per traced call and the ratios (minimum over ROUNDS interleaved rounds); then
+//!   complete recordings end to end (`ftrace record` of every event against `uftrace record`,
+//!   from the tool's start to its exit with the data written): ns and bytes on disk per call.
+//! - `cargo xtask stream-check [MILLION_CALLS] [SCALE]`: a two-thread program making at least
+//!   MILLION_CALLS (default 10) million calls recorded completely (`ftrace record -t function`,
+//!   every call counted in `ftrace report` against the program's own counters, 0 lost), the
+//!   tool's peak RSS under 64 MB during `record` and during `report` (`/usr/bin/time -v`); then
+//!   the same SCALE (default 10) times larger, whose peak RSS must stay as flat.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -302,6 +309,158 @@ pub fn bench_vs_uftrace(args: &[String]) -> Result<(), String> {
         "one rdtsc on this machine (back to back): {tsc:.1} ns; function reads the clock once \
          per call, function_graph and uftrace twice"
     );
+    complete_recordings(&dir, &plain, &ours, &pg, n, rounds)
+}
+
+/// What one end-to-end recording run took.
+#[derive(Clone, Copy, Debug)]
+struct EndToEnd {
+    /// Wall time from the tool's start to its exit (data written), ns.
+    wall_ns: f64,
+    /// Bytes the recording directory holds afterwards.
+    bytes: u64,
+    /// Events the tool says it lost (ours only).
+    lost: u64,
+}
+
+/// Bytes under `dir`.
+fn du(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => du(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// Runs `cmd` to completion and measures it; `out` is the recording it writes.
+fn end_to_end(mut cmd: Command, out: &Path) -> Result<EndToEnd, String> {
+    let _ = std::fs::remove_dir_all(out);
+    let shown = format!("{cmd:?}");
+    let t = std::time::Instant::now();
+    let res = cmd.output().map_err(|e| format!("{shown}: {e}"))?;
+    let wall_ns = t.elapsed().as_nanos() as f64;
+    if !res.status.success() {
+        return Err(format!(
+            "{shown} failed: {}",
+            String::from_utf8_lossy(&res.stderr)
+        ));
+    }
+    let err = String::from_utf8_lossy(&res.stderr);
+    let lost = err
+        .lines()
+        .find_map(|l| l.strip_prefix("ftrace: "))
+        .and_then(|l| {
+            l.split(", ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    let bytes = du(out);
+    let _ = std::fs::remove_dir_all(out);
+    Ok(EndToEnd {
+        wall_ns,
+        bytes,
+        lost,
+    })
+}
+
+/// Complete recordings, end to end: `ftrace record` (every event, drained while the program
+/// runs) against `uftrace record`, from the tool's start to its exit with the data written; per
+/// traced call (wall time, and over the uninstrumented program's run) and bytes on disk.
+fn complete_recordings(
+    dir: &Path,
+    plain: &Path,
+    ours: &Path,
+    pg: &Path,
+    n: u32,
+    rounds: usize,
+) -> Result<(), String> {
+    status(cargo().args(["build", "--release", "-p", "ftrace-user"]))?;
+    let tool = release_dir().join("ftrace");
+    let nstr = n.to_string();
+    let reps = "1";
+    let rec_dir = dir.join("complete.data");
+    let uf_dir = dir.join("complete.uftrace");
+    let ftrace_run = |tracer: &str| {
+        let mut c = Command::new(&tool);
+        c.args(["record", "-t", tracer, "-o"])
+            .arg(&rec_dir)
+            .arg("--")
+            .arg(ours)
+            .args([&nstr, reps])
+            .current_dir(dir);
+        c
+    };
+    let mut runs: Vec<Vec<EndToEnd>> = vec![Vec::new(); 4];
+    for _ in 0..rounds {
+        let mut c = Command::new(plain);
+        c.args([&nstr, reps]).current_dir(dir);
+        runs[0].push(end_to_end(c, &rec_dir)?);
+        runs[1].push(end_to_end(ftrace_run("function"), &rec_dir)?);
+        runs[2].push(end_to_end(ftrace_run("function_graph"), &rec_dir)?);
+        let mut c = Command::new("uftrace");
+        c.args(["record", "-d"])
+            .arg(&uf_dir)
+            .arg(pg)
+            .args([&nstr, reps])
+            .current_dir(dir);
+        runs[3].push(end_to_end(c, &uf_dir)?);
+    }
+    let names = [
+        "uninstrumented program",
+        "ftrace record -t function",
+        "ftrace record -t function_graph",
+        "uftrace record (-pg)",
+    ];
+    let calls = (2 * fib(n + 1) - 1) as f64;
+    let best: Vec<EndToEnd> = runs
+        .iter()
+        .map(|r| {
+            *r.iter()
+                .min_by(|a, b| a.wall_ns.total_cmp(&b.wall_ns))
+                .expect("rounds >= 1")
+        })
+        .collect();
+    let base = best[0].wall_ns;
+    println!(
+        "\ncomplete recordings, end to end (tool start to exit, data written): fib({n}), {calls} \
+         calls, best of {rounds} rounds"
+    );
+    println!(
+        "{:<32} {:>10} {:>12} {:>12} {:>10}",
+        "configuration", "ns/call", "overhead/call", "bytes/call", "lost"
+    );
+    for (i, name) in names.iter().enumerate() {
+        println!(
+            "{name:<32} {:>10.1} {:>12.1} {:>12.2} {:>10}",
+            best[i].wall_ns / calls,
+            (best[i].wall_ns - base) / calls,
+            best[i].bytes as f64 / calls,
+            best[i].lost
+        );
+    }
+    let (f, g, u) = (best[1], best[2], best[3]);
+    let over = |e: EndToEnd| (e.wall_ns - base).max(1.0);
+    println!(
+        "uftrace / function:        {:.1}x per call, {:.1}x in overhead, {:.1}x in bytes",
+        u.wall_ns / f.wall_ns,
+        over(u) / over(f),
+        u.bytes as f64 / f.bytes.max(1) as f64
+    );
+    println!(
+        "uftrace / function_graph:  {:.1}x per call, {:.1}x in overhead, {:.1}x in bytes",
+        u.wall_ns / g.wall_ns,
+        over(u) / over(g),
+        u.bytes as f64 / g.bytes.max(1) as f64
+    );
     Ok(())
 }
 
@@ -311,4 +470,188 @@ fn fib(n: u32) -> u64 {
         (a, b) = (b, a + b);
     }
     a
+}
+
+/// Peak RSS limit of the tool while recording or reporting a complete recording.
+const STREAM_RSS_LIMIT_KB: u64 = 64 * 1024;
+
+/// What one `stream-check` size measured.
+struct StreamRun {
+    calls: u64,
+    lost: u64,
+    record_rss_kb: u64,
+    report_rss_kb: u64,
+    record_s: f64,
+    report_s: f64,
+    bytes: u64,
+}
+
+/// `/usr/bin/time -v`'s peak RSS line.
+fn max_rss_kb(time_v: &str) -> Option<u64> {
+    time_v
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("Maximum resident set size (kbytes): ")
+        })
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn stream_run(tool: &Path, prog: &Path, per_thread: u64, dir: &Path) -> Result<StreamRun, String> {
+    use std::io::BufRead;
+    let rec = dir.join("stream-check.data");
+    let _ = std::fs::remove_dir_all(&rec);
+    let n = per_thread.to_string();
+    let t = std::time::Instant::now();
+    let out = Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(tool)
+        .args(["record", "-t", "function", "-o"])
+        .arg(&rec)
+        .arg("--")
+        .arg(prog)
+        .args(["2", &n, "1"])
+        .output()
+        .map_err(|e| format!("/usr/bin/time: {e}"))?;
+    let record_s = t.elapsed().as_secs_f64();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("ftrace record failed: {err}"));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = text
+        .lines()
+        .find_map(|l| l.strip_prefix("total leaf "))
+        .ok_or_else(|| format!("no total line in {text:?}"))?;
+    let w: Vec<u64> = total
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let (leaf, mid) = (w[0], w[1]);
+    let summary = err
+        .lines()
+        .find(|l| l.starts_with("ftrace: ") && l.contains(" events recorded"))
+        .ok_or_else(|| format!("no summary in {err}"))?;
+    let lost: u64 = summary
+        .split(", ")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| format!("no lost count in {summary}"))?;
+    let record_rss_kb = max_rss_kb(&err).ok_or("no RSS from /usr/bin/time")?;
+    let bytes = du(&rec);
+    // The report, streamed through a pipe and counted line by line here.
+    let t = std::time::Instant::now();
+    let mut child = Command::new("/usr/bin/time")
+        .arg("-v")
+        .arg(tool)
+        .args(["report", "-i"])
+        .arg(&rec)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("/usr/bin/time: {e}"))?;
+    let (mut leaf_lines, mut mid_lines) = (0u64, 0u64);
+    let stdout = child.stdout.take().expect("piped");
+    for line in std::io::BufReader::new(stdout).split(b'\n') {
+        let line = line.map_err(|e| format!("reading the report: {e}"))?;
+        let line = String::from_utf8_lossy(&line);
+        if line.contains(" leaf <-") {
+            leaf_lines += 1;
+        } else if line.contains(" mid <-") {
+            mid_lines += 1;
+        }
+    }
+    let res = child
+        .wait_with_output()
+        .map_err(|e| format!("ftrace report: {e}"))?;
+    let report_s = t.elapsed().as_secs_f64();
+    let rerr = String::from_utf8_lossy(&res.stderr);
+    if !res.status.success() {
+        return Err(format!("ftrace report failed: {rerr}"));
+    }
+    let report_rss_kb = max_rss_kb(&rerr).ok_or("no RSS from /usr/bin/time")?;
+    let _ = std::fs::remove_dir_all(&rec);
+    if (leaf_lines, mid_lines) != (leaf, mid) || lost != 0 {
+        return Err(format!(
+            "incomplete: the program made {leaf} leaf and {mid} mid calls, the report has \
+             {leaf_lines} and {mid_lines}; {summary}"
+        ));
+    }
+    Ok(StreamRun {
+        calls: leaf + mid,
+        lost,
+        record_rss_kb,
+        report_rss_kb,
+        record_s,
+        report_s,
+        bytes,
+    })
+}
+
+/// `cargo xtask stream-check [MILLION_CALLS] [SCALE]`.
+pub fn stream_check(args: &[String]) -> Result<(), String> {
+    let millions: u64 = args.first().and_then(|a| a.parse().ok()).unwrap_or(10);
+    let scale: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10);
+    status(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "ftrace-user",
+        "-p",
+        "ftrace-agent",
+    ]))?;
+    let tool = release_dir().join("ftrace");
+    let dir = scratch();
+    let prog = dir.join("stream_calls");
+    cc(
+        &prog,
+        &root().join("backends/user/tests/programs/stream_calls.c"),
+        &[
+            "-pthread",
+            "-fno-pie",
+            "-no-pie",
+            "-fpatchable-function-entry=5",
+        ],
+    )?;
+    // Two threads, each 1.5 calls per iteration (leaf every time, mid every other).
+    let per_thread = (millions * 1_000_000).div_ceil(3);
+    let mut runs = Vec::new();
+    for (what, n) in [("1x", per_thread), ("scaled", per_thread * scale)] {
+        let r = stream_run(&tool, &prog, n, &dir)?;
+        println!(
+            "{what:>6}: {} calls, {} lost; record {:.1} s, peak RSS {} KB; report {:.1} s, \
+             peak RSS {} KB; {:.2} bytes per call on disk",
+            r.calls,
+            r.lost,
+            r.record_s,
+            r.record_rss_kb,
+            r.report_s,
+            r.report_rss_kb,
+            r.bytes as f64 / r.calls as f64
+        );
+        runs.push(r);
+    }
+    for r in &runs {
+        if r.record_rss_kb > STREAM_RSS_LIMIT_KB || r.report_rss_kb > STREAM_RSS_LIMIT_KB {
+            return Err(format!(
+                "peak RSS over {STREAM_RSS_LIMIT_KB} KB with {} calls",
+                r.calls
+            ));
+        }
+    }
+    let (a, b) = (&runs[0], &runs[1]);
+    // Flat: the larger recording may cost at most a quarter more memory (page-cache noise,
+    // allocator arenas), never in proportion to its size.
+    for (what, x, y) in [
+        ("record", a.record_rss_kb, b.record_rss_kb),
+        ("report", a.report_rss_kb, b.report_rss_kb),
+    ] {
+        if y > x + x / 4 {
+            return Err(format!(
+                "{what}: peak RSS grew from {x} KB to {y} KB with a recording {scale}x larger"
+            ));
+        }
+    }
+    println!("stream-check: passed");
+    Ok(())
 }

@@ -13,11 +13,8 @@
 //! - [`sites`]: `__patchable_function_entries` discovery;
 //! - [`serial`], [`shell`]: COM1 and a command shell serving a tracefs tree;
 //! - [`qemu`]: the pass/fail exit protocol (`isa-debug-exit`: 33 pass, 35 fail);
-//! - [`pages`]: the ring buffer's page provider (a static arena);
-//! - [`tracing`]: the tracing instance: dispatcher, tracers, ring buffer, marker writes;
-//! - [`functions`]: its call-site records and filter files, wired as the kernel wires them
-//!   (ftrace-patch's record table, ftrace-tracefs's filter state, the ops' hashes);
-//! - [`tracefs`]: ftrace-tracefs's tree bound to this backend;
+//! - [`platform`]: the binding of ftrace-tracefs's `TraceArray` ([`platform::TRACE`]), the
+//!   trampolines' hooks and the tree the shell serves;
 //! - `rt` (feature `rt`): `mem*` and the global allocator for a freestanding image.
 //!
 //! The crate is `#![no_std]` and x86_64-only. It compiles on the (x86_64) host so that its unit
@@ -33,9 +30,8 @@ extern crate std;
 pub mod apic;
 pub mod clock;
 pub mod cpu;
-pub mod functions;
 pub mod idt;
-pub mod pages;
+pub mod platform;
 pub mod port;
 pub mod qemu;
 #[cfg(feature = "rt")]
@@ -46,8 +42,6 @@ pub mod sites;
 pub mod smp;
 pub mod sync;
 pub mod text;
-pub mod tracefs;
-pub mod tracing;
 pub mod trampoline;
 
 pub use cpu::BareMetal;

@@ -1,5 +1,5 @@
 //! A tiny command shell over the serial port that serves a tracefs tree: `ls [DIR]`,
-//! `cat FILE...`, `echo [-n] WORDS... [> FILE | >> FILE]`, plus builtins the kernel supplies.
+//! `cat FILE...`, `xxd FILE` (plain hex), `mkdir DIR...`, `rmdir DIR...`, `echo [-n] WORDS... [> FILE | >> FILE]`, plus builtins the kernel supplies.
 //!
 //! The shell only parses and routes; the files are a [`FileTree`] (ftrace-tracefs's tree when it
 //! lands). Messages follow busybox's `sh`, `cat` and `ls`, with the errno text glibc prints
@@ -28,6 +28,26 @@ pub trait FileTree {
 
     /// Writes `data` to `path`, opened as the redirection says (`>` or `>>`).
     fn write(&self, path: &str, data: &str, mode: WriteMode) -> Result<(), Errno>;
+
+    /// `mkdir path` (tracefs: `instances/NAME`); by default no directory can be made.
+    fn mkdir(&self, path: &str) -> Result<(), Errno> {
+        let _ = path;
+        Err(Errno::EPERM)
+    }
+
+    /// `rmdir path`; by default no directory can be removed.
+    fn rmdir(&self, path: &str) -> Result<(), Errno> {
+        let _ = path;
+        Err(Errno::EPERM)
+    }
+
+    /// The bytes of `path` as read (binary files such as `trace_pipe_raw`); by default the
+    /// text [`FileTree::read`] writes.
+    fn read_bytes(&self, path: &str) -> Result<alloc::vec::Vec<u8>, Errno> {
+        let mut s = alloc::string::String::new();
+        self.read(path, &mut s)?;
+        Ok(s.into_bytes())
+    }
 }
 
 /// What a builtin did.
@@ -245,6 +265,15 @@ fn run(
         "echo" => echo(&argv[1..], redirect, tree, out),
         "cat" if redirect.is_none() => cat(&argv[1..], tree, out),
         "ls" if redirect.is_none() => ls(&argv[1..], tree, out),
+        "xxd" if redirect.is_none() => xxd(&argv[1..], tree, out),
+        "mkdir" if redirect.is_none() => dirs(&argv[1..], out, |d| match tree.mkdir(d) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(alloc::format!("mkdir: can't create directory '{d}': {e}")),
+        }),
+        "rmdir" if redirect.is_none() => dirs(&argv[1..], out, |d| match tree.rmdir(d) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(alloc::format!("rmdir: '{d}': {e}")),
+        }),
         _ if redirect.is_none() => match builtins.run(argv, out) {
             Some(o) => o,
             None => fail(out, format_args!("sh: {cmd}: not found")),
@@ -318,6 +347,43 @@ fn cat(files: &[&str], tree: &dyn FileTree, out: &mut dyn Write) -> Outcome {
         }
     }
     outcome
+}
+
+/// `mkdir DIR...` / `rmdir DIR...`: `op` on each directory, busybox's message on failure.
+fn dirs(
+    names: &[&str],
+    out: &mut dyn Write,
+    mut op: impl FnMut(&str) -> Result<(), alloc::string::String>,
+) -> Outcome {
+    if names.is_empty() {
+        return fail(out, format_args!("usage: mkdir|rmdir DIR..."));
+    }
+    let mut outcome = Outcome::Ok;
+    for d in names {
+        if let Err(msg) = op(tracefs_path(d)) {
+            outcome = fail(out, format_args!("{msg}"));
+        }
+    }
+    outcome
+}
+
+/// `xxd -p FILE`: the file's bytes as plain hex, 32 bytes a line (for binary files).
+fn xxd(files: &[&str], tree: &dyn FileTree, out: &mut dyn Write) -> Outcome {
+    let [f] = files else {
+        return fail(out, format_args!("usage: xxd FILE"));
+    };
+    match tree.read_bytes(tracefs_path(f)) {
+        Ok(bytes) => {
+            for line in bytes.chunks(32) {
+                for b in line {
+                    let _ = write!(out, "{b:02x}");
+                }
+                let _ = out.write_str("\n");
+            }
+            Outcome::Ok
+        }
+        Err(e) => fail(out, format_args!("xxd: {f}: {e}")),
+    }
 }
 
 fn ls(dirs: &[&str], tree: &dyn FileTree, out: &mut dyn Write) -> Outcome {

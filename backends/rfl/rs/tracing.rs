@@ -5,18 +5,17 @@
 //!
 //! Invariants: the ring buffer takes every byte from [`KernelPages`] (the page allocator, or
 //! vmalloc for blocks larger than a page), only in process context (creation, drop, reads).
-//! A CPU's buffer is written only on that CPU with preemption disabled, through [`CpuSink`].
+//! A CPU's buffer is written only on that CPU with preemption disabled, through
+//! ftrace-tracers' `CpuBufferSink`.
 //! [`Snapshot`] copies the buffers out with the ring buffer's non-consuming iterator, so the
 //! formatter reads plain memory that nothing writes while it is printed.
 
 use core::alloc::Layout;
 use core::ptr::NonNull;
 
-use ftrace_core::platform::TraceClock;
 use ftrace_ringbuf::{CpuBuffer, PageProvider, RingBuffer};
 use ftrace_tracers::event::{EventRef, Missed};
 use ftrace_tracers::iter::EventSource;
-use ftrace_tracers::tracer::EntrySink;
 
 use crate::shim;
 
@@ -43,28 +42,6 @@ unsafe impl PageProvider for KernelPages {
 pub(crate) type Buffer = RingBuffer<KernelPages>;
 /// One CPU's buffer of [`Buffer`].
 pub(crate) type CpuBuf = CpuBuffer<KernelPages>;
-
-/// The function tracer's [`EntrySink`]: one CPU's buffer, stamped with clock `C`.
-pub(crate) struct CpuSink<'a, C: TraceClock> {
-    pub(crate) buf: &'a CpuBuffer<KernelPages>,
-    pub(crate) clock: &'a C,
-}
-
-impl<C: TraceClock> EntrySink for CpuSink<'_, C> {
-    #[inline]
-    fn write_entry(&self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> bool {
-        match self.buf.reserve(len, self.clock) {
-            Some(mut r) => {
-                let data = r.data();
-                data.fill(0); // the EntrySink contract: the bytes start zeroed
-                fill(data);
-                r.commit();
-                true
-            }
-            None => false,
-        }
-    }
-}
 
 /// Per-event record in a snapshot: `ts: u64, len: u32, missed: u32`, then `len` payload bytes
 /// padded to 8.

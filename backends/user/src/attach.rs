@@ -518,20 +518,33 @@ pub fn record(
             summary: notes + &summary,
         });
     }
-    let sites = attach(pid, &agent, &config)?;
-    if sites == 0 {
-        let _ = detach(pid, &agent);
-        return Err(format!(
-            "process {pid} ({}) has no call sites: build it with -pg -mnop-mcount -mrecord-mcount \
-             or -fpatchable-function-entry=5",
-            exe.display()
-        ));
-    }
-    eprintln!("ftrace: attached to process {pid} ({sites} call sites); Ctrl-C detaches");
-    let notes = end_attached(pid, &agent, wait_for_end(pid, &signals))?;
-    let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
-    crate::capture::write_capture(&rec, out)?;
-    let summary = notes + &crate::record::summary(&rec, out);
+    // Without --overwrite every event is drained while attached, as `record` does
+    // ([`crate::drain`]); with it the rings are the recording.
+    let drainer = (!opts.overwrite).then(|| crate::drain::Drainer::start(out));
+    let traced = attach(pid, &agent, &config).and_then(|sites| {
+        if sites == 0 {
+            let _ = detach(pid, &agent);
+            return Err(format!(
+                "process {pid} ({}) has no call sites: build it with -pg -mnop-mcount \
+                 -mrecord-mcount or -fpatchable-function-entry=5",
+                exe.display()
+            ));
+        }
+        eprintln!("ftrace: attached to process {pid} ({sites} call sites); Ctrl-C detaches");
+        end_attached(pid, &agent, wait_for_end(pid, &signals))
+    });
+    let summary = match drainer {
+        Some(d) => {
+            let drained = d.finish();
+            traced? + &crate::record::summary_of(&drained?, out)
+        }
+        None => {
+            let notes = traced?;
+            let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
+            crate::capture::write_capture(&rec, out)?;
+            notes + &crate::record::summary(&rec, out)
+        }
+    };
     Ok(crate::record::Recorded {
         status: std::process::ExitStatus::from_raw(0),
         summary,

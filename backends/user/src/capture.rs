@@ -24,7 +24,7 @@ use ftrace_core::symbols::SymbolTable;
 use ftrace_ringbuf::page::{MISSED_EVENTS, MISSED_STORED, PAGE_HEADER_SIZE};
 use ftrace_ringbuf::{At, CpuBuffer, HeapPages, Mode};
 
-use crate::recording::{Event, Recording};
+use crate::recording::{Event, Recording, RecordingReader};
 
 /// The clocks `trace_clock` lists, with `clock` selected.
 pub fn trace_clock_listing(clock: ClockKind) -> String {
@@ -59,44 +59,79 @@ fn mark_missed(page: &mut [u8], missed: u64) {
     page[8..16].copy_from_slice(&(commit | flags).to_le_bytes());
 }
 
-/// Encodes one CPU's events (sorted by timestamp) as raw pages.
-pub fn cpu_pages(events: &[Event]) -> Result<Vec<u8>, String> {
-    let buf = CpuBuffer::new(HeapPages, 16, 4096).map_err(|e| format!("ring buffer: {e:?}"))?;
-    buf.set_mode(Mode::ProducerConsumer);
-    let mut out = Vec::new();
-    let mut pending_missed = 0u64;
-    let drain = |out: &mut Vec<u8>, pending: &mut u64| -> Result<(), String> {
-        let mut page = buf
+/// Turns one CPU's events (in timestamp order) into raw pages, written out page by page.
+pub struct PageWriter<W: std::io::Write> {
+    buf: CpuBuffer<HeapPages>,
+    pending_missed: u64,
+    out: W,
+}
+
+impl<W: std::io::Write> PageWriter<W> {
+    /// A writer of pages to `out`.
+    pub fn new(out: W) -> Result<Self, String> {
+        let buf = CpuBuffer::new(HeapPages, 16, 4096).map_err(|e| format!("ring buffer: {e:?}"))?;
+        buf.set_mode(Mode::ProducerConsumer);
+        Ok(PageWriter {
+            buf,
+            pending_missed: 0,
+            out,
+        })
+    }
+
+    fn drain(&mut self) -> Result<(), String> {
+        let mut page = self
+            .buf
             .alloc_read_page()
             .map_err(|e| format!("read page: {e:?}"))?;
-        let mut c = buf.consumer();
+        let mut c = self.buf.consumer();
         while c.read_page(&mut page).is_some() {
             let mut bytes = page.as_bytes().to_vec();
-            if *pending > 0 {
-                mark_missed(&mut bytes, *pending);
-                *pending = 0;
+            if self.pending_missed > 0 {
+                mark_missed(&mut bytes, self.pending_missed);
+                self.pending_missed = 0;
             }
-            out.extend_from_slice(&bytes);
+            self.out
+                .write_all(&bytes)
+                .map_err(|e| format!("writing pages: {e}"))?;
         }
         Ok(())
-    };
-    for e in events {
+    }
+
+    /// Appends `e` (after the events it says were lost before it).
+    pub fn push(&mut self, e: &Event) -> Result<(), String> {
         if e.missed > 0 {
-            drain(&mut out, &mut pending_missed)?;
-            pending_missed += e.missed;
+            self.drain()?;
+            self.pending_missed += e.missed;
         }
-        if !buf.write(&e.data, &At(e.ts)) {
-            drain(&mut out, &mut pending_missed)?;
-            if !buf.write(&e.data, &At(e.ts)) {
+        if !self.buf.write(&e.data, &At(e.ts)) {
+            self.drain()?;
+            if !self.buf.write(&e.data, &At(e.ts)) {
                 return Err(format!(
                     "event of {} bytes does not fit a page",
                     e.data.len()
                 ));
             }
         }
+        Ok(())
     }
-    drain(&mut out, &mut pending_missed)?;
-    Ok(out)
+
+    /// Writes the last page and returns the output.
+    pub fn finish(mut self) -> Result<W, String> {
+        self.drain()?;
+        self.out
+            .flush()
+            .map_err(|e| format!("writing pages: {e}"))?;
+        Ok(self.out)
+    }
+}
+
+/// Encodes one CPU's events (sorted by timestamp) as raw pages.
+pub fn cpu_pages(events: &[Event]) -> Result<Vec<u8>, String> {
+    let mut w = PageWriter::new(Vec::new())?;
+    for e in events {
+        w.push(e)?;
+    }
+    w.finish()
 }
 
 /// Writes the capture files of `rec` into `dir`.
@@ -115,6 +150,69 @@ pub fn write_capture(rec: &Recording, dir: &Path) -> Result<(), String> {
         let f = d.join("trace_pipe_raw");
         std::fs::write(&f, pages).map_err(|e| io(&f, e))?;
     }
+    write_info(rec, dir)
+}
+
+/// The largest CPU number a recording may name (the kernel's `CONFIG_NR_CPUS` maximum).
+pub const MAX_CPUS: u32 = 8192;
+
+/// Writes the capture files of the recording in `dir` into `dir`, streaming: events are read
+/// thread file by thread file as the merge needs them and pages written out as they fill, so
+/// memory does not grow with the recording.
+pub fn write_capture_streamed(dir: &Path) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let mut reader = RecordingReader::open(dir).map_err(|e| e.to_string())?;
+    let nr_cpus = reader.rec.nr_cpus;
+    let mut cpus: std::collections::BTreeMap<u32, PageWriter<std::io::BufWriter<std::fs::File>>> =
+        std::collections::BTreeMap::new();
+    let open_cpu = |cpu: u32| -> Result<PageWriter<_>, String> {
+        let d = dir.join("per_cpu").join(format!("cpu{cpu}"));
+        std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+        let f = d.join("trace_pipe_raw");
+        let file = std::fs::File::create(&f).map_err(|e| io(&f, e))?;
+        PageWriter::new(std::io::BufWriter::with_capacity(64 * 1024, file))
+    };
+    {
+        let mut stream = reader.stream().map_err(|e| e.to_string())?;
+        while let Some(e) = stream.next().map_err(|e| e.to_string())? {
+            if e.cpu >= MAX_CPUS {
+                return Err(format!(
+                    "{}: tid {}: CPU {} out of range (the kernel's NR_CPUS is at most {MAX_CPUS})",
+                    dir.display(),
+                    e.tid,
+                    e.cpu
+                ));
+            }
+            let w = match cpus.entry(e.cpu) {
+                std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::btree_map::Entry::Vacant(v) => v.insert(open_cpu(e.cpu)?),
+            };
+            w.push(&e)?;
+        }
+    }
+    let nr = nr_cpus.max(cpus.keys().max().map_or(0, |m| m + 1));
+    for cpu in 0..nr {
+        match cpus.remove(&cpu) {
+            Some(w) => drop(w.finish()?),
+            None => drop(open_cpu(cpu)?.finish()?),
+        }
+    }
+    write_info(&reader.rec, dir)
+}
+
+/// Makes sure `dir` has its capture files: a recording whose events have not been turned into
+/// pages yet gets them now ([`write_capture_streamed`]); a capture (or a recording already
+/// turned) is left as it is.
+pub fn ensure_capture(dir: &Path) -> Result<(), String> {
+    if dir.join("per_cpu").is_dir() || !crate::record::is_recording(dir) {
+        return Ok(());
+    }
+    write_capture_streamed(dir)
+}
+
+/// The capture's text files: kallsyms, saved_cmdlines, trace_clock, tracer.
+fn write_info(rec: &Recording, dir: &Path) -> Result<(), String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     let mut lines = BTreeSet::new();
     for p in &rec.processes {
         let exe = Path::new(&p.exe)

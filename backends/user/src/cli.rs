@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::report::{ReportArgs, report};
+use crate::report::ReportArgs;
 
 /// The `ftrace` tool.
 #[derive(Debug, Parser)]
@@ -102,11 +102,18 @@ pub struct RecordArgs {
     /// exits (`tracing_thresh`; 0: every call).
     #[arg(long = "thresh", value_name = "USECS", default_value_t = 0)]
     pub thresh_us: u64,
-    /// Per-thread buffer size in KiB (`buffer_size_kb`).
-    #[arg(long = "buffer-size", value_name = "KB",
-          default_value_t = ftrace_agent::config::DEFAULT_BUFFER_KB)]
-    pub buffer_kb: u64,
-    /// Drop new events when a buffer is full instead of overwriting the oldest.
+    /// Per-thread buffer size in KiB (`buffer_size_kb`; default 8192 while the tool drains
+    /// the buffers, 1024 with `--overwrite` or `--mount`).
+    #[arg(long = "buffer-size", value_name = "KB")]
+    pub buffer_kb: Option<u64>,
+    /// Record as a flight recorder: keep only the newest events of each thread, a full
+    /// buffer overwriting its oldest (the kernel's `overwrite` option). Without it every event
+    /// is recorded: the tool drains the buffers while the program runs, and a full buffer
+    /// drops and counts new events (the default, except with `--mount`).
+    #[arg(long = "overwrite", conflicts_with = "no_overwrite")]
+    pub overwrite: bool,
+    /// Record every event (the default; with `--mount`, where overwriting is the default:
+    /// a full buffer drops new events and counts them).
     #[arg(long = "no-overwrite")]
     pub no_overwrite: bool,
     /// The trace clock.
@@ -152,8 +159,14 @@ impl RecordArgs {
             max_depth: self.max_depth,
             retval: false,
             thresh_ns: self.thresh_us.saturating_mul(1000),
-            buffer_kb: self.buffer_kb,
-            overwrite: !self.no_overwrite,
+            buffer_kb: self.buffer_kb.unwrap_or(
+                if self.overwrite || (self.mount.is_some() && !self.no_overwrite) {
+                    ftrace_agent::config::DEFAULT_BUFFER_KB
+                } else {
+                    crate::record::STREAM_BUFFER_KB
+                },
+            ),
+            overwrite: self.overwrite || (self.mount.is_some() && !self.no_overwrite),
             clock: ClockKind::parse(&self.clock).unwrap_or_default(),
             output: self
                 .output
@@ -257,9 +270,20 @@ pub fn run(
                 cpu,
                 uts_release,
             };
-            match report(&args) {
-                Ok(bytes) => write_report(&bytes, out, err).unwrap_or(0),
-                Err(e) => {
+            // Streamed as it is formatted; a reader that went away (`ftrace report | head`)
+            // ends it quietly, as it would a `cat`.
+            match crate::report::report_to(&args, out) {
+                Ok(()) => 0,
+                Err(crate::report::ReportFailure::Write(e))
+                    if e.kind() == std::io::ErrorKind::BrokenPipe =>
+                {
+                    0
+                }
+                Err(crate::report::ReportFailure::Write(e)) => {
+                    let _ = writeln!(err, "ftrace: writing the report: {e}");
+                    1
+                }
+                Err(crate::report::ReportFailure::Report(e)) => {
                     let _ = writeln!(err, "ftrace: {e}");
                     1
                 }

@@ -9,6 +9,8 @@
 //!   checked against them (refused, or a warning with `--force`);
 //! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
 //! - [`attach`]: `ftrace record -p PID` (load the agent into a running process, detach after);
+//! - [`drain`]: the tool's consumer of the agent's rings while the program runs, writing
+//!   [`stream`]'s compact per-thread events files;
 //! - [`recording`]: reading a recording back as the kernel's trace entries, per CPU;
 //! - [`capture`]: writing a recording as per-CPU kernel pages plus symbols, what `report` reads;
 //! - [`live`], [`livefs`], [`agentctl`]: a running program's tracefs (`--mount`): its buffers
@@ -19,6 +21,7 @@ pub mod agentctl;
 pub mod attach;
 pub mod capture;
 pub mod cli;
+pub mod drain;
 pub mod export;
 pub mod fuse;
 pub mod launch;
@@ -28,3 +31,4 @@ pub mod record;
 pub mod recording;
 pub mod report;
 pub mod sitecheck;
+pub mod stream;

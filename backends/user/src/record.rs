@@ -8,6 +8,11 @@ use std::process::ExitStatus;
 
 use ftrace_agent::config::{ClockKind, Config, TracerKind};
 
+/// The per-thread ring size (KiB) `ftrace record` takes by default when it drains the rings
+/// while the program runs: 262 144 slots, room for the drain to fall behind a fast thread for a
+/// while (the flight recorder keeps the agent's default, 1024).
+pub const STREAM_BUFFER_KB: u64 = 8192;
+
 /// The options `ftrace record` and `ftrace live` take.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordOptions {
@@ -27,7 +32,8 @@ pub struct RecordOptions {
     pub thresh_ns: u64,
     /// `--buffer-size` (KiB per thread).
     pub buffer_kb: u64,
-    /// `--no-overwrite` (false) or overwrite (true).
+    /// `--overwrite` (true: a flight recorder of each thread's newest events) or every event
+    /// recorded, drained while the program runs ([`crate::drain`]; false, the default).
     pub overwrite: bool,
     /// `--clock`.
     pub clock: ClockKind,
@@ -51,7 +57,7 @@ impl Default for RecordOptions {
             retval: false,
             thresh_ns: 0,
             buffer_kb: ftrace_agent::config::DEFAULT_BUFFER_KB,
-            overwrite: true,
+            overwrite: false,
             clock: ClockKind::Local,
             output: PathBuf::from("ftrace.data"),
             mount: None,
@@ -106,16 +112,30 @@ pub struct Recorded {
 /// The end-of-recording lines: events recorded, events lost (per thread where any), bytes
 /// written, where.
 pub fn summary(rec: &crate::recording::Recording, dir: &std::path::Path) -> String {
-    let threads: Vec<_> = rec.processes.iter().flat_map(|p| &p.threads).collect();
-    let kept: u64 = threads.iter().map(|t| t.entries).sum();
-    let lost = rec.lost();
+    let threads: Vec<crate::drain::ThreadCount> = rec
+        .processes
+        .iter()
+        .flat_map(|p| &p.threads)
+        .map(|t| crate::drain::ThreadCount {
+            tid: t.tid,
+            events: t.entries,
+            lost: t.overrun + t.dropped,
+        })
+        .collect();
+    summary_of(&threads, dir)
+}
+
+/// [`summary`] from what each thread recorded.
+pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) -> String {
+    let kept: u64 = threads.iter().map(|t| t.events).sum();
+    let lost: u64 = threads.iter().map(|t| t.lost).sum();
     let bytes = dir_bytes(dir);
     let mut s = format!("ftrace: {kept} events recorded, {lost} lost");
     if lost > 0 {
         let mut per: Vec<String> = threads
             .iter()
-            .filter(|t| t.overrun + t.dropped > 0)
-            .map(|t| format!("tid {}: {}", t.tid, t.overrun + t.dropped))
+            .filter(|t| t.lost > 0)
+            .map(|t| format!("tid {}: {}", t.tid, t.lost))
             .collect();
         if per.len() > 8 {
             let more = per.len() - 8;
@@ -126,8 +146,8 @@ pub fn summary(rec: &crate::recording::Recording, dir: &std::path::Path) -> Stri
     }
     s += &format!(", {} bytes written to {}\n", bytes, dir.display());
     if lost > 0 {
-        s += "ftrace: a full buffer loses events (the newest with --no-overwrite, the oldest \
-              otherwise); --buffer-size sets its size per thread\n";
+        s += "ftrace: a full buffer loses events (the newest while the tool drains it, the \
+              oldest with --overwrite); --buffer-size sets its size per thread\n";
     }
     s
 }
@@ -176,10 +196,24 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
             .unwrap_or_default();
         return Ok(Recorded { status, summary });
     }
-    let status = crate::launch::run(&opts.config(), prog, args)?;
-    let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
-    crate::capture::write_capture(&rec, out)?;
-    let summary = summary(&rec, out);
+    let cfg = opts.config();
+    if opts.overwrite {
+        // The flight recorder: the rings are the recording, their size fixed.
+        let status = crate::launch::run(&cfg, prog, args)?;
+        let rec = crate::recording::Recording::read(out).map_err(|e| e.to_string())?;
+        crate::capture::write_capture(&rec, out)?;
+        let summary = summary(&rec, out);
+        return Ok(Recorded { status, summary });
+    }
+    // Every event: drained while the program runs, turned into pages when first read
+    // ([`crate::capture::ensure_capture`]).
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let drainer = crate::drain::Drainer::start(out);
+    let status = crate::launch::run(&cfg, prog, args);
+    let drained = drainer.finish();
+    let status = status?;
+    let threads = drained?;
+    let summary = summary_of(&threads, out);
     Ok(Recorded { status, summary })
 }
 

@@ -67,8 +67,13 @@ pub struct Thread {
     pub overrun: u64,
     /// Events dropped (buffer full in no-overwrite mode, or unfinished).
     pub dropped: u64,
-    /// Events in the buffer.
+    /// Events recorded (with [`RecordingReader`]: once the thread's events are read).
     pub entries: u64,
+}
+
+fn read_ring(path: &Path) -> Result<buffer::Contents, ReadError> {
+    let bytes = std::fs::read(path).map_err(|e| ReadError(format!("{}: {e}", path.display())))?;
+    buffer::read(&bytes).map_err(|e| ReadError(format!("{}: {e}", path.display())))
 }
 
 /// One traced process image (`DIR/<pid>.<n>`).
@@ -206,9 +211,243 @@ pub(crate) fn entry_bytes(
     })
 }
 
+/// The thread files of a process directory, in name order: every `events-*` file, and every
+/// `buf-*` ring file that was not drained into one.
+fn thread_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("buf-") || n.starts_with(crate::stream::FILE_PREFIX))
+        .collect();
+    names.sort();
+    let drained: std::collections::HashSet<String> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix(crate::stream::FILE_PREFIX))
+        .map(|n| format!("buf-{}", n.split_once('-').map_or(n, |(a, _)| a)))
+        .collect();
+    Ok(names
+        .into_iter()
+        .filter(|n| !drained.contains(n))
+        .map(|n| dir.join(n))
+        .collect())
+}
+
+/// A process image's timestamps turned into trace-clock units.
+#[derive(Clone, Copy, Debug)]
+pub struct TimeConv {
+    clock: ClockKind,
+    tsc: Option<TscConversion>,
+}
+
+impl TimeConv {
+    /// `t` (as the agent read its clock) in trace-clock units.
+    pub fn to_trace(&self, t: u64) -> u64 {
+        match (self.clock, self.tsc) {
+            (ClockKind::Local, Some(c)) => c.to_ns(t),
+            _ => t,
+        }
+    }
+}
+
+/// Where one thread's events come from.
+enum Source {
+    /// A drained events file, read through a buffer.
+    Stream(crate::stream::StreamReader<std::io::BufReader<std::fs::File>>),
+    /// A ring file (the flight recorder, or a ring nobody drained), decoded whole: its size
+    /// is the ring's, fixed by `--buffer-size`.
+    Ring(std::vec::IntoIter<SlotEvent>),
+}
+
+/// A reader's position in one thread's events.
+struct ThreadCursor {
+    path: PathBuf,
+    conv: TimeConv,
+    source: Source,
+    process: usize,
+    /// Index of the thread in its process's [`Process::threads`].
+    thread: usize,
+    pid: u32,
+    tid: u32,
+    seq: u64,
+    /// Lost before the next event.
+    missed: u64,
+    /// The slot read before the current one (a function_graph exit's return value is the
+    /// slot just before it, [`buffer::retval_of`]).
+    before: Option<SlotEvent>,
+}
+
+/// Bytes of read buffer per thread file while streaming.
+const STREAM_BUF: usize = 16 * 1024;
+
+impl ThreadCursor {
+    /// The next event (with what was lost before it); `None` at the end, where the trailing
+    /// losses are added to `thread`'s counts.
+    fn next(&mut self, thread: &mut Thread) -> Result<Option<(SlotEvent, u64)>, ReadError> {
+        let ev = match &mut self.source {
+            Source::Ring(it) => it.next().map(|e| (e, 0)),
+            Source::Stream(r) => match r.next_record() {
+                Ok(crate::stream::Record::Event(e, m)) => {
+                    thread.dropped = thread.dropped.saturating_add(m);
+                    Some((e, m))
+                }
+                Ok(crate::stream::Record::End { trailing_lost, .. }) => {
+                    thread.dropped = thread.dropped.saturating_add(trailing_lost);
+                    None
+                }
+                Err(e) => return Err(ReadError(format!("{}: {e}", self.path.display()))),
+            },
+        };
+        Ok(ev.map(|(e, m)| {
+            let m = m.saturating_add(core::mem::take(&mut self.missed));
+            if e.kind() != buffer::KIND_GRAPH_RETVAL {
+                thread.entries += 1;
+            }
+            (e, m)
+        }))
+    }
+}
+
+/// A recording's events in timestamp order, read thread file by thread file as they are
+/// needed (a k-way merge): memory holds one buffered cursor per thread, not the recording.
+pub struct EventStream<'r> {
+    rec: &'r mut Recording,
+    cursors: Vec<ThreadCursor>,
+    /// (timestamp, cpu, cursor) of each cursor's next event, smallest first.
+    heap: std::collections::BinaryHeap<core::cmp::Reverse<(u64, u32, usize)>>,
+    heads: Vec<Option<(SlotEvent, u64)>>,
+}
+
+impl EventStream<'_> {
+    fn refill(&mut self, i: usize) -> Result<(), ReadError> {
+        let c = &mut self.cursors[i];
+        let t = &mut self.rec.processes[c.process].threads[c.thread];
+        let next = c.next(t)?;
+        if let Some((e, _)) = &next {
+            let ts = c.conv.to_trace(e.ts);
+            self.heap.push(core::cmp::Reverse((ts, e.cpu, i)));
+        }
+        self.heads[i] = next;
+        Ok(())
+    }
+
+    /// The next event of the whole recording (smallest timestamp; lowest CPU on ties).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Event>, ReadError> {
+        loop {
+            let Some(core::cmp::Reverse((ts, _, i))) = self.heap.pop() else {
+                return Ok(None);
+            };
+            let (s, missed) = self.heads[i]
+                .take()
+                .expect("a cursor in the heap has an event");
+            let c = &mut self.cursors[i];
+            let conv = c.conv;
+            let data = entry_bytes(&s, c.before.as_ref(), c.tid, &|t| conv.to_trace(t));
+            c.before = Some(s);
+            let Some(data) = data else {
+                // A return value's slot: no event of its own (its exit, next in this
+                // thread, carries it), so what was lost before it is lost before the exit.
+                c.missed = c.missed.saturating_add(missed);
+                self.refill(i)?;
+                continue;
+            };
+            let ev = Event {
+                cpu: s.cpu,
+                ts,
+                pid: c.pid,
+                tid: c.tid,
+                data,
+                missed,
+                seq: c.seq,
+                process: c.process,
+            };
+            c.seq += 1;
+            self.refill(i)?;
+            return Ok(Some(ev));
+        }
+    }
+}
+
+/// One thread file of a recording.
+#[derive(Clone, Debug)]
+struct ThreadFile {
+    path: PathBuf,
+    process: usize,
+    thread: usize,
+    conv: TimeConv,
+    /// Drops a ring file counts itself (the rest is counted as the events are read).
+    ring_dropped: u64,
+}
+
+/// A recording opened for streaming: what it says about its processes and threads, and where
+/// their events are ([`RecordingReader::stream`]).
+#[derive(Debug)]
+pub struct RecordingReader {
+    /// The processes and threads ([`Recording::per_cpu`] is empty: the events are streamed).
+    pub rec: Recording,
+    files: Vec<ThreadFile>,
+}
+
 impl Recording {
-    /// Reads `dir`.
+    /// Reads `dir` whole: every event in [`Recording::per_cpu`] ([`RecordingReader`] reads a
+    /// recording of any size).
     pub fn read(dir: &Path) -> Result<Self, ReadError> {
+        let mut r = RecordingReader::open(dir)?;
+        let mut per_cpu: BTreeMap<u32, Vec<Event>> = BTreeMap::new();
+        let mut s = r.stream()?;
+        while let Some(e) = s.next()? {
+            per_cpu.entry(e.cpu).or_default().push(e);
+        }
+        r.rec.per_cpu = per_cpu;
+        Ok(r.rec)
+    }
+}
+
+impl RecordingReader {
+    /// Streams the events: the threads' counts ([`Thread::entries`], [`Thread::dropped`])
+    /// are complete once the stream has ended.
+    pub fn stream(&mut self) -> Result<EventStream<'_>, ReadError> {
+        let mut cursors = Vec::new();
+        for f in &self.files {
+            let t = &mut self.rec.processes[f.process].threads[f.thread];
+            t.entries = 0;
+            t.dropped = f.ring_dropped;
+            let name = f.path.file_name().unwrap_or_default().to_string_lossy();
+            let (source, missed) = if name.starts_with(crate::stream::FILE_PREFIX) {
+                let r = crate::stream::open(&f.path, STREAM_BUF).map_err(ReadError)?;
+                (Source::Stream(r), 0)
+            } else {
+                let c = read_ring(&f.path)?;
+                (Source::Ring(c.events.into_iter()), c.overrun + c.dropped)
+            };
+            cursors.push(ThreadCursor {
+                path: f.path.clone(),
+                conv: f.conv,
+                source,
+                process: f.process,
+                thread: f.thread,
+                pid: t.pid,
+                tid: t.tid,
+                seq: 0,
+                missed,
+                before: None,
+            });
+        }
+        let n = cursors.len();
+        let mut s = EventStream {
+            rec: &mut self.rec,
+            cursors,
+            heap: std::collections::BinaryHeap::with_capacity(n),
+            heads: vec![None; n],
+        };
+        for i in 0..n {
+            s.refill(i)?;
+        }
+        Ok(s)
+    }
+
+    /// Reads what `dir` says about its processes and threads (names, clocks, symbols, the
+    /// thread files), not the events: [`RecordingReader::stream`] reads those.
+    pub fn open(dir: &Path) -> Result<Self, ReadError> {
         let err = |what: &str, e: &dyn std::fmt::Display| ReadError(format!("{what}: {e}"));
         let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| err(&dir.display().to_string(), &e))?
@@ -235,6 +474,7 @@ impl Recording {
             nr_cpus: 1,
             tsc_khz: None,
         };
+        let mut files = Vec::new();
         for sub in subdirs {
             let meta_text = std::fs::read_to_string(sub.join("meta"))
                 .map_err(|e| err(&sub.display().to_string(), &e))?;
@@ -270,10 +510,6 @@ impl Recording {
                 )));
             }
             rec.tsc_khz = tsc.map(|t| t.khz());
-            let conv = move |t: u64| match (clock, tsc) {
-                (ClockKind::Local, Some(c)) => c.to_ns(t),
-                _ => t,
-            };
             let symbols =
                 parse_symbols(&std::fs::read_to_string(sub.join("symbols")).unwrap_or_default());
             let mut proc_ = Process {
@@ -284,57 +520,52 @@ impl Recording {
                 symbols,
                 threads: Vec::new(),
             };
-            let mut bufs: Vec<PathBuf> = std::fs::read_dir(&sub)
-                .map_err(|e| err(&sub.display().to_string(), &e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("buf-"))
-                })
-                .collect();
-            bufs.sort();
-            for b in bufs {
-                let bytes = std::fs::read(&b).map_err(|e| err(&b.display().to_string(), &e))?;
-                let c = buffer::read(&bytes).map_err(|e| err(&b.display().to_string(), &e))?;
-                let mut missed = c.overrun + c.dropped;
-                for (seq, s) in c.events.iter().enumerate() {
-                    let before = seq.checked_sub(1).map(|i| &c.events[i]);
-                    let Some(data) = entry_bytes(s, before, c.tid, &conv) else {
-                        continue;
-                    };
-                    rec.per_cpu.entry(s.cpu).or_default().push(Event {
-                        cpu: s.cpu,
-                        ts: conv(s.ts),
+            let conv = TimeConv { clock, tsc };
+            for path in thread_files(&sub).map_err(|e| err(&sub.display().to_string(), &e))? {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                let t = if name.starts_with(crate::stream::FILE_PREFIX) {
+                    let r = crate::stream::open(&path, crate::stream::HEADER_SIZE)
+                        .map_err(ReadError)?;
+                    let h = r.header();
+                    Thread {
+                        pid: h.pid,
+                        tid: h.tid,
+                        comm: h.comm.clone(),
+                        overrun: 0,
+                        dropped: 0,
+                        entries: 0,
+                    }
+                } else {
+                    let c = read_ring(&path)?;
+                    Thread {
                         pid: c.pid,
                         tid: c.tid,
-                        data,
-                        missed,
-                        seq: seq as u64,
-                        process: rec.processes.len(),
-                    });
-                    missed = 0;
-                }
-                proc_.threads.push(Thread {
-                    pid: c.pid,
-                    tid: c.tid,
-                    comm: c.comm,
-                    overrun: c.overrun,
-                    dropped: c.dropped,
-                    entries: c
-                        .events
-                        .iter()
-                        .filter(|e| e.kind() != buffer::KIND_GRAPH_RETVAL)
-                        .count() as u64,
+                        comm: c.comm,
+                        overrun: c.overrun,
+                        dropped: c.dropped,
+                        entries: c
+                            .events
+                            .iter()
+                            .filter(|e| e.kind() != buffer::KIND_GRAPH_RETVAL)
+                            .count() as u64,
+                    }
+                };
+                files.push(ThreadFile {
+                    process: rec.processes.len(),
+                    thread: proc_.threads.len(),
+                    ring_dropped: t.dropped,
+                    path: path.clone(),
+                    conv,
                 });
+                proc_.threads.push(t);
             }
             rec.processes.push(proc_);
         }
-        for evs in rec.per_cpu.values_mut() {
-            evs.sort_by_key(|e| e.ts);
-        }
-        Ok(rec)
+        Ok(RecordingReader { rec, files })
     }
+}
 
+impl Recording {
     /// All events of all CPUs, merged by timestamp (lowest CPU first on ties).
     pub fn merged(&self) -> Vec<&Event> {
         let mut all: Vec<&Event> = self.per_cpu.values().flatten().collect();

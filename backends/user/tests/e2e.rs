@@ -512,6 +512,9 @@ fn record_writes_kernel_pages_for_report() {
         "{}",
         recorded.summary
     );
+    // A streamed recording gets its pages when first read.
+    assert!(!dir.join("per_cpu").exists());
+    ftrace_user::capture::ensure_capture(&dir).unwrap();
     let rec = Recording::read(&dir).unwrap();
     let mut pages_events = 0usize;
     for cpu in 0..rec.nr_cpus {

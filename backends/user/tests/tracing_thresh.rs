@@ -105,9 +105,14 @@ fn live_records_only_calls_over_the_threshold() {
     assert!(lines(&String::from_utf8_lossy(&out.stdout)).is_empty());
     let out = ftrace(&["live", "--", exe, "1"], &dir);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(text.matches("fast();").count(), 2, "{text}");
+    // A leaf prints as `f();`, or as `f() {` .. `}` when its thread moved to another CPU
+    // between its entry and its exit (a loaded machine).
+    let calls_of = |f: &str| {
+        text.matches(&format!("{f}();")).count() + text.matches(&format!("{f}() {{")).count()
+    };
+    assert_eq!(calls_of("fast"), 2, "{text}");
     assert!(
-        text.contains("outer() {") && text.contains("slow();"),
+        text.contains("outer() {") && calls_of("slow") >= 1,
         "{text}"
     );
 }

@@ -15,16 +15,21 @@ use ftrace_core::symbols::SymbolTable;
 use ftrace_tracers::TraceOptions;
 use ftrace_tracers::function::{trace_marker_raw_write, trace_marker_write};
 
+use super::commands::StaticSymbols;
+use super::profile::ArrayRecords;
+use super::sites::ArraySites;
 use super::{Platform, TRACE_CLOCKS, TraceArray, TracerKind, render};
 use crate::backend::{
-    FilterEdit, FilterFile, Host, Param, PidFile, Reader, TextReader, TraceBackend, TracerOption,
-    ring_buffer_pages,
+    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
+    TraceBackend, TracerOption, ring_buffer_pages,
 };
 use crate::filters::{FilterState, FilterStore, FilterWriter};
 use crate::fs::Tracefs;
+use crate::records::PatchRecords;
+use alloc::sync::Arc;
 
 /// The tree's handle on a `static` [`TraceArray`].
-pub struct ArrayBackend<P: Platform, const CPUS: usize>(&'static TraceArray<P, CPUS>);
+pub struct ArrayBackend<P: Platform, const CPUS: usize>(pub(super) &'static TraceArray<P, CPUS>);
 
 impl<P: Platform, const CPUS: usize> Clone for ArrayBackend<P, CPUS> {
     fn clone(&self) -> Self {
@@ -34,13 +39,29 @@ impl<P: Platform, const CPUS: usize> Clone for ArrayBackend<P, CPUS> {
 impl<P: Platform, const CPUS: usize> Copy for ArrayBackend<P, CPUS> {}
 
 /// The tree's [`Host`] for a `static` [`TraceArray`]: CPUs, clocks and symbols come from its
-/// platform. Instances (`mkdir instances/x`) are refused with `ENODEV`.
-pub struct ArrayHost<P: Platform, const CPUS: usize>(&'static TraceArray<P, CPUS>);
+/// platform, the call-site files from its records; `mkdir instances/x` makes an instance of
+/// its own (see [`TraceArray`]'s module docs).
+pub struct ArrayHost<P: Platform, const CPUS: usize> {
+    array: &'static TraceArray<P, CPUS>,
+    /// The call-site files and the profiler (`None`: the platform has no call-site records).
+    records: Option<ArrayRecords<P, CPUS>>,
+}
 
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     /// The tracefs tree served by this instance.
     pub fn tracefs(&'static self) -> Result<Tracefs<ArrayHost<P, CPUS>>, Errno> {
-        Tracefs::new(ArrayHost(self))
+        self.build_control()?;
+        let records = self.control().sites.is_some().then(|| {
+            let symbols = Arc::new(StaticSymbols(self.platform().symbols()));
+            ArrayRecords {
+                array: self,
+                records: PatchRecords::new(ArraySites(self), symbols),
+            }
+        });
+        Tracefs::new(ArrayHost {
+            array: self,
+            records,
+        })
     }
 
     /// The events lost so far on all CPUs (overwritten or refused by a full buffer).
@@ -56,27 +77,33 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
 
 impl<P: Platform, const CPUS: usize> Host for ArrayHost<P, CPUS> {
     fn nr_cpus(&self) -> u32 {
-        self.0.nr_cpus() as u32
+        self.array.nr_cpus() as u32
     }
     fn local_clock_ns(&self) -> u64 {
-        self.0.platform().now_ns()
+        self.array.platform().now_ns()
     }
     fn trace_clocks(&self) -> &[&'static str] {
         TRACE_CLOCKS
     }
+    fn trace_buf_size(&self) -> u64 {
+        self.array.platform().trace_buf_size()
+    }
     fn create_backend(
         &mut self,
         instance: Option<&str>,
-        _bytes_per_cpu: u64,
+        bytes_per_cpu: u64,
     ) -> Result<Box<dyn TraceBackend>, Errno> {
         if instance.is_some() {
-            return Err(Errno::ENODEV);
+            return Ok(Box::new(self.array.create_instance(bytes_per_cpu)?));
         }
-        drop(self.0.control());
-        Ok(Box::new(ArrayBackend(self.0)))
+        self.array.build_control()?;
+        Ok(Box::new(ArrayBackend(self.array)))
     }
     fn symbols(&self) -> Option<&dyn SymbolTable> {
-        Some(self.0.platform().symbols())
+        Some(self.array.platform().symbols())
+    }
+    fn functions(&self) -> Option<&dyn FunctionRecords> {
+        self.records.as_ref().map(|r| r as &dyn FunctionRecords)
     }
 }
 
@@ -85,14 +112,16 @@ impl<P: Platform, const CPUS: usize> FilterStore for ArrayBackend<P, CPUS> {
         f(&mut self.ctl().filters)
     }
     fn publish(&self, which: FilterFile) -> Result<(), Errno> {
-        let mut c = self.ctl();
-        if let Some(op) = c.ops.as_deref() {
-            self.0.publish_filters(&c, op);
-        }
-        if which == FilterFile::Filter {
-            self.0.publish_probes(&mut c)?;
-        }
-        Ok(())
+        let a = self.0;
+        a.update_sites(&mut self.ctl(), |c| {
+            if let Some(op) = c.ops.as_deref() {
+                a.publish_filters(c, op);
+            }
+            if which == FilterFile::Filter {
+                a.publish_probes(c)?;
+            }
+            Ok(())
+        })
     }
 }
 
@@ -250,7 +279,7 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
             }
             Param::TracingThresh(ns) => a.graph.set_thresh_ns(ns),
             Param::MaxGraphDepth(d) => a.graph.set_max_depth(d),
-            Param::ProfileEnabled(_) => return Err(Errno::ENODEV),
+            Param::ProfileEnabled(on) => a.set_profiling(&mut c, on)?,
         }
         Ok(())
     }

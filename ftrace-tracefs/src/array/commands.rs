@@ -45,14 +45,16 @@ impl ftrace_core::symbols::SymbolTable for StaticSymbols {
     }
 }
 
-/// The filter files' command environment: the platform's symbols, no trace events, no
-/// snapshot, and only the commands the probe ops runs (`traceon`, `traceoff`); the others are
-/// refused with `EINVAL` at write time rather than accepted and ignored.
-pub(super) struct Commands(pub(super) StaticSymbols);
+/// The filter files' command environment: the functions they resolve against (the call
+/// sites, named after their functions, or the platform's symbols where it has no call-site
+/// records), no trace events, no snapshot, and only the commands the probe ops runs
+/// (`traceon`, `traceoff`); the others are refused with `EINVAL` at write time rather than
+/// accepted and ignored.
+pub(super) struct Commands(pub(super) Box<dyn ftrace_core::symbols::SymbolTable + Send + Sync>);
 
 impl CommandEnv for Commands {
     fn symbols(&self) -> &dyn ftrace_core::symbols::SymbolTable {
-        &self.0
+        &*self.0
     }
     fn has_snapshot(&self) -> bool {
         false
@@ -97,7 +99,8 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
 
     /// The function commands changed: the runner is published and the probe ops registered
     /// (filtered to the commands' functions) while there is any, unregistered when the last
-    /// one goes (an empty filter would admit every function).
+    /// one goes (an empty filter would admit every function). A change for
+    /// [`TraceArray::update_sites`].
     pub(super) fn publish_probes(&'static self, c: &mut Control) -> Result<(), Errno> {
         let runner = c.filters.probes().runner();
         if let Some(op) = c.probe_ops.take() {

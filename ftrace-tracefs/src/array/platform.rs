@@ -3,12 +3,16 @@
 use ftrace_core::event::{TraceCtx, TraceFlags};
 use ftrace_core::platform::ExecContext;
 use ftrace_core::symbols::SymbolTable;
+use ftrace_patch::FtraceBug;
 use ftrace_ringbuf::PageProvider;
+
+use super::CallSiteText;
 
 /// What only the platform knows: the binding of a [`TraceArray`](super::TraceArray).
 ///
-/// Required (a missing one is a compile error): the page provider, the clock, the current
-/// CPU, the current task's pid, the symbol table and the address of the return trampoline.
+/// Required (a missing one is a compile error): the page provider, the call-site text (or
+/// [`NoCallSites`](super::NoCallSites)), the clock, the current CPU, the current task's pid,
+/// the symbol table and the address of the return trampoline.
 /// Defaulted where the kernel has an obvious answer: the possible CPUs (the instance's
 /// `CPUS`), the execution context (task context), the context word (derived from the
 /// execution context), the `trace_marker` address and task names (none saved: lines print
@@ -32,6 +36,10 @@ pub unsafe trait Platform: Sync + 'static {
     /// Where the ring buffer's pages come from: a handle on the platform's page allocator
     /// (its `Default` is the handle the instance allocates through).
     type Pages: PageProvider + Clone + Default + Send + Sync + 'static;
+    /// The text holding the call sites and how it is rewritten (dynamic ftrace), or
+    /// [`NoCallSites`](super::NoCallSites) where every traced function always calls the
+    /// trampoline. Taken once (its `Default`) when the tree is first built.
+    type Text: CallSiteText;
 
     /// The trace clock (`local`), in nanoseconds; monotonic per CPU.
     fn now_ns(&self) -> u64;
@@ -49,6 +57,11 @@ pub unsafe trait Platform: Sync + 'static {
     /// (an answer above `CPUS` is taken as `CPUS`).
     fn possible_cpus(&self) -> u32 {
         u32::MAX
+    }
+    /// The per-CPU buffer size tracing starts with, in bytes (the kernel's `trace_buf_size=`
+    /// boot parameter; by default its 1441792).
+    fn trace_buf_size(&self) -> u64 {
+        crate::backend::TRACE_BUF_SIZE_DEFAULT
     }
     /// The execution context of the caller (irq, softirq, nmi or a task).
     fn exec_context(&self) -> ExecContext {
@@ -68,6 +81,12 @@ pub unsafe trait Platform: Sync + 'static {
     /// The address `trace_marker` entries carry (the kernel's `tracing_mark_write`).
     fn marker_ip(&self) -> u64 {
         0
+    }
+    /// An `ftrace_bug()` report: a call site held bytes the patcher did not expect (or could
+    /// not be written) and was disabled; the write that hit it fails with `EIO`. By default
+    /// nothing is printed.
+    fn ftrace_bug(&self, bug: &FtraceBug) {
+        let _ = bug;
     }
     /// The command name of `pid`, if the platform knows it (`saved_cmdlines`).
     fn comm(&self, pid: i32) -> Option<&str> {

@@ -4,7 +4,9 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ftrace_tracefs::array::{HeapPages, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray};
+use ftrace_tracefs::array::{
+    HeapPages, NoCallSites, Platform, Symbol, SymbolSlice, SymbolTable, TraceArray,
+};
 
 pub static SYMS: SymbolSlice = SymbolSlice(&[
     Symbol::new("schedule", 0x1000, 0x100),
@@ -36,6 +38,7 @@ pub struct Sim;
 // give two threads the same id at once.
 unsafe impl Platform for Sim {
     type Pages = HeapPages;
+    type Text = NoCallSites;
     fn now_ns(&self) -> u64 {
         CLOCK.fetch_add(1000, Ordering::Relaxed)
     }

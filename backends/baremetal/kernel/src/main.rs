@@ -25,8 +25,7 @@ use ftrace_baremetal::shell::{self, Builtins, Outcome, Shell};
 use ftrace_baremetal::sites::SiteTable;
 use ftrace_baremetal::sync::{AtomicPtr, AtomicU64, Ordering};
 use ftrace_baremetal::text::KernelText;
-use ftrace_baremetal::tracefs::SerialTracefs;
-use ftrace_baremetal::tracing::TRACING;
+use ftrace_baremetal::platform::{self, SerialTracefs};
 use ftrace_baremetal::{clock, cpu, idt, port, println, smp, text, trampoline};
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_patch::{Arch, BreakpointSlot, PokeSite, Protocol, StopFixup, TextFault, TextPoke};
@@ -166,10 +165,13 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         qemu::exit(Verdict::Fail, "boot self-test");
     }
 
-    if let Err(e) = TRACING.install(sites, syms) {
-        println!("tracing: install failed: {e}");
-        qemu::exit(Verdict::Fail, "install");
-    }
+    let tree = match platform::install(sites, syms) {
+        Ok(t) => t,
+        Err(e) => {
+            println!("tracing: install failed: {e}");
+            qemu::exit(Verdict::Fail, "install");
+        }
+    };
     println!(
         "tracing: {} call-site records, heap {} KiB used",
         sites.sites().len(),
@@ -178,19 +180,21 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     println!(
         "tracefs: serving on COM1 (ls, cat, echo ... > file; workload N; heap; poweroff pass [N]|fail)"
     );
-    run_shell()
+    run_shell(tree)
 }
 
 /// The tracer's own code must carry no call site: only this crate is instrumented.
 fn check_uninstrumented(sites: &SiteTable, syms: &SortedSymbols) -> bool {
     let hot = [
-        "ftrace_baremetal::tracing",
-        "ftrace_baremetal::functions",
+        "ftrace_baremetal::platform",
         "ftrace_baremetal::trampoline",
         "ftrace_baremetal::clock",
         "ftrace_baremetal::cpu",
         "ftrace_baremetal::text",
         "ftrace_core::",
+        "ftrace_ringbuf::",
+        "ftrace_tracers::",
+        "ftrace_tracefs::array",
     ];
     let mut bad = 0;
     for &s in sites.sites() {
@@ -535,14 +539,7 @@ impl Builtins for Kernel {
     }
 }
 
-fn run_shell() -> ! {
-    let tree = match SerialTracefs::new() {
-        Ok(t) => t,
-        Err(e) => {
-            println!("tracefs: cannot build the tree: {e}");
-            qemu::exit(Verdict::Fail, "tracefs");
-        }
-    };
+fn run_shell(tree: SerialTracefs) -> ! {
     let mut sh = Shell::new();
     let mut k = Kernel { poweroff: None };
     let mut line = [0u8; 512];

@@ -121,6 +121,7 @@ impl Capture {
         if !dir.is_dir() {
             return Err(io_err(dir, "not a directory (the capture to export)"));
         }
+        crate::capture::ensure_capture(dir).map_err(ExportError)?;
         let text = |rel: &str| -> Result<Option<String>, ExportError> {
             Ok(read_opt(&dir.join(rel))?.map(|b| String::from_utf8_lossy(&b).into_owned()))
         };
@@ -461,7 +462,8 @@ fn recording_tsc(dir: &Path) -> Option<ftrace_agent::clock::TscConversion> {
     TscConversion::calibrate(first, last)
 }
 
-/// A recording's thread-to-process map and executables (`<pid>.<n>/meta` + `buf-<tid>`).
+/// A recording's thread-to-process map and executables (`<pid>.<n>/meta` + `buf-<tid>` or
+/// `events-<tid>`).
 fn recording_tasks(dir: &Path) -> (HashMap<i32, i32>, HashMap<i32, String>) {
     let (mut tgids, mut exes) = (HashMap::new(), HashMap::new());
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -482,8 +484,11 @@ fn recording_tasks(dir: &Path) -> (HashMap<i32, i32>, HashMap<i32, String>) {
             let name = f.file_name();
             if let Some(tid) = name
                 .to_str()
-                .and_then(|n| n.strip_prefix("buf-"))
-                .and_then(|t| t.parse::<i32>().ok())
+                .and_then(|n| {
+                    n.strip_prefix("buf-")
+                        .or_else(|| n.strip_prefix(crate::stream::FILE_PREFIX))
+                })
+                .and_then(|t| t.split(['.', '-']).next()?.parse::<i32>().ok())
             {
                 tgids.insert(tid, pid);
             }

@@ -1,0 +1,309 @@
+//! Draining a recording while the program runs: the tool's consumer of the agent's
+//! per-thread rings in producer/consumer mode ([`ftrace_agent::buffer`]).
+//!
+//! A [`Drainer`] thread finds every `buf-<tid>` file the agent creates under the recording
+//! directory (all process images, `<pid>.<n>/`), maps it, and consumes its ring from a cursor:
+//! each committed event is appended to the thread's `events-<tid>` file in the compact form of
+//! [`crate::stream`], with the ring's drop counts where the holes are, and the slots read are
+//! given back to the writer (the ring's `limit`). A full ring drops and counts, the program
+//! never waits for the tool. A thread that has exited is drained to its end, its events file
+//! closed and its ring file removed while the program goes on (so short-lived threads cost no
+//! memory later); at the end every ring left is drained the same way.
+//!
+//! Invariant: every event a thread committed is in its events file exactly once, in the
+//! thread's order, or counted in a lost record at the place it was lost; a ring file is removed
+//! only after its events file is complete (end record written and flushed).
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ftrace_agent::buffer::{BufferView, HEADER_SIZE, SLOT_SIZE};
+use ftrace_ringbuf::slot::{Cursor, Drain};
+
+use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
+
+/// How long the drainer sleeps when a pass found nothing to read.
+const IDLE_SLEEP: Duration = Duration::from_micros(500);
+/// How often it looks for new ring files while events keep coming (and on every pass that
+/// found nothing to read).
+const SCAN_EVERY: Duration = Duration::from_millis(1);
+/// How often it checks whether the threads of idle rings have exited.
+const EXIT_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// A read-write shared mapping of one ring file (the consumer writes the ring's `limit`).
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// Maps `path` if it holds an initialised ring (`None`: not yet, try again later).
+    fn open(path: &Path) -> Option<Mapping> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .ok()?;
+        let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
+        if len < HEADER_SIZE + SLOT_SIZE {
+            return None;
+        }
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of a file we opened; its contents are checked by
+        // `view` before any use.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let m = Mapping { ptr: p.cast(), len };
+        m.view().is_some().then_some(m)
+    }
+
+    fn view(&self) -> Option<BufferView<'_>> {
+        // SAFETY: the mapping is page-aligned, `len` bytes, and lives as long as the view;
+        // the agent writes it only as the slot ring's writer contract says.
+        unsafe { BufferView::from_raw(self.ptr, self.len) }.ok()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, no view outlives `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One ring being drained into its events file.
+struct Drained {
+    ring_file: PathBuf,
+    events_file: PathBuf,
+    map: Mapping,
+    cursor: Cursor,
+    out: StreamWriter<File>,
+    /// Events moved (a return value's slot is part of its exit, no event of its own).
+    events: u64,
+    pid: u32,
+    tid: u32,
+}
+
+impl Drained {
+    fn start(ring_file: &Path) -> Result<Option<Drained>, String> {
+        let Some(map) = Mapping::open(ring_file) else {
+            return Ok(None);
+        };
+        let view = map.view().expect("checked by open");
+        let header = StreamHeader {
+            pid: view.pid(),
+            tid: view.tid(),
+            comm: view.comm(),
+        };
+        let name = ring_file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("buf-"))
+            .unwrap_or_default();
+        // A ring file removed early may be followed by one of the same name (a new thread
+        // with the same tid): its events go to a new file, never over the old one.
+        let mut k = 0;
+        let (path, f) = loop {
+            let path = match k {
+                0 => ring_file.with_file_name(format!("{FILE_PREFIX}{name}")),
+                _ => ring_file.with_file_name(format!("{FILE_PREFIX}{name}-{k}")),
+            };
+            match File::create_new(&path) {
+                Ok(f) => break (path, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 10_000 => k += 1,
+                Err(e) => return Err(format!("{}: {e}", path.display())),
+            }
+        };
+        let out = StreamWriter::new(f, &header).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Some(Drained {
+            ring_file: ring_file.to_path_buf(),
+            events_file: path,
+            cursor: Cursor::default(),
+            out,
+            events: 0,
+            pid: header.pid,
+            tid: header.tid,
+            map,
+        }))
+    }
+
+    /// Moves what the ring holds into the events file; the number of events moved.
+    fn drain(&mut self, drain: Drain) -> Result<u64, String> {
+        let ring = self.map.view().expect("checked by open").ring();
+        let mut failed = None;
+        let out = &mut self.out;
+        let events = &mut self.events;
+        let n = ring.consume(&mut self.cursor, drain, |ev, missed| {
+            if ev.kind() != ftrace_agent::buffer::KIND_GRAPH_RETVAL {
+                *events += 1;
+            }
+            if failed.is_none() {
+                failed = out.event(&ev, missed).err();
+            }
+        });
+        match failed {
+            Some(e) => Err(format!("{}: {e}", self.events_file.display())),
+            None => Ok(n),
+        }
+    }
+
+    /// Whether the thread writing the ring is gone.
+    fn writer_exited(&self) -> bool {
+        !Path::new(&format!("/proc/{}/task/{}", self.pid, self.tid)).exists()
+    }
+
+    /// Drains the rest (the writer is gone), completes the events file and removes the ring.
+    fn finish(mut self) -> Result<ThreadCount, String> {
+        self.drain(Drain::Final)?;
+        let events = &self.events_file;
+        let io = |e: std::io::Error| format!("{}: {e}", events.display());
+        // Drops counted after the last event have no event to precede: they end the file.
+        let ring = self.map.view().expect("checked by open").ring();
+        let counted = self.out.lost();
+        let all = ring.dropped().saturating_add(self.cursor.overrun);
+        self.out.lost_here(all.saturating_sub(counted));
+        let count = ThreadCount {
+            tid: self.tid,
+            events: self.events,
+            lost: self.out.lost(),
+        };
+        self.out.finish().map_err(io)?;
+        drop(self.map);
+        std::fs::remove_file(&self.ring_file)
+            .map_err(|e| format!("{}: {e}", self.ring_file.display()))?;
+        Ok(count)
+    }
+}
+
+/// The ring files under `dir` (`<pid>.<n>/buf-*`) not yet in `known`.
+fn new_ring_files(dir: &Path, known: &HashSet<PathBuf>) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for p in procs.flatten() {
+        let Ok(files) = std::fs::read_dir(p.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let path = f.path();
+            let is_ring = f
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("buf-"));
+            if is_ring && !known.contains(&path) {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// What was recorded of one thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadCount {
+    /// The thread id.
+    pub tid: u32,
+    /// Events recorded.
+    pub events: u64,
+    /// Events lost (the ring was full, or a write never finished).
+    pub lost: u64,
+}
+
+/// The drainer thread of one recording directory.
+#[derive(Debug)]
+pub struct Drainer {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<Vec<ThreadCount>, String>>,
+}
+
+impl Drainer {
+    /// Starts draining the rings the agent creates under `dir`.
+    pub fn start(dir: &Path) -> Drainer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let dir = dir.to_path_buf();
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("ftrace-drain".into())
+            .spawn(move || run(&dir, &flag))
+            .expect("spawning the drain thread");
+        Drainer { stop, thread }
+    }
+
+    /// Ends the recording (call it once the traced program has exited): drains every ring to
+    /// its end, completes the events files and removes the ring files; what each thread
+    /// recorded, in the order the threads were found.
+    pub fn finish(self) -> Result<Vec<ThreadCount>, String> {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .map_err(|_| "the drain thread panicked".to_string())?
+    }
+}
+
+fn run(dir: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, String> {
+    let mut done = Vec::new();
+    let mut known = HashSet::new();
+    let mut rings: Vec<Drained> = Vec::new();
+    let mut last_scan: Option<Instant> = None;
+    let mut last_exit_check = Instant::now();
+    let mut idle = true;
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        if stopping || idle || last_scan.is_none_or(|t| t.elapsed() >= SCAN_EVERY) {
+            for path in new_ring_files(dir, &known) {
+                if let Some(d) = Drained::start(&path)? {
+                    known.insert(path);
+                    rings.push(d);
+                }
+            }
+            last_scan = Some(Instant::now());
+        }
+        if stopping {
+            let mut first_err = None;
+            for r in rings {
+                match r.finish() {
+                    Ok(c) => done.push(c),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                    }
+                }
+            }
+            return first_err.map_or(Ok(done), Err);
+        }
+        let mut moved = 0;
+        for r in &mut rings {
+            moved += r.drain(Drain::Live)?;
+        }
+        idle = moved == 0;
+        if idle {
+            if last_exit_check.elapsed() >= EXIT_CHECK_EVERY {
+                last_exit_check = Instant::now();
+                let (gone, alive): (Vec<_>, Vec<_>) =
+                    rings.into_iter().partition(|r| r.writer_exited());
+                rings = alive;
+                for r in gone {
+                    known.remove(&r.ring_file);
+                    done.push(r.finish()?);
+                }
+            }
+            std::thread::sleep(IDLE_SLEEP);
+        }
+    }
+}

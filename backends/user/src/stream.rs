@@ -1,0 +1,523 @@
+//! The compact on-disk form of a streamed recording: one `events-<tid>` file per thread, the
+//! agent's slot records as the drainer ([`crate::drain`]) took them from the thread's ring,
+//! delta- and varint-encoded, with the lost counts where the holes are.
+//!
+//! A file is a 40-byte header (`"FTRACEEV"`, version, pid, tid, 4 reserved bytes, the
+//! thread's name NUL-padded to 16 bytes) followed by records. Every record starts with a tag
+//! byte whose bits 0..2 say what it is:
+//!
+//! | tag & 3 | record | what follows |
+//! |---|---|---|
+//! | 0 | an event | (tag bit 2: the CPU changed: varint cpu), varint kind word, zigzag varint of `ts - previous ts`, zigzag varint of `ip - previous ip`, the `arg` word as tag bits 3..5 say |
+//! | 1 | events lost here | varint count (they precede the next event) |
+//! | 2 | the end | varint: events lost in total (the file is complete) |
+//!
+//! The `arg` word is stored as a zigzag varint of `arg - ip` (tag bits 3..5 = 0: a parent ip is
+//! near the function's), of `ts - arg` (1: a call time is shortly before the exit), or plain
+//! (2). Which one is the encoder's guess from the kind (an exit's call time, any other kind's
+//! parent ip); every form decodes to the same 32-byte slot, so the format keeps whatever the
+//! agent puts in a slot. The kind word is stored without the ring's lap bit (bit 7), shifted
+//! down over it.
+//!
+//! Invariant: decoding a file gives back, in order, exactly the events that were encoded and
+//! the lost counts between them; a damaged file is an error naming the byte offset, and no
+//! record makes the decoder allocate.
+
+use std::io::{self, BufRead, Write};
+
+use ftrace_agent::buffer::{KIND_GRAPH_RET, KIND_LAP_BIT, KIND_MASK, SlotEvent};
+
+/// `"FTRACEEV"`: the first bytes of every events file.
+pub const MAGIC: [u8; 8] = *b"FTRACEEV";
+/// The events-file format version.
+pub const VERSION: u32 = 1;
+/// Bytes of the header.
+pub const HEADER_SIZE: usize = 40;
+/// The name prefix of an events file in a process directory (`events-<tid>[.<n>]`, named
+/// after the buffer file `buf-<tid>[.<n>]` it was drained from).
+pub const FILE_PREFIX: &str = "events-";
+
+const TAG_EVENT: u8 = 0;
+const TAG_LOST: u8 = 1;
+const TAG_END: u8 = 2;
+const TAG_CPU: u8 = 1 << 2;
+const ARG_FROM_IP: u8 = 0;
+const ARG_BEFORE_TS: u8 = 1;
+const ARG_PLAIN: u8 = 2;
+
+/// Who wrote an events file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamHeader {
+    /// The process id.
+    pub pid: u32,
+    /// The thread id.
+    pub tid: u32,
+    /// The thread's name.
+    pub comm: String,
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn kind_word(kind: u32) -> u64 {
+    u64::from(kind & KIND_MASK) | (u64::from(kind >> 8) << 7)
+}
+
+fn kind_from_word(w: u64) -> Option<u32> {
+    let hi = u32::try_from(w >> 7).ok().filter(|h| *h < 1 << 24)?;
+    Some((w as u32 & KIND_MASK) | (hi << 8))
+}
+
+/// Encodes one thread's events into an events file.
+#[derive(Debug)]
+pub struct StreamWriter<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    prev: SlotEvent,
+    lost: u64,
+    written: u64,
+}
+
+impl<W: Write> StreamWriter<W> {
+    /// Starts an events file on `out` with its header.
+    pub fn new(mut out: W, header: &StreamHeader) -> io::Result<Self> {
+        let mut h = [0u8; HEADER_SIZE];
+        h[..8].copy_from_slice(&MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        h[12..16].copy_from_slice(&header.pid.to_le_bytes());
+        h[16..20].copy_from_slice(&header.tid.to_le_bytes());
+        let c = header.comm.as_bytes();
+        let n = c.len().min(15);
+        h[24..24 + n].copy_from_slice(&c[..n]);
+        out.write_all(&h)?;
+        Ok(StreamWriter {
+            out,
+            buf: Vec::with_capacity(64 * 1024),
+            prev: SlotEvent::default(),
+            lost: 0,
+            written: HEADER_SIZE as u64,
+        })
+    }
+
+    /// Appends `missed` lost events (if any) then `ev`.
+    pub fn event(&mut self, ev: &SlotEvent, missed: u64) -> io::Result<()> {
+        self.lost_here(missed);
+        let arg_mode = if ev.kind & KIND_MASK == KIND_GRAPH_RET && ev.arg <= ev.ts {
+            ARG_BEFORE_TS
+        } else {
+            ARG_FROM_IP
+        };
+        let cpu_changed = ev.cpu != self.prev.cpu;
+        let tag = TAG_EVENT | if cpu_changed { TAG_CPU } else { 0 } | arg_mode << 3;
+        let b = &mut self.buf;
+        b.push(tag);
+        if cpu_changed {
+            put_varint(b, u64::from(ev.cpu));
+        }
+        put_varint(b, kind_word(ev.kind & !KIND_LAP_BIT));
+        put_varint(b, zigzag(ev.ts.wrapping_sub(self.prev.ts) as i64));
+        put_varint(b, zigzag(ev.ip.wrapping_sub(self.prev.ip) as i64));
+        match arg_mode {
+            ARG_BEFORE_TS => put_varint(b, ev.ts - ev.arg),
+            _ => put_varint(b, zigzag(ev.arg.wrapping_sub(ev.ip) as i64)),
+        }
+        self.prev = *ev;
+        if self.buf.len() >= 60 * 1024 {
+            self.flush_buf()?;
+        }
+        Ok(())
+    }
+
+    /// Records `n` events lost at this point of the stream (before the next event).
+    pub fn lost_here(&mut self, n: u64) {
+        if n > 0 {
+            self.buf.push(TAG_LOST);
+            put_varint(&mut self.buf, n);
+            self.lost = self.lost.saturating_add(n);
+        }
+    }
+
+    fn flush_buf(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    /// Writes what is buffered through to the underlying writer.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.flush_buf()?;
+        self.out.flush()
+    }
+
+    /// Events lost so far (the sum of the lost records).
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// Bytes written so far (the header and every flushed record).
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Ends the file (the end record, then a flush) and returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.buf.push(TAG_END);
+        put_varint(&mut self.buf, self.lost);
+        self.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// A damaged events file: where, and what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamError {
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// What is wrong there.
+    pub message: String,
+}
+
+impl std::fmt::Display for StreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "offset {} ({:#x}): {}",
+            self.offset, self.offset, self.message
+        )
+    }
+}
+
+impl std::error::Error for StreamError {}
+
+/// What [`StreamReader::next_record`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// An event, and the events lost just before it.
+    Event(SlotEvent, u64),
+    /// The file ended; events lost after the last event, and whether the end record was
+    /// there (a file without one was cut short: the tool was killed while recording).
+    End {
+        /// Events lost after the last event.
+        trailing_lost: u64,
+        /// The end record was present.
+        complete: bool,
+    },
+}
+
+/// Decodes an events file record by record, reading through a buffer (memory does not grow
+/// with the file).
+#[derive(Debug)]
+pub struct StreamReader<R: BufRead> {
+    input: R,
+    offset: u64,
+    prev: SlotEvent,
+    header: StreamHeader,
+    lost: u64,
+    done: bool,
+}
+
+impl<R: BufRead> StreamReader<R> {
+    /// Reads and checks the header.
+    pub fn new(mut input: R) -> Result<Self, StreamError> {
+        let mut h = [0u8; HEADER_SIZE];
+        input.read_exact(&mut h).map_err(|e| StreamError {
+            offset: 0,
+            message: format!("no header: {e}"),
+        })?;
+        let bad = |offset: u64, m: &str| StreamError {
+            offset,
+            message: m.into(),
+        };
+        if h[..8] != MAGIC {
+            return Err(bad(0, "not an events file (magic)"));
+        }
+        let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().expect("4 bytes"));
+        if word(8) != VERSION {
+            return Err(bad(
+                8,
+                &format!("version {} (this tool reads {VERSION})", word(8)),
+            ));
+        }
+        let comm = &h[24..40];
+        let n = comm.iter().position(|&b| b == 0).unwrap_or(16);
+        let header = StreamHeader {
+            pid: word(12),
+            tid: word(16),
+            comm: String::from_utf8_lossy(&comm[..n]).into_owned(),
+        };
+        Ok(StreamReader {
+            input,
+            offset: HEADER_SIZE as u64,
+            prev: SlotEvent::default(),
+            header,
+            lost: 0,
+            done: false,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &StreamHeader {
+        &self.header
+    }
+
+    /// The byte offset of the next record.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn err(&self, at: u64, message: impl Into<String>) -> StreamError {
+        StreamError {
+            offset: at,
+            message: message.into(),
+        }
+    }
+
+    /// One byte, or `None` at the end of the file.
+    fn byte(&mut self) -> Result<Option<u8>, StreamError> {
+        let (b, n) = match self.input.fill_buf() {
+            Ok([]) => return Ok(None),
+            Ok(buf) => (buf[0], 1),
+            Err(e) => return Err(self.err(self.offset, e.to_string())),
+        };
+        self.input.consume(n);
+        self.offset += 1;
+        Ok(Some(b))
+    }
+
+    fn varint(&mut self, start: u64) -> Result<u64, StreamError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let Some(b) = self.byte()? else {
+                return Err(self.err(start, "record cut short"));
+            };
+            if shift == 63 && b > 1 {
+                return Err(self.err(self.offset - 1, "varint overflows 64 bits"));
+            }
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(self.err(self.offset - 1, "varint longer than 10 bytes"))
+    }
+
+    /// The next event (with the events lost just before it), or the end.
+    pub fn next_record(&mut self) -> Result<Record, StreamError> {
+        let mut missed = 0u64;
+        loop {
+            if self.done {
+                return Ok(Record::End {
+                    trailing_lost: missed,
+                    complete: true,
+                });
+            }
+            let at = self.offset;
+            let Some(tag) = self.byte()? else {
+                return Ok(Record::End {
+                    trailing_lost: missed,
+                    complete: false,
+                });
+            };
+            match tag & 3 {
+                TAG_LOST => {
+                    let n = self.varint(at)?;
+                    missed = missed.saturating_add(n);
+                    self.lost = self.lost.saturating_add(n);
+                }
+                TAG_END => {
+                    let total = self.varint(at)?;
+                    if total != self.lost {
+                        return Err(self.err(
+                            at,
+                            format!("end record counts {total} lost, the file {}", self.lost),
+                        ));
+                    }
+                    self.done = true;
+                }
+                TAG_EVENT if tag >> 6 == 0 => {
+                    let mut ev = self.prev;
+                    if tag & TAG_CPU != 0 {
+                        ev.cpu = u32::try_from(self.varint(at)?)
+                            .map_err(|_| self.err(at, "cpu out of range"))?;
+                    }
+                    ev.kind = kind_from_word(self.varint(at)?)
+                        .ok_or_else(|| self.err(at, "kind word out of range"))?;
+                    ev.ts = self.prev.ts.wrapping_add(unzigzag(self.varint(at)?) as u64);
+                    ev.ip = self.prev.ip.wrapping_add(unzigzag(self.varint(at)?) as u64);
+                    let a = self.varint(at)?;
+                    ev.arg = match (tag >> 3) & 7 {
+                        ARG_FROM_IP => ev.ip.wrapping_add(unzigzag(a) as u64),
+                        ARG_BEFORE_TS => ev.ts.wrapping_sub(a),
+                        ARG_PLAIN => a,
+                        m => return Err(self.err(at, format!("unknown arg form {m}"))),
+                    };
+                    self.prev = ev;
+                    return Ok(Record::Event(ev, missed));
+                }
+                _ => return Err(self.err(at, format!("unknown record tag {tag:#04x}"))),
+            }
+        }
+    }
+}
+
+/// Opens an events file for reading through a buffer of `cap` bytes.
+pub fn open(
+    path: &std::path::Path,
+    cap: usize,
+) -> Result<StreamReader<io::BufReader<std::fs::File>>, String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    StreamReader::new(io::BufReader::with_capacity(cap, f))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftrace_agent::buffer::{KIND_FUNC, KIND_GRAPH_ENT};
+
+    fn ev(ts: u64, ip: u64, arg: u64, kind: u32, cpu: u32) -> SlotEvent {
+        SlotEvent {
+            ts,
+            ip,
+            arg,
+            kind,
+            cpu,
+        }
+    }
+
+    fn sample() -> Vec<(SlotEvent, u64)> {
+        let mut v = Vec::new();
+        let mut ts = 1_000_000u64;
+        for i in 0..500u64 {
+            ts += 17 + i % 13;
+            let ip = 0x40_1000 + (i % 7) * 0x40;
+            v.push((
+                ev(ts, ip, 0x40_2000, KIND_GRAPH_ENT | (i as u32 % 9) << 8, 1),
+                0,
+            ));
+            ts += 40;
+            v.push((
+                ev(ts, ip, ts - 40, KIND_GRAPH_RET | (i as u32 % 9) << 8, 1),
+                0,
+            ));
+        }
+        v[300].1 = 12;
+        v[301].0.cpu = 3;
+        // Odd payloads round-trip too: a call time after the exit, huge words, a new kind.
+        v.push((ev(5, u64::MAX, 9, KIND_GRAPH_RET, u32::MAX), 1));
+        v.push((ev(u64::MAX, 0, u64::MAX, KIND_FUNC | 0xff_ffff << 8, 0), 0));
+        v.push((ev(0, 1, 2, 0x7e, 0), u64::MAX / 2));
+        v
+    }
+
+    fn encode(evs: &[(SlotEvent, u64)], trailing: u64) -> Vec<u8> {
+        let h = StreamHeader {
+            pid: 7,
+            tid: 8,
+            comm: "worker".into(),
+        };
+        let mut w = StreamWriter::new(Vec::new(), &h).unwrap();
+        for (e, m) in evs {
+            w.event(e, *m).unwrap();
+        }
+        w.lost_here(trailing);
+        w.finish().unwrap()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<(Vec<(SlotEvent, u64)>, Record), StreamError> {
+        let mut r = StreamReader::new(bytes)?;
+        let mut out = Vec::new();
+        loop {
+            match r.next_record()? {
+                Record::Event(e, m) => out.push((e, m)),
+                end => return Ok((out, end)),
+            }
+        }
+    }
+
+    #[test]
+    fn events_round_trip_compactly() {
+        let evs = sample();
+        let bytes = encode(&evs, 5);
+        let (got, end) = decode(&bytes).unwrap();
+        assert_eq!(got, evs);
+        assert_eq!(
+            end,
+            Record::End {
+                trailing_lost: 5,
+                complete: true
+            }
+        );
+        let r = StreamReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.header().comm, "worker");
+        assert_eq!((r.header().pid, r.header().tid), (7, 8));
+        // The 1000 ordinary events take far less than their 32-byte slots.
+        let ordinary = encode(&evs[..1000], 0);
+        assert!(ordinary.len() < 1000 * 10, "{} bytes", ordinary.len());
+    }
+
+    #[test]
+    fn a_file_cut_short_is_incomplete_or_an_error() {
+        let bytes = encode(&sample(), 0);
+        for cut in HEADER_SIZE..bytes.len() {
+            match decode(&bytes[..cut]) {
+                Ok((got, end)) => {
+                    assert!(matches!(
+                        end,
+                        Record::End {
+                            complete: false,
+                            ..
+                        }
+                    ));
+                    assert_eq!(got[..], sample()[..got.len()]);
+                }
+                Err(e) => assert!(e.offset <= cut as u64 && e.message.contains("cut short")),
+            }
+        }
+        assert!(
+            decode(&bytes[..10])
+                .unwrap_err()
+                .message
+                .contains("no header")
+        );
+    }
+
+    /// Flipped bytes never panic or loop: an error naming an offset inside the file, or a
+    /// decode with no more events than the file has bytes.
+    #[test]
+    fn mutated_files_never_panic() {
+        let good = encode(&sample(), 3);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..3000 {
+            let mut b = good.clone();
+            for _ in 0..1 + rnd() % 6 {
+                let at = rnd() as usize % b.len();
+                b[at] ^= 1 << (rnd() % 8);
+            }
+            match decode(&b) {
+                Ok((got, _)) => assert!(got.len() <= b.len() / 5),
+                Err(e) => assert!(e.offset <= b.len() as u64, "{e}"),
+            }
+        }
+    }
+}
