@@ -220,3 +220,64 @@ fn enable_event_trigger_soft_enables_another_event() {
     static B: TraceArray<Sim, 2> = TraceArray::new(Sim);
     assert_eq!(B.register_tracepoint(&TICK), Err(Errno::EBUSY));
 }
+
+tracepoint! {
+    /// `demo3:sample`.
+    pub fn trace_sample(bucket: u32 => "unsigned int", len: u64 => "u64");
+    record Sample;
+    static SAMPLE = ("demo3", "sample", 520,
+        "\"bucket=%u len=%llu\", REC->bucket, REC->len");
+}
+
+#[test]
+fn hist_trigger_aggregates_recorded_events_into_the_hist_file() {
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    become_task(0, 2);
+    A.register_tracepoint(&SAMPLE).unwrap();
+    let mut fs = A.tracefs().unwrap();
+    assert_eq!(cat(&mut fs, "events/demo3/sample/hist"), "");
+
+    echo(&mut fs, "1", "events/demo3/sample/enable").unwrap();
+    echo(
+        &mut fs,
+        "hist:keys=bucket:vals=len if len > 1",
+        "events/demo3/sample/trigger",
+    )
+    .unwrap();
+    for (bucket, len) in [(1, 10), (2, 5), (1, 30), (2, 1), (3, 7)] {
+        trace_sample(bucket, len);
+    }
+    // Another trigger added later keeps the table.
+    fs.write_all(
+        "events/demo3/sample/trigger",
+        b"traceoff if len > 1000\n",
+        WriteMode::Append,
+    )
+    .unwrap();
+    trace_sample(3, 100);
+
+    let hist = cat(&mut fs, "events/demo3/sample/hist");
+    let trigger = cat(&mut fs, "events/demo3/sample/trigger");
+    let info = trigger
+        .lines()
+        .find(|l| l.starts_with("hist:"))
+        .expect("the hist trigger is listed");
+    assert!(
+        hist.starts_with(&format!(
+            "# event histogram\n#\n# trigger info: {info}\n#\n\n"
+        )),
+        "{hist}"
+    );
+    // Sorted by hitcount (the default), ties by the kernel's order; `len > 1` left out 1.
+    let rows: Vec<&str> = hist.lines().filter(|l| l.starts_with('{')).collect();
+    assert_eq!(rows.len(), 3, "{hist}");
+    assert!(rows.contains(&"{ bucket:          1 } hitcount:          2  len:         40"));
+    assert!(rows.contains(&"{ bucket:          2 } hitcount:          1  len:          5"));
+    assert!(rows.contains(&"{ bucket:          3 } hitcount:          2  len:        107"));
+    assert!(
+        hist.ends_with("Totals:\n    Hits: 5\n    Entries: 3\n    Dropped: 0\n"),
+        "{hist}"
+    );
+    // Every sample was also recorded in the buffer.
+    assert_eq!(bodies(&mut fs).len(), 6);
+}

@@ -415,6 +415,9 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
     fn event_trigger_counts(&self, event: &TraceEventFormat) -> Option<Vec<i64>> {
         self.0.event_trigger_counts(event)
     }
+    fn write_event_hist(&self, event: &TraceEventFormat, w: &mut dyn fmt::Write) -> fmt::Result {
+        self.0.write_event_hist(event, w)
+    }
 }
 
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {

@@ -18,12 +18,18 @@
 //! by time stamp; `trace` prints them through their formats. A full buffer drops the record
 //! and counts it with every other dropped entry (the buffer's overrun, `trace`'s header).
 //!
-//! Not yet: `instances/` record no events (enabling one there is `ENODEV`), and hist triggers
-//! are kept by the tree but do not aggregate here (no `hist` file).
+//! Hist triggers aggregate each record that passes their filter into their
+//! [`HistMap`](crate::hist::HistMap) (a table busy with a reader or another CPU counts the
+//! record as dropped rather than wait), and the event's `hist` file prints them.
+//!
+//! Not yet: `instances/` record no events (enabling one there is `ENODEV`); a hist trigger the
+//! aggregation cannot compile (expressions, variables, `common_timestamp`, stack keys:
+//! [`HistError::Unsupported`](crate::hist::HistError::Unsupported)) has no table and is
+//! missing from `hist`.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ftrace_core::Errno;
 use ftrace_core::format::TraceEventFormat;
@@ -32,11 +38,13 @@ use ftrace_core::reclaim::{Published, RcuCell};
 use ftrace_core::tracepoint::Tracepoint;
 use ftrace_tracers::tracer::EntrySink;
 
+use super::lock::SpinLock;
 use super::{ArrayKind, Platform, TraceArray};
 use crate::backend::EventState;
 use crate::event_filter::{EventFilter, RecordCtx};
+use crate::hist::{Comm, HistDef, HistMap, HistNames, write_hist};
 use crate::trigger_run::{TriggerActions, TriggerRunner};
-use crate::triggers::Trigger;
+use crate::triggers::{Trigger, TriggerKind};
 
 /// One registered tracepoint's state in its instance (the kernel's `trace_event_file`).
 pub(super) struct EventSlot<P: Platform, const CPUS: usize> {
@@ -46,6 +54,40 @@ pub(super) struct EventSlot<P: Platform, const CPUS: usize> {
     soft_disabled: AtomicBool,
     filter: RcuCell<EventFilter>,
     runner: RcuCell<TriggerRunner>,
+    /// The hist triggers' tables, in `trigger` file order.
+    hists: RcuCell<Vec<HistTable>>,
+}
+
+/// One hist trigger's table (the kernel's `hist_trigger_data`).
+struct HistTable {
+    trigger: Trigger,
+    def: HistDef,
+    filter: Option<EventFilter>,
+    map: SpinLock<HistMap>,
+    /// Records that found the table busy (a reader, another CPU): added to its drops.
+    missed: AtomicU64,
+}
+
+impl HistTable {
+    /// `event_hist_trigger`: aggregates `rec` unless paused or filtered out; a busy table
+    /// counts the record as dropped rather than wait.
+    fn update(&self, rec: &[u8], cx: &RecordCtx<'_>) {
+        if self.trigger.paused || !self.filter.as_ref().is_none_or(|f| f.matches(rec, cx)) {
+            return;
+        }
+        let comm = || {
+            let mut c: Comm = [0; 16];
+            let n = cx.comm.len().min(15);
+            c[..n].copy_from_slice(&cx.comm[..n]);
+            c
+        };
+        match self.map.try_lock() {
+            Some(mut m) => m.update(&self.def, rec, cx.cpu, &comm),
+            None => {
+                self.missed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// The registered tracepoints of an instance, published for the probes.
@@ -80,6 +122,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             soft_disabled: AtomicBool::new(false),
             filter: RcuCell::empty(),
             runner: RcuCell::empty(),
+            hists: RcuCell::empty(),
         }));
         if let Err(e) = tp.set_owner(slot.cast_const().cast()) {
             // SAFETY: `slot` came from `Box::into_raw` above and was never shared.
@@ -150,7 +193,43 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 false => Published::Owned(Box::new(TriggerRunner::new(event, triggers))),
             };
             slot.runner.replace(new, self.reclaim());
+            let _guard = self.reclaim().pin();
+            // SAFETY: inside the guard; the old tables are only read here.
+            let old = unsafe { slot.hists.load() }.map_or(&[][..], |h| h.as_slice());
+            let hists = hist_tables(event, triggers, old);
+            drop(_guard);
+            let new = match hists.is_empty() {
+                true => Published::None,
+                false => Published::Owned(Box::new(hists)),
+            };
+            slot.hists.replace(new, self.reclaim());
         }
+    }
+
+    /// The event's `hist` file: every hist trigger's table, as Linux prints them.
+    pub(super) fn write_event_hist(
+        &self,
+        event: &TraceEventFormat,
+        w: &mut dyn core::fmt::Write,
+    ) -> core::fmt::Result {
+        let Some(slot) = self.event_slot(event.id) else {
+            return Ok(());
+        };
+        let names = HistNames {
+            symbols: self.platform().symbols(),
+            syscall: &|_| None,
+        };
+        let _guard = self.reclaim().pin();
+        // SAFETY: inside the guard.
+        let Some(hists) = (unsafe { slot.hists.load() }) else {
+            return Ok(());
+        };
+        for (n, t) in hists.iter().enumerate() {
+            let mut map = t.map.lock();
+            map.add_drops(t.missed.swap(0, Ordering::Relaxed));
+            write_hist(w, n, &t.trigger, &t.def, &map, &names)?;
+        }
+        Ok(())
     }
 
     pub(super) fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {
@@ -210,7 +289,44 @@ impl<P: Platform, const CPUS: usize> EventSlot<P, CPUS> {
         if let Some(r) = runner {
             r.after_record(rec, &cx, &actions);
         }
+        // SAFETY: inside the guard.
+        if let Some(hists) = unsafe { self.hists.load() } {
+            hists.iter().for_each(|t| t.update(rec, &cx));
+        }
     }
+}
+
+/// The tables of `triggers`' hist triggers that compile against `event`; a trigger already
+/// in `old` keeps its table (adding or removing another trigger clears nothing).
+fn hist_tables(
+    event: &TraceEventFormat,
+    triggers: &[Trigger],
+    old: &[HistTable],
+) -> Vec<HistTable> {
+    triggers
+        .iter()
+        .filter_map(|t| {
+            let TriggerKind::Hist(spec) = &t.kind else {
+                return None;
+            };
+            let def = HistDef::compile(spec, event).ok()?;
+            let map = match old.iter().find(|o| o.trigger.kind == t.kind) {
+                Some(o) => o.map.lock().clone(),
+                None => HistMap::new(&def),
+            };
+            let filter = match t.filter.as_deref() {
+                Some(f) => Some(crate::event_filter::parse(event, f).ok()?),
+                None => None,
+            };
+            Some(HistTable {
+                trigger: t.clone(),
+                def,
+                filter,
+                map: SpinLock::new(map),
+                missed: AtomicU64::new(0),
+            })
+        })
+        .collect()
 }
 
 /// What the triggers of an instance's events act on.
