@@ -273,6 +273,10 @@ pub trait TraceBackend: Send {
     fn write_event_hist(&self, _event: &TraceEventFormat, _w: &mut dyn fmt::Write) -> fmt::Result {
         Ok(())
     }
+
+    /// `hist:...:clear`: empties the table of the event's hist trigger that
+    /// [`Trigger::same_as`] `trigger` (the default: a backend without tables has nothing to do).
+    fn clear_event_hist(&mut self, _event: &TraceEventFormat, _trigger: &Trigger) {}
 }
 
 /// What a backend is told about a trace event in one instance (the kernel's

@@ -1542,6 +1542,11 @@ impl<H: Host> Tracefs<H> {
                         {
                             x.paused = p;
                         }
+                        if paused.is_none()
+                            && let Some(e) = self.events.iter().find(|e| e.id == id)
+                        {
+                            i.backend.clear_event_hist(e, &t);
+                        }
                     }
                 }
                 if let Some(c) = clock {

@@ -280,4 +280,36 @@ fn hist_trigger_aggregates_recorded_events_into_the_hist_file() {
     );
     // Every sample was also recorded in the buffer.
     assert_eq!(bodies(&mut fs).len(), 6);
+
+    // `:pause` stops the aggregation, `:cont` resumes it, `:clear` empties the table.
+    let edit = |fs: &mut Fs, cmd: &str| {
+        let text = format!("hist:keys=bucket:vals=len:{cmd} if len > 1\n");
+        fs.write_all(
+            "events/demo3/sample/trigger",
+            text.as_bytes(),
+            WriteMode::Append,
+        )
+    };
+    let hits = |fs: &mut Fs| {
+        let h = cat(fs, "events/demo3/sample/hist");
+        h.lines()
+            .find_map(|l| l.strip_prefix("    Hits: "))
+            .unwrap()
+            .to_owned()
+    };
+    edit(&mut fs, "pause").unwrap();
+    trace_sample(1, 10);
+    assert_eq!(hits(&mut fs), "5");
+    edit(&mut fs, "cont").unwrap();
+    trace_sample(1, 10);
+    assert_eq!(hits(&mut fs), "6");
+    edit(&mut fs, "clear").unwrap();
+    assert_eq!(hits(&mut fs), "0");
+    trace_sample(4, 10);
+    let hist = cat(&mut fs, "events/demo3/sample/hist");
+    assert!(
+        hist.contains("{ bucket:          4 } hitcount:          1  len:         10\n"),
+        "{hist}"
+    );
+    assert!(hist.ends_with("Entries: 1\n    Dropped: 0\n"), "{hist}");
 }

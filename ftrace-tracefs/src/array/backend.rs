@@ -418,6 +418,9 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
     fn write_event_hist(&self, event: &TraceEventFormat, w: &mut dyn fmt::Write) -> fmt::Result {
         self.0.write_event_hist(event, w)
     }
+    fn clear_event_hist(&mut self, event: &TraceEventFormat, trigger: &Trigger) {
+        self.0.clear_event_hist(event, trigger)
+    }
 }
 
 impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {

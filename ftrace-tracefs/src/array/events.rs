@@ -206,6 +206,20 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         }
     }
 
+    /// `hist:...:clear`: empties the table of the hist trigger that is `trigger`.
+    pub(super) fn clear_event_hist(&self, event: &TraceEventFormat, trigger: &Trigger) {
+        let Some(slot) = self.event_slot(event.id) else {
+            return;
+        };
+        let _guard = self.reclaim().pin();
+        // SAFETY: inside the guard.
+        let hists = unsafe { slot.hists.load() };
+        if let Some(t) = hists.and_then(|h| h.iter().find(|t| t.trigger.same_as(trigger))) {
+            t.map.lock().clear();
+            t.missed.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// The event's `hist` file: every hist trigger's table, as Linux prints them.
     pub(super) fn write_event_hist(
         &self,
@@ -310,7 +324,7 @@ fn hist_tables(
                 return None;
             };
             let def = HistDef::compile(spec, event).ok()?;
-            let map = match old.iter().find(|o| o.trigger.kind == t.kind) {
+            let map = match old.iter().find(|o| o.trigger.same_as(t)) {
                 Some(o) => o.map.lock().clone(),
                 None => HistMap::new(&def),
             };
