@@ -60,6 +60,9 @@ pub struct Tracepoint {
     format: &'static TraceEventFormat,
     key: StaticKey,
     probe: AtomicPtr<()>,
+    /// Who the probe records for (the kernel's `tracepoint_func.data`): set once by
+    /// [`Tracepoint::set_owner`], never cleared.
+    owner: AtomicPtr<()>,
 }
 
 impl Tracepoint {
@@ -70,6 +73,7 @@ impl Tracepoint {
                 format,
                 key: StaticKey::new(),
                 probe: AtomicPtr::new(core::ptr::null_mut()),
+                owner: AtomicPtr::new(core::ptr::null_mut()),
             }
         }
     }
@@ -88,6 +92,30 @@ impl Tracepoint {
     #[inline(always)]
     pub fn is_enabled(&self) -> bool {
         self.key.is_enabled()
+    }
+
+    /// Binds the tracepoint to `owner` (the kernel's `tracepoint_func.data`), the consumer
+    /// its probe records for, for the tracepoint's whole life: a probe reads it back with
+    /// [`Tracepoint::owner`]. Binding the same owner again is a no-op; `EBUSY` if another
+    /// owner holds it. Bind before [`Tracepoint::connect`]: the connect publishes the owner to
+    /// every CPU that sees the probe.
+    pub fn set_owner(&self, owner: *const ()) -> Result<(), Errno> {
+        match self.owner.compare_exchange(
+            core::ptr::null_mut(),
+            owner.cast_mut(),
+            Ordering::Release,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Ok(()),
+            Err(cur) if cur.cast_const() == owner => Ok(()),
+            Err(_) => Err(Errno::EBUSY),
+        }
+    }
+
+    /// The owner [`Tracepoint::set_owner`] bound (null: none). Inside a probe, the owner bound
+    /// before the probe was connected.
+    pub fn owner(&self) -> *const () {
+        self.owner.load(Ordering::Acquire).cast_const()
     }
 
     /// `tracepoint_probe_register`: connects `probe` and turns the call sites on. `EBUSY` if
@@ -282,5 +310,19 @@ mod tests {
         want[16..24].copy_from_slice(&0x1122u64.to_le_bytes());
         want[24..28].copy_from_slice(b"abcd");
         assert_eq!(got[0], want);
+    }
+
+    #[test]
+    fn owner_is_bound_once() {
+        let (a, b) = (1u8, 2u8);
+        let (pa, pb) = (
+            core::ptr::from_ref(&a).cast(),
+            core::ptr::from_ref(&b).cast(),
+        );
+        assert!(THREE.owner().is_null());
+        THREE.set_owner(pa).unwrap();
+        THREE.set_owner(pa).unwrap();
+        assert_eq!(THREE.set_owner(pb), Err(crate::Errno::EBUSY));
+        assert_eq!(THREE.owner(), pa);
     }
 }

@@ -450,3 +450,41 @@ fn static_key_inc_returns_after_the_sites_are_enabled() {
         assert!(!key.is_enabled());
     });
 }
+
+/// Tracepoints: a probe that runs sees the owner bound before the probe was connected (the
+/// array it records into). Fails when `connect`'s release (or `deliver`'s acquire) on the
+/// probe pointer is weakened to relaxed.
+#[test]
+fn tracepoint_probe_sees_its_owner() {
+    use ftrace_core::format::TraceEventFormat;
+    use ftrace_core::tracepoint::Tracepoint;
+    static FORMAT: TraceEventFormat = TraceEventFormat {
+        system: "demo",
+        name: "demo",
+        id: 900,
+        fields: &[],
+        print_fmt: "\"\"",
+    };
+    static OWNER: u8 = 7;
+    fn probe(tp: &Tracepoint, _rec: &mut [u8]) {
+        let owner = tp.owner();
+        assert!(!owner.is_null(), "a probe ran before its owner was bound");
+        // SAFETY: the only owner bound is `OWNER`.
+        assert_eq!(unsafe { *owner.cast::<u8>() }, 7);
+    }
+    loom::model(|| {
+        let tp = Arc::new(Tracepoint::new(&FORMAT));
+        let t = {
+            let tp = tp.clone();
+            thread::spawn(move || {
+                tp.set_owner(core::ptr::from_ref(&OWNER).cast()).unwrap();
+                tp.connect(probe).unwrap();
+            })
+        };
+        let mut rec = [0u8; 8];
+        tp.deliver(&mut rec);
+        t.join().unwrap();
+        tp.deliver(&mut rec);
+        tp.disconnect();
+    });
+}

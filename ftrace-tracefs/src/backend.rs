@@ -266,6 +266,17 @@ pub trait TraceBackend: Send {
     fn event_trigger_counts(&self, _event: &TraceEventFormat) -> Option<Vec<i64>> {
         None
     }
+
+    /// The event's `hist` file: each hist trigger's table as
+    /// [`write_hist`](crate::hist::write_hist) prints it, for a backend that aggregates them
+    /// (the instance). The default, a backend that does not, prints nothing.
+    fn write_event_hist(&self, _event: &TraceEventFormat, _w: &mut dyn fmt::Write) -> fmt::Result {
+        Ok(())
+    }
+
+    /// `hist:...:clear`: empties the table of the event's hist trigger that
+    /// [`Trigger::same_as`] `trigger` (the default: a backend without tables has nothing to do).
+    fn clear_event_hist(&mut self, _event: &TraceEventFormat, _trigger: &Trigger) {}
 }
 
 /// What a backend is told about a trace event in one instance (the kernel's

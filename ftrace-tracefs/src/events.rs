@@ -2,7 +2,7 @@
 //!
 //! A host registers events ([`crate::Tracefs::register_event`], e.g. the `sched` set of
 //! [`ftrace_core::format::sched`]); every instance then serves `events/<sys>/<event>/{enable,
-//! filter,format,id,trigger}`, `events/<sys>/{enable,filter}`, `events/enable`, `set_event`
+//! filter,format,hist,id,trigger}`, `events/<sys>/{enable,filter}`, `events/enable`, `set_event`
 //! and (top level) `available_events`. Each instance keeps, per event, the kernel's
 //! `trace_event_file` flags (`ENABLED`, `SOFT_MODE`, `SOFT_DISABLED`, `TRIGGER_MODE` with the
 //! `sm_ref`/`tm_ref` counts), its filter and its triggers. Invariant: the flags only change

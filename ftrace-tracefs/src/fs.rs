@@ -398,7 +398,8 @@ impl<H: Host> Tracefs<H> {
         let open = self.files.values().any(|of| {
             matches!(of.file,
                 File::TraceEventEnable(x) | File::TraceEventFilter(x) | File::TraceEventTrigger(x)
-                | File::TraceEventFormat(x) | File::TraceEventId(x) if x == id)
+                | File::TraceEventFormat(x) | File::TraceEventHist(x) | File::TraceEventId(x)
+                if x == id)
         });
         if busy || open {
             return Err(Errno::EBUSY);
@@ -1045,6 +1046,10 @@ impl<H: Host> Tracefs<H> {
                 }
             }
             File::TraceEventFormat(id) => self.event(id)?.write_to(w),
+            File::TraceEventHist(id) => {
+                event_file(i, id)?;
+                i.backend.write_event_hist(self.event(id)?, w)
+            }
             File::TraceEventId(id) => writeln!(w, "{}", self.event(id)?.id),
             File::Readme => write_readme(
                 w,
@@ -1536,6 +1541,11 @@ impl<H: Host> Tracefs<H> {
                             (paused, f.triggers.iter_mut().find(|x| x.same_as(&t)))
                         {
                             x.paused = p;
+                        }
+                        if paused.is_none()
+                            && let Some(e) = self.events.iter().find(|e| e.id == id)
+                        {
+                            i.backend.clear_event_hist(e, &t);
                         }
                     }
                 }

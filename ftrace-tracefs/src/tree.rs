@@ -118,6 +118,8 @@ pub enum File {
     TraceEventTrigger(u16),
     /// `events/<system>/<event>/format`.
     TraceEventFormat(u16),
+    /// `events/<system>/<event>/hist`: the event's hist triggers' tables.
+    TraceEventHist(u16),
     /// `events/<system>/<event>/id`.
     TraceEventId(u16),
     /// `README` (top level).
@@ -367,6 +369,7 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
             file("enable", File::TraceEventEnable(id), MODE_RW),
             file("filter", File::TraceEventFilter(id), MODE_RW),
             file("format", File::TraceEventFormat(id), MODE_RO),
+            file("hist", File::TraceEventHist(id), MODE_RO),
             file("id", File::TraceEventId(id), MODE_RO),
             file("trigger", File::TraceEventTrigger(id), MODE_RW),
         ]),

@@ -20,13 +20,16 @@ use super::profile::ArrayRecords;
 use super::sites::ArraySites;
 use super::{Platform, TRACE_CLOCKS, TraceArray, TracerKind, render};
 use crate::backend::{
-    FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
+    EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
     TraceBackend, TracerOption, ring_buffer_pages,
 };
+use crate::event_filter::EventFilter;
 use crate::filters::{FilterState, FilterStore, FilterWriter};
 use crate::fs::Tracefs;
 use crate::records::PatchRecords;
+use crate::triggers::Trigger;
 use alloc::sync::Arc;
+use ftrace_core::format::TraceEventFormat;
 
 /// The tree's handle on a `static` [`TraceArray`].
 pub struct ArrayBackend<P: Platform, const CPUS: usize>(pub(super) &'static TraceArray<P, CPUS>);
@@ -51,6 +54,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     /// The tracefs tree served by this instance.
     pub fn tracefs(&'static self) -> Result<Tracefs<ArrayHost<P, CPUS>>, Errno> {
         self.build_control()?;
+        let formats = self.event_formats();
         let records = self.control().sites.is_some().then(|| {
             let symbols = Arc::new(StaticSymbols(self.platform().symbols()));
             ArrayRecords {
@@ -58,10 +62,14 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 records: PatchRecords::new(ArraySites(self), symbols),
             }
         });
-        Tracefs::new(ArrayHost {
+        let mut fs = Tracefs::new(ArrayHost {
             array: self,
             records,
-        })
+        })?;
+        for f in formats {
+            fs.register_event(f)?;
+        }
+        Ok(fs)
     }
 
     /// The events lost so far on all CPUs (overwritten or refused by a full buffer).
@@ -387,6 +395,31 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
     }
     fn write_saved_tgids(&self, _w: &mut dyn fmt::Write) -> fmt::Result {
         Ok(())
+    }
+    fn set_event_state(
+        &mut self,
+        event: &TraceEventFormat,
+        state: EventState,
+    ) -> Result<(), Errno> {
+        self.0.set_event_state(event, state)
+    }
+    fn set_event_filter(&mut self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
+        self.0.set_event_filter(event, filter)
+    }
+    fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
+        self.0.set_event_triggers(event, triggers)
+    }
+    fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {
+        self.0.event_soft_disabled(event)
+    }
+    fn event_trigger_counts(&self, event: &TraceEventFormat) -> Option<Vec<i64>> {
+        self.0.event_trigger_counts(event)
+    }
+    fn write_event_hist(&self, event: &TraceEventFormat, w: &mut dyn fmt::Write) -> fmt::Result {
+        self.0.write_event_hist(event, w)
+    }
+    fn clear_event_hist(&mut self, event: &TraceEventFormat, trigger: &Trigger) {
+        self.0.clear_event_hist(event, trigger)
     }
 }
 

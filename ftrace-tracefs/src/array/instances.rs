@@ -319,4 +319,12 @@ impl<P: Platform, const CPUS: usize> TraceBackend for InstanceBackend<P, CPUS> {
     fn write_saved_tgids(&self, w: &mut dyn fmt::Write) -> fmt::Result {
         self.sub.write_saved_tgids(w)
     }
+    /// An instance has no tracepoints of its own: enabling an event there is `ENODEV`.
+    fn set_event_state(
+        &mut self,
+        event: &ftrace_core::format::TraceEventFormat,
+        state: crate::backend::EventState,
+    ) -> Result<(), Errno> {
+        self.sub.set_event_state(event, state)
+    }
 }

@@ -1,4 +1,4 @@
-//! A spin lock for the instance's control state (never taken on a traced path).
+//! A spin lock for the instance's control state (a traced path only tries it).
 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
@@ -30,6 +30,15 @@ impl<T> SpinLock<T> {
             core::hint::spin_loop();
         }
         Guard(self)
+    }
+
+    /// The lock if it is free now (`None`: someone holds it). What a traced path takes (a hist
+    /// trigger's table): it never waits.
+    pub(crate) fn try_lock(&self) -> Option<Guard<'_, T>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Guard(self))
     }
 }
 

@@ -60,8 +60,12 @@
 //! markers, pid filters), reached from the top level's dispatcher through a forwarding ops;
 //! an instance offers `nop` and `function` (see the `instances` module).
 //!
+//! Trace events: the tracepoints the program declares (ftrace-core's `tracepoint!`),
+//! registered once with [`TraceArray::register_tracepoint`], are served under `events/` and
+//! recorded into the buffer while enabled, filtered and triggered (see the `events` module).
+//!
 //! Not in the instance yet (each refused with an errno, never accepted and ignored):
-//! trace events, the profiler's per-call times (it counts hits: see the `profile` module),
+//! trace events in `instances/` (`ENODEV`), hist triggers' aggregation, the profiler's per-call times (it counts hits: see the `profile` module),
 //! snapshots, `function_graph` in an instance, and the function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
 //! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
 //!
@@ -95,6 +99,7 @@
 mod backend;
 mod commands;
 mod entry;
+mod events;
 mod instances;
 mod lock;
 mod platform;
@@ -217,6 +222,8 @@ pub struct TraceArray<P: Platform, const CPUS: usize> {
     graph: FunctionGraphTracer,
     graph_filter: RcuCell<GraphHashes>,
     probes: RcuCell<ProbeRunner>,
+    /// The registered tracepoints (see the `events` module).
+    events: RcuCell<events::EventSlots<P, CPUS>>,
     pids: PidFilter,
     graph_cpus: [CpuGraph; CPUS],
     profile: [profile::CpuProfile; CPUS],
@@ -256,6 +263,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             graph: FunctionGraphTracer::new(),
             graph_filter: RcuCell::empty(),
             probes: RcuCell::empty(),
+            events: RcuCell::empty(),
             pids: PidFilter::new(),
             graph_cpus: [const { CpuGraph::new() }; CPUS],
             profile: [const { profile::CpuProfile::new() }; CPUS],

@@ -5,13 +5,14 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering;
 
+use ftrace_core::format::TraceEventFormat;
 use ftrace_core::platform::Reclaim;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{OutputStyle, Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::ringbuf::BufferedEvents;
-use ftrace_tracers::{TraceIter, TraceOptions};
+use ftrace_tracers::{TraceIter, TraceOptions, trace_event};
 
 use super::{Control, Platform, TraceArray};
 use crate::backend::Reader;
@@ -95,8 +96,29 @@ pub(super) fn trace_text<P: Platform, const CPUS: usize>(
     let empty = iter.is_empty();
     // Writing into a Vec cannot fail; a formatter error would only truncate the text.
     let _ = w.write_header(&mut TextToBytes(&mut out), &env, &info, empty);
-    let _ = w.write_events(&mut out, &env, &mut iter);
+    let _ = write_events(&mut w, &mut out, &env, &mut iter, &a.event_formats());
     out
+}
+
+/// Every event of `iter`: a registered tracepoint's through its format, the rest as the
+/// tracers print them.
+fn write_events(
+    w: &mut TraceWriter<'_>,
+    out: &mut Vec<u8>,
+    env: &OutputEnv<'_>,
+    iter: &mut TraceIter<'_, '_>,
+    formats: &[TraceEventFormat],
+) -> core::fmt::Result {
+    if formats.is_empty() {
+        return w.write_events(out, env, iter);
+    }
+    while let Some(ev) = iter.next_event() {
+        match trace_event::find(formats, &ev) {
+            Some(f) => trace_event::write_event_line(&mut TextToBytes(out), env, &ev, f)?,
+            None => w.write_line(out, env, iter, &ev)?,
+        }
+    }
+    Ok(())
 }
 
 /// `trace_pipe`: each read consumes what the buffers (of one CPU or all) hold and prints it,
@@ -130,7 +152,7 @@ impl<P: Platform, const CPUS: usize> Reader for PipeReader<P, CPUS> {
         let mut w = TraceWriter::new(style, &mut self.graph, Overruns::None);
         let mut iter = TraceIter::new(&mut lists, None);
         let names = Names(a.platform());
-        let _ = w.write_events(out, &env(a, &names), &mut iter);
+        let _ = write_events(&mut w, out, &env(a, &names), &mut iter, &a.event_formats());
         true
     }
 }

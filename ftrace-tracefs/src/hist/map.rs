@@ -40,6 +40,12 @@ pub struct HistMap {
 }
 
 impl HistMap {
+    /// Counts `n` records that could not be aggregated (the table was busy when they came):
+    /// the `Dropped:` total shows them.
+    pub fn add_drops(&mut self, n: u64) {
+        self.drops += n;
+    }
+
     /// An empty map for `def`.
     pub fn new(def: &HistDef) -> HistMap {
         let max = def.max_entries;

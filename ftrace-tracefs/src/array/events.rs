@@ -1,0 +1,365 @@
+//! Trace events in the instance: the tracepoints the program declares with ftrace-core's
+//! [`tracepoint!`](ftrace_core::tracepoint!), recorded into the instance's ring buffer.
+//!
+//! A program registers each of its tracepoints once, before it builds the tree, with
+//! [`TraceArray::register_tracepoint`]: an explicit list rather than a linker section, so
+//! that the same code works on a host, in a `no_std` kernel without a linker script of ours,
+//! and in tests that build several instances. The instance gives each tracepoint an
+//! [`EventSlot`] (bound as the tracepoint's owner, the kernel's `tracepoint_func.data`) and
+//! every tree it serves registers the event's format, so `events/<sys>/<ev>/{enable,filter,
+//! format,id,trigger}`, `events/<sys>/enable`, `events/enable`, `set_event` and
+//! `available_events` exist for it.
+//!
+//! While the tree says the event is enabled, the tracepoint is connected to the instance's
+//! probe: it fills the common fields (flags, preempt count, pid), runs the event's triggers
+//! before the record (or after it, when some trigger needs the record, as the kernel's
+//! `event_triggers_call`), and writes the record into the current CPU's buffer unless it is
+//! soft-disabled, filtered out or tracing is off. Records interleave with the tracers' entries
+//! by time stamp; `trace` prints them through their formats. A full buffer drops the record
+//! and counts it with every other dropped entry (the buffer's overrun, `trace`'s header).
+//!
+//! Hist triggers aggregate each record that passes their filter into their
+//! [`HistMap`](crate::hist::HistMap) (a table busy with a reader or another CPU counts the
+//! record as dropped rather than wait), and the event's `hist` file prints them.
+//!
+//! Not yet: `instances/` record no events (enabling one there is `ENODEV`); a hist trigger the
+//! aggregation cannot compile (expressions, variables, `common_timestamp`, stack keys:
+//! [`HistError::Unsupported`](crate::hist::HistError::Unsupported)) has no table and is
+//! missing from `hist`.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use ftrace_core::Errno;
+use ftrace_core::format::TraceEventFormat;
+use ftrace_core::platform::{Reclaim, TaskContext};
+use ftrace_core::reclaim::{Published, RcuCell};
+use ftrace_core::tracepoint::Tracepoint;
+use ftrace_tracers::tracer::EntrySink;
+
+use super::lock::SpinLock;
+use super::{ArrayKind, Platform, TraceArray};
+use crate::backend::EventState;
+use crate::event_filter::{EventFilter, RecordCtx};
+use crate::hist::{Comm, HistDef, HistMap, HistNames, write_hist};
+use crate::trigger_run::{TriggerActions, TriggerRunner};
+use crate::triggers::{Trigger, TriggerKind};
+
+/// One registered tracepoint's state in its instance (the kernel's `trace_event_file`).
+pub(super) struct EventSlot<P: Platform, const CPUS: usize> {
+    array: &'static TraceArray<P, CPUS>,
+    tp: &'static Tracepoint,
+    /// `EVENT_FILE_FL_SOFT_DISABLED`: armed, records discarded (triggers flip it).
+    soft_disabled: AtomicBool,
+    filter: RcuCell<EventFilter>,
+    runner: RcuCell<TriggerRunner>,
+    /// The hist triggers' tables, in `trigger` file order.
+    hists: RcuCell<Vec<HistTable>>,
+}
+
+/// One hist trigger's table (the kernel's `hist_trigger_data`).
+struct HistTable {
+    trigger: Trigger,
+    def: HistDef,
+    filter: Option<EventFilter>,
+    map: SpinLock<HistMap>,
+    /// Records that found the table busy (a reader, another CPU): added to its drops.
+    missed: AtomicU64,
+}
+
+impl HistTable {
+    /// `event_hist_trigger`: aggregates `rec` unless paused or filtered out; a busy table
+    /// counts the record as dropped rather than wait.
+    fn update(&self, rec: &[u8], cx: &RecordCtx<'_>) {
+        if self.trigger.paused || !self.filter.as_ref().is_none_or(|f| f.matches(rec, cx)) {
+            return;
+        }
+        let comm = || {
+            let mut c: Comm = [0; 16];
+            let n = cx.comm.len().min(15);
+            c[..n].copy_from_slice(&cx.comm[..n]);
+            c
+        };
+        match self.map.try_lock() {
+            Some(mut m) => m.update(&self.def, rec, cx.cpu, &comm),
+            None => {
+                self.missed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The registered tracepoints of an instance, published for the probes.
+pub(super) type EventSlots<P, const CPUS: usize> = Vec<&'static EventSlot<P, CPUS>>;
+
+impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
+    /// Registers a tracepoint the program declared (`tracepoint!`): every tree built after
+    /// this ([`TraceArray::tracefs`]) serves its event, and enabling it there connects the
+    /// tracepoint to this instance. `EEXIST` if an event of the same id or name is registered,
+    /// `EBUSY` if another instance owns the tracepoint, `ENODEV` for an instance under
+    /// `instances/`. Slots live as long as the instance (a `static`): registration is meant to
+    /// happen once per tracepoint.
+    pub fn register_tracepoint(&'static self, tp: &'static Tracepoint) -> Result<(), Errno> {
+        if self.kind != ArrayKind::Top {
+            return Err(Errno::ENODEV);
+        }
+        // The control lock orders registrations (the slots are published for the probes).
+        let _lock = self.control.lock();
+        let f = tp.format();
+        let taken = self.with_events(|slots| {
+            slots.iter().any(|s| {
+                let g = s.tp.format();
+                g.id == f.id || (g.system == f.system && g.name == f.name)
+            })
+        });
+        if taken {
+            return Err(Errno::EEXIST);
+        }
+        let slot = Box::into_raw(Box::new(EventSlot {
+            array: self,
+            tp,
+            soft_disabled: AtomicBool::new(false),
+            filter: RcuCell::empty(),
+            runner: RcuCell::empty(),
+            hists: RcuCell::empty(),
+        }));
+        if let Err(e) = tp.set_owner(slot.cast_const().cast()) {
+            // SAFETY: `slot` came from `Box::into_raw` above and was never shared.
+            drop(unsafe { Box::from_raw(slot) });
+            return Err(e);
+        }
+        // SAFETY: bound as the tracepoint's owner, the slot lives as long as the program.
+        let slot: &'static EventSlot<P, CPUS> = unsafe { &*slot };
+        let mut slots = self.with_events(|s| s.to_vec());
+        slots.push(slot);
+        self.events
+            .replace(Published::Owned(Box::new(slots)), self.reclaim());
+        Ok(())
+    }
+
+    /// Runs `f` on the registered slots inside a read-side section.
+    pub(super) fn with_events<T>(&self, f: impl FnOnce(&[&'static EventSlot<P, CPUS>]) -> T) -> T {
+        let _guard = self.reclaim().pin();
+        // SAFETY: inside the guard; the slots themselves are never freed.
+        let slots = unsafe { self.events.load() };
+        f(slots.map_or(&[], |s| s.as_slice()))
+    }
+
+    /// The formats of the registered tracepoints (what `trace` prints their records with).
+    pub(super) fn event_formats(&self) -> Vec<TraceEventFormat> {
+        self.with_events(|s| s.iter().map(|s| *s.tp.format()).collect())
+    }
+
+    fn event_slot(&self, id: u16) -> Option<&'static EventSlot<P, CPUS>> {
+        self.with_events(|s| s.iter().copied().find(|s| s.tp.format().id == id))
+    }
+
+    /// The tree changed the event's state: the tracepoint is connected exactly while the event
+    /// is enabled. Enabling an event that is not one of this instance's tracepoints is
+    /// `ENODEV` (nothing could record it).
+    pub(super) fn set_event_state(
+        &'static self,
+        event: &TraceEventFormat,
+        state: EventState,
+    ) -> Result<(), Errno> {
+        let Some(slot) = self.event_slot(event.id) else {
+            return match state.enabled {
+                true => Err(Errno::ENODEV),
+                false => Ok(()),
+            };
+        };
+        slot.soft_disabled
+            .store(state.soft_disabled, Ordering::Relaxed);
+        match (state.enabled, slot.tp.is_enabled()) {
+            (true, false) => slot.tp.connect(event_probe::<P, CPUS>)?,
+            (false, true) => slot.tp.disconnect(),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    pub(super) fn set_event_filter(&self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
+        if let Some(slot) = self.event_slot(event.id) {
+            let new = filter.map_or(Published::None, |f| Published::Owned(Box::new(f.clone())));
+            slot.filter.replace(new, self.reclaim());
+        }
+    }
+
+    pub(super) fn set_event_triggers(&self, event: &TraceEventFormat, triggers: &[Trigger]) {
+        if let Some(slot) = self.event_slot(event.id) {
+            let new = match triggers.is_empty() {
+                true => Published::None,
+                false => Published::Owned(Box::new(TriggerRunner::new(event, triggers))),
+            };
+            slot.runner.replace(new, self.reclaim());
+            let _guard = self.reclaim().pin();
+            // SAFETY: inside the guard; the old tables are only read here.
+            let old = unsafe { slot.hists.load() }.map_or(&[][..], |h| h.as_slice());
+            let hists = hist_tables(event, triggers, old);
+            drop(_guard);
+            let new = match hists.is_empty() {
+                true => Published::None,
+                false => Published::Owned(Box::new(hists)),
+            };
+            slot.hists.replace(new, self.reclaim());
+        }
+    }
+
+    /// `hist:...:clear`: empties the table of the hist trigger that is `trigger`.
+    pub(super) fn clear_event_hist(&self, event: &TraceEventFormat, trigger: &Trigger) {
+        let Some(slot) = self.event_slot(event.id) else {
+            return;
+        };
+        let _guard = self.reclaim().pin();
+        // SAFETY: inside the guard.
+        let hists = unsafe { slot.hists.load() };
+        if let Some(t) = hists.and_then(|h| h.iter().find(|t| t.trigger.same_as(trigger))) {
+            t.map.lock().clear();
+            t.missed.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The event's `hist` file: every hist trigger's table, as Linux prints them.
+    pub(super) fn write_event_hist(
+        &self,
+        event: &TraceEventFormat,
+        w: &mut dyn core::fmt::Write,
+    ) -> core::fmt::Result {
+        let Some(slot) = self.event_slot(event.id) else {
+            return Ok(());
+        };
+        let names = HistNames {
+            symbols: self.platform().symbols(),
+            syscall: &|_| None,
+        };
+        let _guard = self.reclaim().pin();
+        // SAFETY: inside the guard.
+        let Some(hists) = (unsafe { slot.hists.load() }) else {
+            return Ok(());
+        };
+        for (n, t) in hists.iter().enumerate() {
+            let mut map = t.map.lock();
+            map.add_drops(t.missed.swap(0, Ordering::Relaxed));
+            write_hist(w, n, &t.trigger, &t.def, &map, &names)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {
+        let slot = self.event_slot(event.id)?;
+        Some(slot.soft_disabled.load(Ordering::Relaxed))
+    }
+
+    pub(super) fn event_trigger_counts(&self, event: &TraceEventFormat) -> Option<Vec<i64>> {
+        let slot = self.event_slot(event.id)?;
+        let _guard = self.reclaim().pin();
+        // SAFETY: inside the guard.
+        let runner = unsafe { slot.runner.load() };
+        Some(runner.map(TriggerRunner::counts).unwrap_or_default())
+    }
+}
+
+/// The probe every tracepoint of an instance is connected to.
+fn event_probe<P: Platform, const CPUS: usize>(tp: &Tracepoint, rec: &mut [u8]) {
+    // SAFETY: `register_tracepoint` binds the owner to a `'static EventSlot<P, CPUS>` before
+    // `set_event_state` connects this very monomorphization, and an owner is never rebound.
+    let slot = unsafe { &*tp.owner().cast::<EventSlot<P, CPUS>>() };
+    slot.fire(rec);
+}
+
+impl<P: Platform, const CPUS: usize> EventSlot<P, CPUS> {
+    /// `trace_event_raw_event_<call>`: triggers, soft-disable, filter, then the record.
+    fn fire(&self, rec: &mut [u8]) {
+        let a = self.array;
+        if rec.len() < 8 {
+            return;
+        }
+        let task = a.dispatcher.platform();
+        let ctx = task.trace_ctx();
+        let pid = task.current_pid();
+        rec[2] = ctx.flags().bits();
+        rec[3] = ctx.preempt_count();
+        rec[4..8].copy_from_slice(&pid.to_ne_bytes());
+        let cpu = a.cpu();
+        let _guard = a.reclaim().pin();
+        // SAFETY: inside the guard, for its whole use.
+        let (runner, filter) = unsafe { (self.runner.load(), self.filter.load()) };
+        let actions = Actions(a);
+        if let Some(r) = runner {
+            r.before_record(&actions);
+        }
+        let cx = RecordCtx {
+            cpu: cpu as u32,
+            comm: a.platform().comm(pid).unwrap_or("").as_bytes(),
+        };
+        let record = !self.soft_disabled.load(Ordering::Relaxed)
+            && a.tracing_on.load(Ordering::Relaxed)
+            && filter.is_none_or(|f| f.matches(rec, &cx));
+        if record {
+            a.sink(cpu)
+                .write_entry(rec.len(), &mut |b| b.copy_from_slice(rec));
+        }
+        if let Some(r) = runner {
+            r.after_record(rec, &cx, &actions);
+        }
+        // SAFETY: inside the guard.
+        if let Some(hists) = unsafe { self.hists.load() } {
+            hists.iter().for_each(|t| t.update(rec, &cx));
+        }
+    }
+}
+
+/// The tables of `triggers`' hist triggers that compile against `event`; a trigger already
+/// in `old` keeps its table (adding or removing another trigger clears nothing).
+fn hist_tables(
+    event: &TraceEventFormat,
+    triggers: &[Trigger],
+    old: &[HistTable],
+) -> Vec<HistTable> {
+    triggers
+        .iter()
+        .filter_map(|t| {
+            let TriggerKind::Hist(spec) = &t.kind else {
+                return None;
+            };
+            let def = HistDef::compile(spec, event).ok()?;
+            let map = match old.iter().find(|o| o.trigger.same_as(t)) {
+                Some(o) => o.map.lock().clone(),
+                None => HistMap::new(&def),
+            };
+            let filter = match t.filter.as_deref() {
+                Some(f) => Some(crate::event_filter::parse(event, f).ok()?),
+                None => None,
+            };
+            Some(HistTable {
+                trigger: t.clone(),
+                def,
+                filter,
+                map: SpinLock::new(map),
+                missed: AtomicU64::new(0),
+            })
+        })
+        .collect()
+}
+
+/// What the triggers of an instance's events act on.
+struct Actions<P: Platform, const CPUS: usize>(&'static TraceArray<P, CPUS>);
+
+impl<P: Platform, const CPUS: usize> TriggerActions for Actions<P, CPUS> {
+    fn tracing_is_on(&self) -> bool {
+        self.0.tracing_on.load(Ordering::Relaxed)
+    }
+    fn set_tracing_on(&self, on: bool) {
+        self.0.set_tracing_on(on);
+    }
+    fn event_soft_disabled(&self, id: u16) -> Option<bool> {
+        let slot = self.0.event_slot(id)?;
+        Some(slot.soft_disabled.load(Ordering::Relaxed))
+    }
+    fn set_event_soft_disabled(&self, id: u16, disabled: bool) {
+        if let Some(slot) = self.0.event_slot(id) {
+            slot.soft_disabled.store(disabled, Ordering::Relaxed);
+        }
+    }
+}

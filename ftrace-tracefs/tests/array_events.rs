@@ -1,0 +1,315 @@
+//! Trace events in the `TraceArray` instance, over the host platform: tracepoints the test
+//! declares (`tracepoint!`) are registered with the instance, served under `events/`, and
+//! while enabled recorded into its ring buffer, interleaved with the function tracer's
+//! entries, filtered and triggered as Linux does.
+//!
+//! Each test declares tracepoints of its own: a tracepoint belongs to one instance.
+
+mod common;
+
+use common::sim::{DO_WORK, HELPER, SCHEDULE, Sim, become_task, call};
+use ftrace_core::tracepoint;
+use ftrace_tracefs::array::{ArrayHost, TraceArray};
+use ftrace_tracefs::{Errno, Tracefs, WriteMode};
+
+type Fs = Tracefs<ArrayHost<Sim, 2>>;
+
+fn cat(fs: &mut Fs, path: &str) -> String {
+    String::from_utf8(fs.read_to_end(path).unwrap()).unwrap()
+}
+
+fn echo(fs: &mut Fs, data: &str, path: &str) -> Result<(), Errno> {
+    fs.write_all(path, format!("{data}\n").as_bytes(), WriteMode::Truncate)
+}
+
+/// What follows the context of each line of `trace` (the header's `#` lines dropped).
+fn bodies(fs: &mut Fs) -> Vec<String> {
+    cat(fs, "trace")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_once(": ").unwrap().1.to_owned())
+        .collect()
+}
+
+tracepoint! {
+    /// `demo:demo_value`.
+    pub fn trace_demo_value(value: u64 => "u64", cpu: u32 => "unsigned int");
+    record DemoValue;
+    static DEMO_VALUE = ("demo", "demo_value", 500,
+        "\"value=%llu cpu=%u\", REC->value, REC->cpu");
+}
+
+tracepoint! {
+    /// `demo:demo_pair`.
+    pub fn trace_demo_pair(a: i32 => "int", b: i32 => "int");
+    record DemoPair;
+    static DEMO_PAIR = ("demo", "demo_pair", 501, "\"a=%d b=%d\", REC->a, REC->b");
+}
+
+#[test]
+fn declared_events_record_filter_and_trigger_among_function_entries() {
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    become_task(0, 2);
+    A.register_tracepoint(&DEMO_VALUE).unwrap();
+    A.register_tracepoint(&DEMO_PAIR).unwrap();
+    assert_eq!(A.register_tracepoint(&DEMO_PAIR), Err(Errno::EEXIST));
+    let mut fs = A.tracefs().unwrap();
+
+    // The files of a declared event.
+    let avail = cat(&mut fs, "available_events");
+    assert!(avail.contains("demo:demo_value\n") && avail.contains("demo:demo_pair\n"));
+    assert_eq!(cat(&mut fs, "events/demo/demo_value/id"), "500\n");
+    let format = cat(&mut fs, "events/demo/demo_value/format");
+    assert!(
+        format.starts_with("name: demo_value\nID: 500\nformat:\n"),
+        "{format}"
+    );
+    assert!(format.contains("\tfield:unsigned int cpu;\toffset:16;\tsize:4;\tsigned:0;\n"));
+    assert_eq!(cat(&mut fs, "events/demo/demo_value/enable"), "0\n");
+
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    // Off: the call site does nothing.
+    call(&A, SCHEDULE, 0x9000, || trace_demo_value(1, 0));
+    assert!(!DEMO_VALUE.is_enabled());
+
+    echo(&mut fs, "1", "events/demo/demo_value/enable").unwrap();
+    assert!(DEMO_VALUE.is_enabled() && !DEMO_PAIR.is_enabled());
+    assert_eq!(cat(&mut fs, "set_event"), "demo:demo_value\n");
+    call(&A, DO_WORK, SCHEDULE + 0x10, || {
+        trace_demo_value(5, 0);
+        trace_demo_pair(5, -1);
+        call(&A, HELPER, DO_WORK + 0x10, || trace_demo_value(50, 0));
+    });
+
+    // A filter that does not parse is refused and changes nothing.
+    assert_eq!(
+        echo(&mut fs, "nosuch > 1", "events/demo/demo_value/filter"),
+        Err(Errno::EINVAL)
+    );
+    trace_demo_value(51, 0);
+    echo(&mut fs, "value > 10", "events/demo/demo_value/filter").unwrap();
+    for v in [6, 60] {
+        trace_demo_value(v, 1);
+    }
+
+    echo(
+        &mut fs,
+        "traceoff if value > 100",
+        "events/demo/demo_value/trigger",
+    )
+    .unwrap();
+    for v in [70, 700, 7000] {
+        trace_demo_value(v, 2);
+    }
+    call(&A, HELPER, DO_WORK + 0x20, || {});
+    assert_eq!(cat(&mut fs, "tracing_on"), "0\n");
+    assert_eq!(
+        cat(&mut fs, "events/demo/demo_value/trigger"),
+        "traceoff:unlimited if value > 100\n"
+    );
+
+    // The pair event was never enabled; the filter dropped 6; traceoff fired on 700, which
+    // is itself recorded (a post trigger), and nothing after it is, function entries neither.
+    assert_eq!(
+        bodies(&mut fs),
+        [
+            "schedule <-0x00009000",
+            "do_work <-schedule",
+            "demo_value: value=5 cpu=0",
+            "helper <-do_work",
+            "demo_value: value=50 cpu=0",
+            "demo_value: value=51 cpu=0",
+            "demo_value: value=60 cpu=1",
+            "demo_value: value=70 cpu=2",
+            "demo_value: value=700 cpu=2",
+        ]
+    );
+    // The event's line carries the writer's context, as a function entry's does.
+    let trace = cat(&mut fs, "trace");
+    let line = trace.lines().find(|l| l.contains("value=5 ")).unwrap();
+    assert!(
+        line.starts_with("          worker-2       [000] ....."),
+        "{line}"
+    );
+
+    // set_event and the subsystem's and the top `enable` files reach the tracepoints.
+    echo(&mut fs, "demo:demo_pair", "set_event").unwrap();
+    assert!(DEMO_PAIR.is_enabled());
+    // The traceoff trigger keeps demo_value soft-enabled (`0*`), so its call sites stay on.
+    assert_eq!(cat(&mut fs, "events/demo/demo_value/enable"), "0*\n");
+    assert!(DEMO_VALUE.is_enabled());
+    echo(
+        &mut fs,
+        "!traceoff if value > 100",
+        "events/demo/demo_value/trigger",
+    )
+    .unwrap();
+    assert!(!DEMO_VALUE.is_enabled());
+    echo(&mut fs, "1", "events/demo/enable").unwrap();
+    assert!(DEMO_VALUE.is_enabled() && DEMO_PAIR.is_enabled());
+    assert_eq!(cat(&mut fs, "events/demo/enable"), "1\n");
+    echo(&mut fs, "0", "events/enable").unwrap();
+    assert!(!DEMO_VALUE.is_enabled() && !DEMO_PAIR.is_enabled());
+
+    // An instance records no events: enabling one there is refused.
+    fs.mkdir("instances/x").unwrap();
+    assert_eq!(
+        echo(&mut fs, "1", "instances/x/events/demo/demo_pair/enable"),
+        Err(Errno::ENODEV)
+    );
+    assert_eq!(
+        cat(&mut fs, "instances/x/events/demo/demo_pair/enable"),
+        "0\n"
+    );
+    assert!(!DEMO_PAIR.is_enabled());
+}
+
+tracepoint! {
+    /// `demo2:tick`.
+    pub fn trace_tick(n: u32 => "unsigned int");
+    record Tick;
+    static TICK = ("demo2", "tick", 510, "\"n=%u\", REC->n");
+}
+
+tracepoint! {
+    /// `demo2:work`.
+    pub fn trace_work(n: u32 => "unsigned int");
+    record Work;
+    static WORK = ("demo2", "work", 511, "\"n=%u\", REC->n");
+}
+
+#[test]
+fn enable_event_trigger_soft_enables_another_event() {
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    become_task(1, 3);
+    A.register_tracepoint(&TICK).unwrap();
+    A.register_tracepoint(&WORK).unwrap();
+    let mut fs = A.tracefs().unwrap();
+
+    echo(&mut fs, "1", "events/demo2/tick/enable").unwrap();
+    echo(
+        &mut fs,
+        "enable_event:demo2:work:1 if n == 2",
+        "events/demo2/tick/trigger",
+    )
+    .unwrap();
+    // The trigger holds `work` armed but soft-disabled: its records are discarded.
+    assert_eq!(cat(&mut fs, "events/demo2/work/enable"), "0*\n");
+    assert!(WORK.is_enabled());
+    for n in 1..=3 {
+        trace_work(n);
+        trace_tick(n);
+    }
+    trace_work(4);
+    assert_eq!(cat(&mut fs, "events/demo2/work/enable"), "1*\n");
+    assert_eq!(
+        cat(&mut fs, "events/demo2/tick/trigger"),
+        "enable_event:demo2:work:count=0 if n == 2\n"
+    );
+    assert_eq!(
+        bodies(&mut fs),
+        [
+            "tick: n=1",
+            "tick: n=2",
+            "work: n=3",
+            "tick: n=3",
+            "work: n=4"
+        ]
+    );
+    // Another owner cannot take a tracepoint this instance registered.
+    static B: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    assert_eq!(B.register_tracepoint(&TICK), Err(Errno::EBUSY));
+}
+
+tracepoint! {
+    /// `demo3:sample`.
+    pub fn trace_sample(bucket: u32 => "unsigned int", len: u64 => "u64");
+    record Sample;
+    static SAMPLE = ("demo3", "sample", 520,
+        "\"bucket=%u len=%llu\", REC->bucket, REC->len");
+}
+
+#[test]
+fn hist_trigger_aggregates_recorded_events_into_the_hist_file() {
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    become_task(0, 2);
+    A.register_tracepoint(&SAMPLE).unwrap();
+    let mut fs = A.tracefs().unwrap();
+    assert_eq!(cat(&mut fs, "events/demo3/sample/hist"), "");
+
+    echo(&mut fs, "1", "events/demo3/sample/enable").unwrap();
+    echo(
+        &mut fs,
+        "hist:keys=bucket:vals=len if len > 1",
+        "events/demo3/sample/trigger",
+    )
+    .unwrap();
+    for (bucket, len) in [(1, 10), (2, 5), (1, 30), (2, 1), (3, 7)] {
+        trace_sample(bucket, len);
+    }
+    // Another trigger added later keeps the table.
+    fs.write_all(
+        "events/demo3/sample/trigger",
+        b"traceoff if len > 1000\n",
+        WriteMode::Append,
+    )
+    .unwrap();
+    trace_sample(3, 100);
+
+    let hist = cat(&mut fs, "events/demo3/sample/hist");
+    let trigger = cat(&mut fs, "events/demo3/sample/trigger");
+    let info = trigger
+        .lines()
+        .find(|l| l.starts_with("hist:"))
+        .expect("the hist trigger is listed");
+    assert!(
+        hist.starts_with(&format!(
+            "# event histogram\n#\n# trigger info: {info}\n#\n\n"
+        )),
+        "{hist}"
+    );
+    // Sorted by hitcount (the default), ties by the kernel's order; `len > 1` left out 1.
+    let rows: Vec<&str> = hist.lines().filter(|l| l.starts_with('{')).collect();
+    assert_eq!(rows.len(), 3, "{hist}");
+    assert!(rows.contains(&"{ bucket:          1 } hitcount:          2  len:         40"));
+    assert!(rows.contains(&"{ bucket:          2 } hitcount:          1  len:          5"));
+    assert!(rows.contains(&"{ bucket:          3 } hitcount:          2  len:        107"));
+    assert!(
+        hist.ends_with("Totals:\n    Hits: 5\n    Entries: 3\n    Dropped: 0\n"),
+        "{hist}"
+    );
+    // Every sample was also recorded in the buffer.
+    assert_eq!(bodies(&mut fs).len(), 6);
+
+    // `:pause` stops the aggregation, `:cont` resumes it, `:clear` empties the table.
+    let edit = |fs: &mut Fs, cmd: &str| {
+        let text = format!("hist:keys=bucket:vals=len:{cmd} if len > 1\n");
+        fs.write_all(
+            "events/demo3/sample/trigger",
+            text.as_bytes(),
+            WriteMode::Append,
+        )
+    };
+    let hits = |fs: &mut Fs| {
+        let h = cat(fs, "events/demo3/sample/hist");
+        h.lines()
+            .find_map(|l| l.strip_prefix("    Hits: "))
+            .unwrap()
+            .to_owned()
+    };
+    edit(&mut fs, "pause").unwrap();
+    trace_sample(1, 10);
+    assert_eq!(hits(&mut fs), "5");
+    edit(&mut fs, "cont").unwrap();
+    trace_sample(1, 10);
+    assert_eq!(hits(&mut fs), "6");
+    edit(&mut fs, "clear").unwrap();
+    assert_eq!(hits(&mut fs), "0");
+    trace_sample(4, 10);
+    let hist = cat(&mut fs, "events/demo3/sample/hist");
+    assert!(
+        hist.contains("{ bucket:          4 } hitcount:          1  len:         10\n"),
+        "{hist}"
+    );
+    assert!(hist.ends_with("Entries: 1\n    Dropped: 0\n"), "{hist}");
+}
