@@ -93,6 +93,8 @@ const SPILL: usize = 8;
 /// check per byte (the drainer encodes every event of a recording: this is its inner loop).
 struct Encoder<'a> {
     buf: &'a mut Vec<u8>,
+    /// The buffer's start, read once (the stores below cannot then be taken to change it).
+    ptr: *mut u8,
     len: usize,
     /// Bytes the caller reserved beyond `len` at the start.
     #[cfg(debug_assertions)]
@@ -105,6 +107,7 @@ impl<'a> Encoder<'a> {
         buf.reserve(max);
         let len = buf.len();
         Encoder {
+            ptr: buf.as_mut_ptr(),
             buf,
             len,
             #[cfg(debug_assertions)]
@@ -121,7 +124,7 @@ impl<'a> Encoder<'a> {
         );
         // SAFETY: `new` reserved room for the whole record, which the caller bounds by its
         // `max`, so `len` stays below the buffer's capacity.
-        unsafe { self.buf.as_mut_ptr().add(self.len).write(b) };
+        unsafe { self.ptr.add(self.len).write(b) };
         self.len += 1;
     }
 
@@ -146,8 +149,7 @@ impl<'a> Encoder<'a> {
         // SAFETY: `new` reserved the record's bytes plus `SPILL` beyond them, so the 8 bytes
         // from `len` are within the capacity; only `len` of them count.
         unsafe {
-            self.buf
-                .as_mut_ptr()
+            self.ptr
                 .add(self.len)
                 .cast::<[u8; 8]>()
                 .write_unaligned(x.to_le_bytes())
