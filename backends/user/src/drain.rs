@@ -240,7 +240,7 @@ fn new_ring_files(dir: &Path, known: &HashSet<PathBuf>) -> Vec<PathBuf> {
 const TMPFS: &str = "/dev/shm";
 
 /// The directory a streamed recording's ring files live in while the program runs: a private
-/// directory on tmpfs ([`TMPFS`]) when the machine has one, so that the ring pages the program
+/// directory on tmpfs (`/dev/shm`) when the machine has one, so that the ring pages the program
 /// keeps rewriting are never written back to disk (on a disk file system the kernel writes
 /// dirty shared pages back and write-protects them again, a page fault per page per pass);
 /// else the recording directory itself. A private directory is removed, with what is left in
