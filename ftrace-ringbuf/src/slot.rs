@@ -353,6 +353,7 @@ impl<'a> SlotRing<'a> {
     }
 
     /// What index `index` holds now.
+    #[inline]
     pub fn read(&self, index: u64) -> SlotRead {
         let s = self.slot(index);
         let kind = s.kind.load(Ordering::Acquire);

@@ -1,9 +1,11 @@
 //! Draining a recording while the program runs: the tool's consumer of the agent's
 //! per-thread rings in producer/consumer mode ([`ftrace_agent::buffer`]).
 //!
-//! A [`Drainer`] thread finds every `buf-<tid>` file the agent creates under the recording
-//! directory (all process images, `<pid>.<n>/`), maps it, and consumes its ring from a cursor:
-//! each committed event is appended to the thread's `events-<tid>` file in the compact form of
+//! A [`Drainer`] thread finds every `buf-<tid>` file the agent creates under the ring
+//! directory (all process images, `<pid>.<n>/`; a [`RingDir`] on tmpfs, so that the pages the
+//! program writes never go to disk), maps it, and consumes its ring from a cursor: each
+//! committed event is appended to the thread's `events-<tid>` file in the recording
+//! directory's `<pid>.<n>/` in the compact form of
 //! [`crate::stream`], with the ring's drop counts where the holes are, and the slots read are
 //! given back to the writer (the ring's `limit`). A full ring drops and counts, the program
 //! never waits for the tool. A thread that has exited is drained to its end, its events file
@@ -28,6 +30,14 @@ use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
 
 /// How long the drainer sleeps when a pass found nothing to read.
 const IDLE_SLEEP: Duration = Duration::from_micros(500);
+/// How long it sleeps after a pass that found every ring less than [`BUSY_FILL`] full: it
+/// reads in batches instead of chasing the writers slot by slot (a slot read just after it
+/// was written is a cache line taken from the writer's core, which the writer then takes
+/// back for the slot next to it).
+const BATCH_SLEEP: Duration = Duration::from_micros(200);
+/// The fraction of a ring (1 / this) that, found filled in one pass, makes the drainer go on
+/// at once.
+const BUSY_FILL: u64 = 4;
 /// How often it looks for new ring files while events keep coming (and on every pass that
 /// found nothing to read).
 const SCAN_EVERY: Duration = Duration::from_millis(1);
@@ -100,7 +110,8 @@ struct Drained {
 }
 
 impl Drained {
-    fn start(ring_file: &Path) -> Result<Option<Drained>, String> {
+    /// Starts draining `ring_file` into the namesake directory of its own under `out`.
+    fn start(ring_file: &Path, out: &Path) -> Result<Option<Drained>, String> {
         let Some(map) = Mapping::open(ring_file) else {
             return Ok(None);
         };
@@ -115,13 +126,18 @@ impl Drained {
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix("buf-"))
             .unwrap_or_default();
+        let instance = ring_file
+            .parent()
+            .and_then(|p| p.file_name())
+            .ok_or_else(|| format!("{}: not in an instance directory", ring_file.display()))?;
+        let events_dir = out.join(instance);
         // A ring file removed early may be followed by one of the same name (a new thread
         // with the same tid): its events go to a new file, never over the old one.
         let mut k = 0;
         let (path, f) = loop {
             let path = match k {
-                0 => ring_file.with_file_name(format!("{FILE_PREFIX}{name}")),
-                _ => ring_file.with_file_name(format!("{FILE_PREFIX}{name}-{k}")),
+                0 => events_dir.join(format!("{FILE_PREFIX}{name}")),
+                _ => events_dir.join(format!("{FILE_PREFIX}{name}-{k}")),
             };
             match File::create_new(&path) {
                 Ok(f) => break (path, f),
@@ -160,6 +176,11 @@ impl Drained {
             Some(e) => Err(format!("{}: {e}", self.events_file.display())),
             None => Ok(n),
         }
+    }
+
+    /// Slots in the ring.
+    fn capacity(&self) -> u64 {
+        self.map.view().expect("checked by open").ring().capacity()
     }
 
     /// Whether the thread writing the ring is gone.
@@ -215,6 +236,59 @@ fn new_ring_files(dir: &Path, known: &HashSet<PathBuf>) -> Vec<PathBuf> {
     found
 }
 
+/// Where the tmpfs ring directories go.
+const TMPFS: &str = "/dev/shm";
+
+/// The directory a streamed recording's ring files live in while the program runs: a private
+/// directory on tmpfs (`/dev/shm`) when the machine has one, so that the ring pages the program
+/// keeps rewriting are never written back to disk (on a disk file system the kernel writes
+/// dirty shared pages back and write-protects them again, a page fault per page per pass);
+/// else the recording directory itself. A private directory is removed, with what is left in
+/// it, when this is dropped.
+#[derive(Debug)]
+pub struct RingDir {
+    path: PathBuf,
+    private: bool,
+}
+
+impl RingDir {
+    /// A new private ring directory on tmpfs, or `out` if none can be made there.
+    pub fn create(out: &Path) -> RingDir {
+        use std::os::unix::fs::DirBuilderExt;
+        let pid = std::process::id();
+        for n in 0..1000 {
+            let path = Path::new(TMPFS).join(format!("ftrace-rings.{pid}.{n}"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    return RingDir {
+                        path,
+                        private: true,
+                    };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(_) => break,
+            }
+        }
+        RingDir {
+            path: out.to_path_buf(),
+            private: false,
+        }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for RingDir {
+    fn drop(&mut self) {
+        if self.private {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
 /// What was recorded of one thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ThreadCount {
@@ -234,14 +308,15 @@ pub struct Drainer {
 }
 
 impl Drainer {
-    /// Starts draining the rings the agent creates under `dir`.
-    pub fn start(dir: &Path) -> Drainer {
+    /// Starts draining the rings the agent creates under `rings` into events files under the
+    /// recording directory `out` (`rings` may be `out` itself).
+    pub fn start(rings: &Path, out: &Path) -> Drainer {
         let stop = Arc::new(AtomicBool::new(false));
-        let dir = dir.to_path_buf();
+        let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("ftrace-drain".into())
-            .spawn(move || run(&dir, &flag))
+            .spawn(move || run(&rings, &out, &flag))
             .expect("spawning the drain thread");
         Drainer { stop, thread }
     }
@@ -257,7 +332,7 @@ impl Drainer {
     }
 }
 
-fn run(dir: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, String> {
+fn run(dir: &Path, out: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, String> {
     let mut done = Vec::new();
     let mut known = HashSet::new();
     let mut rings: Vec<Drained> = Vec::new();
@@ -268,7 +343,7 @@ fn run(dir: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, String> {
         let stopping = stop.load(Ordering::Acquire);
         if stopping || idle || last_scan.is_none_or(|t| t.elapsed() >= SCAN_EVERY) {
             for path in new_ring_files(dir, &known) {
-                if let Some(d) = Drained::start(&path)? {
+                if let Some(d) = Drained::start(&path, out)? {
                     known.insert(path);
                     rings.push(d);
                 }
@@ -287,11 +362,16 @@ fn run(dir: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, String> {
             }
             return first_err.map_or(Ok(done), Err);
         }
-        let mut moved = 0;
+        let (mut moved, mut busy) = (0, false);
         for r in &mut rings {
-            moved += r.drain(Drain::Live)?;
+            let n = r.drain(Drain::Live)?;
+            busy |= n >= r.capacity() / BUSY_FILL;
+            moved += n;
         }
         idle = moved == 0;
+        if !idle && !busy {
+            std::thread::sleep(BATCH_SLEEP);
+        }
         if idle {
             if last_exit_check.elapsed() >= EXIT_CHECK_EVERY {
                 last_exit_check = Instant::now();

@@ -208,7 +208,12 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // Every event: drained while the program runs, turned into pages when first read
     // ([`crate::capture::ensure_capture`]).
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let drainer = crate::drain::Drainer::start(out);
+    let rings = crate::drain::RingDir::create(out);
+    let cfg = Config {
+        ring_dir: Some(rings.path().to_path_buf()),
+        ..cfg
+    };
+    let drainer = crate::drain::Drainer::start(rings.path(), out);
     let status = crate::launch::run(&cfg, prog, args);
     let drained = drainer.finish();
     let status = status?;

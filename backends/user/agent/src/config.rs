@@ -30,6 +30,10 @@ pub const ENV_BUFFER_KB: &str = "FTRACE_AGENT_BUFFER_KB";
 /// `1`: overwrite the oldest events when full (flight recorder, the kernel's default);
 /// `0`: drop new events when full.
 pub const ENV_OVERWRITE: &str = "FTRACE_AGENT_OVERWRITE";
+/// Where the per-thread ring files live (a directory; unset or empty: the recording
+/// directory). The tool points it at tmpfs for a streamed recording, whose rings are drained
+/// into the recording directory while the program runs: ring pages then never go to disk.
+pub const ENV_RING_DIR: &str = "FTRACE_AGENT_RING_DIR";
 /// `local`, `mono` or `x86-tsc`.
 pub const ENV_CLOCK: &str = "FTRACE_AGENT_CLOCK";
 /// `1` (default): sites are enabled at start; `0`: the program turns tracing on itself
@@ -130,6 +134,8 @@ pub struct Config {
     pub buffer_kb: u64,
     /// Overwrite the oldest events when a buffer is full (else drop new ones).
     pub overwrite: bool,
+    /// Where the ring files live ([`ENV_RING_DIR`]; `None`: in the recording directory).
+    pub ring_dir: Option<PathBuf>,
     /// The trace clock.
     pub clock: ClockKind,
     /// Enable the sites at start.
@@ -199,6 +205,7 @@ impl Config {
             thresh_ns: 0,
             buffer_kb: DEFAULT_BUFFER_KB,
             overwrite: true,
+            ring_dir: None,
             clock: ClockKind::Local,
             tracing_on: true,
             control: None,
@@ -218,6 +225,13 @@ impl Config {
             (ENV_THRESH_NS, self.thresh_ns.to_string()),
             (ENV_BUFFER_KB, self.buffer_kb.to_string()),
             (ENV_OVERWRITE, u8::from(self.overwrite).to_string()),
+            (
+                ENV_RING_DIR,
+                self.ring_dir
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
             (ENV_CLOCK, self.clock.name().to_string()),
             (ENV_TRACING_ON, u8::from(self.tracing_on).to_string()),
             (
@@ -274,6 +288,9 @@ impl Config {
         c.buffer_kb = num(ENV_BUFFER_KB, DEFAULT_BUFFER_KB)?.max(4);
         c.overwrite = num(ENV_OVERWRITE, 1)? != 0;
         c.tracing_on = num(ENV_TRACING_ON, 1)? != 0;
+        c.ring_dir = get(ENV_RING_DIR)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
         c.control = get(ENV_CONTROL)
             .filter(|s| !s.is_empty())
             .map(PathBuf::from);
@@ -312,6 +329,7 @@ mod tests {
         c.thresh_ns = 20_000;
         c.buffer_kb = 64;
         c.overwrite = false;
+        c.ring_dir = Some("/dev/shm/rings".into());
         c.clock = ClockKind::Mono;
         c.tracing_on = false;
         c.control = Some("/tmp/ctl.sock".into());

@@ -70,8 +70,9 @@ pub static SHADOW_OVERRUNS: AtomicU64 = AtomicU64::new(0);
 
 /// Where threads create their buffers.
 pub struct Instance {
-    /// The instance directory (NUL-terminated path).
-    pub dir: CString,
+    /// Where this instance's ring files go (NUL-terminated path): the instance directory, or
+    /// its namesake under the configuration's `ring_dir`.
+    pub ring_dir: CString,
     /// Bytes per buffer file.
     pub buffer_bytes: usize,
     /// Overwrite mode.
@@ -415,7 +416,7 @@ fn create_buffer(inst: &Instance) -> Option<Writer> {
         let n = c.len().min(15);
         comm[..n].copy_from_slice(&c[..n]);
     }
-    let dir = inst.dir.to_str().ok()?;
+    let dir = inst.ring_dir.to_str().ok()?;
     let mut fd = -1;
     for n in 0..1000 {
         let path = if n == 0 {

@@ -19,7 +19,9 @@
 //!
 //! Recording directory layout (`DIR`): one sub-directory per traced process image,
 //! `DIR/<pid>.<n>/`, holding `meta` (key=value lines), `symbols` (`addr\tsize\tmodule\tname`
-//! lines, runtime addresses) and one `buf-<tid>` file per thread ([`buffer`]).
+//! lines, runtime addresses) and one `buf-<tid>` file per thread ([`buffer`]); with a ring
+//! directory ([`config::ENV_RING_DIR`]) the `buf-<tid>` files go to `RING_DIR/<pid>.<n>/`
+//! instead.
 
 pub mod attach;
 pub mod buffer;
@@ -137,15 +139,30 @@ fn rseq_offset() -> Option<isize> {
     }
 }
 
-fn install_instance(cfg: &Config, dir: &Path) {
+/// Where the instance of `dir` puts its ring files: `dir` itself, or (with
+/// [`Config::ring_dir`]) a directory of the same name there, created here.
+fn instance_ring_dir(cfg: &Config, dir: &Path) -> std::io::Result<PathBuf> {
+    match (&cfg.ring_dir, dir.file_name()) {
+        (Some(root), Some(name)) => {
+            let d = root.join(name);
+            std::fs::create_dir_all(&d)?;
+            Ok(d)
+        }
+        _ => Ok(dir.to_path_buf()),
+    }
+}
+
+fn install_instance(cfg: &Config, dir: &Path) -> std::io::Result<()> {
     let slots_bytes = (cfg.buffer_kb * 1024).max(4096) as usize;
+    let ring_dir = instance_ring_dir(cfg, dir)?;
     let inst = handler::Instance {
-        dir: CString::new(dir.as_os_str().as_encoded_bytes()).unwrap_or_default(),
+        ring_dir: CString::new(ring_dir.as_os_str().as_encoded_bytes()).unwrap_or_default(),
         buffer_bytes: buffer::HEADER_SIZE + slots_bytes,
         overwrite: cfg.overwrite,
         rseq_offset: rseq_offset(),
     };
     handler::INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+    Ok(())
 }
 
 fn write_meta(dir: &Path, cfg: &Config) -> std::io::Result<()> {
@@ -323,7 +340,7 @@ enum Arrival {
 fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
     let dir = create_instance_dir(&cfg.output)?;
     write_meta(&dir, &cfg)?;
-    install_instance(&cfg, &dir);
+    install_instance(&cfg, &dir)?;
     text::install_stop_handler()?;
     patch::install_trap_handler()?;
     text::register_sync_core();
@@ -417,14 +434,15 @@ extern "C" fn after_fork_child() {
     text::register_sync_core();
     let mut g = agent();
     let Some(a) = g.as_mut() else { return };
-    match create_instance_dir(&a.config.output) {
-        Ok(dir) => {
-            let _ = write_meta(&dir, &a.config);
-            let _ = std::fs::copy(a.dir.join("symbols"), dir.join("symbols"));
-            install_instance(&a.config, &dir);
-            a.dir = dir;
-        }
-        Err(_) => handler::INSTANCE.store(core::ptr::null_mut(), Ordering::Release),
+    let installed = create_instance_dir(&a.config.output).and_then(|dir| {
+        let _ = write_meta(&dir, &a.config);
+        let _ = std::fs::copy(a.dir.join("symbols"), dir.join("symbols"));
+        install_instance(&a.config, &dir)?;
+        a.dir = dir;
+        Ok(())
+    });
+    if installed.is_err() {
+        handler::INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
     }
 }
 
