@@ -519,8 +519,9 @@ pub fn record(
         });
     }
     // Without --overwrite every event is drained while attached, as `record` does
-    // ([`crate::drain`]); with it the rings are the recording.
-    let drainer = (!opts.overwrite).then(|| crate::drain::Drainer::start(out));
+    // ([`crate::drain`]); with it the rings are the recording. An attached agent's rings stay
+    // in the recording directory (its configuration names no ring directory).
+    let drainer = (!opts.overwrite).then(|| crate::drain::Drainer::start(out, out));
     let traced = attach(pid, &agent, &config).and_then(|sites| {
         if sites == 0 {
             let _ = detach(pid, &agent);
