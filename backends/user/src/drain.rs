@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ftrace_agent::buffer::{BufferView, HEADER_SIZE, SLOT_SIZE};
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
+use crate::ringmap::{Access, RingMapping};
 use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
 
 /// How long the drainer sleeps when a pass found nothing to read.
@@ -44,63 +44,11 @@ const SCAN_EVERY: Duration = Duration::from_millis(1);
 /// How often it checks whether the threads of idle rings have exited.
 const EXIT_CHECK_EVERY: Duration = Duration::from_millis(50);
 
-/// A read-write shared mapping of one ring file (the consumer writes the ring's `limit`).
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    /// Maps `path` if it holds an initialised ring (`None`: not yet, try again later).
-    fn open(path: &Path) -> Option<Mapping> {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .ok()?;
-        let len = usize::try_from(f.metadata().ok()?.len()).ok()?;
-        if len < HEADER_SIZE + SLOT_SIZE {
-            return None;
-        }
-        use std::os::fd::AsRawFd;
-        // SAFETY: a fresh shared mapping of a file we opened; its contents are checked by
-        // `view` before any use.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let m = Mapping { ptr: p.cast(), len };
-        m.view().is_some().then_some(m)
-    }
-
-    fn view(&self) -> Option<BufferView<'_>> {
-        // SAFETY: the mapping is page-aligned, `len` bytes, and lives as long as the view;
-        // the agent writes it only as the slot ring's writer contract says.
-        unsafe { BufferView::from_raw(self.ptr, self.len) }.ok()
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, no view outlives `self`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// One ring being drained into its events file.
 struct Drained {
     ring_file: PathBuf,
     events_file: PathBuf,
-    map: Mapping,
+    map: RingMapping,
     cursor: Cursor,
     out: StreamWriter<File>,
     /// Events moved (a return value's slot is part of its exit, no event of its own).
@@ -112,7 +60,7 @@ struct Drained {
 impl Drained {
     /// Starts draining `ring_file` into the namesake directory of its own under `out`.
     fn start(ring_file: &Path, out: &Path) -> Result<Option<Drained>, String> {
-        let Some(map) = Mapping::open(ring_file) else {
+        let Some(map) = RingMapping::open(ring_file, Access::ReadWrite) else {
             return Ok(None);
         };
         let view = map.view().expect("checked by open");

@@ -30,5 +30,6 @@ pub mod livefs;
 pub mod record;
 pub mod recording;
 pub mod report;
+mod ringmap;
 pub mod sitecheck;
 pub mod stream;

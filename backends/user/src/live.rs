@@ -12,72 +12,19 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use ftrace_agent::buffer::{self, BufferView, HEADER_SIZE, SlotMode};
+use ftrace_agent::buffer::{self, SlotMode};
 use ftrace_agent::clock::{TscConversion, TscPair};
 use ftrace_agent::config::ClockKind;
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_ringbuf::slot::SlotRead;
 
 use crate::recording::{entry_bytes, parse_symbols};
-
-/// A read-only shared mapping of one buffer file.
-struct Mapping {
-    ptr: *const u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory, read with volatile loads; nothing in it is
-// tied to the thread that mapped it.
-unsafe impl Send for Mapping {}
-
-impl Mapping {
-    fn open(path: &Path) -> Option<Mapping> {
-        let f = std::fs::File::open(path).ok()?;
-        let len = f.metadata().ok()?.len() as usize;
-        if len < HEADER_SIZE + buffer::SLOT_SIZE {
-            return None;
-        }
-        use std::os::fd::AsRawFd;
-        // SAFETY: a fresh read-only shared mapping of a file we opened; checked below.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let m = Mapping { ptr: p.cast(), len };
-        m.view().is_some().then_some(m)
-    }
-
-    /// The buffer file's view (`None`: not a buffer this tool reads).
-    fn view(&self) -> Option<BufferView<'_>> {
-        // SAFETY: our live, page-aligned mapping of `len` bytes, alive as long as `self`.
-        unsafe { BufferView::from_raw(self.ptr, self.len) }.ok()
-    }
-
-    fn head(&self) -> u64 {
-        self.view().map_or(0, |v| v.ring().head())
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
-    }
-}
+use crate::ringmap::{Access, RingMapping};
 
 /// One thread's buffer.
 struct Buf {
     path: PathBuf,
-    map: Option<Mapping>,
+    map: Option<RingMapping>,
     pid: u32,
     tid: u32,
     comm: String,
@@ -205,7 +152,7 @@ impl LiveRecording {
         }
         for b in &mut self.bufs {
             if b.map.is_none() {
-                if let Some(m) = Mapping::open(&b.path) {
+                if let Some(m) = RingMapping::open(&b.path, Access::ReadOnly) {
                     if let Some(v) = m.view() {
                         (b.pid, b.tid, b.comm) = (v.pid(), v.tid(), v.comm());
                         b.map = Some(m);
@@ -376,7 +323,7 @@ impl LiveRecording {
                 self.refresh();
                 for b in &mut self.bufs {
                     if let Some(m) = &b.map {
-                        b.below = m.head();
+                        b.below = m.view().map_or(0, |v| v.ring().head());
                         b.extra.clear();
                     }
                 }
@@ -392,7 +339,7 @@ impl LiveRecording {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ftrace_agent::buffer::KIND_FUNC;
+    use ftrace_agent::buffer::{HEADER_SIZE, KIND_FUNC};
 
     fn make_buf(dir: &Path, tid: u32, slots: usize) -> (Vec<u8>, PathBuf) {
         let len = HEADER_SIZE + slots * buffer::SLOT_SIZE;
