@@ -28,11 +28,12 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print a raw capture (a tracefs-like directory of `trace_pipe_raw` pages) as the kernel's
-    /// `trace` file would.
+    /// Print a raw capture (a tracefs-like directory of `trace_pipe_raw` pages) or a recording
+    /// as the kernel's `trace` file would.
     Report {
-        /// The capture: per_cpu/cpuN/trace_pipe_raw, kallsyms, saved_cmdlines and optionally
-        /// trace_clock, tracer, events/header_page, events/ftrace/*/format.
+        /// The capture (per_cpu/cpuN/trace_pipe_raw, kallsyms, saved_cmdlines and optionally
+        /// trace_clock, tracer, events/header_page, events/ftrace/*/format) or the recording
+        /// (`ftrace record -o DIR`, read where it is).
         #[arg(
             short = 'i',
             long = "raw-dir",

@@ -1,0 +1,130 @@
+//! `ftrace report` of a streamed recording reads its events files where they are: the text is
+//! byte for byte what the same recording turned into kernel pages reports, and the recording
+//! does not change (no pages, no second copy).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ftrace_agent::config::TracerKind;
+use ftrace_user::record::{RecordOptions, record};
+use ftrace_user::recording::RecordingReader;
+use ftrace_user::report::{ReportArgs, report};
+
+fn scratch() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ftrace-report-recording");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn build() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = scratch().join("stream_calls");
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
+            let st = Command::new("gcc")
+                .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
+                .args(["-fpatchable-function-entry=5", "-o"])
+                .arg(&out)
+                .arg(src)
+                .output()
+                .expect("gcc");
+            assert!(
+                st.status.success(),
+                "{}",
+                String::from_utf8_lossy(&st.stderr)
+            );
+            out
+        })
+        .clone()
+}
+
+/// Every file under `dir` with its size, in name order.
+fn listing(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                todo.push(e.path());
+            } else {
+                out.push((e.path(), m.len()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn record_streamed(tag: &str, tracer: TracerKind, args: &[&str]) -> PathBuf {
+    let dir = scratch().join(tag);
+    let opts = RecordOptions {
+        tracer,
+        output: dir.clone(),
+        buffer_kb: 8192,
+        retval: tracer == TracerKind::FunctionGraph,
+        ..Default::default()
+    };
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let r = record(&opts, build().to_str().unwrap(), &args).unwrap();
+    assert!(r.status.success());
+    assert!(
+        !dir.join("per_cpu").exists(),
+        "a streamed recording has no pages"
+    );
+    dir
+}
+
+/// The report views compared: options and CPU files.
+fn views(tracer: TracerKind, nr_cpus: u32) -> Vec<(Vec<&'static str>, Option<u32>)> {
+    let mut v = vec![
+        (vec![], None),
+        (vec!["latency-format"], None),
+        (vec!["sym-offset"], None),
+    ];
+    v.extend((0..nr_cpus.min(4)).map(|c| (vec![], Some(c))));
+    if tracer == TracerKind::FunctionGraph {
+        v.push((vec!["funcgraph-proc", "funcgraph-abstime"], None));
+        v.push((vec!["funcgraph-retval"], None));
+    }
+    v
+}
+
+fn report_view(dir: &Path, options: &[&str], cpu: Option<u32>) -> String {
+    let mut a = ReportArgs::new(dir);
+    a.options = options.iter().map(|s| s.to_string()).collect();
+    a.cpu = cpu;
+    String::from_utf8(report(&a).unwrap()).unwrap()
+}
+
+#[test]
+fn report_reads_events_files_in_place_and_matches_the_pages() {
+    for (tag, tracer) in [
+        ("graph", TracerKind::FunctionGraph),
+        ("function", TracerKind::Function),
+    ] {
+        // Three threads (two at a time) on this machine's CPUs: migrations, leaves folded
+        // or not, equal timestamps across threads.
+        let dir = record_streamed(tag, tracer, &["3", "20000", "2"]);
+        let nr_cpus = RecordingReader::open(&dir).unwrap().rec.nr_cpus;
+        let before = listing(&dir);
+        let direct: Vec<String> = views(tracer, nr_cpus)
+            .iter()
+            .map(|(o, c)| report_view(&dir, o, *c))
+            .collect();
+        assert_eq!(listing(&dir), before, "{tag}: the report wrote nothing");
+        assert!(direct[0].contains("leaf"), "{}", direct[0]);
+        // The same recording turned into kernel pages (what the first report used to write),
+        // reported from the pages.
+        ftrace_user::capture::ensure_capture(&dir).unwrap();
+        assert!(dir.join("per_cpu/cpu0/trace_pipe_raw").is_file());
+        for ((o, c), text) in views(tracer, nr_cpus).iter().zip(&direct) {
+            let pages = report_view(&dir, o, *c);
+            assert!(
+                pages == *text,
+                "{tag} {o:?} cpu {c:?}: the report of the events files differs from the pages'"
+            );
+        }
+    }
+}
