@@ -274,7 +274,13 @@ pub fn run(
             // Streamed as it is formatted; a reader that went away (`ftrace report | head`)
             // ends it quietly, as it would a `cat`.
             match crate::report::report_to(&args, out) {
-                Ok(()) => 0,
+                Ok(damaged) if damaged.is_empty() => 0,
+                Ok(damaged) => {
+                    for e in &damaged {
+                        let _ = writeln!(err, "ftrace: damaged: {e} (reported up to there)");
+                    }
+                    1
+                }
                 Err(crate::report::ReportFailure::Write(e))
                     if e.kind() == std::io::ErrorKind::BrokenPipe =>
                 {

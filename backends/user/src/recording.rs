@@ -109,8 +109,8 @@ pub struct Recording {
     pub tsc_khz: Option<u64>,
 }
 
-/// A recording that cannot be read.
-#[derive(Debug)]
+/// A recording that cannot be read (or a damaged part of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadError(pub String);
 
 impl std::fmt::Display for ReadError {
@@ -278,6 +278,23 @@ struct ThreadCursor {
     entries: u64,
     /// Events the file says were lost, read so far.
     dropped: u64,
+    on_damage: OnDamage,
+    /// Where the file is damaged, once read there ([`OnDamage::Stop`]).
+    damage: Option<ReadError>,
+    /// Events (return values aside) read so far, on every CPU.
+    read: u64,
+    /// How many events to read at most (the file is damaged after them).
+    limit: Option<u64>,
+}
+
+/// What a reader does where a thread file is damaged (cut inside a record, bytes that are no
+/// record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnDamage {
+    /// Fail with the error.
+    Fail,
+    /// End the file's events there, keeping the error: the events before it are read.
+    Stop,
 }
 
 /// A cursor's next event, ready to be turned into its kernel record.
@@ -316,7 +333,17 @@ impl ThreadCursor {
                     self.dropped = self.dropped.saturating_add(trailing_lost);
                     None
                 }
-                Err(e) => return Err(ReadError(format!("{}: {e}", self.path.display()))),
+                Err(e) => {
+                    let e = ReadError(format!("{}: {e}", self.path.display()));
+                    match self.on_damage {
+                        OnDamage::Fail => return Err(e),
+                        OnDamage::Stop => {
+                            self.source = Source::Ring(Vec::new().into_iter());
+                            self.damage = Some(e);
+                            None
+                        }
+                    }
+                }
             },
         };
         Ok(ev.map(|(e, m)| {
@@ -342,6 +369,10 @@ impl ThreadCursor {
                 self.missed = self.missed.saturating_add(missed);
                 continue;
             }
+            if self.limit.is_some_and(|l| self.read >= l) {
+                return Ok(None);
+            }
+            self.read += 1;
             if cpu.is_some_and(|c| c != slot.cpu) {
                 continue;
             }
@@ -443,6 +474,10 @@ pub struct Census {
     pub cpus: Vec<CpuCensus>,
     /// Per thread file, the CPUs it has events on.
     file_cpus: Vec<std::collections::BTreeSet<u32>>,
+    /// Per thread file, how many of its events are read when it is damaged after them.
+    limits: Vec<Option<u64>>,
+    /// Where the recording is damaged: each thread file is read up to there.
+    pub damaged: Vec<ReadError>,
 }
 
 /// One thread file of a recording.
@@ -463,6 +498,8 @@ pub struct RecordingReader {
     /// The processes and threads ([`Recording::per_cpu`] is empty: the events are streamed).
     pub rec: Recording,
     files: Vec<ThreadFile>,
+    /// Thread files that could not be opened (no valid header): left out of the recording.
+    pub damaged: Vec<ReadError>,
 }
 
 impl Recording {
@@ -482,7 +519,7 @@ impl Recording {
 
 impl RecordingReader {
     /// Opens the cursor of thread file `f`.
-    fn cursor(&self, f: &ThreadFile) -> Result<ThreadCursor, ReadError> {
+    fn cursor(&self, f: &ThreadFile, on_damage: OnDamage) -> Result<ThreadCursor, ReadError> {
         let t = &self.rec.processes[f.process].threads[f.thread];
         let name = f.path.file_name().unwrap_or_default().to_string_lossy();
         let (source, missed) = if name.starts_with(crate::stream::FILE_PREFIX) {
@@ -505,6 +542,10 @@ impl RecordingReader {
             before: None,
             entries: 0,
             dropped: 0,
+            on_damage,
+            damage: None,
+            read: 0,
+            limit: None,
         })
     }
 
@@ -535,49 +576,66 @@ impl RecordingReader {
             t.entries = 0;
             t.dropped = f.ring_dropped;
         }
+        if let Some(e) = self.damaged.first() {
+            return Err(e.clone());
+        }
         let cursors = self
             .files
             .iter()
-            .map(|f| self.cursor(f))
+            .map(|f| self.cursor(f, OnDamage::Fail))
             .collect::<Result<Vec<_>, _>>()?;
         Self::merge(cursors, Some(&mut self.rec), None)
     }
 
     /// Streams the events of one CPU, in the order [`RecordingReader::stream`] gives them
     /// (the recording's `per_cpu/cpuN` as a kernel reader sees it), reading only the thread
-    /// files `census` says have events on `cpu`. The threads' counts are left as they are.
+    /// files `census` says have events on `cpu`, each up to where it is damaged
+    /// ([`Census::damaged`]). The threads' counts are left as they are.
     pub fn stream_cpu(&self, cpu: u32, census: &Census) -> Result<EventStream<'static>, ReadError> {
         let cursors = self
             .files
             .iter()
-            .zip(&census.file_cpus)
-            .filter(|(_, cpus)| cpus.contains(&cpu))
-            .map(|(f, _)| self.cursor(f))
+            .zip(census.file_cpus.iter().zip(&census.limits))
+            .filter(|(_, (cpus, _))| cpus.contains(&cpu))
+            .map(|(f, (_, limit))| {
+                let mut c = self.cursor(f, OnDamage::Stop)?;
+                c.limit = *limit;
+                Ok(c)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Self::merge(cursors, None, Some(cpu))
     }
 
     /// Reads every thread file once, in turn (no merge): what each CPU holds
-    /// ([`Census`]). A CPU number of [`MAX_CPUS`] or more is an error naming the file.
+    /// ([`Census`]). A thread file is read up to where it is damaged (a record that does not
+    /// decode, or an event on a CPU numbered [`MAX_CPUS`] or more), and the damage kept in
+    /// [`Census::damaged`] with the files [`RecordingReader::open`] could not read at all.
     pub fn census(&self) -> Result<Census, ReadError> {
         let mut census = Census {
             cpus: Vec::new(),
             file_cpus: Vec::with_capacity(self.files.len()),
+            limits: Vec::with_capacity(self.files.len()),
+            damaged: self.damaged.clone(),
         };
         for f in &self.files {
-            let mut c = self.cursor(f)?;
+            let mut c = self.cursor(f, OnDamage::Stop)?;
             let mut cpus = std::collections::BTreeSet::new();
+            let mut read = 0u64;
+            let mut limit = None;
             loop {
                 let at = c.offset();
                 let Some(h) = c.next_head(None)? else { break };
                 let cpu = h.slot.cpu;
                 if cpu >= MAX_CPUS {
-                    return Err(ReadError(format!(
+                    census.damaged.push(ReadError(format!(
                         "{}{}: CPU {cpu} out of range (the kernel's NR_CPUS is at most {MAX_CPUS})",
                         f.path.display(),
                         at.map_or(String::new(), |o| format!(": offset {o} ({o:#x})")),
                     )));
+                    limit = Some(read);
+                    break;
                 }
+                read += 1;
                 if census.cpus.len() <= cpu as usize {
                     census.cpus.resize(cpu as usize + 1, CpuCensus::default());
                 }
@@ -588,7 +646,9 @@ impl RecordingReader {
                 e.first_ts = Some(e.first_ts.map_or(ts, |t| t.min(ts)));
                 cpus.insert(cpu);
             }
+            census.damaged.extend(c.damage.take());
             census.file_cpus.push(cpus);
+            census.limits.push(limit);
         }
         Ok(census)
     }
@@ -623,6 +683,7 @@ impl RecordingReader {
             tsc_khz: None,
         };
         let mut files = Vec::new();
+        let mut damaged = Vec::new();
         for sub in subdirs {
             let meta_text = std::fs::read_to_string(sub.join("meta"))
                 .map_err(|e| err(&sub.display().to_string(), &e))?;
@@ -683,8 +744,13 @@ impl RecordingReader {
             for path in thread_files(&sub).map_err(|e| err(&sub.display().to_string(), &e))? {
                 let name = path.file_name().unwrap_or_default().to_string_lossy();
                 let t = if name.starts_with(crate::stream::FILE_PREFIX) {
-                    let r = crate::stream::open(&path, crate::stream::HEADER_SIZE)
-                        .map_err(ReadError)?;
+                    let r = match crate::stream::open(&path, crate::stream::HEADER_SIZE) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            damaged.push(ReadError(e));
+                            continue;
+                        }
+                    };
                     let h = r.header();
                     Thread {
                         pid: h.pid,
@@ -695,7 +761,13 @@ impl RecordingReader {
                         entries: 0,
                     }
                 } else {
-                    let c = read_ring(&path)?;
+                    let c = match read_ring(&path) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            damaged.push(e);
+                            continue;
+                        }
+                    };
                     Thread {
                         pid: c.pid,
                         tid: c.tid,
@@ -720,7 +792,11 @@ impl RecordingReader {
             }
             rec.processes.push(proc_);
         }
-        Ok(RecordingReader { rec, files })
+        Ok(RecordingReader {
+            rec,
+            files,
+            damaged,
+        })
     }
 }
 

@@ -445,13 +445,17 @@ fn scan(
 
 /// Runs the report: the bytes the kernel's `trace` (or `per_cpu/cpuN/trace`) file would hold.
 /// (All in memory: [`report_to`] streams them.)
+/// A damaged recording is an error here (the first damage; [`report_to`] prints what it can).
 pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     let mut out = Vec::new();
-    report_to(args, &mut out).map_err(|e| match e {
+    let damaged = report_to(args, &mut out).map_err(|e| match e {
         ReportFailure::Report(e) => e,
         ReportFailure::Write(e) => err(&args.raw_dir, None, e.to_string()),
     })?;
-    Ok(out)
+    match damaged.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// Why [`report_to`] stopped.
@@ -471,8 +475,13 @@ impl From<ReportError> for ReportFailure {
 
 /// Runs the report into `out` as it goes: the events are read twice (counted and checked for
 /// the header, then formatted), a window of 4096 events per CPU at a time, so memory
-/// does not grow with the capture or recording.
-pub fn report_to(args: &ReportArgs, out: &mut dyn std::io::Write) -> Result<(), ReportFailure> {
+/// does not grow with the capture or recording. A recording's damaged thread files (cut or
+/// mutated inside a record, or with no valid header) are reported up to the damage, which is
+/// returned: the caller says what was damaged.
+pub fn report_to(
+    args: &ReportArgs,
+    out: &mut dyn std::io::Write,
+) -> Result<Vec<ReportError>, ReportFailure> {
     report_windowed(args, out, WINDOW)
 }
 
@@ -530,6 +539,9 @@ impl Texts {
     }
 }
 
+/// The largest sub-buffer page a capture may say it has (the page is read into one buffer).
+const MAX_PAGE_SIZE: usize = 1 << 20;
+
 /// Where a report's events are.
 enum Events {
     /// A capture's raw pages, `per_cpu/cpu<N>/trace_pipe_raw`.
@@ -552,6 +564,8 @@ struct Input {
     cpus: Vec<u32>,
     /// `#P:`.
     nr_cpus: u32,
+    /// Damaged parts of a recording: each of its thread files is read up to its damage.
+    damaged: Vec<ReportError>,
 }
 
 impl Input {
@@ -613,6 +627,11 @@ fn open_input(dir: &Path) -> Result<(Input, Texts), ReportError> {
         let texts = Texts::of_recording(&reader.rec);
         let nr_cpus = reader.rec.nr_cpus.max(census.cpus.len() as u32);
         let input = Input {
+            damaged: census
+                .damaged
+                .iter()
+                .map(|e| err(dir, None, e.to_string()))
+                .collect(),
             dir: dir.to_path_buf(),
             cpus: (0..nr_cpus).collect(),
             nr_cpus,
@@ -636,9 +655,17 @@ fn open_input(dir: &Path) -> Result<(Input, Texts), ReportError> {
         })?,
         None => ftrace_ringbuf::page::DEFAULT_PAGE_SIZE,
     };
+    if !(ftrace_ringbuf::page::PAGE_HEADER_SIZE + 8..=MAX_PAGE_SIZE).contains(&page_size) {
+        return Err(err(
+            &dir.join("events/header_page"),
+            None,
+            format!("page size {page_size} out of range (at most {MAX_PAGE_SIZE})"),
+        ));
+    }
     let cpus = capture_cpus(dir)?;
     let nr_cpus = *cpus.last().expect("capture_cpus has one") + 1;
     let input = Input {
+        damaged: Vec::new(),
         dir: dir.to_path_buf(),
         events: Events::Pages,
         ids: id_map(dir)?,
@@ -653,7 +680,7 @@ fn report_windowed(
     args: &ReportArgs,
     out: &mut dyn std::io::Write,
     window: usize,
-) -> Result<(), ReportFailure> {
+) -> Result<Vec<ReportError>, ReportFailure> {
     let dir = args.raw_dir.as_path();
     if !dir.is_dir() {
         return Err(err(dir, None, "not a directory (the capture to report)").into());
@@ -847,7 +874,7 @@ fn report_windowed(
     }
     drop(sink);
     std::io::Write::flush(&mut buffered).map_err(ReportFailure::Write)?;
-    Ok(())
+    Ok(input.damaged)
 }
 
 #[cfg(test)]

@@ -128,3 +128,56 @@ fn report_reads_events_files_in_place_and_matches_the_pages() {
         }
     }
 }
+
+#[test]
+fn a_cut_events_file_is_reported_up_to_the_cut() {
+    let dir = record_streamed("cut", TracerKind::Function, &["2", "5000", "1"]);
+    let whole = report_view(&dir, &[], None);
+    let lines = |t: &str| t.lines().filter(|l| !l.starts_with('#')).count();
+    // The largest events file (a worker's), cut inside a record near its middle.
+    let mut files: Vec<(PathBuf, u64)> = listing(&dir)
+        .into_iter()
+        .filter(|(p, _)| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("events-")
+        })
+        .collect();
+    files.sort_by_key(|(_, n)| *n);
+    let (victim, len) = files.last().unwrap().clone();
+    let bytes = std::fs::read(&victim).unwrap();
+    let cut = (len / 2) as usize;
+    // A record ends where the next tag starts: cut one byte into the record at `cut`.
+    std::fs::write(&victim, &bytes[..cut]).unwrap();
+    let mut out = Vec::new();
+    let damaged = ftrace_user::report::report_to(&ReportArgs::new(&dir), &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    if damaged.is_empty() {
+        // The cut fell between two records: the file then just ends early (as when the
+        // tool is killed while recording), and fewer events are reported.
+        assert!(lines(&text) < lines(&whole));
+        return;
+    }
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    let msg = damaged[0].to_string();
+    assert!(
+        msg.contains(&victim.display().to_string()) && msg.contains("offset"),
+        "{msg}"
+    );
+    assert!(lines(&text) > 0 && lines(&text) < lines(&whole));
+    assert!(
+        report(&ReportArgs::new(&dir)).is_err(),
+        "report() refuses it"
+    );
+    let (mut o, mut e) = (Vec::new(), Vec::new());
+    let code = ftrace_user::cli::run(
+        ["ftrace", "report", "-i", dir.to_str().unwrap()],
+        &mut o,
+        &mut e,
+    );
+    assert_eq!(code, 1);
+    assert_eq!(o, text.as_bytes(), "the CLI prints the same");
+    let e = String::from_utf8(e).unwrap();
+    assert!(e.starts_with("ftrace: damaged: "), "{e}");
+}
