@@ -877,6 +877,80 @@ fn report_windowed(
     Ok(input.damaged)
 }
 
+/// `ftrace report --stat`: the function profiler's table (`trace_stat/function<cpu>`) of
+/// the capture or recording, every CPU's counts summed (or one CPU's, `args.cpu`): hits per
+/// function, and for function_graph the total, average and `s^2` of its durations (the
+/// kernel's `graph-time` on: a call's time includes its children's). Read one CPU at a time,
+/// a window of events at a time: memory holds one row per function hit. Returns the damage
+/// read around, as [`report_to`] does.
+pub fn report_stat_to(
+    args: &ReportArgs,
+    out: &mut dyn std::io::Write,
+) -> Result<Vec<ReportError>, ReportFailure> {
+    use ftrace_tracers::Entry;
+    use ftrace_tracers::profiler::{ProfileMode, ProfileTable};
+    let dir = args.raw_dir.as_path();
+    if !dir.is_dir() {
+        return Err(err(dir, None, "not a directory (the capture to report)").into());
+    }
+    let (input, texts) = open_input(dir)?;
+    let kpath = texts.path(dir, "kallsyms");
+    let syms = SortedSymbols::from_kallsyms(texts.kallsyms.as_deref().unwrap_or_default())
+        .map_err(|e| err(&kpath, None, e.to_string()))?;
+    let mode = match texts.tracer.as_deref().map(str::trim) {
+        Some("function_graph") => ProfileMode::Graph,
+        _ => ProfileMode::Hits,
+    };
+    if let Some(cpu) = args.cpu {
+        if !input.cpus.contains(&cpu) {
+            return Err(err(
+                &dir.join(format!("per_cpu/cpu{cpu}")),
+                None,
+                "no such CPU in the capture",
+            )
+            .into());
+        }
+    }
+    let mut table = ProfileTable::default();
+    for &cpu in &input.cpus {
+        if args.cpu.is_some_and(|c| c != cpu) {
+            continue;
+        }
+        let mut c = input.open_cpu(cpu)?;
+        loop {
+            c.fill(WINDOW, &input)?;
+            if c.events.is_empty() {
+                break;
+            }
+            for (ts, data, missed) in c.events.drain(..) {
+                match (EventRef {
+                    cpu,
+                    ts,
+                    data: &data,
+                    missed,
+                })
+                .entry()
+                {
+                    Entry::Function(f) => table.hit(f.ip),
+                    Entry::GraphEntry(e) => table.hit(e.func),
+                    Entry::GraphReturn(r) => {
+                        table.add_time(r.ret.func, r.ret.rettime.wrapping_sub(r.ret.calltime))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut text = String::new();
+    table
+        .write_stat(&mut text, &syms, mode, 0)
+        .map_err(|_| err(dir, None, "formatting failed"))?;
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(ReportFailure::Write)?;
+    Ok(input.damaged)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -181,3 +181,66 @@ fn a_cut_events_file_is_reported_up_to_the_cut() {
     let e = String::from_utf8(e).unwrap();
     assert!(e.starts_with("ftrace: damaged: "), "{e}");
 }
+
+/// `report --stat`'s rows: name -> (hits, the Time column in µs if any).
+fn stat_rows(text: &str) -> std::collections::HashMap<String, (u64, Option<f64>)> {
+    text.lines()
+        .skip(2)
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (
+                w[0].to_string(),
+                (w[1].parse().unwrap(), w.get(2).map(|t| t.parse().unwrap())),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn report_stat_counts_every_call_and_sums_the_durations() {
+    use ftrace_core::EventId;
+    for (tag, tracer) in [
+        ("stat-graph", TracerKind::FunctionGraph),
+        ("stat-function", TracerKind::Function),
+    ] {
+        let dir = record_streamed(tag, tracer, &["2", "4000", "1"]);
+        let before = listing(&dir);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = ftrace_user::cli::run(
+            ["ftrace", "report", "--stat", "-i", dir.to_str().unwrap()],
+            &mut out,
+            &mut err,
+        );
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+        assert_eq!(listing(&dir), before, "--stat wrote nothing");
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("  Function "), "{text}");
+        let rows = stat_rows(&text);
+        // The program's own counts: 2 threads of 4000 leaf calls, every other through mid.
+        assert_eq!(rows["leaf"].0, 8000, "{text}");
+        assert_eq!(rows["mid"].0, 4000, "{text}");
+        assert_eq!(rows["worker"].0, 2, "{text}");
+        if tracer == TracerKind::FunctionGraph {
+            // leaf's total time is the sum of its exits' durations, as the whole recording
+            // read into memory has them (to the 0.1 µs the column prints).
+            let rec = ftrace_user::recording::Recording::read(&dir).unwrap();
+            let ns: u64 = rec
+                .merged()
+                .into_iter()
+                .filter(|e| e.id() == Some(EventId::FuncgraphExit))
+                .filter(|e| rec.event_symbol(e) == Some("leaf"))
+                .map(
+                    |e| match ftrace_tracers::EventRef::new(e.cpu, e.ts, &e.data).entry() {
+                        // Exits carry return values here (the retval layout).
+                        ftrace_tracers::Entry::GraphReturn(r) => r.ret.rettime - r.ret.calltime,
+                        other => panic!("an exit that is {other:?}"),
+                    },
+                )
+                .sum();
+            let us = rows["leaf"].1.unwrap();
+            assert!((us - ns as f64 / 1000.0).abs() < 0.2, "{us} us, {ns} ns");
+        } else {
+            assert!(text.lines().next().unwrap().trim_end().ends_with("Hit"));
+        }
+    }
+}
