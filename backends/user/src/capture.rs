@@ -24,7 +24,7 @@ use ftrace_core::symbols::SymbolTable;
 use ftrace_ringbuf::page::{MISSED_EVENTS, MISSED_STORED, PAGE_HEADER_SIZE};
 use ftrace_ringbuf::{At, CpuBuffer, HeapPages, Mode};
 
-use crate::recording::{Event, Recording, RecordingReader};
+use crate::recording::{Census, Event, Recording, RecordingReader};
 
 /// The clocks `trace_clock` lists, with `clock` selected.
 pub fn trace_clock_listing(clock: ClockKind) -> String {
@@ -197,6 +197,24 @@ pub fn write_capture_streamed(dir: &Path) -> Result<(), String> {
         }
     }
     write_info(&reader.rec, dir)
+}
+
+/// Writes one CPU's events of a recording as the kernel's raw pages into `out` as they are
+/// read (the bytes [`write_capture_streamed`] puts in `per_cpu/cpu<cpu>/trace_pipe_raw`),
+/// without writing anything into the recording: what an exporter that embeds pages
+/// (trace.dat) can read instead of a capture. Memory holds the CPU's merge, not its events.
+pub fn write_cpu_pages<W: std::io::Write>(
+    reader: &RecordingReader,
+    census: &Census,
+    cpu: u32,
+    out: W,
+) -> Result<W, String> {
+    let mut w = PageWriter::new(out)?;
+    let mut stream = reader.stream_cpu(cpu, census).map_err(|e| e.to_string())?;
+    while let Some(e) = stream.next().map_err(|e| e.to_string())? {
+        w.push(&e)?;
+    }
+    w.finish()
 }
 
 /// Makes sure `dir` has its capture files: a recording whose events have not been turned into

@@ -119,6 +119,15 @@ fn report_reads_events_files_in_place_and_matches_the_pages() {
         // reported from the pages.
         ftrace_user::capture::ensure_capture(&dir).unwrap();
         assert!(dir.join("per_cpu/cpu0/trace_pipe_raw").is_file());
+        // Each CPU's pages, streamed from the events files, are the pages written.
+        let reader = RecordingReader::open(&dir).unwrap();
+        let census = reader.census().unwrap();
+        for cpu in 0..nr_cpus {
+            let pages =
+                ftrace_user::capture::write_cpu_pages(&reader, &census, cpu, Vec::new()).unwrap();
+            let file = std::fs::read(dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"))).unwrap();
+            assert!(pages == file, "{tag}: cpu {cpu}'s pages");
+        }
         for ((o, c), text) in views(tracer, nr_cpus).iter().zip(&direct) {
             let pages = report_view(&dir, o, *c);
             assert!(
