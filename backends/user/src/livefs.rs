@@ -1138,9 +1138,11 @@ impl LiveHandle {
         if st.agent.is_none() {
             return;
         }
-        let Ok(sites) = link.sites() else { return };
+        // Followed first: a forked child that has exec'd already (its link gone) still joins
+        // the lists, which its new image gets when it registers.
         let pid = link.pid;
         st.follow_fork(pid, link.forked_by);
+        let Ok(sites) = link.sites() else { return };
         let w = st.wanted();
         let a = st.agent.as_mut().expect("checked above");
         a.others.add(link, &sites);
