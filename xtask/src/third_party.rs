@@ -8,7 +8,8 @@
 //! - `zstd`: Debian's zstd compressor (source package `libzstd`) compressing a generated file
 //!   with two worker threads (`-T2 -12`);
 //! - `rg`: ripgrep from crates.io (a multi-threaded Rust search tool) searching the other two's
-//!   sources with two threads.
+//!   sources with two threads, built with `-Zinstrument-mcount` (uftrace cannot patch rustc's
+//!   NOP form; the agent traces `mcount` builds too).
 //!
 //! Sources come from Debian's source packages (`apt-get source --download-only`, through a
 //! private apt configuration in `target/third-party/apt` so the machine's own sources list is
@@ -20,7 +21,8 @@
 //! function's call count in `ftrace report` equals uftrace's (`uftrace report -f call`, library
 //! calls off: `--no-libcall`). A function whose count differs between two uftrace runs depends
 //! on thread scheduling; its count must lie within what uftrace saw. A function listed as
-//! timing-dependent (with the reason) is not compared. It prints per program
+//! run-dependent (with the reason) is not compared. Counts are compared per address (a
+//! linker that folds identical functions gives one address several names). It prints per program
 //! the calls, both tools' end-to-end record time, cost per call over the untraced run, and bytes
 //! on disk per call.
 
@@ -55,15 +57,27 @@ for i = 1, #t, 97 do s = s + tonumber(t[i]) end
 print(fib(22), #t, s, string.rep("ab", 3):upper())
 "#;
 
+/// How a program's functions are made traceable.
+#[derive(Clone, Copy)]
+enum Instrumentation {
+    /// `-fpatchable-function-entry=5`: uftrace patches them at start (`-P .`).
+    PatchableEntry,
+    /// `call mcount` in each prologue: uftrace's usual build.
+    Mcount,
+}
+
 /// A program ready to run: the binary and its arguments, run in `cwd`.
 struct Workload {
     name: &'static str,
     exe: PathBuf,
     args: Vec<String>,
     cwd: PathBuf,
-    /// Functions whose call count depends on thread timing, with why: their counts may differ
-    /// from uftrace's. Every other function's count must be equal.
-    timing_dependent: &'static [(&'static str, &'static str)],
+    /// How its functions were made traceable, which tells uftrace how to trace them.
+    instrumentation: Instrumentation,
+    /// Functions whose call count changes from run to run (thread timing, a random hash
+    /// seed), as a part of their name, with why: their counts may differ from uftrace's.
+    /// Every other function's count must be equal.
+    run_dependent: &'static [(&'static str, &'static str)],
 }
 
 fn base() -> PathBuf {
@@ -206,7 +220,8 @@ fn lua() -> Result<Workload, String> {
         exe,
         args: vec!["bench.lua".into()],
         cwd,
-        timing_dependent: &[],
+        instrumentation: Instrumentation::PatchableEntry,
+        run_dependent: &[],
     })
 }
 
@@ -254,7 +269,8 @@ fn zstd() -> Result<Workload, String> {
             .map(String::from)
             .to_vec(),
         cwd,
-        timing_dependent: &[(
+        instrumentation: Instrumentation::PatchableEntry,
+        run_dependent: &[(
             "ZSTDMT_compressStream_generic",
             "the main thread calls it in a loop until the workers have flushed their jobs",
         )],
@@ -278,9 +294,12 @@ fn ripgrep() -> Result<Workload, String> {
                 .arg(&dir)
                 .arg("--target-dir")
                 .arg(dir.join("build"))
-                // The 5-byte NOP at each function entry (an unstable flag on stable rustc).
+                // `call mcount` in every prologue (an unstable flag on stable rustc): uftrace
+                // 0.13 patches only gcc's NOP form (`0f 1f 44 00 00`), not rustc's
+                // `-Zpatchable-function-entry=5` (`0f 1f 44 00 08`), so both tools trace the
+                // mcount build (the agent's plain `-pg` support).
                 .env("RUSTC_BOOTSTRAP", "1")
-                .env("RUSTFLAGS", "-Zpatchable-function-entry=5 -g"),
+                .env("RUSTFLAGS", "-Zinstrument-mcount -g"),
         )?;
     }
     // Searches the other programs' sources (fetched if not yet there).
@@ -299,7 +318,12 @@ fn ripgrep() -> Result<Workload, String> {
             zstd.join("lib").display().to_string(),
         ],
         cwd: base(),
-        timing_dependent: &[],
+        instrumentation: Instrumentation::Mcount,
+        run_dependent: &[(
+            "[ignore::types::FileTypeDef]>::sort_by",
+            "ignore's TypesBuilder sorts values taken from a HashMap, whose order (and so the \
+             sort's work) follows the process's random hash seed",
+        )],
     })
 }
 
@@ -379,6 +403,39 @@ fn ftrace_counts(text: &str) -> (BTreeMap<String, u64>, u64) {
     (counts, lost)
 }
 
+/// Every defined function symbol of `exe` (demangled as both tools print them) and its
+/// address, from `nm`.
+fn symbol_addresses(exe: &Path) -> Result<BTreeMap<String, u64>, String> {
+    let out = Command::new("nm")
+        .arg("--defined-only")
+        .arg(exe)
+        .output()
+        .map_err(|e| format!("nm: {e}"))?;
+    let mut m = BTreeMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut f = l.split_whitespace();
+        let (Some(a), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if !matches!(kind, "t" | "T" | "W" | "w") {
+            continue;
+        }
+        let Ok(a) = u64::from_str_radix(a, 16) else {
+            continue;
+        };
+        m.insert(demangle(name), a);
+    }
+    Ok(m)
+}
+
+/// A Rust name (legacy or v0) demangled without its hash, as the tool prints it.
+fn demangle(name: &str) -> String {
+    match rustc_demangle::try_demangle(name) {
+        Ok(d) => format!("{d:#}"),
+        Err(_) => name.to_string(),
+    }
+}
+
 /// Per-function call counts of `uftrace report -f call`.
 fn uftrace_counts(text: &str) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
@@ -392,8 +449,10 @@ fn uftrace_counts(text: &str) -> BTreeMap<String, u64> {
         if name.starts_with("linux:") {
             continue;
         }
+        // uftrace 0.13 prints Rust's v0 names mangled; the tool demangles them (`{:#}`).
+        let name = demangle(name);
         if let Ok(n) = n.parse::<u64>() {
-            *counts.entry(name.to_string()).or_default() += n;
+            *counts.entry(name).or_default() += n;
         }
     }
     counts
@@ -419,18 +478,12 @@ fn compare(
     for k in 0..2 {
         let data = w.cwd.join(format!("uftrace.data.{k}"));
         let _ = std::fs::remove_dir_all(&data);
-        let (s, out) = timed(norandom(
-            w,
-            &[
-                "uftrace",
-                "record",
-                "--no-libcall",
-                "-P",
-                ".",
-                "-d",
-                &data.display().to_string(),
-            ],
-        ))?;
+        let d = data.display().to_string();
+        let mut uftrace = vec!["uftrace", "record", "--no-libcall", "-d", &d];
+        if let Instrumentation::PatchableEntry = w.instrumentation {
+            uftrace.extend(["-P", "."]);
+        }
+        let (s, out) = timed(norandom(w, &uftrace))?;
         if out.stdout != plain_out {
             failures.push(format!(
                 "{}: output under uftrace differs from untraced",
@@ -449,6 +502,14 @@ fn compare(
         ));
     }
     let uf_calls: u64 = uf[0].2.values().sum();
+    let addrs = symbol_addresses(&w.exe)?;
+    // One name per address for messages: the first in name order.
+    let mut names_at: BTreeMap<String, String> = BTreeMap::new();
+    for (name, a) in &addrs {
+        names_at
+            .entry(format!("{a:#x}"))
+            .or_insert_with(|| name.clone());
+    }
     let uf_secs = uf.iter().map(|u| u.0).fold(f64::MAX, f64::min);
     for tracer in ["function", "function_graph"] {
         let rec = w.cwd.join(format!("ftrace.{tracer}"));
@@ -483,18 +544,34 @@ fn compare(
         if lost != 0 {
             failures.push(format!("{} ({tracer}): report shows {lost} lost", w.name));
         }
+        // Keyed by address: a linker that folds identical functions (Rust's generic
+        // instantiations) gives one address several names, and each tool picks one.
+        let by_addr = |c: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
+            let mut m = BTreeMap::new();
+            for (name, n) in c {
+                let key = match addrs.get(name) {
+                    Some(a) => format!("{a:#x}"),
+                    None => name.clone(),
+                };
+                *m.entry(key).or_default() += n;
+            }
+            m
+        };
+        let ours = by_addr(&ours);
+        let uf_keyed: Vec<BTreeMap<String, u64>> = uf.iter().map(|u| by_addr(&u.2)).collect();
         let mut differ = Vec::new();
         let names: std::collections::BTreeSet<&String> =
-            ours.keys().chain(uf[0].2.keys()).collect();
-        for name in names {
-            let got = ours.get(name).copied().unwrap_or(0);
-            let seen: Vec<u64> = uf
+            ours.keys().chain(uf_keyed[0].keys()).collect();
+        for key in names {
+            let got = ours.get(key).copied().unwrap_or(0);
+            let seen: Vec<u64> = uf_keyed
                 .iter()
-                .map(|u| u.2.get(name).copied().unwrap_or(0))
+                .map(|u| u.get(key).copied().unwrap_or(0))
                 .collect();
             let (lo, hi) = (*seen.iter().min().unwrap(), *seen.iter().max().unwrap());
-            let timing = w.timing_dependent.iter().any(|(f, _)| f == name);
-            if !timing && (got < lo || got > hi) {
+            let name = names_at.get(key).unwrap_or(key);
+            let varies = w.run_dependent.iter().any(|(f, _)| name.contains(f));
+            if !varies && (got < lo || got > hi) {
                 differ.push(format!("{name}: ftrace {got}, uftrace {seen:?}"));
             }
         }
