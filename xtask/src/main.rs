@@ -10,10 +10,13 @@
 //!   empty kernel cache, as CI runs it on a new machine (see `fresh.rs`).
 //! - `cargo xtask demo`, `cargo xtask bench-vs-uftrace`: the userspace backend's main job and
 //!   its comparison with uftrace (see `user.rs`).
+//! - `cargo xtask third-party`: real programs (Lua, zstd, ripgrep) traced completely, counts
+//!   checked against uftrace's (see `third_party.rs`).
 
 mod fresh;
 mod qemu;
 mod rfl;
+mod third_party;
 mod user;
 
 use std::env;
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
         Some("fresh-check") => done(fresh::fresh_check()),
         Some("bench-vs-uftrace") => done(user::bench_vs_uftrace(&args[1..])),
         Some("stream-check") => done(user::stream_check(&args[1..])),
+        Some("third-party") => done(third_party::third_party(&args[1..])),
         Some("qemu-test") => match qemu::qemu_test(&args[1..]) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -80,6 +84,9 @@ fn main() -> ExitCode {
             eprintln!("       cargo xtask demo");
             eprintln!("       cargo xtask bench-vs-uftrace [N] [ROUNDS]");
             eprintln!("       cargo xtask stream-check [MILLION_CALLS] [SCALE]");
+            eprintln!(
+                "       cargo xtask third-party [lua|zstd|rg]...  (real programs vs uftrace)"
+            );
             eprintln!("stages: apt fmt clippy no-std package doc test loom qemu rfl");
             ExitCode::from(2)
         }

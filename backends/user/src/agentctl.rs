@@ -42,7 +42,7 @@ pub struct ProbeLine {
 }
 
 /// The process at the other end of a unix socket (`SO_PEERCRED`).
-fn peer_pid(sock: &UnixStream) -> std::io::Result<u32> {
+pub(crate) fn peer_pid(sock: &UnixStream) -> std::io::Result<u32> {
     use std::os::fd::AsRawFd;
     // SAFETY: a zeroed ucred is valid; getsockopt fills it and its length.
     unsafe {
@@ -70,6 +70,9 @@ pub struct AgentLink {
     broken: bool,
     /// The traced process.
     pub pid: u32,
+    /// The thread that forked it, for a child that carries its parent's state (`None`: an
+    /// image that started the agent itself).
+    pub forked_by: Option<u32>,
     /// Its instance directory.
     pub dir: PathBuf,
 }
@@ -125,6 +128,11 @@ impl AgentLink {
                 "control socket: a process other than the program ({peer}) connected"
             ));
         }
+        Self::greeted(sock)
+    }
+
+    /// The link over `sock`, a connection the tool accepted, once its agent said hello.
+    pub fn greeted(sock: UnixStream) -> Result<AgentLink, String> {
         sock.set_nonblocking(false)
             .and_then(|()| sock.set_read_timeout(Some(ANSWER_TIMEOUT)))
             .map_err(|e| format!("control socket: {e}"))?;
@@ -136,17 +144,29 @@ impl AgentLink {
         reader
             .read_line(&mut hello)
             .map_err(|e| format!("control socket: {e}"))?;
-        let mut it = hello.trim_end().splitn(3, ' ');
-        let (Some("HELLO"), Some(pid), Some(dir)) = (it.next(), it.next(), it.next()) else {
+        let mut it = hello.trim_end().splitn(4, ' ');
+        let (Some("HELLO"), Some(pid), Some(parent), Some(dir)) =
+            (it.next(), it.next(), it.next(), it.next())
+        else {
             return Err(format!("control socket: unexpected greeting {hello:?}"));
         };
+        let parent: u32 = parent
+            .parse()
+            .map_err(|_| format!("bad parent thread in {hello:?}"))?;
         Ok(AgentLink {
             reader,
             writer,
             broken: false,
             pid: pid.parse().map_err(|_| format!("bad pid in {hello:?}"))?,
+            forked_by: (parent != 0).then_some(parent),
             dir: PathBuf::from(dir),
         })
+    }
+
+    /// Whether the link is gone (the process exited or exec'd, or a request went
+    /// unanswered): every request is refused from then on.
+    pub fn is_broken(&self) -> bool {
+        self.broken
     }
 
     fn line(&mut self) -> Result<String, Errno> {

@@ -33,3 +33,4 @@ pub mod report;
 mod ringmap;
 pub mod sitecheck;
 pub mod stream;
+pub mod tree;

@@ -36,6 +36,10 @@ struct Buf {
 struct Proc {
     dir: PathBuf,
     sym_len: u64,
+    /// Its `symbols` file as last read (a forked child's is a copy of its parent's).
+    sym_text: std::sync::Arc<str>,
+    /// Whether it has a thread buffer: only then can an event need its symbols.
+    has_bufs: bool,
 }
 
 /// One event as read now.
@@ -120,14 +124,22 @@ impl LiveRecording {
         dirs.sort();
         for d in dirs {
             if !self.procs.iter().any(|p| p.dir == d) {
-                self.procs.push(Proc { dir: d, sym_len: 0 });
+                self.procs.push(Proc {
+                    dir: d,
+                    sym_len: 0,
+                    sym_text: std::sync::Arc::from(""),
+                    has_bufs: false,
+                });
             }
         }
         for p in &mut self.procs {
             let len = std::fs::metadata(p.dir.join("symbols")).map_or(0, |m| m.len());
             if len != p.sym_len {
                 p.sym_len = len;
-                self.sym_dirty = true;
+                p.sym_text = std::fs::read_to_string(p.dir.join("symbols"))
+                    .unwrap_or_default()
+                    .into();
+                self.sym_dirty |= p.has_bufs;
             }
             let Ok(rd) = std::fs::read_dir(&p.dir) else {
                 continue;
@@ -137,6 +149,10 @@ impl LiveRecording {
                 let is_buf = path
                     .file_name()
                     .is_some_and(|n| n.to_string_lossy().starts_with("buf-"));
+                if is_buf && !p.has_bufs {
+                    p.has_bufs = true;
+                    self.sym_dirty = true;
+                }
                 if is_buf && !self.bufs.iter().any(|b| b.path == path) {
                     self.bufs.push(Buf {
                         path,
@@ -163,10 +179,14 @@ impl LiveRecording {
         if self.sym_dirty {
             self.sym_dirty = false;
             let mut all = SortedSymbols::new();
-            for p in &self.procs {
-                let t = parse_symbols(
-                    &std::fs::read_to_string(p.dir.join("symbols")).unwrap_or_default(),
-                );
+            // Only the images with events; a symbols file seen already (a forked child's
+            // copy: same addresses) is not pushed twice.
+            let mut seen: std::collections::HashSet<std::sync::Arc<str>> = Default::default();
+            for p in self.procs.iter().filter(|p| p.has_bufs) {
+                if !seen.insert(p.sym_text.clone()) {
+                    continue;
+                }
+                let t = parse_symbols(&p.sym_text);
                 let exe = exe_name(&p.dir);
                 use ftrace_core::symbols::SymbolTable;
                 // The executable's own functions print bare, as the kernel's own do.

@@ -67,6 +67,7 @@ use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
 
 use crate::agentctl::{AgentLink, SiteLine};
 use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
+use crate::tree::Members;
 
 /// The pid of the process whose request the server is handling (set by the FUSE layer under
 /// the tree's lock): `trace_marker` events carry it, as the kernel records `current`.
@@ -93,7 +94,11 @@ fn tracer_obj(name: &str) -> &'static dyn Tracer {
 
 /// The program side of the top level: the link to the agent, its buffers and call sites.
 struct AgentPart {
+    /// The first process's link (broken once it exits or execs; its sites stay the tree's
+    /// names).
     link: AgentLink,
+    /// The tree's other processes ([`crate::tree`]).
+    others: Members,
     /// The executable's file name (its functions print without a module).
     exe: String,
     live: LiveRecording,
@@ -123,6 +128,8 @@ struct State {
     flags: u64,
     /// `set_ftrace_pid`, `set_ftrace_notrace_pid` (top level: sent to the agent).
     pids: [Vec<u32>; 2],
+    /// The children `function-fork` added to each pid list (removed when they exit).
+    followed: [Vec<u32>; 2],
     /// `tracing_cpumask` when not all CPUs (top level: sent to the agent).
     cpumask: Option<Vec<u64>>,
     tracer_flags: HashMap<&'static str, u32>,
@@ -220,6 +227,7 @@ impl State {
             thresh_ns: 0,
             flags: 0,
             pids: [Vec::new(), Vec::new()],
+            followed: [Vec::new(), Vec::new()],
             cpumask: None,
             tracer_flags,
             markers: Markers::default(),
@@ -270,13 +278,40 @@ impl State {
                 .filter(|&ip| (f.is_empty() || f.contains(ip)) && !n.contains(ip))
                 .collect(),
             roots: g.ips().collect(),
-            pids: self.pids[0].clone(),
-            no_pids: self.pids[1].clone(),
+            pids: self.pid_list(0),
+            no_pids: self.pid_list(1),
             follow_fork: function_fork(self.flags),
             cpus: self.cpumask.clone(),
             retval: self.tracer_option(&GRAPH, "funcgraph-retval"),
             thresh_ns: self.thresh_ns,
         })
+    }
+
+    /// Pid list `slot` as sent: the tree's, with the children `function-fork` added.
+    fn pid_list(&self, slot: usize) -> Vec<u32> {
+        let mut v: Vec<u32> = self.pids[slot]
+            .iter()
+            .chain(&self.followed[slot])
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// A process of the tree registered: `pid`, forked by thread `forked_by` (`None`: a new
+    /// image). With `function-fork`, a child of a listed thread joins that list (the kernel's
+    /// `ftrace_pid_follow_sched_process_fork`), and listed children that exited leave it.
+    fn follow_fork(&mut self, pid: u32, forked_by: Option<u32>) {
+        if !function_fork(self.flags) {
+            return;
+        }
+        for slot in 0..2 {
+            self.followed[slot].retain(|&p| !crate::tree::has_exited(p));
+            if forked_by.is_some_and(|t| self.pid_list(slot).binary_search(&t).is_ok()) {
+                self.followed[slot].push(pid);
+            }
+        }
     }
 
     /// Whether tracer `t`'s option `name` is set (`options/<name>`).
@@ -293,6 +328,10 @@ impl State {
         let Some(a) = &mut self.agent else {
             return Ok(());
         };
+        if a.link.is_broken() {
+            // The first image is gone: its counts went with it.
+            return Ok(());
+        }
         let (on, counts) = a.link.probes()?;
         self.on = on;
         let runner = a.filters.probes().runner();
@@ -321,7 +360,16 @@ impl State {
             return Ok(());
         };
         let a = self.agent.as_mut().expect("wanted() saw it");
-        a.link.set_state(&w).map(|_| ())
+        let first = if a.link.is_broken() {
+            Ok(())
+        } else {
+            match a.link.set_state(&w) {
+                Err(_) if a.link.is_broken() && !a.others.pids().is_empty() => Ok(()),
+                r => r.map(|_| ()),
+            }
+        };
+        let others = a.others.send(&w, &a.sites, None);
+        first.and(others)
     }
 
     /// The events in the buffers, oldest first (`pipe`: what a consumer may take now).
@@ -715,7 +763,11 @@ impl TraceBackend for UserBackend {
                     PidFile::FtraceNotrace => 1,
                 };
                 let old = std::mem::replace(&mut st.pids[slot], list.to_vec());
-                st.push().inspect_err(|_| st.pids[slot] = old)
+                let followed = std::mem::take(&mut st.followed[slot]);
+                st.push().inspect_err(|_| {
+                    st.pids[slot] = old;
+                    st.followed[slot] = followed;
+                })
             }
             // Values that change nothing this backend does: the reader wake-up watermark
             // (blocked readers are polled), the latency value (the tree keeps it), how many
@@ -942,10 +994,16 @@ impl SiteRecords {
         let Some(a) = &mut st.agent else {
             return Ok(());
         };
-        // The agent's current list (enabled states change), or the one taken at the mount.
-        match a.link.sites() {
-            Ok(s) => f(&s, &a.exe),
-            Err(_) => f(&a.sites, &a.exe),
+        // The agent's current list (enabled states change): the first process's, or once it
+        // is gone another's of the tree; else the one taken at the mount.
+        if !a.link.is_broken() {
+            if let Ok(s) = a.link.sites() {
+                return f(&s, &a.exe);
+            }
+        }
+        match a.others.live_sites() {
+            Some(s) => f(&s, &a.exe),
+            None => f(&a.sites, &a.exe),
         }
     }
 }
@@ -1036,6 +1094,7 @@ impl UserHost {
         let mut st = State::new(
             Some(AgentPart {
                 link,
+                others: Members::default(),
                 exe,
                 live,
                 sites,
@@ -1046,6 +1105,9 @@ impl UserHost {
             buffer_bytes,
         );
         st.tracer = tracer.name();
+        // The program waits for its first state before its `main` ([`ftrace_agent::control`]).
+        st.send()
+            .map_err(|e| format!("sending the first state: {e:?}"))?;
         let top = Arc::new(Mutex::new(st));
         Ok(UserHost {
             instance_commands,
@@ -1069,6 +1131,26 @@ impl UserHost {
 pub struct LiveHandle(Shared);
 
 impl LiveHandle {
+    /// Registers another process of the traced tree ([`crate::tree`]) and sends it the
+    /// tree's state (a new image waits for it before its program runs).
+    pub fn add_process(&self, mut link: AgentLink) {
+        let mut st = lock(&self.0);
+        if st.agent.is_none() {
+            return;
+        }
+        // Followed first: a forked child that has exec'd already (its link gone) still joins
+        // the lists, which its new image gets when it registers.
+        let pid = link.pid;
+        st.follow_fork(pid, link.forked_by);
+        let Ok(sites) = link.sites() else { return };
+        let w = st.wanted();
+        let a = st.agent.as_mut().expect("checked above");
+        a.others.add(link, &sites);
+        if let Some(w) = w {
+            let _ = a.others.send(&w, &a.sites, Some(pid));
+        }
+    }
+
     /// The current tracer.
     pub fn current_tracer(&self) -> &'static str {
         lock(&self.0).tracer

@@ -85,7 +85,9 @@ impl RecordOptions {
 
     /// The agent configuration these options make.
     pub fn config(&self) -> Config {
-        let mut c = Config::new(&self.output, self.tracer);
+        // Absolute: the processes of a traced tree may run anywhere (a shell's `cd`).
+        let output = std::path::absolute(&self.output).unwrap_or_else(|_| self.output.clone());
+        let mut c = Config::new(output, self.tracer);
         c.filter = self.filter.clone();
         c.notrace = self.notrace.clone();
         c.graph_functions = self.graph_functions.clone();
@@ -326,6 +328,7 @@ fn run_mounted(
     cfg.control = Some(sock.clone());
     let base = ftrace_agent::clock::TscPair::now();
     let mut cmd = crate::launch::traced_command(&agent, &cfg, prog, args);
+    crate::tree::adopt_orphans();
     // SAFETY: only an async-signal-safe mask change between fork and exec.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -340,12 +343,23 @@ fn run_mounted(
     };
     let mut child = Reaped(child.inspect_err(|_| remove_sock())?);
     let link = AgentLink::accept(&listener, &mut child.0, std::time::Duration::from_secs(20));
-    drop(listener);
-    remove_sock();
-    let link = link?;
+    let link = link.inspect_err(|_| remove_sock())?;
     let live = LiveRecording::new(&cfg.output, cfg.clock, base);
-    let host = UserHost::new(link, live, cfg.tracer, cfg.clock, cfg.buffer_kb * 1024)?;
+    let host = UserHost::new(link, live, cfg.tracer, cfg.clock, cfg.buffer_kb * 1024)
+        .inspect_err(|_| remove_sock())?;
     let handle = host.handle();
+    // The program's children and exec'd images register on the same socket
+    // ([`crate::tree`]) while it runs.
+    let stop_tree = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tree_handle = host.handle();
+    let acceptor =
+        crate::tree::accept_members(listener, child.0.id(), stop_tree.clone(), move |link| {
+            tree_handle.add_process(link)
+        })
+        .map_err(|e| {
+            remove_sock();
+            format!("control socket: {e}")
+        })?;
     let mut tree = ftrace_tracefs::Tracefs::new(host).map_err(|e| format!("tracefs: {e:?}"))?;
     crate::livefs::register_events(&mut tree).map_err(|e| format!("tracefs: {e:?}"))?;
     seed_tree(&mut tree, opts);
@@ -382,6 +396,17 @@ fn run_mounted(
     if let Some(m) = m.take() {
         m.unmount();
     }
+    stop_tree.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(c) = acceptor.join() {
+        if c.refused > 0 {
+            eprintln!(
+                "ftrace: {} processes outside the traced tree connected to its control socket: \
+                 refused (not traced)",
+                c.refused
+            );
+        }
+    }
+    remove_sock();
     drop(signals);
     handle.write_capture(&opts.output)?;
     Ok(status)

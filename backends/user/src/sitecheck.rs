@@ -59,6 +59,10 @@ pub struct ProgramSites {
     pub calls_mcount: bool,
     /// Whether the executable calls `__fentry__` (`-pg -mfentry`).
     pub calls_fentry: bool,
+    /// Whether the executable starts other programs (imports `execve` and the like,
+    /// [`ftrace_agent::elf::PROGRAM_STARTERS`]): a shell or a `make`, whose children inherit
+    /// the agent and are traced when they have sites ([`problems`] does not refuse it).
+    pub starts_programs: bool,
 }
 
 /// The flags that give a program sites (the README's).
@@ -151,6 +155,7 @@ pub fn scan_program(prog: &str) -> Option<ProgramSites> {
         libraries: 0,
         calls_mcount: exe_scan.calls_mcount,
         calls_fentry: exe_scan.calls_fentry,
+        starts_programs: exe_scan.starts_programs,
     };
     let ld_library_path: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
         .map(|p| std::env::split_paths(&p).collect())
@@ -326,6 +331,11 @@ pub fn problems(sites: &ProgramSites, filters: &Filters<'_>) -> Vec<String> {
             }
             return out;
         }
+        if sites.starts_programs && !sites.calls_fentry {
+            // A shell or a `make`: what it starts is traced, and its own filters are resolved
+            // in each traced process (nothing here to check them against).
+            return Vec::new();
+        }
         let why = if sites.calls_fentry {
             format!(
                 "{exe} calls __fentry__ but has no list of its call sites: -pg -mfentry \
@@ -391,6 +401,7 @@ mod tests {
             libraries: 2,
             calls_mcount: false,
             calls_fentry: false,
+            starts_programs: false,
         }
     }
 
@@ -437,6 +448,10 @@ mod tests {
         };
         let found = problems(&p, &none);
         assert!(found[0].contains("no call sites") && found[0].contains("-fpatchable"));
+        // A program that starts programs (a shell): its children may have sites.
+        p.starts_programs = true;
+        assert_eq!(problems(&p, &none), Vec::<String>::new());
+        p.starts_programs = false;
         p.calls_fentry = true;
         let found = problems(&p, &none);
         assert!(found[0].contains("-pg -mfentry without -mrecord-mcount is not supported"));

@@ -1,13 +1,18 @@
 //! The kernel's own tracefs test suite, `ftracetest` (Linux 6.12's
 //! `tools/testing/selftests/ftrace`, from Debian's `linux-source-6.12`), run against the live
 //! mount (`ftrace record --mount`) of `tests/programs/kernel_names.c`, a program that defines
-//! and keeps calling the functions the tests name (`schedule`, the lock functions, ...).
+//! and keeps calling the functions the tests name (`schedule`, the lock functions, ...), and of
+//! the suite itself: kernel_names runs the suite as its child, with
+//! `tests/programs/kernel_names_lib.c` preloaded after the agent, so the suite's own shell is a
+//! traced process of the tree whose forks, execs and writes go through functions named like the
+//! kernel's (`kernel_clone`, `do_execve`, `ksys_write`, `vfs_write`, `proc_reg_write`): the
+//! tests that filter on the shell's own pid (`read PID _ < /proc/self/stat`) run unmodified.
 //!
 //! The groups `test.d/00basic` and `test.d/ftrace` run in full but for the two tests that act
 //! on the machine's own kernel ([`NOT_RUN`]). Every result is checked against the lists below:
 //! a test outside [`KNOWN_FAILURES`] that fails, a test outside [`ABSENT_FEATURES`] that is
 //! UNSUPPORTED, or a listed test that now passes fails this test, so the lists only shrink and
-//! always say why. Needs root (ftracetest refuses otherwise), gcc, FUSE and
+//! always say why. Needs root (ftracetest refuses otherwise), gcc, clang, FUSE and
 //! `/usr/src/linux-source-6.12.tar.xz` (`cargo xtask test` installs `linux-source-6.12`);
 //! nothing is skipped when they are missing: it fails. The suite is extracted once into the
 //! target directory.
@@ -15,9 +20,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The kernel source tarball `linux-source-6.12` installs.
@@ -102,15 +106,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "an instance has one sub-buffer size, 4 KiB (EINVAL)",
     ),
     (
-        "ftrace - function pid filters",
-        "set_ftrace_pid names the suite's shell, not a thread of the traced program: nothing traced",
-    ),
-    (
-        "ftrace - function graph print function return value",
-        "set_ftrace_pid names the suite's shell, as in `function pid filters`: nothing traced; \
-         with the program's `proc_writer` thread in its place the test passes ([`RETVAL_VARIANT`])",
-    ),
-    (
         "ftrace - stacktrace filter command",
         "the `stacktrace` function command (EINVAL)",
     ),
@@ -139,52 +134,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "the sched events cannot be enabled: nothing records them (ENODEV)",
     ),
 ];
-
-/// `fgraph-retval.tc` as the kernel ships it but for one line: the pid it writes into
-/// `set_ftrace_pid` is the thread of the traced program that keeps calling `proc_reg_write`
-/// (kernel_names.c's `proc_writer`) instead of the suite's own shell. It must PASS: return values are recorded
-/// by the agent and printed by the mount in both of the test's forms.
-const RETVAL_VARIANT: (&str, &str) = (
-    "test.d/ftrace/fgraph-retval.tc",
-    "read PID _ < /proc/self/stat",
-);
-
-/// The `proc_writer` thread of the program `tool` (an `ftrace record`) runs.
-fn proc_writer_thread(tool: u32) -> u32 {
-    let ppid_of = |pid: &str| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()
-    };
-    let prog = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .find(|p| ppid_of(p) == Some(tool))
-        .expect("the traced program");
-    std::fs::read_dir(format!("/proc/{prog}/task"))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .find(|t| {
-            std::fs::read_to_string(format!("/proc/{prog}/task/{t}/comm"))
-                .is_ok_and(|c| c.trim() == "proc_writer")
-        })
-        .and_then(|t| t.parse().ok())
-        .expect("the program's proc_writer thread")
-}
-
-/// Writes [`RETVAL_VARIANT`] for thread `tid` into `dir`.
-fn retval_variant(suite: &Path, dir: &Path, tid: u32) -> PathBuf {
-    let (file, line) = RETVAL_VARIANT;
-    let text = std::fs::read_to_string(suite.join(file)).unwrap();
-    assert_eq!(text.matches(line).count(), 1, "{file} changed: {line:?}");
-    let out = dir.join("fgraph-retval-worker.tc");
-    std::fs::write(&out, text.replace(line, &format!("PID={tid}"))).unwrap();
-    out
-}
 
 fn target_tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -228,61 +177,13 @@ fn suite() -> PathBuf {
     dir
 }
 
-/// The traced program, built with the kernel-style gcc flags.
-fn build_target(dir: &Path) -> PathBuf {
-    common::build_kernel_style(dir, "kernel_names")
-}
-
-/// A running `ftrace record --mount`, stopped (SIGTERM: it unmounts) when dropped.
-struct Mounted {
-    tool: Child,
-    _stdin: ChildStdin,
-    mnt: PathBuf,
-}
-
-impl Mounted {
-    fn start(dir: &Path, prog: &Path) -> Mounted {
-        let mnt = dir.join("tracing");
-        std::fs::create_dir_all(&mnt).unwrap();
-        // The tool's messages go to a file (a pipe nobody reads could fill and stop it).
-        let log = dir.join("ftrace.log");
-        let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
-            .current_dir(dir)
-            .args(["record", "-t", "function", "--mount"])
-            .arg(&mnt)
-            .arg("-o")
-            .arg(dir.join("rec"))
-            .arg("--")
-            .arg(prog)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let stdin = tool.stdin.take().unwrap();
-        let start = Instant::now();
-        while !mnt.join("available_tracers").exists() {
-            if let Ok(Some(st)) = tool.try_wait() {
-                let err = std::fs::read_to_string(&log).unwrap_or_default();
-                panic!("ftrace exited ({st}) before mounting: {err}");
-            }
-            assert!(start.elapsed() < Duration::from_secs(60), "no mount");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Mounted {
-            tool,
-            _stdin: stdin,
-            mnt,
-        }
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.tool.id() as libc::pid_t, libc::SIGTERM) };
-        let _ = self.tool.wait();
-    }
+/// The traced program, built with the kernel-style gcc flags, and the library preloaded into
+/// the suite's processes (`tests/programs/kernel_names_lib.c`, with call sites).
+fn build_target(dir: &Path) -> (PathBuf, PathBuf) {
+    (
+        common::build_kernel_style(dir, "kernel_names"),
+        common::build_kernel_names_lib(dir),
+    )
 }
 
 /// The mount points of /proc/mounts lines that mention `tracefs` (ftracetest takes the first).
@@ -295,50 +196,113 @@ fn tracefs_mounts() -> Vec<String> {
         .collect()
 }
 
-/// Runs ftracetest on `cases` against `mnt` and returns its output. ftracetest finds its
-/// tracefs as the first /proc/mounts line naming `tracefs`; if the machine has another one (a
-/// real kernel tracefs), the suite runs in a private mount namespace without it.
-fn run_ftracetest(suite: &Path, mnt: &Path, cases: &[PathBuf], logs: &Path) -> String {
+/// Shell quoting of a path.
+fn quoted(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
+/// How long the whole suite may take.
+const SUITE_TIMEOUT: Duration = Duration::from_secs(1500);
+
+/// Runs ftracetest inside the traced tree: `ftrace record --mount MNT -- kernel_names sh
+/// run.sh`, where kernel_names keeps calling its functions and runs the script as its child;
+/// the script waits for the mount, then runs the suite once per group in `groups` with
+/// kernel_names_lib.so preloaded after the agent, so that the suite's own shell is traced.
+/// ftracetest finds its tracefs as the first /proc/mounts line naming `tracefs`; if the
+/// machine has another one (a real kernel tracefs), the suite runs in a private mount
+/// namespace without it. Returns each group's output.
+fn run_suite_in_tree(suite: &Path, dir: &Path, groups: &[(&str, Vec<PathBuf>)]) -> Vec<String> {
+    let (prog, lib) = build_target(dir);
+    let mnt = dir.join("tracing");
+    std::fs::create_dir_all(&mnt).unwrap();
     let others: Vec<String> = tracefs_mounts()
         .into_iter()
         .filter(|m| Path::new(m) != mnt)
         .collect();
-    let mut script = String::new();
+    let mut inner = String::from("set -u\n");
     for m in &others {
-        script.push_str(&format!("umount -l '{m}' && "));
+        inner.push_str(&format!("umount -l '{m}' || exit 1\n"));
     }
-    script.push_str("exec ./ftracetest -v -l \"$0\" \"$@\"");
-    let mut cmd = if others.is_empty() {
-        Command::new("sh")
-    } else {
-        let mut c = Command::new("unshare");
-        c.args(["--mount", "--propagation", "private", "sh"]);
-        c
-    };
-    cmd.current_dir(suite)
-        .arg("-c")
-        .arg(&script)
-        .arg(logs)
-        .args(cases)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        // To a file: a second pipe read only after the first could fill and stop the suite.
-        .stderr(std::fs::File::create(logs.with_extension("stderr")).unwrap());
-    let mut child = cmd.spawn().expect("sh");
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let st = child.wait().unwrap();
-    let err = std::fs::read_to_string(logs.with_extension("stderr")).unwrap_or_default();
-    assert!(
-        out.contains("# of passed:"),
-        "ftracetest did not finish ({st}): {out}\n{err}"
+    inner.push_str(&format!(
+        "export LD_PRELOAD=\"$LD_PRELOAD {}\"\ncd {}\n",
+        lib.display(),
+        quoted(suite)
+    ));
+    for (group, cases) in groups {
+        let out = dir.join(format!("out-{group}"));
+        inner.push_str(&format!(
+            "./ftracetest -v -l {}",
+            quoted(&dir.join(format!("logs-{group}")))
+        ));
+        for c in cases {
+            inner.push(' ');
+            inner.push_str(&quoted(c));
+        }
+        inner.push_str(&format!(
+            " > {} 2> {}\n",
+            quoted(&out),
+            quoted(&out.with_extension("stderr"))
+        ));
+    }
+    std::fs::write(dir.join("inner.sh"), inner).unwrap();
+    let inner_cmd = format!("sh {}", quoted(&dir.join("inner.sh")));
+    let run = format!(
+        "while [ ! -e {}/available_tracers ]; do sleep 0.05; done\nexec {}\n",
+        quoted(&mnt),
+        if others.is_empty() {
+            inner_cmd
+        } else {
+            format!("unshare --mount --propagation private {inner_cmd}")
+        }
     );
-    out
+    std::fs::write(dir.join("run.sh"), run).unwrap();
+    // The tool's messages go to a file (a pipe nobody reads could fill and stop it).
+    let log = dir.join("ftrace.log");
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .current_dir(dir)
+        .args(["record", "-t", "function", "--mount"])
+        .arg(&mnt)
+        .arg("-o")
+        .arg(dir.join("rec"))
+        .arg("--")
+        .arg(&prog)
+        .arg("sh")
+        .arg(dir.join("run.sh"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let st = loop {
+        if let Some(st) = tool.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > SUITE_TIMEOUT {
+            // SAFETY: signalling our own child (it unmounts and passes the signal on).
+            unsafe { libc::kill(tool.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = tool.wait();
+            panic!(
+                "the suite did not finish within {SUITE_TIMEOUT:?}; logs in {}",
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let tool_log = std::fs::read_to_string(&log).unwrap_or_default();
+    groups
+        .iter()
+        .map(|(group, _)| {
+            let out = dir.join(format!("out-{group}"));
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            let err = std::fs::read_to_string(out.with_extension("stderr")).unwrap_or_default();
+            assert!(
+                text.contains("# of passed:"),
+                "ftracetest ({group}) did not finish (ftrace: {st}): {text}\n{err}\n{tool_log}"
+            );
+            text
+        })
+        .collect()
 }
 
 /// The results of an ftracetest output: test name → result (`PASS`, `FAIL`, ...). A name
@@ -383,24 +347,28 @@ fn kernel_ftracetest_passes_on_the_live_mount() {
     let dir = target_tmp().join(format!("ftracetest-run-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let prog = build_target(&dir);
-    let m = Mounted::start(&dir, &prog);
+    let groups: Vec<(&str, Vec<PathBuf>)> = ["00basic", "ftrace"]
+        .into_iter()
+        .map(|group| {
+            let mut cases: Vec<PathBuf> = std::fs::read_dir(suite.join("test.d").join(group))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "tc"))
+                .filter(|p| {
+                    let f = p.file_name().unwrap().to_string_lossy();
+                    !NOT_RUN.iter().any(|(n, _)| *n == f)
+                })
+                .collect();
+            cases.sort();
+            (group, cases)
+        })
+        .collect();
+    let outs = run_suite_in_tree(&suite, &dir, &groups);
 
     let mut report = String::new();
     let mut bad = Vec::new();
-    for group in ["00basic", "ftrace"] {
-        let mut cases: Vec<PathBuf> = std::fs::read_dir(suite.join("test.d").join(group))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "tc"))
-            .filter(|p| {
-                let f = p.file_name().unwrap().to_string_lossy();
-                !NOT_RUN.iter().any(|(n, _)| *n == f)
-            })
-            .collect();
-        cases.sort();
-        let out = run_ftracetest(&suite, &m.mnt, &cases, &dir.join(format!("logs-{group}")));
-        let res = results(&out);
+    for ((group, _), out) in groups.iter().zip(&outs) {
+        let res = results(out);
         let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
         for (name, r) in &res {
             *counts.entry(r.as_str()).or_default() += 1;
@@ -416,16 +384,6 @@ fn kernel_ftracetest_passes_on_the_live_mount() {
         report.push_str(&format!("{group}: {counts:?}\n"));
         assert!(!res.is_empty(), "{group}: no results in {out}");
     }
-    let variant = retval_variant(&suite, &dir, proc_writer_thread(m.tool.id()));
-    let out = run_ftracetest(&suite, &m.mnt, &[variant], &dir.join("logs-retval"));
-    let name = "ftrace - function graph print function return value";
-    let got = results(&out).get(name).cloned().unwrap_or_default();
-    if got != "PASS" {
-        bad.push(format!(
-            "fgraph-retval.tc with a thread of the program: {got}"
-        ));
-    }
-    drop(m);
     eprintln!("{report}");
     assert!(
         bad.is_empty(),

@@ -2,8 +2,12 @@
 //! FUSE) changes tracer, filters and `tracing_on` while the program runs.
 //!
 //! When [`crate::config::ENV_CONTROL`] names a unix socket, the agent connects to it at start
-//! (before the program's `main`), says `HELLO <pid> <instance dir>`, and one control thread
-//! serves line requests on it:
+//! (before the program's `main`), says `HELLO <pid> <parent tid> <instance dir>`, and one
+//! control thread serves line requests on it. Every process of a traced tree does: the
+//! variable is inherited, so an exec'd image connects at its start (and waits for its first
+//! `STATE` before the program runs: it starts with every site a NOP), and a forked child
+//! connects from the agent's fork handler, naming the thread that forked it (`0` for an
+//! image that started the agent itself). Requests:
 //!
 //! | request | answer |
 //! | --- | --- |
@@ -28,7 +32,7 @@
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
 //! fast-path switches), and a site is only retargeted while disabled. The thread never runs
 //! instrumented code and exits when the tool closes the socket (the program keeps its last
-//! state). A forked child has no control thread: it keeps recording with its parent's state.
+//! state).
 
 use core::sync::atomic::Ordering;
 use std::collections::HashSet;
@@ -215,15 +219,88 @@ impl Wanted {
     }
 }
 
-/// Connects to the tool's socket, says hello and starts the control thread.
-pub fn start(path: &Path, dir: &Path) -> std::io::Result<()> {
+/// Who connects: a fresh process image, or a child forked by a traced process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A process image that started the agent itself (preloaded at start, after an `exec`,
+    /// or attached).
+    Image,
+    /// A child forked by the thread with this id; it carries its parent's state (and, with
+    /// `function-fork`, has joined the pid lists naming that thread, [`crate::pids`]).
+    ForkedBy(u32),
+}
+
+/// Whether the connecting agent waits for its first `STATE` before going on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FirstState {
+    /// Wait (at most [`FIRST_STATE_TIMEOUT`]): a fresh image of a traced process tree takes
+    /// the tree's state before its program runs.
+    Wait,
+    /// Go on with the state the agent has.
+    DontWait,
+}
+
+/// How long a fresh image waits for its first `STATE`.
+pub const FIRST_STATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The socket of this process's control thread (-1: none): a forked child closes its copy
+/// before it connects on its own ([`reconnect_after_fork`]).
+static CONTROL_FD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
+
+/// Set by the control thread when it has answered a `STATE` (what [`FirstState::Wait`]
+/// waits for).
+static STATE_SEEN: (std::sync::Mutex<bool>, std::sync::Condvar) =
+    (std::sync::Mutex::new(false), std::sync::Condvar::new());
+
+/// Connects to the tool's socket, says `HELLO <pid> <parent tid or 0> <dir>` and starts the
+/// control thread. With [`FirstState::Wait`], returns once the first `STATE` was applied
+/// (`Ok(true)`), or `Ok(false)` when none came within [`FIRST_STATE_TIMEOUT`].
+pub fn start(path: &Path, dir: &Path, origin: Origin, first: FirstState) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
     let mut sock = UnixStream::connect(path)?;
-    writeln!(sock, "HELLO {} {}", std::process::id(), dir.display())?;
+    let parent = match origin {
+        Origin::Image => 0,
+        Origin::ForkedBy(tid) => tid,
+    };
+    writeln!(
+        sock,
+        "HELLO {} {parent} {}",
+        std::process::id(),
+        dir.display()
+    )?;
     let reader = sock.try_clone()?;
+    CONTROL_FD.store(sock.as_raw_fd(), Ordering::Relaxed);
+    *STATE_SEEN.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
     std::thread::Builder::new()
         .name("ftrace-control".into())
         .spawn(move || serve(BufReader::new(reader), sock))?;
-    Ok(())
+    if first == FirstState::DontWait {
+        return Ok(true);
+    }
+    let (m, cv) = &STATE_SEEN;
+    let g = m.lock().unwrap_or_else(|e| e.into_inner());
+    let (g, _) = cv
+        .wait_timeout_while(g, FIRST_STATE_TIMEOUT, |seen| !*seen)
+        .unwrap_or_else(|e| e.into_inner());
+    Ok(*g)
+}
+
+/// In a forked child: closes the parent's control socket (its thread did not survive the
+/// fork) and registers with the tool as a process of its own, forked by `parent_tid`.
+pub fn reconnect_after_fork(path: &Path, dir: &Path, parent_tid: u32) -> std::io::Result<()> {
+    let old = CONTROL_FD.swap(-1, Ordering::Relaxed);
+    if old >= 0 {
+        // SAFETY: the descriptor of the parent's control socket, copied by fork; nothing in
+        // this process uses it any more (the thread that did is gone).
+        unsafe { libc::close(old) };
+    }
+    start(
+        path,
+        dir,
+        Origin::ForkedBy(parent_tid),
+        FirstState::DontWait,
+    )
+    .map(|_| ())
 }
 
 fn serve(mut r: BufReader<UnixStream>, mut w: UnixStream) {
@@ -275,7 +352,12 @@ fn answer(req: &str) -> String {
     }
     match Wanted::parse(req) {
         Some(w) => match apply_wanted(a, &w) {
-            Ok(n) => format!("OK {n}\n"),
+            Ok(n) => {
+                let (m, cv) = &STATE_SEEN;
+                *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                cv.notify_all();
+                format!("OK {n}\n")
+            }
             Err(e) => format!("ERR {} {e}\n", e.raw_os_error().unwrap_or(libc::EIO)),
         },
         None => format!("ERR {} bad request\n", libc::EINVAL),
@@ -319,6 +401,9 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
         let _ = dispatch::DISPATCHER.unregister(&dispatch::FUNCTION_OPS);
     }
     if w.tracer == Some(TracerKind::Function) && old_tracer != Some(TracerKind::Function) {
+        // The ops may be registered while off (`tracing_on` 0 under the function tracer: a
+        // fresh image waiting for its first state): registered once, whatever came before.
+        let _ = dispatch::DISPATCHER.unregister(&dispatch::FUNCTION_OPS);
         dispatch::DISPATCHER
             .register(&dispatch::FUNCTION_OPS)
             .map_err(|e| std::io::Error::other(format!("registering the function ops: {e:?}")))?;

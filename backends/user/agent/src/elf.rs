@@ -241,7 +241,26 @@ pub struct FileScan {
     /// Whether it imports `__fentry__`: gcc's `-pg -mfentry` calls, which without
     /// `-mrecord-mcount` leave no site list.
     pub calls_fentry: bool,
+    /// Whether it imports one of libc's program starters ([`PROGRAM_STARTERS`]): a shell, a
+    /// `make`, a launcher, whose children (the agent is inherited through `LD_PRELOAD`) may
+    /// have call sites of their own.
+    pub starts_programs: bool,
 }
+
+/// libc's functions that start another program image (`exec*`, `posix_spawn*`).
+pub const PROGRAM_STARTERS: [&str; 11] = [
+    "execve",
+    "execveat",
+    "fexecve",
+    "execv",
+    "execvp",
+    "execvpe",
+    "execl",
+    "execlp",
+    "execle",
+    "posix_spawn",
+    "posix_spawnp",
+];
 
 /// `R_X86_64_RELATIVE`: `*where = load bias + addend`.
 const R_X86_64_RELATIVE: u32 = 8;
@@ -328,6 +347,7 @@ pub fn scan_file(path: &std::path::Path, file: &[u8]) -> Option<FileScan> {
     };
     out.calls_mcount = has(&["mcount", "_mcount"]);
     out.calls_fentry = has(&["__fentry__"]);
+    out.starts_programs = has(&PROGRAM_STARTERS);
     read_dynamic(&elf, &mut out);
     Some(out)
 }
@@ -425,5 +445,20 @@ mod tests {
         );
         assert!(!s.calls_mcount);
         assert!(scan_file(&exe.path, b"#!/bin/sh\n").is_none());
+    }
+
+    #[test]
+    fn a_shell_starts_programs() {
+        let sh = std::path::Path::new("/bin/sh");
+        let s = scan_file(sh, &std::fs::read(sh).unwrap()).expect("an ELF file");
+        assert!(s.starts_programs);
+        // libc itself defines them, it does not import them.
+        let objs = loaded_objects();
+        let libc = objs
+            .iter()
+            .find(|o| o.module().starts_with("libc.so"))
+            .unwrap();
+        let l = scan_file(&libc.path, &std::fs::read(&libc.path).unwrap()).unwrap();
+        assert!(!l.starts_programs);
     }
 }

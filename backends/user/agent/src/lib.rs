@@ -368,7 +368,11 @@ fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
     static ATFORK: std::sync::Once = std::sync::Once::new();
     // SAFETY: registering plain functions with no preconditions.
     ATFORK.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        );
     });
     let mut a = Agent {
         on: cfg.tracing_on,
@@ -379,6 +383,13 @@ fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
         sites: Vec::new(),
     };
     scan_new_objects(&mut a);
+    // A fresh image of a tree the tool controls takes the tool's state before its program
+    // runs: it starts with every site a NOP (the start-up configuration is the fallback).
+    let wait_for_tool = arrival == Arrival::Preloaded && a.config.control.is_some();
+    let start_on = a.on;
+    if wait_for_tool {
+        a.on = false;
+    }
     handler::TRACING_ON.store(a.on, Ordering::Relaxed);
     handler::update_fast_path();
     apply(&mut a)?;
@@ -391,18 +402,32 @@ fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
     let dir = a.dir.clone();
     *agent() = Some(a);
     if let Some(path) = control {
-        // Live control is for this process image only: children and exec'd images trace with
-        // the start-up configuration (an exec closes the socket; the tool removed its name).
-        if arrival == Arrival::Preloaded {
-            // SAFETY: the agent's constructor runs before the program's `main`, while no
-            // other thread reads the environment.
-            unsafe { std::env::remove_var(config::ENV_CONTROL) };
-        }
-        if let Err(e) = control::start(&path, &dir) {
-            warn(&format!(
-                "live control {}: {e}; tracing with the start-up configuration",
-                path.display()
-            ));
+        // Every process of the tree registers: an exec'd image inherits the variable, a
+        // forked child reconnects from [`after_fork_child`].
+        let first = match arrival {
+            Arrival::Preloaded => control::FirstState::Wait,
+            Arrival::Attached => control::FirstState::DontWait,
+        };
+        match control::start(&path, &dir, control::Origin::Image, first) {
+            Ok(true) => {}
+            // Connected, but the tool sent nothing: the image stays quiet (every site a NOP)
+            // rather than trace what the tree did not ask for; a later state still applies.
+            Ok(false) => warn(&format!(
+                "live control {}: no state from the tool within {:?}; not tracing until it \
+                 sends one",
+                path.display(),
+                control::FIRST_STATE_TIMEOUT
+            )),
+            // No tool to ask: the start-up configuration.
+            Err(e) => {
+                warn(&format!(
+                    "live control {}: {e}; tracing with the start-up configuration",
+                    path.display()
+                ));
+                if wait_for_tool {
+                    ftrace_agent_set_tracing(libc::c_int::from(start_on));
+                }
+            }
         }
     }
     Ok(())
@@ -424,15 +449,41 @@ extern "C" fn agent_fini() {
     }
 }
 
+std::thread_local! {
+    /// The thread id of the thread calling `fork`, taken in [`before_fork`]: the child's only
+    /// thread is a copy of it, so the child reads its parent thread's id here.
+    static FORKING_TID: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+    /// The agent's lock, held across `fork` by the forking thread ([`before_fork`]): no other
+    /// thread (the control thread applying a state) holds it when the child is made, so the
+    /// child's copy is consistent; released by [`after_fork_parent`] and, in the child, by
+    /// [`after_fork_child`] (its copy of this thread's storage holds the guard of its copy
+    /// of the lock).
+    static FORK_GUARD: core::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<Agent>>>> =
+        const { core::cell::RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    // SAFETY: no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    FORKING_TID.with(|t| t.set(tid));
+    let g = agent();
+    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+}
+
+extern "C" fn after_fork_parent() {
+    FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
+}
+
 extern "C" fn after_fork_child() {
-    // SAFETY: this thread's own block, copied from the thread that forked.
-    let parent_tid = unsafe { (*handler::current()).tid };
+    let parent_tid = FORKING_TID.with(|t| t.get());
     if parent_tid != 0 {
         pids::follow_fork(parent_tid);
     }
     handler::reset_current_thread();
     text::register_sync_core();
-    let mut g = agent();
+    let Some(mut g) = FORK_GUARD.with(|f| f.borrow_mut().take()) else {
+        return;
+    };
     let Some(a) = g.as_mut() else { return };
     let installed = create_instance_dir(&a.config.output).and_then(|dir| {
         let _ = write_meta(&dir, &a.config);
@@ -443,6 +494,18 @@ extern "C" fn after_fork_child() {
     });
     if installed.is_err() {
         handler::INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
+    }
+    // A tree the tool controls: the child registers as a process of its own (its parent's
+    // control thread did not survive the fork).
+    if let Some(path) = a.config.control.clone() {
+        let dir = a.dir.clone();
+        drop(g);
+        if let Err(e) = control::reconnect_after_fork(&path, &dir, parent_tid) {
+            warn(&format!(
+                "live control {} in forked child: {e}; tracing with the parent's state",
+                path.display()
+            ));
+        }
     }
 }
 
@@ -489,6 +552,17 @@ pub extern "C" fn ftrace_agent_site_count() -> libc::c_long {
     agent()
         .as_ref()
         .map_or(-1, |a| a.sites.len() as libc::c_long)
+}
+
+/// `vfork`, interposed: a `fork` (POSIX lets `vfork` be one). A vfork child borrows its
+/// parent's memory and thread until it execs, so its calls would be recorded into the
+/// parent's rings as the parent's thread; as a fork it gets rings of its own and registers
+/// with the tool like any forked child (a shell such as dash starts its commands with vfork).
+#[unsafe(no_mangle)]
+pub extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: fork has no preconditions; the child runs the caller's code, which a vfork
+    // caller limits to what is safe after a fork too (exec or _exit).
+    unsafe { libc::fork() }
 }
 
 type DlopenFn = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> *mut c_void;

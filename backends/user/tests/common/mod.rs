@@ -30,3 +30,36 @@ pub fn build_kernel_style(dir: &Path, name: &str) -> PathBuf {
     );
     out
 }
+
+/// Builds `tests/programs/kernel_names_lib.c` into `dir/libkernel_names.so`: the library a
+/// traced tree's shells preload after the agent, whose libc interposers route `fork`, `execve`
+/// and `write` through functions named like the kernel's. clang: its patchable entry is one
+/// 5-byte NOP, patched with the breakpoint protocol (gcc's five 1-byte NOPs need every thread
+/// parked, and a shell blocked in a write to the mount cannot park until the write that asks
+/// for the patching returns).
+// Not every test crate that includes this module builds the library.
+#[allow(dead_code)]
+pub fn build_kernel_names_lib(dir: &Path) -> PathBuf {
+    let lib = dir.join("libkernel_names.so");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/kernel_names_lib.c");
+    let st = Command::new("clang")
+        .args([
+            "-O2",
+            "-g",
+            "-fPIC",
+            "-shared",
+            "-fpatchable-function-entry=5",
+        ])
+        .arg("-o")
+        .arg(&lib)
+        .arg(src)
+        .arg("-ldl")
+        .output()
+        .expect("clang");
+    assert!(
+        st.status.success(),
+        "clang: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    lib
+}

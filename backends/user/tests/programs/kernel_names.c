@@ -1,10 +1,15 @@
 /* The traced program of the ftracetest run (tests/ftracetest.rs): it defines functions named as
  * the kernel's that the selftests of tools/testing/selftests/ftrace filter on and grep for
  * (schedule, the lock functions, kernel_clone, sched_tick, ...), and two worker threads call
- * them, about a thousand rounds a second each, until stdin reaches end of file. The bodies are
- * trivial; what matters is that each is a real, instrumented function that keeps being called
- * while the suite runs. */
-#include <sys/prctl.h>
+ * them, about a thousand rounds a second each, until stdin reaches end of file, or, given a
+ * command (`kernel_names CMD ARGS...`), until that command, which it runs as its child (the
+ * suite, in the traced tree), has exited: it then exits with the command's status. The bodies
+ * are trivial; what matters is that each is a real, instrumented function that keeps being
+ * called while the suite runs. The names the shells' own calls go through
+ * (kernel_names_lib.c) are defined here too, so that the tree's filter files (resolved against
+ * this first process's sites) know them. */
+#include <stdio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "workers.h"
@@ -30,7 +35,9 @@ KFUNC(sys_read)
 KFUNC(sys_write)
 KFUNC(vfs_read)
 KFUNC(vfs_write)
+KFUNC(ksys_write)
 KFUNC(do_execve)
+KFUNC(do_execveat_common)
 KFUNC(kernel_clone)
 KFUNC(_do_fork)
 KFUNC(sched_tick)
@@ -85,22 +92,22 @@ __attribute__((noinline)) void *worker(void *arg) {
     return NULL;
 }
 
-/* Fails a write every ~100 us, on a thread of its own: fgraph-retval.tc's window between
- * enabling and disabling tracing (two writes of tracing_on, about a millisecond) then always
- * holds calls (the kernel's test makes the call itself, in its window). */
-__attribute__((noinline)) void *proc_writer(void *arg) {
-    (void)arg;
-    prctl(PR_SET_NAME, "proc_writer");
-    for (;;) {
-        proc_reg_write(2);
-        usleep(100);
+int main(int argc, char **argv) {
+    pthread_t t[2];
+    if (argc < 2) {
+        run_workers_until_eof(t, worker);
+        return 0;
     }
-    return NULL;
-}
-
-int main(void) {
-    pthread_t t[2], writer;
-    pthread_create(&writer, NULL, proc_writer, NULL);
-    run_workers_until_eof(t, worker);
-    return 0;
+    for (long i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, worker, (void *)i);
+    pid_t child = fork();
+    if (child == 0) {
+        execvp(argv[1], argv + 1);
+        perror(argv[1]);
+        _exit(127);
+    }
+    int st = 0;
+    if (child < 0 || waitpid(child, &st, 0) < 0)
+        return 127;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
