@@ -19,6 +19,7 @@ use ftrace_core::Errno;
 use ftrace_core::event::TraceCtx;
 use ftrace_core::platform::{CpuId, ExecContext, TaskContext, TraceClock};
 use ftrace_core::symbols::{SortedSymbols, Symbol, SymbolTable};
+use ftrace_core::tracepoint::Tracepoint;
 use ftrace_patch::{FixedTargets, FtraceBug};
 use ftrace_tracefs::array::{ArrayHost, CallSiteText, HeapPages, Platform, TraceArray};
 use ftrace_tracefs::{Tracefs, WriteMode};
@@ -155,15 +156,20 @@ extern "C" fn return_hook() -> u64 {
     ret as u64
 }
 
-/// Hands the instance the kernel's symbols and call sites, registers the trampolines' hooks
-/// and builds the tree (one call-site record per site: a site that is not a NOP is reported
-/// and disabled; sites stay NOPs until a tracer or a function command wants them).
+/// Hands the instance the kernel's symbols and call sites, registers the trampolines' hooks,
+/// this crate's trace events ([`events::EVENTS`](crate::events::EVENTS)) and the caller's
+/// `events`, and builds the tree (one call-site record per site: a site that is not a NOP is
+/// reported and disabled; sites stay NOPs until a tracer or a function command wants them).
 pub fn install(
     sites: &'static SiteTable,
     symbols: &'static SortedSymbols,
+    events: &[&'static Tracepoint],
 ) -> Result<SerialTracefs, Errno> {
     SYMBOLS.store(core::ptr::from_ref(symbols).cast_mut(), Ordering::Release);
     SITES.store(core::ptr::from_ref(sites).cast_mut(), Ordering::Release);
+    for tp in crate::events::EVENTS.iter().chain(events) {
+        TRACE.register_tracepoint(tp)?;
+    }
     trampoline::set_return_hook(return_hook);
     trampoline::set_entry_hook(Some(entry_hook));
     Ok(SerialTracefs {
