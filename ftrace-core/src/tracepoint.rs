@@ -5,8 +5,10 @@
 //! table and print format (a [`TraceEventFormat`] whose offsets and sizes come from the struct
 //! by `offset_of!`/`size_of`, so the two cannot drift), the event id, and a call site
 //! `trace_<name>(..)`. While the event is off the call site costs one relaxed load of its
-//! [`StaticKey`]; the record is built and handed to the connected [`Probe`] in a separate
-//! `#[cold]` function. Nothing on either path allocates.
+//! [`StaticKey`], or, under the feature `tracepoint-jump-label` on x86_64, a 5-byte NOP (a jump
+//! label on the key, patched to `jmp` when a probe connects, through the platform's
+//! `jump_label::set_patcher`); the record is built and handed to the connected [`Probe`] in a
+//! separate `#[cold]` function. Nothing on either path allocates.
 //!
 //! Invariant: a record reaches the probe only while the key is on, with `common_type` set to
 //! the event's id and every byte (padding included) initialised.
@@ -42,7 +44,7 @@
 
 use crate::errno::Errno;
 use crate::format::TraceEventFormat;
-use crate::static_key::StaticKey;
+use crate::static_key::{Branch, StaticKey};
 use crate::sync::{AtomicPtr, Ordering, loom_const_fn};
 
 #[doc(hidden)]
@@ -120,7 +122,11 @@ impl Tracepoint {
 
     /// `tracepoint_probe_register`: connects `probe` and turns the call sites on. `EBUSY` if
     /// a probe is already connected (one consumer per tracepoint: the tracing instance).
+    /// Under the feature `tracepoint-jump-label` the sites are patched to `jmp` through the
+    /// platform's `jump_label::set_patcher` before the key
+    /// reads on; `ENODEV` if no patcher is installed (the sites could never fire).
     pub fn connect(&self, probe: Probe) -> Result<(), Errno> {
+        let update = site_update()?;
         self.probe
             .compare_exchange(
                 core::ptr::null_mut(),
@@ -129,17 +135,20 @@ impl Tracepoint {
                 Ordering::Relaxed,
             )
             .map_err(|_| Errno::EBUSY)?;
-        self.key.inc(|_| {});
+        self.key.inc(|b| update(&self.key, b));
         Ok(())
     }
 
-    /// `tracepoint_probe_unregister`: turns the call sites off and disconnects the probe. A
-    /// record being delivered on another CPU may still reach it (a probe is a plain `fn`).
+    /// `tracepoint_probe_unregister`: turns the call sites off (back to their NOPs under
+    /// `tracepoint-jump-label`) and disconnects the probe. A record being delivered on another
+    /// CPU may still reach it (a probe is a plain `fn`).
     pub fn disconnect(&self) {
         if self.probe.load(Ordering::Relaxed).is_null() {
             return;
         }
-        self.key.dec(|_| {});
+        // A probe is connected, so `connect` found the update (a patcher is never removed).
+        let update = site_update().unwrap_or(no_sites);
+        self.key.dec(|b| update(&self.key, b));
         self.probe.store(core::ptr::null_mut(), Ordering::Release);
     }
 
@@ -154,6 +163,66 @@ impl Tracepoint {
         let probe: Probe = unsafe { core::mem::transmute::<*mut (), Probe>(p) };
         probe(self, rec);
     }
+}
+
+/// What a key transition does to the call sites: nothing for the relaxed-load form (the
+/// sites read the key), the platform's patcher for jump-label sites.
+type SiteUpdate = fn(&StaticKey, Branch);
+
+fn no_sites(_: &StaticKey, _: Branch) {}
+
+#[cfg(not(all(feature = "tracepoint-jump-label", target_arch = "x86_64", not(loom))))]
+fn site_update() -> Result<SiteUpdate, Errno> {
+    Ok(no_sites)
+}
+
+#[cfg(all(feature = "tracepoint-jump-label", target_arch = "x86_64", not(loom)))]
+fn site_update() -> Result<SiteUpdate, Errno> {
+    crate::jump_label::patcher().ok_or(Errno::ENODEV)
+}
+
+/// Where a [`Tracepoint`]'s key lies in it: the jump-label sites record the key's address as
+/// the tracepoint's plus this.
+#[doc(hidden)]
+pub const KEY_OFFSET: usize = core::mem::offset_of!(Tracepoint, key);
+
+/// The call site's test of tracepoint `$tp` (a `static`): a 5-byte NOP recorded as a jump
+/// label on the tracepoint's key (feature `tracepoint-jump-label`, x86_64).
+#[cfg(all(feature = "tracepoint-jump-label", target_arch = "x86_64", not(loom)))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tracepoint_on {
+    ($tp:path) => {{
+        let mut on = false;
+        // SAFETY: the asm is a NOP and a data record (the NOP, the "on" label, the key's
+        // address: the tracepoint's plus `KEY_OFFSET`) in the jump table; it touches no
+        // register or memory the compiler knows of, and may jump to the label, which only
+        // sets a local.
+        unsafe {
+            ::core::arch::asm!(
+                "2: .byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+                ".pushsection __ftrace_jump_table, \"awR\"",
+                ".balign 8",
+                ".quad 2b, {on}, {tp} + {off}",
+                ".popsection",
+                tp = sym $tp,
+                off = const $crate::tracepoint::KEY_OFFSET,
+                on = label { on = true; },
+                options(nostack, preserves_flags),
+            );
+        }
+        on
+    }};
+}
+
+/// The call site's test of tracepoint `$tp`: one relaxed load of its key.
+#[cfg(not(all(feature = "tracepoint-jump-label", target_arch = "x86_64", not(loom))))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tracepoint_on {
+    ($tp:path) => {
+        $tp.is_enabled()
+    };
 }
 
 /// Declares a tracepoint: its record struct, its format, its [`Tracepoint`] static and its
@@ -217,7 +286,7 @@ macro_rules! tracepoint {
         $(#[$doc])*
         #[inline(always)]
         $vis fn $call($($field: <$ty as $crate::tracepoint::TracepointField>::Arg<'_>),*) {
-            if $tp.is_enabled() {
+            if $crate::__tracepoint_on!($tp) {
                 #[cold]
                 #[inline(never)]
                 fn slow($($field: <$ty as $crate::tracepoint::TracepointField>::Arg<'_>),*) {

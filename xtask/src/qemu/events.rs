@@ -1,4 +1,6 @@
-//! The session's trace-event part: the kernel's own tracepoints (`irq:irq_handler_entry` /
+//! The session's trace-event part: the kernel's own tracepoints, jump labels (NOPs while off,
+//! `jmp` exactly while their event is enabled: the `jump_labels` builtin reads the sites),
+//! (`irq:irq_handler_entry` /
 //! `irq_handler_exit` around its IPI handlers, `irq_vectors:local_timer_entry` / `_exit`
 //! around its timer tick, `bm_shell:shell_command` / `_exit`, `bm_workload:workload_round`)
 //! through `events/`: listed, their `format` files as Linux 6.12 prints the same events,
@@ -88,6 +90,36 @@ fn round_line(i: u64) -> String {
     format!("workload_round: round={i} value={}", outer(i))
 }
 
+/// The kernel's `jump_labels` builtin: its tracepoint sites and how many read `jmp`; every
+/// site must hold a NOP or a `jmp`.
+fn jump_labels(vm: &mut Vm) -> Result<(u32, u32), String> {
+    let out = vm.command("jump_labels")?;
+    let parsed = out
+        .strip_prefix("jump_labels: ")
+        .and_then(|r| r.strip_suffix(" neither\n"))
+        .and_then(|r| {
+            let (total, r) = r.split_once(" sites, ")?;
+            let (on, other) = r.split_once(" jmp, ")?;
+            Some((
+                total.parse().ok()?,
+                on.parse().ok()?,
+                other.parse::<u32>().ok()?,
+            ))
+        });
+    match parsed {
+        Some((total, on, 0)) => Ok((total, on)),
+        _ => Err(format!("jump_labels: {out:?}")),
+    }
+}
+
+/// Checks that exactly `on` tracepoint sites are patched to `jmp`.
+fn expect_jmp_sites(vm: &mut Vm, on: u32, when: &str) -> Result<(), String> {
+    let (total, got) = jump_labels(vm)?;
+    check(got == on, || {
+        format!("{when}: {got} of {total} tracepoint sites read jmp, want {on}")
+    })
+}
+
 /// Runs the event checks; starts and ends with tracer `nop`, no event enabled and the `bm_*`
 /// filter. Returns the writes meant to fail.
 pub(super) fn event_files(vm: &mut Vm) -> Result<u32, String> {
@@ -121,9 +153,17 @@ pub(super) fn event_files(vm: &mut Vm) -> Result<u32, String> {
         })?;
     }
 
+    // Every call site is a jump label: one per `trace_*` call in the kernel, all NOPs while
+    // their events are off.
+    let (total, on) = jump_labels(vm)?;
+    check(total >= EVENTS.len() as u32 && on == 0, || {
+        format!("jump labels at boot: {total} sites, {on} jmp")
+    })?;
+
     // The timer tick: `ticks 5` takes five local timer interrupts on CPU 0, and only the
-    // enabled entry event records them.
+    // enabled entry event records them; its one site reads jmp while it is enabled.
     echo_ok(vm, "echo 1 > events/irq_vectors/local_timer_entry/enable")?;
+    expect_jmp_sites(vm, 1, "local_timer_entry enabled")?;
     echo_ok(vm, "echo > trace")?;
     let ticks = vm.command("ticks 5")?;
     check(ticks == "ticks: 5 timer ticks\n", || {
@@ -136,6 +176,7 @@ pub(super) fn event_files(vm: &mut Vm) -> Result<u32, String> {
     let got = lines(&trace, "nop")?;
     check(got == want, || format!("timer ticks:\n{trace}"))?;
     echo_ok(vm, "echo 0 > events/irq_vectors/local_timer_entry/enable")?;
+    expect_jmp_sites(vm, 0, "local_timer_entry disabled")?;
     echo_ok(vm, "echo > trace")?;
     vm.command("ticks 2")?;
     let trace = vm.command("cat trace")?;
@@ -153,6 +194,7 @@ pub(super) fn event_files(vm: &mut Vm) -> Result<u32, String> {
     )?;
     let sys = vm.command("cat events/irq/enable")?;
     check(sys == "1\n", || format!("events/irq/enable: {sys:?}"))?;
+    expect_jmp_sites(vm, 2, "irq:* enabled")?;
     echo_ok(vm, "echo > trace")?;
     run_workload(vm, 1, " cpu=1")?;
     let trace = vm.command("cat trace")?;
@@ -332,6 +374,7 @@ pub(super) fn event_files(vm: &mut Vm) -> Result<u32, String> {
     })?;
     echo_ok(vm, "echo > set_event")?;
     echo_ok(vm, "echo > trace")?;
+    expect_jmp_sites(vm, 0, "every event off again")?;
     // the refused filter and the missing file
     Ok(2)
 }

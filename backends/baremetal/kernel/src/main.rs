@@ -524,6 +524,25 @@ impl Builtins for Kernel {
                 }
                 _ => fail(out, "usage: ticks N (1 <= N <= 100)"),
             },
+            ["jump_labels"] => {
+                // Every tracepoint site: a NOP while its event is off, a jmp while on.
+                let (mut total, mut on, mut other) = (0, 0, 0);
+                for e in ftrace_core::jump_label::entries() {
+                    total += 1;
+                    // SAFETY: each entry's code is a 5-byte site in this kernel's text,
+                    // mapped readable.
+                    match unsafe { core::ptr::read_volatile(e.code as *const u8) } {
+                        0x0f => {}
+                        0xe9 => on += 1,
+                        _ => other += 1,
+                    }
+                }
+                let _ = writeln!(
+                    out,
+                    "jump_labels: {total} sites, {on} jmp, {other} neither"
+                );
+                Outcome::Ok
+            }
             ["heap"] => {
                 let _ = writeln!(
                     out,
@@ -538,7 +557,7 @@ impl Builtins for Kernel {
                 let _ = writeln!(
                     out,
                     "ls [DIR] | cat FILE... | echo [-n] WORDS [>|>> FILE] | workload N | \
-                     workload N [irqsoff] [cpu=C] | ticks N | heap | poweroff pass [N]|fail | fault"
+                     workload N [irqsoff] [cpu=C] | ticks N | jump_labels | heap | poweroff pass [N]|fail | fault"
                 );
                 Outcome::Ok
             }
