@@ -6,8 +6,8 @@
 //! through `events/`: listed, their `format` files as Linux 6.12 prints the same events,
 //! enabled by `enable` and `set_event`, filtered (`irq > 240`, `round > 0`), triggered
 //! (`traceoff if ...`, `enable_event:...`), a refused filter (EINVAL, the file and
-//! `error_log` as Linux show it), and `trace` read back line by line, interleaved with function
-//! entries when `function` traces.
+//! `error_log` as Linux show it), `trace` read back line by line, interleaved with function
+//! entries when `function` traces, and an event enabled in an instance only.
 
 use super::{Vm, check, echo_ok, function_header, run_workload};
 
@@ -375,6 +375,29 @@ pub(super) fn event_files(vm: &mut Vm) -> Result<u32, String> {
     echo_ok(vm, "echo > set_event")?;
     echo_ok(vm, "echo > trace")?;
     expect_jmp_sites(vm, 0, "every event off again")?;
+
+    // An instance has the events too: the tick recorded in its buffer only; the site is on
+    // while the instance has the event and off again once it is removed.
+    echo_ok(vm, "mkdir instances/ev")?;
+    echo_ok(
+        vm,
+        "echo 1 > instances/ev/events/irq_vectors/local_timer_entry/enable",
+    )?;
+    expect_jmp_sites(vm, 1, "local_timer_entry enabled in an instance")?;
+    vm.command("ticks 2")?;
+    let mine = vm.command("cat instances/ev/trace")?;
+    let want: Vec<(u32, String)> = (0..2)
+        .map(|_| (0, "local_timer_entry: vector=236".to_string()))
+        .collect();
+    check(lines(&mine, "nop")? == want, || {
+        format!("the instance's trace:\n{mine}")
+    })?;
+    let top = vm.command("cat trace")?;
+    check(lines(&top, "nop")?.is_empty(), || {
+        format!("the top level recorded the instance's event:\n{top}")
+    })?;
+    echo_ok(vm, "rmdir instances/ev")?;
+    expect_jmp_sites(vm, 0, "the instance removed")?;
     // the refused filter and the missing file
     Ok(2)
 }
