@@ -224,11 +224,33 @@ impl AgentLink {
         }
     }
 
-    /// Asks for the whole state `w`; returns the number of site writes.
-    pub fn set_state(&mut self, w: &Wanted) -> Result<usize, Errno> {
-        let mut req = w.to_request();
-        req.push('\n');
-        self.send(req.as_bytes())?;
+    /// Lists the trace events the program declares (`EVENTS`).
+    pub fn events(&mut self) -> Result<Vec<ftrace_agent::event::EventInfo>, Errno> {
+        self.send(b"EVENTS\n")?;
+        let mut v = Vec::new();
+        loop {
+            let l = self.line()?;
+            if l == "." {
+                return Ok(v);
+            }
+            v.push(ftrace_agent::event::EventInfo::parse_line(&l).ok_or(Errno::EIO)?);
+        }
+    }
+
+    /// Arms exactly the trace events `ids` (`EVENTS_ON`).
+    pub fn set_events(&mut self, ids: &[u16]) -> Result<(), Errno> {
+        let list: Vec<String> = ids.iter().map(u16::to_string).collect();
+        let list = if list.is_empty() {
+            "-".to_string()
+        } else {
+            list.join(",")
+        };
+        self.send(format!("EVENTS_ON {list}\n").as_bytes())?;
+        self.answer().map(|_| ())
+    }
+
+    /// Reads an `OK <n>` / `ERR <errno> <text>` answer.
+    fn answer(&mut self) -> Result<usize, Errno> {
         let l = self.line()?;
         if let Some(n) = l.strip_prefix("OK ") {
             return n.trim().parse().map_err(|_| Errno::EIO);
@@ -239,5 +261,13 @@ impl AgentLink {
             .and_then(|c| c.parse::<i32>().ok())
             .unwrap_or(libc::EIO);
         Err(Errno(code))
+    }
+
+    /// Asks for the whole state `w`; returns the number of site writes.
+    pub fn set_state(&mut self, w: &Wanted) -> Result<usize, Errno> {
+        let mut req = w.to_request();
+        req.push('\n');
+        self.send(req.as_bytes())?;
+        self.answer()
     }
 }

@@ -61,12 +61,13 @@ use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
-use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
 
 use crate::agentctl::{AgentLink, SiteLine};
 use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
+use crate::progevents::ProgramEvents;
 
 /// The pid of the process whose request the server is handling (set by the FUSE layer under
 /// the tree's lock): `trace_marker` events carry it, as the kernel records `current`.
@@ -99,6 +100,8 @@ struct AgentPart {
     live: LiveRecording,
     sites: Vec<SiteLine>,
     filters: FilterState,
+    /// The program's own trace events ([`crate::progevents`]).
+    events: ProgramEvents,
 }
 
 /// Events recorded by the tool itself (`trace_marker`), in one instance.
@@ -327,7 +330,15 @@ impl State {
     /// The events in the buffers, oldest first (`pipe`: what a consumer may take now).
     fn events(&mut self, cpu: Option<u32>, pipe: bool) -> Vec<LiveEvent> {
         let mut evs = match &mut self.agent {
-            Some(a) => a.live.events(cpu, pipe),
+            Some(a) => {
+                let all = a.live.events(cpu, pipe);
+                let (keep, drop) = a.events.filter(all, &a.live.threads());
+                if pipe {
+                    // Filtered out: gone for a consumer too.
+                    a.live.consume(&drop);
+                }
+                keep
+            }
             None => Vec::new(),
         };
         evs.extend(
@@ -419,7 +430,27 @@ impl State {
         let mut w = TraceWriter::new(style, gstate, Overruns::of(lost));
         let mut it = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
-        let _ = w.write_trace(&mut out, &env, header.then_some(&info), &mut it);
+        let formats = self.agent.as_ref().map_or(&[][..], |a| a.events.formats());
+        if formats.is_empty() {
+            let _ = w.write_trace(&mut out, &env, header.then_some(&info), &mut it);
+            return out;
+        }
+        if header {
+            let empty = it.is_empty();
+            let _ = w.write_header(&mut TextToBytes(&mut out), &env, &info, empty);
+        }
+        // The program's events through their print formats, the rest as the tracer prints.
+        while let Some(ev) = it.next_event() {
+            let _ = match ftrace_tracers::trace_event::find(formats, &ev) {
+                Some(f) => ftrace_tracers::trace_event::write_event_line(
+                    &mut TextToBytes(&mut out),
+                    &env,
+                    &ev,
+                    f,
+                ),
+                None => w.write_line(&mut out, &env, &mut it, &ev),
+            };
+        }
         out
     }
 
@@ -556,13 +587,18 @@ impl CommandEnv for LiveCommands {
 
 /// Registers the trace events the live tree lists: Linux 6.12's `sched` formats
 /// (ftrace-core's [`SCHED_EVENTS`](ftrace_core::format::sched::SCHED_EVENTS)), so that
-/// `events/`, `available_events` and `set_event` are the kernel's files over real formats.
-/// The agent records no trace event yet: arming one is refused
-/// ([`TraceBackend::set_event_state`], `ENODEV`), so they stay off and a write that turns
-/// them all off (`echo 0 > events/enable`) succeeds, as on a kernel.
-pub fn register_events<H: Host>(tree: &mut ftrace_tracefs::Tracefs<H>) -> Result<(), Errno> {
+/// `events/`, `available_events` and `set_event` are the kernel's files over real formats,
+/// and the program's own events ([`crate::progevents`]), which the agent records. Nothing
+/// records the `sched` events: arming one is refused ([`TraceBackend::set_event_state`],
+/// `ENODEV`), so they stay off and a write that turns them all off (`echo 0 >
+/// events/enable`) succeeds, as on a kernel.
+pub fn register_events(tree: &mut ftrace_tracefs::Tracefs<UserHost>) -> Result<(), Errno> {
     for e in ftrace_core::format::sched::SCHED_EVENTS {
         tree.register_event(*e)?;
+    }
+    let program = tree.host().program_event_formats();
+    for e in program {
+        tree.register_event(e)?;
     }
     Ok(())
 }
@@ -854,14 +890,28 @@ impl TraceBackend for UserBackend {
 
     fn set_event_state(
         &mut self,
-        _event: &ftrace_core::format::TraceEventFormat,
+        event: &ftrace_core::format::TraceEventFormat,
         state: EventState,
     ) -> Result<(), Errno> {
-        // Nothing in the program records trace events (see `register_events`).
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            return a.events.set_state(&mut a.link, event.id, state);
+        }
+        // Nothing records the other events (see `register_events`).
         if state.enabled || state.triggers {
             return Err(Errno::ENODEV);
         }
         Ok(())
+    }
+
+    fn set_event_filter(
+        &mut self,
+        event: &ftrace_core::format::TraceEventFormat,
+        filter: Option<&ftrace_tracefs::event_filter::EventFilter>,
+    ) {
+        if let Some(a) = lock(&self.state).agent.as_mut() {
+            a.events.set_filter(event.id, filter);
+        }
     }
 
     fn open_filter(
@@ -1017,6 +1067,8 @@ impl UserHost {
         let sites = link
             .sites()
             .map_err(|e| format!("listing the call sites: {e:?}"))?;
+        let events =
+            ProgramEvents::list(&mut link).map_err(|e| format!("listing the events: {e:?}"))?;
         live.refresh();
         let exe = crate::live::exe_name(&link.dir);
         let mut syms = SortedSymbols::new();
@@ -1040,6 +1092,7 @@ impl UserHost {
                 live,
                 sites,
                 filters: FilterState::new(Arc::new(LiveCommands(syms))),
+                events,
             }),
             clock,
             nr_cpus,
@@ -1056,6 +1109,15 @@ impl UserHost {
             nr_cpus,
             buffer_bytes,
         })
+    }
+
+    /// The formats of the program's own trace events.
+    pub fn program_event_formats(&self) -> Vec<ftrace_core::format::TraceEventFormat> {
+        lock(&self.top)
+            .agent
+            .as_ref()
+            .map(|a| a.events.formats().to_vec())
+            .unwrap_or_default()
     }
 
     /// A handle on the top level that outlives the tree (the tool writes the capture with it

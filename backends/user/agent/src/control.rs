@@ -9,6 +9,8 @@
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
 //! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `EVENTS` | one [`EventInfo::to_line`](crate::event::EventInfo::to_line) line per trace event the program declares, then `.` |
+//! | `EVENTS_ON <ids>` | `OK 0` once exactly those events (comma-separated ids, `-` for none) are on, or `ERR 19 ...` for an id not found |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
@@ -262,6 +264,17 @@ fn answer(req: &str) -> String {
         out.push_str(".\n");
         return out;
     }
+    if req == "EVENTS" {
+        let mut out = String::new();
+        for e in crate::event::list() {
+            let _ = writeln!(out, "{}", e.to_line());
+        }
+        out.push_str(".\n");
+        return out;
+    }
+    if let Some(ids) = req.strip_prefix("EVENTS_ON ") {
+        return events_on(ids);
+    }
     if req == "PROBES" {
         let on = handler::TRACING_ON.load(Ordering::SeqCst);
         let mut out = format!("ON {}\n", u8::from(on));
@@ -279,6 +292,21 @@ fn answer(req: &str) -> String {
             Err(e) => format!("ERR {} {e}\n", e.raw_os_error().unwrap_or(libc::EIO)),
         },
         None => format!("ERR {} bad request\n", libc::EINVAL),
+    }
+}
+
+/// `EVENTS_ON <ids>`: exactly the events of the comma-separated ids (`-`: none) are on.
+fn events_on(ids: &str) -> String {
+    let parsed: Option<Vec<u16>> = match ids {
+        "-" => Some(Vec::new()),
+        l => l.split(',').map(|i| i.parse().ok()).collect(),
+    };
+    let Some(ids) = parsed else {
+        return format!("ERR {} bad event ids\n", libc::EINVAL);
+    };
+    match crate::event::set_enabled(&ids).first() {
+        None => "OK 0\n".into(),
+        Some(id) => format!("ERR {} no event {id}\n", libc::ENODEV),
     }
 }
 
