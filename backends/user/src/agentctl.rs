@@ -237,16 +237,32 @@ impl AgentLink {
         }
     }
 
-    /// Arms exactly the trace events `ids` (`EVENTS_ON`).
-    pub fn set_events(&mut self, ids: &[u16]) -> Result<(), Errno> {
-        let list: Vec<String> = ids.iter().map(u16::to_string).collect();
-        let list = if list.is_empty() {
-            "-".to_string()
-        } else {
-            list.join(",")
-        };
-        self.send(format!("EVENTS_ON {list}\n").as_bytes())?;
+    /// Sets trace event `id`'s state in the program (`EVENT_SET`).
+    pub fn set_event(
+        &mut self,
+        id: u16,
+        config: &ftrace_agent::event_record::EventConfig,
+    ) -> Result<(), Errno> {
+        self.send(format!("EVENT_SET {id}\t{}\n", config.to_args()).as_bytes())?;
         self.answer().map(|_| ())
+    }
+
+    /// Trace event `id`'s soft-disabled bit and trigger counts in the program (`EVENT_GET`).
+    pub fn event_state(&mut self, id: u16) -> Result<(bool, Vec<i64>), Errno> {
+        self.send(format!("EVENT_GET {id}\n").as_bytes())?;
+        let l = self.line()?;
+        let Some(rest) = l.strip_prefix("OK ") else {
+            return Err(Errno::ENODEV);
+        };
+        let (soft, counts) = rest.split_once(' ').ok_or(Errno::EIO)?;
+        let counts = match counts {
+            "-" => Vec::new(),
+            c => c
+                .split(',')
+                .map(|n| n.parse().map_err(|_| Errno::EIO))
+                .collect::<Result<_, _>>()?,
+        };
+        Ok((soft == "1", counts))
     }
 
     /// Reads an `OK <n>` / `ERR <errno> <text>` answer.

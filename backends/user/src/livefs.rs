@@ -330,15 +330,7 @@ impl State {
     /// The events in the buffers, oldest first (`pipe`: what a consumer may take now).
     fn events(&mut self, cpu: Option<u32>, pipe: bool) -> Vec<LiveEvent> {
         let mut evs = match &mut self.agent {
-            Some(a) => {
-                let all = a.live.events(cpu, pipe);
-                let (keep, drop) = a.events.filter(all, &a.live.threads());
-                if pipe {
-                    // Filtered out: gone for a consumer too.
-                    a.live.consume(&drop);
-                }
-                keep
-            }
+            Some(a) => a.live.events(cpu, pipe),
             None => Vec::new(),
         };
         evs.extend(
@@ -909,9 +901,37 @@ impl TraceBackend for UserBackend {
         event: &ftrace_core::format::TraceEventFormat,
         filter: Option<&ftrace_tracefs::event_filter::EventFilter>,
     ) {
-        if let Some(a) = lock(&self.state).agent.as_mut() {
-            a.events.set_filter(event.id, filter);
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            // The tree parsed it against the same format: the agent parses it too.
+            let _ = a.events.set_filter(&mut a.link, event.id, filter);
         }
+    }
+
+    fn set_event_triggers(
+        &mut self,
+        event: &ftrace_core::format::TraceEventFormat,
+        triggers: &[ftrace_tracefs::triggers::Trigger],
+    ) {
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            let _ = a.events.set_triggers(&mut a.link, event.id, triggers);
+        }
+    }
+
+    fn event_soft_disabled(&self, event: &ftrace_core::format::TraceEventFormat) -> Option<bool> {
+        let mut st = lock(&self.state);
+        let a = st.agent.as_mut().filter(|a| a.events.has(event.id))?;
+        a.events.current(&mut a.link, event.id).map(|c| c.0)
+    }
+
+    fn event_trigger_counts(
+        &self,
+        event: &ftrace_core::format::TraceEventFormat,
+    ) -> Option<Vec<i64>> {
+        let mut st = lock(&self.state);
+        let a = st.agent.as_mut().filter(|a| a.events.has(event.id))?;
+        a.events.current(&mut a.link, event.id).map(|c| c.1)
     }
 
     fn open_filter(

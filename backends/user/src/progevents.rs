@@ -10,67 +10,47 @@
 //! enabled events (`EVENTS_ON`). Invariant: an event is armed in the agent only while the
 //! tree says it is enabled and not soft-disabled; a refused request changes nothing here.
 //!
-//! Filters: the tree's compiled filter is applied to each record when it is read
-//! ([`ProgramEvents::keeps`]); the kernel applies it when the record is written, so here a
-//! filtered-out record still takes ring space. Triggers are not run yet (a trigger on a
-//! program event is refused with `ENODEV`).
+//! Filters and triggers run in the program, when the event fires, as the kernel runs them
+//! ([`ftrace_agent::event_record`]): the tree's filter text and the triggers `traceon`,
+//! `traceoff`, `enable_event` and `disable_event` (with counts and `if` filters) go to the
+//! agent with the event's state (`EVENT_SET`), and the soft-disabled bits and counts they
+//! change are read back (`EVENT_GET`). Other triggers (`hist`, `stacktrace`, `snapshot`) are
+//! kept by the tree but not run on program events yet.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use ftrace_agent::event::EventInfo;
+use ftrace_agent::event_record::{EventConfig, WireAction, WireTrigger};
 use ftrace_core::Errno;
-use ftrace_core::format::{Field, FieldArray, TraceEventFormat};
+use ftrace_core::format::TraceEventFormat;
 use ftrace_tracefs::EventState;
-use ftrace_tracefs::event_filter::{EventFilter, RecordCtx};
+use ftrace_tracefs::event_filter::EventFilter;
+use ftrace_tracefs::triggers::{Trigger, TriggerKind};
 
 use crate::agentctl::AgentLink;
-use crate::live::LiveEvent;
 
 /// The program's events and their state in the top-level instance.
 #[derive(Default)]
 pub struct ProgramEvents {
     formats: Vec<TraceEventFormat>,
-    armed: BTreeSet<u16>,
-    filters: HashMap<u16, EventFilter>,
+    sent: HashMap<u16, Sent>,
 }
 
-fn leak(s: &str) -> &'static str {
-    Box::leak(s.to_string().into_boxed_str())
-}
-
-/// The format of one listed event (strings and fields leaked).
-pub fn format_of(e: &EventInfo) -> TraceEventFormat {
-    let fields: Vec<Field> = e
-        .fields
-        .iter()
-        .map(|f| Field {
-            c_type: leak(&f.c_type),
-            name: leak(&f.name),
-            array: match f.array_len {
-                0 => FieldArray::Scalar,
-                n => FieldArray::Fixed(n),
-            },
-            offset: f.offset,
-            size: f.size,
-            signed: f.signed,
-        })
-        .collect();
-    TraceEventFormat {
-        system: leak(&e.system),
-        name: leak(&e.name),
-        id: e.id,
-        fields: Box::leak(fields.into_boxed_slice()),
-        print_fmt: leak(&e.print_fmt),
-    }
+/// What was sent for one event, and where each of the tree's triggers went.
+#[derive(Clone, Debug, Default)]
+struct Sent {
+    config: EventConfig,
+    /// Per tree trigger: its index among the sent ones, or its count when not sent.
+    triggers: Vec<Result<usize, i64>>,
 }
 
 impl ProgramEvents {
     /// The events the agent behind `link` lists.
     pub fn list(link: &mut AgentLink) -> Result<ProgramEvents, Errno> {
-        let formats = link.events()?.iter().map(format_of).collect();
+        let formats = link.events()?.iter().map(EventInfo::format).collect();
         Ok(ProgramEvents {
             formats,
-            ..ProgramEvents::default()
+            sent: HashMap::new(),
         })
     }
 
@@ -84,83 +64,116 @@ impl ProgramEvents {
         self.formats.iter().any(|f| f.id == id)
     }
 
-    /// The tree changed event `id`'s state: arms or disarms it in the agent. `ENODEV` for
-    /// triggers (not run on program events yet), the agent's error if it refuses.
+    /// Sends event `id`'s state changed by `edit`; nothing changes here if the agent
+    /// refuses it.
+    fn update(
+        &mut self,
+        link: &mut AgentLink,
+        id: u16,
+        edit: impl FnOnce(&mut Sent),
+    ) -> Result<(), Errno> {
+        let mut next = self.sent.get(&id).cloned().unwrap_or_default();
+        edit(&mut next);
+        if self.sent.get(&id).is_some_and(|s| s.config == next.config) {
+            self.sent.insert(id, next);
+            return Ok(());
+        }
+        link.set_event(id, &next.config)?;
+        self.sent.insert(id, next);
+        Ok(())
+    }
+
+    /// The tree changed event `id`'s state: armed while enabled, records discarded while
+    /// soft-disabled.
     pub fn set_state(
         &mut self,
         link: &mut AgentLink,
         id: u16,
         state: EventState,
     ) -> Result<(), Errno> {
-        if state.triggers {
-            return Err(Errno::ENODEV);
-        }
-        let mut armed = self.armed.clone();
-        match state.enabled && !state.soft_disabled {
-            true => armed.insert(id),
-            false => armed.remove(&id),
-        };
-        if armed != self.armed {
-            let ids: Vec<u16> = armed.iter().copied().collect();
-            link.set_events(&ids)?;
-            self.armed = armed;
-        }
-        Ok(())
-    }
-
-    /// The event's filter changed (`None`: none).
-    pub fn set_filter(&mut self, id: u16, filter: Option<&EventFilter>) {
-        match filter {
-            Some(f) => self.filters.insert(id, f.clone()),
-            None => self.filters.remove(&id),
-        };
-    }
-
-    /// Splits `evs` into the shown and the filtered out ([`ProgramEvents::keeps`]);
-    /// `threads` gives the `comm` filters match (`(tid, pid, comm)`).
-    pub fn filter(
-        &self,
-        evs: Vec<LiveEvent>,
-        threads: &[(u32, u32, String)],
-    ) -> (Vec<LiveEvent>, Vec<LiveEvent>) {
-        if self.filters.is_empty() {
-            return (evs, Vec::new());
-        }
-        evs.into_iter().partition(|e| {
-            let comm = threads
-                .iter()
-                .find(|t| t.0 == e.tid)
-                .map_or("", |t| t.2.as_str());
-            self.keeps(&e.data, e.cpu, comm)
+        self.update(link, id, |s| {
+            s.config.armed = state.enabled;
+            s.config.soft_disabled = state.soft_disabled;
         })
     }
 
-    /// Whether the record `data` (any entry, `struct trace_entry` first) is shown: entries
-    /// that are not program events always are; a program event when its filter admits it.
-    pub fn keeps(&self, data: &[u8], cpu: u32, comm: &str) -> bool {
-        let Some(id) = data.get(..2).map(|b| u16::from_ne_bytes([b[0], b[1]])) else {
-            return true;
-        };
-        match self.filters.get(&id) {
-            Some(f) => f.matches(
-                data,
-                &RecordCtx {
-                    cpu,
-                    comm: comm.as_bytes(),
-                },
-            ),
-            None => true,
+    /// The event's filter changed (`None`: none).
+    pub fn set_filter(
+        &mut self,
+        link: &mut AgentLink,
+        id: u16,
+        filter: Option<&EventFilter>,
+    ) -> Result<(), Errno> {
+        let text = filter.map_or(String::new(), |f| f.text().to_string());
+        self.update(link, id, |s| s.config.filter = text)
+    }
+
+    /// The event's triggers changed (the tree's whole list).
+    pub fn set_triggers(
+        &mut self,
+        link: &mut AgentLink,
+        id: u16,
+        triggers: &[Trigger],
+    ) -> Result<(), Errno> {
+        let mut wire = Vec::new();
+        let mut map = Vec::new();
+        for t in triggers {
+            let action = match t.kind {
+                TriggerKind::TraceOn => Some(WireAction::TraceOn),
+                TriggerKind::TraceOff => Some(WireAction::TraceOff),
+                TriggerKind::Enable {
+                    id,
+                    enable,
+                    hist: false,
+                    ..
+                } => Some(match enable {
+                    true => WireAction::Enable(id),
+                    false => WireAction::Disable(id),
+                }),
+                _ => None,
+            };
+            match action {
+                Some(action) => {
+                    map.push(Ok(wire.len()));
+                    wire.push(WireTrigger {
+                        action,
+                        count: t.count,
+                        filter: t.filter.clone().unwrap_or_default(),
+                    });
+                }
+                None => map.push(Err(t.count)),
+            }
         }
+        self.update(link, id, |s| {
+            s.config.triggers = wire;
+            s.triggers = map;
+        })
+    }
+
+    /// The event's soft-disabled bit and its triggers' counts (tree order) as the program
+    /// has them now; `None` for an event not armed.
+    pub fn current(&self, link: &mut AgentLink, id: u16) -> Option<(bool, Vec<i64>)> {
+        let sent = self.sent.get(&id).filter(|s| s.config.armed)?;
+        let (soft, counts) = link.event_state(id).ok()?;
+        let tree = sent
+            .triggers
+            .iter()
+            .map(|t| match t {
+                Ok(i) => counts.get(*i).copied().unwrap_or(-1),
+                Err(c) => *c,
+            })
+            .collect();
+        Some((soft, tree))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use ftrace_agent::event::FieldInfo;
+    use ftrace_agent::event::{EventInfo, FieldInfo};
 
-    fn info() -> EventInfo {
-        EventInfo {
+    #[test]
+    fn a_listed_event_has_the_kernels_format_file() {
+        let e = EventInfo {
             id: 1024,
             system: "demo".into(),
             name: "demo_value".into(),
@@ -184,13 +197,8 @@ mod tests {
                 },
             ],
             rec_size: 32,
-        }
-    }
-
-    #[test]
-    fn a_listed_event_has_the_kernels_format_file_and_filters_its_records() {
-        let f = format_of(&info());
-        let text = f.to_string();
+        };
+        let text = e.format().to_string();
         assert!(
             text.starts_with("name: demo_value\nID: 1024\nformat:\n"),
             "{text}"
@@ -198,21 +206,5 @@ mod tests {
         assert!(text.contains("\tfield:unsigned long value;\toffset:8;\tsize:8;\tsigned:0;\n"));
         assert!(text.contains("\tfield:char label[16];\toffset:16;\tsize:16;\tsigned:0;\n"));
         assert!(text.ends_with("print fmt: \"value=%lu label=%s\", REC->value, REC->label\n"));
-        let mut ev = ProgramEvents {
-            formats: vec![f],
-            ..ProgramEvents::default()
-        };
-        let filter = ftrace_tracefs::event_filter::parse(&ev.formats[0], "value > 10").unwrap();
-        ev.set_filter(1024, Some(&filter));
-        let rec = |v: u64| {
-            let mut r = vec![0u8; 32];
-            r[..2].copy_from_slice(&1024u16.to_ne_bytes());
-            r[8..16].copy_from_slice(&v.to_ne_bytes());
-            r
-        };
-        assert!(!ev.keeps(&rec(10), 0, "prog"));
-        assert!(ev.keeps(&rec(11), 0, "prog"));
-        ev.set_filter(1024, None);
-        assert!(ev.keeps(&rec(10), 0, "prog"));
     }
 }

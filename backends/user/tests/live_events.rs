@@ -1,7 +1,8 @@
 //! Trace events a C program declares with `ftrace/tracepoint.h`, on the live mount
 //! (`ftrace record --mount`): listed in `available_events` with the kernel's `format` file,
 //! enabled and disabled through `events/<sys>/<ev>/enable`, filtered (`echo 'value > 15' >
-//! filter`), and printed in `trace` through their print formats.
+//! filter`), triggered (`traceoff:1 if value == 18`, run in the program when the event fires),
+//! and printed in `trace` through their print formats.
 //!
 //! Needs gcc, `/dev/fuse` and `fusermount3` (installed by `cargo xtask test`); nothing here is
 //! skipped when they are missing. The program fires one round of events per line written to
@@ -166,6 +167,29 @@ fn program_events_enable_filter_and_print() {
     });
     assert_eq!(lines.len(), 7, "{lines:?}");
     assert_eq!(lines[6], ("demo_round".to_string(), "round=3".to_string()));
-    // A trigger on a program event is not run yet: refused, not silently ignored.
-    assert!(std::fs::write(m.mnt.join("events/demo/demo_round/trigger"), "traceoff\n").is_err());
+
+    // A trigger runs in the program when the event fires: `traceoff:1 if value == 18` on the
+    // (hard-disabled, so soft-enabled) demo_value stops tracing in round 4 before its
+    // demo_round; after `echo 1 > tracing_on`, round 5's demo_round is recorded again.
+    m.write(
+        "events/demo/demo_value/trigger",
+        "traceoff:1 if value == 18\n",
+    );
+    assert_eq!(m.read("events/demo/demo_value/enable"), "0*\n");
+    m.round();
+    wait_for("traceoff to fire", || {
+        (m.read("tracing_on") == "0\n").then_some(())
+    });
+    assert_eq!(
+        m.read("events/demo/demo_value/trigger"),
+        "traceoff:count=0 if value == 18\n"
+    );
+    m.write("tracing_on", "1\n");
+    m.round();
+    let lines = wait_for("round 5's event", || {
+        let l = m.lines();
+        (l.iter().filter(|(n, _)| n == "demo_round").count() == 3).then_some(l)
+    });
+    assert_eq!(lines.len(), 8, "{lines:?}");
+    assert_eq!(lines[7], ("demo_round".to_string(), "round=5".to_string()));
 }

@@ -6,10 +6,11 @@
 //! image like `__patchable_function_entries`). The agent gives every event found an id
 //! ([`FIRST_ID`] on, in discovery order) and lists them to the tool (the control channel's
 //! `EVENTS`). An event is on exactly while its descriptor's `probe` word holds
-//! [`record_event`]: the call site `trace_<name>()` loads that word and branches over the
+//! [`record_event`](crate::event_record::record_event): the call site `trace_<name>()` loads that word and branches over the
 //! record when it is NULL (one load and a not-taken branch while off; no jump label: the C
 //! side would need `asm goto` sites in a section of its own and the agent's patch protocol
-//! for them, which the one load does not).
+//! for them, which the one load does not). What runs then (filter, triggers, the write) is
+//! [`crate::event_record`].
 //!
 //! A record is the kernel's: `struct trace_entry` (8 bytes, filled by the reader from the
 //! thread: type = the id, pid = the thread id) then the fields. It is written as one span of
@@ -24,11 +25,11 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::ffi::{CStr, c_char};
 use std::sync::Mutex;
 
+use ftrace_core::format::{Field, FieldArray, TraceEventFormat};
 use ftrace_ringbuf::slot::SlotEvent;
 use object::{Object as _, ObjectSection as _};
 
 use crate::elf::LoadedObject;
-use crate::handler;
 
 /// A trace event record's head slot: `ip` = id | payload length << 16, `arg` = the first
 /// payload bytes, the number of data slots that follow in the kind word's bits 8...
@@ -74,7 +75,7 @@ pub type ProbeFn = unsafe extern "C" fn(*const EventDesc, *const u8, u32);
 #[derive(Debug)]
 #[repr(C)]
 pub struct EventDesc {
-    /// NULL while off; [`record_event`] while on.
+    /// NULL while off; [`record_event`](crate::event_record::record_event) while on.
     pub probe: AtomicPtr<()>,
     /// [`ABI`].
     pub abi: u32,
@@ -156,6 +157,36 @@ impl EventInfo {
             fields.join(";"),
             self.print_fmt
         )
+    }
+
+    /// The event's format (its strings and field table leaked: an event is described once
+    /// per program, or once per change of its filter or triggers).
+    pub fn format(&self) -> TraceEventFormat {
+        fn leak(s: &str) -> &'static str {
+            Box::leak(s.to_string().into_boxed_str())
+        }
+        let fields: Vec<Field> = self
+            .fields
+            .iter()
+            .map(|f| Field {
+                c_type: leak(&f.c_type),
+                name: leak(&f.name),
+                array: match f.array_len {
+                    0 => FieldArray::Scalar,
+                    n => FieldArray::Fixed(n),
+                },
+                offset: f.offset,
+                size: f.size,
+                signed: f.signed,
+            })
+            .collect();
+        TraceEventFormat {
+            system: leak(&self.system),
+            name: leak(&self.name),
+            id: self.id,
+            fields: Box::leak(fields.into_boxed_slice()),
+            print_fmt: leak(&self.print_fmt),
+        }
     }
 
     /// Parses [`EventInfo::to_line`]'s form.
@@ -316,25 +347,26 @@ pub fn list() -> Vec<EventInfo> {
     lock().iter().map(|(_, e)| e.clone()).collect()
 }
 
-/// Turns exactly the events of `ids` on (the others off). Returns the ids not found.
-pub fn set_enabled(ids: &[u16]) -> Vec<u16> {
-    let all = lock();
-    for (addr, e) in all.iter() {
+/// Points the call sites of the events of `armed` at `probe`, the others' at nothing.
+pub(crate) fn arm(armed: &[u16], probe: ProbeFn) {
+    for (addr, e) in lock().iter() {
         // SAFETY: found by `discover`: a live descriptor.
         let d = unsafe { &*(*addr as *const EventDesc) };
-        let on = ids.contains(&e.id);
-        let p: *mut () = if on {
-            record_event as ProbeFn as *mut ()
-        } else {
-            core::ptr::null_mut()
+        let p: *mut () = match armed.contains(&e.id) {
+            true => probe as *mut (),
+            false => core::ptr::null_mut(),
         };
         // Release: the id stored by `discover` is seen by the probe it calls.
         d.probe.store(p, Ordering::Release);
     }
-    ids.iter()
-        .copied()
-        .filter(|id| !all.iter().any(|(_, e)| e.id == *id))
-        .collect()
+}
+
+/// The event of `id`, if the program declares it.
+pub fn find(id: u16) -> Option<EventInfo> {
+    lock()
+        .iter()
+        .find(|(_, e)| e.id == id)
+        .map(|(_, e)| e.clone())
 }
 
 /// The record's slots: the head and the data slots (`tail[..n]`, `n` returned).
@@ -411,51 +443,6 @@ pub fn assemble(head: &SlotEvent, tail: &[SlotEvent], tid: u32) -> Option<Vec<u8
     payload.truncate(len);
     rec.extend_from_slice(&payload);
     Some(rec)
-}
-
-/// What an enabled call site calls: records `len` bytes at `rec` (a record of `desc`'s
-/// layout, common header first) into the calling thread's ring, unless tracing is off, the
-/// thread is filtered out, or a handler already runs on it (a signal handler's event inside
-/// one is not recorded, as a function entry would not be). A full ring drops and counts it.
-///
-/// # Safety
-/// Called by the header's call sites only: `desc` a live descriptor, `rec` valid for `len`
-/// bytes.
-pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, len: u32) {
-    if !handler::TRACING_ON.load(Ordering::Relaxed) {
-        return;
-    }
-    // SAFETY: the thread's own state block.
-    let st = unsafe { &mut *handler::current() };
-    if st.guard != 0 {
-        return;
-    }
-    st.guard = 1;
-    let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
-    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
-    {
-        // SAFETY: caller's contract.
-        let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
-        let id = desc.id.load(Ordering::Relaxed) as u16;
-        let payload = rec.get(8..).unwrap_or(&[]);
-        let mut tail = [SlotEvent::default(); 63];
-        // SAFETY: registered: the cpu pointer is live.
-        let cpu = unsafe { *st.cpu };
-        match encode(handler::now(), cpu, id, payload, &mut tail) {
-            Some((head, n)) => {
-                // SAFETY: registered: the writer describes this thread's live buffer.
-                let ring = unsafe { st.writer.ring() };
-                let _ = ring.write_span(head, &tail[..n]);
-            }
-            None => {
-                // Too big for any ring: dropped, counted with the ring's drops.
-                // SAFETY: as above.
-                let ring = unsafe { st.writer.ring() };
-                let _ = ring.reserve_span(0);
-            }
-        }
-    }
-    st.guard = 0;
 }
 
 #[cfg(test)]
