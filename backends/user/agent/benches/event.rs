@@ -39,7 +39,7 @@ fn write(c: &mut Criterion) {
         c.bench_function(name, |b| {
             b.iter(|| {
                 ts += 1;
-                let mut tail = [SlotEvent::default(); 63];
+                let mut tail = [SlotEvent::default(); 8];
                 let (head, n) = event::encode(ts, 0, 1024, payload, &mut tail).unwrap();
                 let _ = ring.write_span(head, &tail[..n]);
             })

@@ -369,15 +369,21 @@ pub fn find(id: u16) -> Option<EventInfo> {
         .map(|(_, e)| e.clone())
 }
 
-/// The record's slots: the head and the data slots (`tail[..n]`, `n` returned).
+/// How many data slots a payload of `len` bytes needs.
+pub fn data_slots_for(len: usize) -> usize {
+    len.saturating_sub(HEAD_BYTES).div_ceil(DATA_PER_SLOT)
+}
+
+/// The record's slots: the head and the data slots (`tail[..n]`, `n` returned); `None` if
+/// the payload is longer than [`MAX_PAYLOAD`] or `tail` too short for it.
 pub fn encode(
     ts: u64,
     cpu: u32,
     id: u16,
     payload: &[u8],
-    tail: &mut [SlotEvent; 63],
+    tail: &mut [SlotEvent],
 ) -> Option<(SlotEvent, usize)> {
-    if payload.len() > MAX_PAYLOAD {
+    if payload.len() > MAX_PAYLOAD || tail.len() < data_slots_for(payload.len()) {
         return None;
     }
     let word = |b: &[u8]| {

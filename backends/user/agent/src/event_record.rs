@@ -314,12 +314,23 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
         // SAFETY: registered: the cpu pointer and the buffer header are live.
         let (cpu, comm) = unsafe { (*st.cpu, (*st.writer.header).comm) };
         let id = desc.id.load(Ordering::Relaxed) as u16;
-        let n = rec.len().min(8 + event::MAX_PAYLOAD);
-        let mut full = [0u8; 8 + event::MAX_PAYLOAD];
-        full[..n].copy_from_slice(&rec[..n]);
+        let n = rec.len().clamp(8, 8 + event::MAX_PAYLOAD);
+        // The record with its common fields filled (type, pid), copied without zeroing the
+        // rest of the buffer: only `n` bytes are written and read.
+        let mut buf = core::mem::MaybeUninit::<[u8; 8 + event::MAX_PAYLOAD]>::uninit();
+        let dst = buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: `rec` has `len >= n` bytes when `len >= 8` (a shorter record is padded
+        // with zeros below); `buf` has room for `n`.
+        unsafe {
+            let have = rec.len().min(n);
+            core::ptr::copy_nonoverlapping(rec.as_ptr(), dst, have);
+            core::ptr::write_bytes(dst.add(have), 0, n - have);
+        }
+        // SAFETY: the first `n` bytes were written just above.
+        let full = unsafe { core::slice::from_raw_parts_mut(dst, n) };
         full[..2].copy_from_slice(&id.to_ne_bytes());
         full[4..8].copy_from_slice(&st.tid.to_ne_bytes());
-        let full = &full[..n];
+        let full = &*full;
         let comm_len = comm.iter().position(|&b| b == 0).unwrap_or(16);
         let cx = RecordCtx {
             cpu,
@@ -339,16 +350,13 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
             if record {
                 // SAFETY: registered: the writer describes this thread's live buffer.
                 let ring = unsafe { st.writer.ring() };
-                let mut tail = [SlotEvent::default(); 63];
-                match event::encode(handler::now(), cpu, id, &full[8..], &mut tail) {
-                    Some((head, k)) => {
-                        let _ = ring.write_span(head, &tail[..k]);
-                    }
-                    // Too big for any ring (refused at discovery; kept for safety): dropped,
-                    // counted with the ring's drops.
-                    None => {
-                        let _ = ring.reserve_span(0);
-                    }
+                let payload = &full[8..];
+                let ts = handler::now();
+                if event::data_slots_for(payload.len()) <= SHORT_TAIL {
+                    let mut tail = [SlotEvent::default(); SHORT_TAIL];
+                    write_record(&ring, ts, cpu, id, payload, &mut tail);
+                } else {
+                    write_long_record(&ring, ts, cpu, id, payload);
                 }
             }
             if let Some(r) = &l.runner {
@@ -357,6 +365,44 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
         });
     }
     st.guard = 0;
+}
+
+/// Data slots a record on the short path may take (payloads up to 232 bytes): the tail
+/// array on the stack stays small, so the common record does not clear 2 KiB per event.
+const SHORT_TAIL: usize = 8;
+
+#[inline(always)]
+fn write_record(
+    ring: &ftrace_ringbuf::slot::SlotRing<'_>,
+    ts: u64,
+    cpu: u32,
+    id: u16,
+    payload: &[u8],
+    tail: &mut [SlotEvent],
+) {
+    match event::encode(ts, cpu, id, payload, tail) {
+        Some((head, k)) => {
+            let _ = ring.write_span(head, &tail[..k]);
+        }
+        // Too big for any ring (refused at discovery; kept for safety): dropped, counted
+        // with the ring's drops.
+        None => {
+            let _ = ring.reserve_span(0);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn write_long_record(
+    ring: &ftrace_ringbuf::slot::SlotRing<'_>,
+    ts: u64,
+    cpu: u32,
+    id: u16,
+    payload: &[u8],
+) {
+    let mut tail = [SlotEvent::default(); 63];
+    write_record(ring, ts, cpu, id, payload, &mut tail);
 }
 
 #[cfg(test)]
