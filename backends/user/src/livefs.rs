@@ -584,13 +584,28 @@ impl CommandEnv for LiveCommands {
 /// records the `sched` events: arming one is refused ([`TraceBackend::set_event_state`],
 /// `ENODEV`), so they stay off and a write that turns them all off (`echo 0 >
 /// events/enable`) succeeds, as on a kernel.
+///
+/// A program event named like a `sched` one (a program declaring `sched:sched_switch` with the
+/// kernel's layout) takes its place; one the tree cannot take (a name of the reserved
+/// `ftrace` system, an id already taken) is left out with a warning rather than fail the
+/// mount.
 pub fn register_events(tree: &mut ftrace_tracefs::Tracefs<UserHost>) -> Result<(), Errno> {
-    for e in ftrace_core::format::sched::SCHED_EVENTS {
-        tree.register_event(*e)?;
-    }
     let program = tree.host().program_event_formats();
+    for e in ftrace_core::format::sched::SCHED_EVENTS {
+        if !program
+            .iter()
+            .any(|p| p.system == e.system && p.name == e.name)
+        {
+            tree.register_event(*e)?;
+        }
+    }
     for e in program {
-        tree.register_event(e)?;
+        if let Err(err) = tree.register_event(e) {
+            eprintln!(
+                "ftrace: the program's event {}:{} is not served: {err:?}",
+                e.system, e.name
+            );
+        }
     }
     Ok(())
 }

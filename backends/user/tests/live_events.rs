@@ -75,6 +75,17 @@ impl Mounted {
         std::fs::write(self.mnt.join(f), text).unwrap_or_else(|e| panic!("writing {f}: {e}"));
     }
 
+    /// The traced program's pid (the tool's only child).
+    fn tool_child_pid(&self) -> u32 {
+        let children = std::fs::read_to_string(format!(
+            "/proc/{}/task/{}/children",
+            self.tool.id(),
+            self.tool.id()
+        ))
+        .unwrap();
+        children.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
     /// One round of events in the program.
     fn round(&mut self) {
         let s = self.stdin.as_mut().unwrap();
@@ -136,8 +147,15 @@ fn program_events_enable_filter_and_print() {
         )
     );
 
-    // Off: a round records nothing. Then demo_value filtered, and demo_round, on.
+    // Off: a round records nothing (its function entries, traced, say when it ran). Then
+    // demo_value filtered, and demo_round, on.
     m.round();
+    wait_for("the first round", || {
+        m.read("trace")
+            .contains(" fire_values <-main")
+            .then_some(())
+    });
+    assert!(m.lines().is_empty(), "{:?}", m.lines());
     m.write("events/demo/demo_value/filter", "value > 15\n");
     m.write("events/demo/demo_value/enable", "1\n");
     m.write("events/demo/demo_round/enable", "1\n");
@@ -192,4 +210,39 @@ fn program_events_enable_filter_and_print() {
     });
     assert_eq!(lines.len(), 8, "{lines:?}");
     assert_eq!(lines[7], ("demo_round".to_string(), "round=5".to_string()));
+
+    // A program event named like a kernel one, with the kernel's layout, takes the place of
+    // the listed `sched` format: the same format file as Linux 6.12's but for its id.
+    let golden = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/reference/ftrace-6.12.117/02-files/events__sched__sched_wakeup__format.txt"),
+    )
+    .unwrap();
+    let id: u16 = m
+        .read("events/sched/sched_wakeup/id")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(id >= 1024, "the program's event, not the listed one ({id})");
+    assert_eq!(
+        m.read("events/sched/sched_wakeup/format"),
+        golden.replace("ID: 312\n", &format!("ID: {id}\n"))
+    );
+    m.write("events/sched/sched_wakeup/enable", "1\n");
+    m.round();
+    let lines = wait_for("round 6's events", || {
+        let l = m.lines();
+        (l.iter().filter(|(n, _)| n == "demo_round").count() == 4).then_some(l)
+    });
+    let pid = m.tool_child_pid();
+    assert_eq!(
+        lines[8..],
+        [
+            (
+                "sched_wakeup".to_string(),
+                format!("comm=events pid={pid} prio=120 target_cpu=000")
+            ),
+            ("demo_round".to_string(), "round=6".to_string())
+        ]
+    );
 }
