@@ -213,11 +213,10 @@ fn program_events_enable_filter_and_print() {
 
     // A program event named like a kernel one, with the kernel's layout, takes the place of
     // the listed `sched` format: the same format file as Linux 6.12's but for its id.
-    let golden = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/reference/ftrace-6.12.117/02-files/events__sched__sched_wakeup__format.txt"),
-    )
-    .unwrap();
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/reference/ftrace-6.12.117/02-files")
+        .join("events__sched__sched_wakeup__format.txt");
+    let golden = std::fs::read_to_string(&golden).unwrap();
     let id: u16 = m
         .read("events/sched/sched_wakeup/id")
         .trim()

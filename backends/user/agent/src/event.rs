@@ -6,11 +6,11 @@
 //! image like `__patchable_function_entries`). The agent gives every event found an id
 //! ([`FIRST_ID`] on, in discovery order) and lists them to the tool (the control channel's
 //! `EVENTS`). An event is on exactly while its descriptor's `probe` word holds
-//! [`record_event`](crate::event_record::record_event): the call site `trace_<name>()` loads that word and branches over the
-//! record when it is NULL (one load and a not-taken branch while off; no jump label: the C
-//! side would need `asm goto` sites in a section of its own and the agent's patch protocol
-//! for them, which the one load does not). What runs then (filter, triggers, the write) is
-//! [`crate::event_record`].
+//! [`record_event`](crate::event_record::record_event): the call site `trace_<name>()` loads
+//! that word and branches over the record when it is NULL (one load and a not-taken branch
+//! while off; no jump label: the C side would need `asm goto` sites in a section of its own
+//! and the agent's patch protocol for them, which the one load does not). What runs then
+//! (filter, triggers, the write) is [`crate::event_record`].
 //!
 //! A record is the kernel's: `struct trace_entry` (8 bytes, filled by the reader from the
 //! thread: type = the id, pid = the thread id) then the fields. It is written as one span of

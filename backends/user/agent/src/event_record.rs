@@ -4,9 +4,9 @@
 //!
 //! The tool sends each event's state (`EVENT_SET`: armed, soft-disabled, the filter text, the
 //! triggers); the control thread compiles it against the event's format
-//! ([`EventInfo::format`](crate::event::EventInfo::format)) and publishes the whole set in an [`RcuCell`] read by
-//! [`record_event`] inside a [`ReaderCount`] guard (a handler may run in a signal handler:
-//! no epoch pin, no allocation, no lock). A fired event runs its triggers before the record
+//! ([`EventInfo::format`](crate::event::EventInfo::format)) and publishes the whole set in an
+//! [`RcuCell`] read by [`record_event`] inside a [`ReaderCount`] guard (a handler may run in
+//! a signal handler: no epoch pin, no allocation, no lock). A fired event runs its triggers before the record
 //! (or after it, when a trigger needs the record: `traceoff`, a trigger with a filter), then
 //! is written unless soft-disabled, filtered out or tracing is off, exactly the order of the
 //! kernel's `trace_trigger_soft_disabled` / `event_triggers_call`. `enable_event` and
