@@ -347,14 +347,14 @@ pub fn list() -> Vec<EventInfo> {
     lock().iter().map(|(_, e)| e.clone()).collect()
 }
 
-/// Points the call sites of the events of `armed` at `probe`, the others' at nothing.
-pub(crate) fn arm(armed: &[u16], probe: ProbeFn) {
+/// Points each event's call site at the probe `armed` gives it (`None`: off).
+pub(crate) fn arm(armed: impl Fn(u16) -> Option<ProbeFn>) {
     for (addr, e) in lock().iter() {
         // SAFETY: found by `discover`: a live descriptor.
         let d = unsafe { &*(*addr as *const EventDesc) };
-        let p: *mut () = match armed.contains(&e.id) {
-            true => probe as *mut (),
-            false => core::ptr::null_mut(),
+        let p: *mut () = match armed(e.id) {
+            Some(probe) => probe as *mut (),
+            None => core::ptr::null_mut(),
         };
         // Release: the id stored by `discover` is seen by the probe it calls.
         d.probe.store(p, Ordering::Release);

@@ -11,8 +11,11 @@
 //! is written unless soft-disabled, filtered out or tracing is off, exactly the order of the
 //! kernel's `trace_trigger_soft_disabled` / `event_triggers_call`. `enable_event` and
 //! `disable_event` flip the target's soft-disabled bit here; the tool reads the bits and the
-//! trigger counts back (`EVENT_GET`). Invariant: an event's call site points at
-//! [`record_event`] exactly while its published state says armed (hard- or soft-enabled).
+//! trigger counts back (`EVENT_GET`). An event nothing acts on (no filter, trigger or soft
+//! mode) is pointed at [`record_plain_event`] instead, which reads no shared state. Invariant:
+//! an event's call site points at one of the two exactly while its state says armed (hard-
+//! or soft-enabled), at [`record_event`] whenever a filter, a trigger or a soft bit could
+//! act on it.
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::collections::BTreeMap;
@@ -223,7 +226,31 @@ pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
     for (i, c) in next.iter().filter(|(_, c)| c.armed) {
         live.push(compile(format_of(*i).ok_or("no such event")?, c)?);
     }
-    let armed: Vec<u16> = live.iter().map(|l| l.id).collect();
+    // An event nothing acts on (no filter, no trigger, not soft-disabled, no other event's
+    // trigger flips it) records on the plain path, which reads no shared state.
+    let targets: Vec<u16> = next
+        .values()
+        .flat_map(|c| c.triggers.iter())
+        .filter_map(|t| match t.action {
+            WireAction::Enable(id) | WireAction::Disable(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    let probes: BTreeMap<u16, ProbeFn> = next
+        .iter()
+        .filter(|(_, c)| c.armed)
+        .map(|(i, c)| {
+            let plain = c.filter.is_empty()
+                && c.triggers.is_empty()
+                && !c.soft_disabled
+                && !targets.contains(i);
+            let probe: ProbeFn = match plain {
+                true => record_plain_event,
+                false => record_event,
+            };
+            (*i, probe)
+        })
+        .collect();
     LIVE.replace(
         match live.is_empty() {
             true => Published::None,
@@ -231,7 +258,7 @@ pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
         },
         &LIVE_READERS,
     );
-    event::arm(&armed, record_event as ProbeFn);
+    event::arm(|id| probes.get(&id).copied());
     *configs = next;
     Ok(())
 }
@@ -363,6 +390,44 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
                 r.after_record(full, &cx, &actions);
             }
         });
+    }
+    st.guard = 0;
+}
+
+/// What an armed call site calls when nothing acts on its event (no filter, trigger or soft
+/// mode): the record, unless tracing is off, with no read of the published set. The same
+/// thread rules as [`record_event`].
+///
+/// # Safety
+/// As [`record_event`].
+pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const u8, len: u32) {
+    if !handler::TRACING_ON.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: the thread's own state block.
+    let st = unsafe { &mut *handler::current() };
+    if st.guard != 0 {
+        return;
+    }
+    st.guard = 1;
+    let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
+    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
+    {
+        // SAFETY: caller's contract.
+        let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
+        // SAFETY: registered: the cpu pointer is live.
+        let cpu = unsafe { *st.cpu };
+        let id = desc.id.load(Ordering::Relaxed) as u16;
+        let payload = rec.get(8..).unwrap_or(&[]);
+        // SAFETY: registered: the writer describes this thread's live buffer.
+        let ring = unsafe { st.writer.ring() };
+        let ts = handler::now();
+        if event::data_slots_for(payload.len()) <= SHORT_TAIL {
+            let mut tail = [SlotEvent::default(); SHORT_TAIL];
+            write_record(&ring, ts, cpu, id, payload, &mut tail);
+        } else {
+            write_long_record(&ring, ts, cpu, id, payload);
+        }
     }
     st.guard = 0;
 }
