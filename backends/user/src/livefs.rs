@@ -21,7 +21,8 @@
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
 //! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
-//! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
+//! (`ENODEV`), enabling a `sched` event or an event in an instance (`ENODEV`: see
+//! [`register_events`]; the program's own events record, [`crate::progevents`]), and function
 //! commands other than `traceon` / `traceoff` (`EINVAL`; none in an instance). Invariant: a refused write
 //! changes nothing, here or in the program.
 //!
