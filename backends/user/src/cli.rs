@@ -149,8 +149,25 @@ pub struct RecordArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<u32>,
-    /// The program and its arguments (after `--`).
-    #[arg(last = true, required_unless_present = "pid", value_name = "PROG")]
+    /// Build the Rust crate in the current directory with `cargo build [ARGS]` and the
+    /// instrumentation flags (`-Zpatchable-function-entry=5`, in a target directory of its
+    /// own) and trace the binary it makes; what follows `--` is then the program's
+    /// arguments. `--cargo='--release --bin NAME'` passes cargo its options.
+    #[arg(
+        long = "cargo",
+        value_name = "ARGS",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "",
+        conflicts_with = "pid"
+    )]
+    pub cargo: Option<String>,
+    /// The program and its arguments (after `--`; with `--cargo`, the arguments only).
+    #[arg(
+        last = true,
+        required_unless_present_any = ["pid", "cargo"],
+        value_name = "PROG"
+    )]
     pub command: Vec<String>,
 }
 
@@ -198,16 +215,34 @@ fn run_record(
 ) -> u8 {
     let mut opts = rec.options();
     opts.retval = trace_options.iter().any(|o| o == "funcgraph-retval");
+    // The program and its arguments: as given, or the binary `--cargo` builds.
+    let command = match &rec.cargo {
+        Some(cargo_args) => {
+            let built = std::env::current_dir()
+                .map_err(|e| format!("the current directory: {e}"))
+                .and_then(|dir| crate::cargo_build::build(&dir, cargo_args));
+            match built {
+                Ok(exe) => std::iter::once(exe.display().to_string())
+                    .chain(rec.command.iter().cloned())
+                    .collect(),
+                Err(e) => {
+                    let _ = writeln!(err, "ftrace: {e}");
+                    return 1;
+                }
+            }
+        }
+        None => rec.command.clone(),
+    };
     let result = match (rec.pid, live) {
         (Some(pid), None) => crate::attach::record(&opts, pid).map(|r| (r.status, r.summary, None)),
         (Some(pid), Some(o)) => crate::attach::live(&opts, rec.output.is_some(), o, pid)
             .map(|l| (l.status, l.summary, Some(l.report))),
         (None, None) => {
-            let (prog, args) = rec.command.split_first().expect("clap requires PROG");
+            let (prog, args) = command.split_first().expect("clap requires PROG");
             crate::record::record(&opts, prog, args).map(|r| (r.status, r.summary, None))
         }
         (None, Some(o)) => {
-            let (prog, args) = rec.command.split_first().expect("clap requires PROG");
+            let (prog, args) = command.split_first().expect("clap requires PROG");
             crate::record::live(&opts, rec.output.is_some(), o, prog, args)
                 .map(|l| (l.status, l.summary, Some(l.report)))
         }

@@ -8,6 +8,7 @@
 //! - [`sitecheck`]: before it starts, the program's call sites and the `-F`/`-N`/`-G` globs
 //!   checked against them (refused, or a warning with `--force`);
 //! - [`record`]: `ftrace record` / `ftrace live` (run and record into a directory);
+//! - [`cargo_build`]: `--cargo`, a Rust crate built with the instrumentation flags;
 //! - [`attach`]: `ftrace record -p PID` (load the agent into a running process, detach after);
 //! - [`drain`]: the tool's consumer of the agent's rings while the program runs, writing
 //!   [`stream`]'s compact per-thread events files;
@@ -20,6 +21,7 @@
 pub mod agentctl;
 pub mod attach;
 pub mod capture;
+pub mod cargo_build;
 pub mod cli;
 pub mod drain;
 pub mod export;
