@@ -14,15 +14,21 @@
 //! allocates or blocks. A write is:
 //!
 //! 1. **Reserve**: `index = head++`, one read-modify-write that needs to be atomic only against
-//!    nested writers (a non-locked `xadd` on x86_64), then compare `index` with the `limit`
-//!    word: `u64::MAX` in [`SlotMode::Overwrite`], the last index the consumer has made room
-//!    for in [`SlotMode::ProducerConsumer`].
+//!    nested writers (a non-locked `xadd` on x86_64), then compare `index` with the writer's
+//!    copy of the limit, `limit_seen`: `u64::MAX` in [`SlotMode::Overwrite`], in
+//!    [`SlotMode::ProducerConsumer`] the last index the consumer had made room for when a
+//!    writer last looked. Only when `index > limit_seen` does the writer read the consumer's
+//!    `limit` word (acquire), store it in `limit_seen` and compare again: the consumer's word
+//!    is read once per ring's worth of events, not once per event (the cached index of
+//!    rtrb and crossbeam's bounded queues). `limit` only grows, so any value a writer saw is
+//!    at most the current one: an outer writer that stores a value older than a nested
+//!    writer's only makes a later writer look again.
 //! 2. **Fill** the slot `index & (capacity - 1)`: `ts`, `ip`, `arg`, `cpu`.
 //! 3. **Commit**: store the kind word last (release), with bit 7 set to the lap parity of
 //!    `index` (`(index >> log2(capacity)) & 1`). Kind `0` never appears in a committed slot,
 //!    so a zero-filled ring reads as empty.
 //!
-//! When `index > limit` the ring is full (producer/consumer mode only) and the event is
+//! When `index > limit` (freshly read) the ring is full (producer/consumer mode only) and the event is
 //! dropped: `dropped` is incremented, and the reservation is given back (`head: index + 1 ->
 //! index` with a compare-exchange). That compare-exchange can only fail if a nested writer
 //! reserved after us and found room (the consumer raised `limit` in between); then slot
@@ -31,9 +37,11 @@
 //! writer dies mid-write, and every dropped event is counted.
 //!
 //! The memory layout (`#[repr(C)]`, [`RingHeader`] then `capacity` [`Slot`]s, all fields
-//! native-endian) is a contract too: assembly writers use [`HEAD_OFFSET`], [`LIMIT_OFFSET`],
-//! [`DROPPED_OFFSET`] and [`SLOT_SIZE`], and a reader in another process may map the same
-//! memory.
+//! native-endian) is a contract too: assembly writers use [`HEAD_OFFSET`],
+//! [`LIMIT_SEEN_OFFSET`], [`LIMIT_OFFSET`], [`DROPPED_OFFSET`] and [`SLOT_SIZE`], and a
+//! reader in another process may map the same memory. The header is two cache lines: the
+//! writers' words (`head`, `limit_seen`, `dropped`) in the first, the consumer's `limit` alone
+//! in the second, so that neither side's stores take the other's line away.
 //!
 //! # Readers
 //!
@@ -46,7 +54,8 @@
 //!
 //! Memory ordering: the commit store (release) pairs with the reader's kind load (acquire), so
 //! a committed slot's fields are seen whole; the reader's `limit` store (release) pairs with
-//! the writer's `limit` load (acquire), so a slot is reused only after it has been read; in
+//! the writer's `limit` load (acquire; a `limit_seen` value came from such a load earlier in
+//! the same thread), so a slot is reused only after it has been read; in
 //! overwrite mode the writer's release fence after the reservation pairs with the reader's
 //! acquire fence before re-reading `head`, so a copy the writer may have overwritten is
 //! discarded.
@@ -81,8 +90,14 @@ pub const KIND_PAD: u32 = KIND_MASK;
 
 /// Offset of `head` (u64: slots reserved so far) in [`RingHeader`].
 pub const HEAD_OFFSET: usize = 8;
-/// Offset of `limit` (u64: the highest index a writer may fill) in [`RingHeader`].
-pub const LIMIT_OFFSET: usize = 16;
+/// Offset of `limit_seen` (u64: the writers' copy of `limit`, compared on every reserve) in
+/// [`RingHeader`].
+pub const LIMIT_SEEN_OFFSET: usize = 16;
+/// Offset of `limit` (u64: the highest index a writer may fill, the consumer's word, on a
+/// cache line of its own) in [`RingHeader`].
+pub const LIMIT_OFFSET: usize = 64;
+/// Bytes of [`RingHeader`] (two cache lines).
+pub const RING_HEADER_SIZE: usize = 128;
 /// Offset of `dropped` (u64: events dropped because the ring was full) in [`RingHeader`].
 pub const DROPPED_OFFSET: usize = 24;
 
@@ -104,24 +119,30 @@ impl SlotMode {
     }
 }
 
-/// The ring's control words, shared by its writers and readers.
+/// The ring's control words, shared by its writers and readers: the writers' cache line,
+/// then the consumer's (two whole lines when the header is placed at a 64-byte boundary, as
+/// the agent's buffer files place it).
 #[derive(Debug)]
 #[repr(C)]
 pub struct RingHeader {
     capacity: AtomicU64,
     head: Local,
-    limit: AtomicU64,
+    limit_seen: Local,
     dropped: Local,
     mode: AtomicU32,
     reserved: AtomicU32,
+    pad_writers: [u64; 3],
+    limit: AtomicU64,
+    pad_consumer: [u64; 7],
 }
 
 #[cfg(not(loom))]
 const _: () = {
     assert!(core::mem::offset_of!(RingHeader, head) == HEAD_OFFSET);
+    assert!(core::mem::offset_of!(RingHeader, limit_seen) == LIMIT_SEEN_OFFSET);
     assert!(core::mem::offset_of!(RingHeader, limit) == LIMIT_OFFSET);
     assert!(core::mem::offset_of!(RingHeader, dropped) == DROPPED_OFFSET);
-    assert!(core::mem::size_of::<RingHeader>() == 40);
+    assert!(core::mem::size_of::<RingHeader>() == RING_HEADER_SIZE);
     assert!(core::mem::size_of::<Slot>() == SLOT_SIZE);
     assert!(core::mem::offset_of!(Slot, kind) == 24);
 };
@@ -136,10 +157,13 @@ impl RingHeader {
         RingHeader {
             capacity: AtomicU64::new(capacity),
             head: Local::new(0),
-            limit: AtomicU64::new(limit),
+            limit_seen: Local::new(limit as usize),
             dropped: Local::new(0),
             mode: AtomicU32::new(mode.word()),
             reserved: AtomicU32::new(0),
+            pad_writers: [0; 3],
+            limit: AtomicU64::new(limit),
+            pad_consumer: [0; 7],
         }
     }
 
@@ -158,6 +182,25 @@ pub struct Slot {
     arg: AtomicU64,
     kind: AtomicU32,
     cpu: AtomicU32,
+    /// Under loom only: who owns the slot's fields. The writer's fill is a mutable access and
+    /// a producer/consumer reader's copy of a committed slot an immutable one, so loom reports
+    /// any fill that the copy does not happen before or after: a slot reused before the
+    /// consumer gave it back (the `limit` protocol's orderings), which the atomics alone
+    /// cannot show.
+    #[cfg(loom)]
+    owner: LoomOwner,
+}
+
+/// The loom-only ownership token of a [`Slot`].
+#[cfg(loom)]
+#[derive(Debug)]
+struct LoomOwner(ftrace_core::sync::UnsafeCell<()>);
+
+#[cfg(loom)]
+impl Default for LoomOwner {
+    fn default() -> Self {
+        LoomOwner(ftrace_core::sync::UnsafeCell::new(()))
+    }
 }
 
 /// One event as written and read.
@@ -325,7 +368,22 @@ impl<'a> SlotRing<'a> {
         // after copying (overwrite mode).
         fence(Ordering::Release);
         crate::sync::inject::point("slot_reserved");
-        if index > self.header.limit.load(Ordering::Acquire) {
+        if index > self.header.limit_seen.get() as u64 {
+            return self.reserve_past_limit_seen(index);
+        }
+        Ok(Reserved { ring: *self, index })
+    }
+
+    /// `index` is past the limit the writers last saw: read the consumer's (acquire: the
+    /// slots it has given back were read before it raised the limit), keep it for the next
+    /// reserves, and give the reservation back if the ring is really full.
+    #[cold]
+    #[inline(never)]
+    fn reserve_past_limit_seen(&self, index: u64) -> Result<Reserved<'a>, Full> {
+        let limit = self.header.limit.load(Ordering::Acquire);
+        crate::sync::inject::point("slot_limit_read");
+        self.header.limit_seen.set(limit as usize);
+        if index > limit {
             self.give_back(index);
             return Err(Full);
         }
@@ -426,7 +484,13 @@ impl<'a> SlotRing<'a> {
         match (committed, kind & KIND_MASK) {
             (false, _) => SlotRead::Uncommitted,
             (true, KIND_PAD) => SlotRead::Pad,
-            (true, _) => SlotRead::Event(ev),
+            (true, _) => {
+                #[cfg(loom)]
+                if self.mode == SlotMode::ProducerConsumer {
+                    s.owner.0.with(|_| ());
+                }
+                SlotRead::Event(ev)
+            }
         }
     }
 
@@ -436,10 +500,20 @@ impl<'a> SlotRing<'a> {
     /// slot still being written. Returns the events delivered. Reads at most `capacity`
     /// slots whatever the header says (a damaged or hostile header cannot make it loop).
     /// Producer/consumer mode writes the header's `limit`: the ring must be writable.
-    pub fn consume(
+    #[inline]
+    pub fn consume(&self, cursor: &mut Cursor, drain: Drain, f: impl FnMut(SlotEvent, u64)) -> u64 {
+        self.consume_at_most(cursor, drain, u64::MAX, f)
+    }
+
+    /// [`consume`](Self::consume), stopping after `max` events delivered (a consumer that
+    /// encodes in batches bounds a batch's output with it); the slots read are given back
+    /// all the same.
+    #[inline]
+    pub fn consume_at_most(
         &self,
         cursor: &mut Cursor,
         drain: Drain,
+        max: u64,
         mut f: impl FnMut(SlotEvent, u64),
     ) -> u64 {
         let cap = self.capacity();
@@ -463,7 +537,7 @@ impl<'a> SlotRing<'a> {
             SlotMode::ProducerConsumer => self.head().min(cursor.next.saturating_add(cap)),
         };
         let mut delivered = 0;
-        while cursor.next < head {
+        while cursor.next < head && delivered < max {
             if self.mode == SlotMode::Overwrite && cursor.next.saturating_add(cap) < head {
                 // Lapped (overwrite mode): those are gone.
                 let skip = head - cap - cursor.next;
@@ -522,6 +596,8 @@ impl Reserved<'_> {
     pub fn commit(self, ev: SlotEvent) {
         debug_assert!(ev.kind & KIND_MASK != 0 && ev.kind & KIND_MASK != KIND_PAD);
         let s = self.ring.slot(self.index);
+        #[cfg(loom)]
+        s.owner.0.with_mut(|_| ());
         s.ts.store(ev.ts, Ordering::Relaxed);
         s.ip.store(ev.ip, Ordering::Relaxed);
         s.arg.store(ev.arg, Ordering::Relaxed);
@@ -642,6 +718,29 @@ mod tests {
     }
 
     #[test]
+    fn consume_at_most_stops_after_max_events_and_gives_back_what_it_read() {
+        let (h, s) = ring(4, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        for n in 0..4 {
+            r.write(ev(n)).unwrap();
+        }
+        assert_eq!(r.write(ev(4)), Err(Full));
+        let mut c = Cursor::default();
+        let mut got = Vec::new();
+        let n = r.consume_at_most(&mut c, Drain::Live, 3, |e, m| got.push((e.ts, m)));
+        assert_eq!((n, c.next), (3, 3));
+        // Three slots given back: three more events fit, the fourth does not.
+        for n in 5..8 {
+            r.write(ev(n)).unwrap();
+        }
+        assert_eq!(r.write(ev(8)), Err(Full));
+        got.extend(drain(&r, &mut c, Drain::Live));
+        assert_eq!(got[..4], [(0, 0), (1, 0), (2, 0), (3, 0)]);
+        assert_eq!(got[4..].iter().map(|g| g.0).collect::<Vec<_>>(), [5, 6, 7]);
+        assert_eq!(r.dropped(), 2);
+    }
+
+    #[test]
     fn live_drain_stops_at_an_unfinished_slot_final_counts_it() {
         let (h, s) = ring(8, SlotMode::ProducerConsumer);
         let r = SlotRing::new(&h, &s).unwrap();
@@ -753,7 +852,8 @@ mod tests {
     }
 
     /// Runs `outer` events with a whole nested write injected at `step` of the `nth` one
-    /// (at `slot_dropped`, a consumer drains first, making room), then drains; every event
+    /// (at `slot_dropped` and `slot_limit_read`, a consumer drains first, making room), then
+    /// drains; every event
     /// must read back intact, in order, and every drop be counted.
     fn inject_at(mode: SlotMode, cap: u64, outer: u64, nth: u64, step: &'static str) {
         use std::cell::RefCell;
@@ -775,7 +875,7 @@ mod tests {
             // SAFETY: `h` and `s` outlive the hook (removed before they drop).
             let r = SlotRing::new(unsafe { &*hp }, unsafe { &*sp }).unwrap();
             let mut st = hook_shared.borrow_mut();
-            if at == "slot_dropped" {
+            if at == "slot_dropped" || at == "slot_limit_read" {
                 let (c, got, _) = &mut *st;
                 got.extend(drain(&r, c, Drain::Live));
             }
@@ -839,6 +939,13 @@ mod tests {
         // uncounted.
         for nth in 0..2 {
             inject_at(SlotMode::ProducerConsumer, 4, 6, nth, "slot_dropped");
+        }
+        // A nested writer between a writer's read of the consumer's limit (full) and its
+        // store into `limit_seen`, after the consumer made room: the nested writer sees the
+        // new limit and writes; the outer one stores the older limit (a later writer only looks
+        // again), finds itself full and pads.
+        for nth in 0..2 {
+            inject_at(SlotMode::ProducerConsumer, 4, 6, nth, "slot_limit_read");
         }
     }
 }

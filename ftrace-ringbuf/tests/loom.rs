@@ -174,9 +174,14 @@ mod slot_ring {
     //! Relaxed` and the reader's kind load `Acquire -> Relaxed` (all three: a committed slot
     //! read with stale fields); the writer's release fence after the reservation or the
     //! reader's acquire fence before re-reading `head`, removed (the overwrite model: a
-    //! torn copy accepted). The consumer's `limit` store `Release -> Relaxed` is NOT caught:
-    //! the failure it allows (the writer's store seen by a load that precedes it, load
-    //! buffering) is outside what loom models.
+    //! torn copy accepted); the writer's load of the consumer's `limit` when its cached
+    //! `limit_seen` says full (`reserve_past_limit_seen`) `Acquire -> Relaxed`, and the
+    //! consumer's `limit` store `Release -> Relaxed` (both producer/consumer models: "Causality
+    //! violation: Concurrent read and write accesses to `UnsafeCell`", a slot refilled while
+    //! the consumer's copy of it is not ordered before the fill). That last pair is seen
+    //! through the slot's loom-only ownership cell (`Slot::owner`: the fill a write access, a
+    //! consumer's copy a read access), not through the atomics, whose failure there (load
+    //! buffering) loom does not produce.
 
     use super::*;
     use ftrace_ringbuf::slot::{

@@ -1,6 +1,9 @@
 //! The drainer's cost per event: consuming a producer/consumer slot ring and encoding each
 //! event into the compact events-file form ([`ftrace_user::stream`]), one thread, the ring
 //! filled beforehand (cache-warm: the cross-core misses of a live drain are not in it).
+//! "one at a time" is `StreamWriter::event` per event (a reservation and a flush check
+//! each); "batched" is what the drainer does (`consume_at_most` into a `Batch` of 4096
+//! events, one reservation per batch).
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +14,19 @@ use ftrace_user::stream::{StreamHeader, StreamWriter};
 
 /// Slots in the ring (the default per-thread buffer).
 const SLOTS: u64 = 1 << 15;
+/// Events per batch (the drainer's).
+const BATCH: u64 = 4096;
+
+/// How the consumed events are encoded.
+#[derive(Clone, Copy)]
+enum Encode {
+    /// Not at all (the consume loop alone).
+    No,
+    /// `StreamWriter::event` per event.
+    OneAtATime,
+    /// `StreamWriter::batch` per 4096 events, as the drainer does.
+    Batched,
+}
 
 /// The `i`th event of a call-heavy thread: two functions, ~20 ns apart, under one caller.
 fn event(i: u64, graph: bool) -> SlotEvent {
@@ -33,9 +49,27 @@ fn event(i: u64, graph: bool) -> SlotEvent {
 fn drain(c: &mut Criterion) {
     let mut g = c.benchmark_group("drain");
     for (name, graph, encode) in [
-        ("consume only (function)", false, false),
-        ("consume + encode (function)", false, true),
-        ("consume + encode (function_graph)", true, true),
+        ("consume only (function)", false, Encode::No),
+        (
+            "consume + encode one at a time (function)",
+            false,
+            Encode::OneAtATime,
+        ),
+        (
+            "consume + encode batched (function)",
+            false,
+            Encode::Batched,
+        ),
+        (
+            "consume + encode one at a time (function_graph)",
+            true,
+            Encode::OneAtATime,
+        ),
+        (
+            "consume + encode batched (function_graph)",
+            true,
+            Encode::Batched,
+        ),
     ] {
         let header = RingHeader::new(SLOTS, SlotMode::ProducerConsumer);
         let slots: Vec<Slot> = (0..SLOTS).map(|_| Slot::default()).collect();
@@ -57,13 +91,34 @@ fn drain(c: &mut Criterion) {
                         i += 1;
                     }
                     let start = Instant::now();
-                    let n = ring.consume(&mut cursor, Drain::Live, |ev, missed| {
-                        if encode {
-                            out.event(&ev, missed).expect("a sink never fails");
-                        } else {
+                    let n = match encode {
+                        Encode::No => ring.consume(&mut cursor, Drain::Live, |ev, missed| {
                             std::hint::black_box((ev, missed));
+                        }),
+                        Encode::OneAtATime => {
+                            ring.consume(&mut cursor, Drain::Live, |ev, missed| {
+                                out.event(&ev, missed).expect("a sink never fails");
+                            })
                         }
-                    });
+                        Encode::Batched => {
+                            let mut n = 0;
+                            loop {
+                                let mut batch = out.batch(BATCH as usize);
+                                let got = ring.consume_at_most(
+                                    &mut cursor,
+                                    Drain::Live,
+                                    BATCH,
+                                    |ev, missed| batch.event(&ev, missed),
+                                );
+                                drop(batch);
+                                out.flush_if_full().expect("a sink never fails");
+                                n += got;
+                                if got < BATCH {
+                                    break n;
+                                }
+                            }
+                        }
+                    };
                     t += start.elapsed();
                     assert_eq!(n, SLOTS - 1);
                 }

@@ -41,6 +41,8 @@ const BUSY_FILL: u64 = 4;
 /// How often it looks for new ring files while events keep coming (and on every pass that
 /// found nothing to read).
 const SCAN_EVERY: Duration = Duration::from_millis(1);
+/// Events encoded per batch (what one reservation of the output buffer holds).
+const BATCH: u64 = 4096;
 /// How often it checks whether the threads of idle rings have exited.
 const EXIT_CHECK_EVERY: Duration = Duration::from_millis(50);
 
@@ -106,23 +108,29 @@ impl Drained {
         }))
     }
 
-    /// Moves what the ring holds into the events file; the number of events moved.
+    /// Moves what the ring holds into the events file; the number of events moved. Events go
+    /// in batches of [`BATCH`]: one capacity check per batch, then a few stores per event,
+    /// and a `write` per 256 KiB of records.
     fn drain(&mut self, drain: Drain) -> Result<u64, String> {
         let ring = self.map.view().expect("checked by open").ring();
-        let mut failed = None;
-        let out = &mut self.out;
-        let events = &mut self.events;
-        let n = ring.consume(&mut self.cursor, drain, |ev, missed| {
-            if ev.kind() != ftrace_agent::buffer::KIND_GRAPH_RETVAL {
-                *events += 1;
+        let mut moved = 0;
+        loop {
+            let mut batch = self.out.batch(BATCH as usize);
+            let mut retvals = 0;
+            let n = ring.consume_at_most(&mut self.cursor, drain, BATCH, |ev, missed| {
+                retvals += u64::from(ev.kind() == ftrace_agent::buffer::KIND_GRAPH_RETVAL);
+                batch.event(&ev, missed);
+            });
+            drop(batch);
+            self.events += n - retvals;
+            moved += n;
+            self.out
+                .flush_if_full()
+                .map_err(|e| format!("{}: {e}", self.events_file.display()))?;
+            // At most a ring's worth per call: the other rings' turn comes first.
+            if n < BATCH || moved >= ring.capacity() {
+                return Ok(moved);
             }
-            if failed.is_none() {
-                failed = out.event(&ev, missed).err();
-            }
-        });
-        match failed {
-            Some(e) => Err(format!("{}: {e}", self.events_file.display())),
-            None => Ok(n),
         }
     }
 

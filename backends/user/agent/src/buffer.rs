@@ -4,7 +4,7 @@
 //! Why a slot ring and not `ftrace-ringbuf` pages here: every event a userspace thread writes
 //! is one of three fixed-size kinds, and the assembly fast paths (`tramp.rs`) must reserve and
 //! commit with a couple of instructions and no call: one non-locked `xadd` on the ring's
-//! `head`, one compare with its `limit`, and the kind word stored last (the slot module's
+//! `head`, one compare with its writers' copy of the `limit`, and the kind word stored last (the slot module's
 //! writer contract, which the asm follows to the letter, including giving a full reservation
 //! back). The kernel's page format is written by the `ftrace` tool when it turns a recording
 //! into `trace_pipe_raw` pages or a trace.dat.
@@ -22,11 +22,12 @@ pub use ftrace_ringbuf::slot::{KIND_LAP_BIT, KIND_MASK, SLOT_SIZE, SlotEvent, Sl
 
 /// `"FTRACEUB"`: the first bytes of every buffer file.
 pub const MAGIC: [u8; 8] = *b"FTRACEUB";
-/// The buffer-file format version (2: the slot ring of `ftrace-ringbuf`).
-pub const VERSION: u32 = 2;
+/// The buffer-file format version (3: the slot ring of `ftrace-ringbuf` with its writers' and
+/// consumer's words on separate cache lines).
+pub const VERSION: u32 = 3;
 /// Bytes before the first slot (one page: the header).
 pub const HEADER_SIZE: usize = 4096;
-/// Where the ring's [`RingHeader`] sits in the file (its own cache line).
+/// Where the ring's [`RingHeader`] sits in the file (its own two cache lines).
 pub const RING_OFFSET: usize = 64;
 
 /// A `function` event: `arg` is the parent ip.
@@ -78,12 +79,16 @@ pub struct BufHeader {
 }
 
 const _: () = assert!(core::mem::offset_of!(BufHeader, ring) == RING_OFFSET);
+const _: () = assert!(RING_OFFSET % 64 == 0);
 const _: () = assert!(core::mem::size_of::<BufHeader>() <= HEADER_SIZE);
 
 /// Offset of the ring's `head` in a buffer file (for the asm fast paths).
 pub const HEAD_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::HEAD_OFFSET;
-/// Offset of the ring's `limit` in a buffer file.
+/// Offset of the ring's `limit` (the consumer's word) in a buffer file.
 pub const LIMIT_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::LIMIT_OFFSET;
+/// Offset of the ring's `limit_seen` (the writers' copy of `limit`, which the asm fast paths
+/// compare with) in a buffer file.
+pub const LIMIT_SEEN_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::LIMIT_SEEN_OFFSET;
 /// Offset of the ring's `dropped` counter in a buffer file.
 pub const DROPPED_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::DROPPED_OFFSET;
 
@@ -409,8 +414,9 @@ mod tests {
                         }
                     }
                     1 => {
-                        // A hostile header word (capacity, head, limit, dropped, mode...).
-                        let at = RING_OFFSET + 8 * (rnd() as usize % 5);
+                        // A hostile header word (capacity, head, limit_seen, dropped, mode,
+                        // limit).
+                        let at = RING_OFFSET + [0, 8, 16, 24, 32, 64][rnd() as usize % 6];
                         let v = [u64::MAX, u64::MAX - 1, 1 << 40, rnd(), 0][rnd() as usize % 5];
                         b[at..at + 8].copy_from_slice(&v.to_ne_bytes());
                     }

@@ -166,26 +166,39 @@ ftrace_agent_root_tramp:
     .endm
 
     // Reserves the thread's next slot (rsi = its state): rax = the slot index, `kind` (the
-    // 32-bit name of `hdr`) = the index's lap-parity bit; jumps to `full` when the buffer
-    // has no room. Non-locked xadd: the writers of one buffer are one thread and its signal
-    // handlers, strictly nested.
-    .macro FTRACE_AGENT_RESERVE hdr, kind, full
+    // 32-bit name of `hdr`) = the index's lap-parity bit; jumps to `full` when the index is
+    // past the limit the writers last saw (`limit_seen`, on the writers' own cache line: the
+    // consumer's `limit` is read only there, out of line), which comes back to the local
+    // label `back` defined here when there is room after all. Non-locked xadd: the writers of
+    // one buffer are one thread and its signal handlers, strictly nested.
+    .macro FTRACE_AGENT_RESERVE hdr, kind, full, back
     movq {off_header}(%rsi), \hdr
     movl $1, %eax
     xaddq %rax, {off_head}(\hdr)
-    cmpq {off_limit}(\hdr), %rax
+    cmpq {off_limit_seen}(\hdr), %rax
     ja \full
+\back\():
     movl {off_shift}(%rsi), \kind
     btq \hdr, %rax
     sbbl \kind, \kind
     andl ${lap_bit}, \kind
     .endm
 
-    // The ring was full (rax = the index reserved, `hdr` = the header, rsi = the thread's
-    // state; clobbers `scratch`): count the drop, give the reservation back (head: rax + 1 ->
-    // rax, non-locked cmpxchg), or, when a nested writer reserved past it meanwhile, commit
-    // the slot as a pad; then continue at `done`. Out of line: never on the fast path.
-    .macro FTRACE_AGENT_GIVE_BACK hdr, kind, scratch, done
+    // The index reserved (rax; `hdr` = the header, rsi = the thread's state) is past
+    // `limit_seen`: read the consumer's `limit` (a plain load, acquire on x86), store it in
+    // `limit_seen` and compare again; with room, go on at `back` (RESERVE's label) with
+    // `scratch` restored (it is spilled to the red zone, 64 bytes below rsp, where no signal
+    // frame goes and no path keeps data while it reserves). Else the ring is full (clobbers
+    // `scratch`): count the drop, give the reservation back (head: rax + 1 -> rax,
+    // non-locked cmpxchg), or, when a nested writer reserved past it meanwhile, commit the
+    // slot as a pad; then continue at `done`. Out of line: never on the fast path.
+    .macro FTRACE_AGENT_GIVE_BACK hdr, kind, scratch, done, back
+    movq \scratch, -64(%rsp)
+    movq {off_limit}(\hdr), \scratch
+    movq \scratch, {off_limit_seen}(\hdr)
+    cmpq \scratch, %rax
+    movq -64(%rsp), \scratch
+    jbe \back
     incq {off_dropped}(\hdr)
     movq %rax, \scratch
     incq %rax
@@ -240,7 +253,7 @@ ftrace_agent_root_tramp:
     cmpq $1, {off_state}(%rsi)
     jne 8f
     FTRACE_AGENT_CLOCK \noclock
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f, 10
     orl ${kind_func}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
@@ -268,7 +281,7 @@ ftrace_agent_root_tramp:
     popq %rax
     jmp *\name\()_data+16(%rip)
 6:
-    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b, 10b
     FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
@@ -298,7 +311,7 @@ ftrace_agent_root_tramp:
     movq %rdx, 16(%rax)
     leaq 48(%rsp), %rcx
     movq %rcx, 24(%rax)
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f, 10
     shll $8, %edi
     orl %edi, %ecx
     orl ${kind_ent}, %ecx
@@ -382,7 +395,7 @@ ftrace_agent_root_tramp:
     // Popped only once read: a signal handler nesting from here on may reuse the frame.
     movq %r9, {off_depth}(%rsi)
     FTRACE_AGENT_CLOCK \noclock
-    FTRACE_AGENT_RESERVE %rdi, %edi, 4f
+    FTRACE_AGENT_RESERVE %rdi, %edi, 4f, 11
     shll $8, %r9d
     orl %r9d, %edi
     orl ${kind_ret}, %edi
@@ -423,9 +436,9 @@ ftrace_agent_root_tramp:
     popq %rax
     jmp ftrace_agent_entry_tramp
 6:
-    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 2b
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 2b, 10b
 4:
-    FTRACE_AGENT_GIVE_BACK %rdi, %edi, %rdx, 9b
+    FTRACE_AGENT_GIVE_BACK %rdi, %edi, %rdx, 9b, 11b
     .size \name, .-\name
     .endm
 
@@ -491,7 +504,7 @@ ftrace_agent_root_tramp:
     FTRACE_AGENT_CLOCK \noclock
     // The frame stays pushed until its fields are in the event: a signal handler nesting
     // meanwhile pushes and pops above it.
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 4f
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 4f, 11
     orl ${kind_ret}, %ecx
     andq {off_mask}(%rsi), %rax
     shlq $5, %rax
@@ -541,9 +554,9 @@ ftrace_agent_root_tramp:
     popq (%rsp)
     jmp *\name\()_data+16(%rip)
 6:
-    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 2b
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 2b, 10b
 4:
-    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b, 11b
     FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
@@ -613,6 +626,7 @@ ftrace_agent_return_slow:
     off_mask = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, mask),
     off_shift = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, shift),
     off_limit = const crate::buffer::LIMIT_OFFSET,
+    off_limit_seen = const crate::buffer::LIMIT_SEEN_OFFSET,
     off_dropped = const crate::buffer::DROPPED_OFFSET,
     kind_pad = const ftrace_ringbuf::slot::KIND_PAD,
     lap_bit = const crate::buffer::KIND_LAP_BIT,
