@@ -238,8 +238,42 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     let drained = drainer.finish();
     let status = status?;
     let threads = drained?;
-    let summary = summary_of(&threads, out);
+    let mut summary = summary_of(&threads, out);
+    summary += &unmatched_events(opts, out);
     Ok(Recorded { status, summary })
+}
+
+/// A warning line per `-e` token that matched none of the events the recorded images declare
+/// (the kernel's `set_event` refuses such a token with `EINVAL`; the program's events are
+/// known only once it ran).
+fn unmatched_events(opts: &RecordOptions, out: &std::path::Path) -> String {
+    if opts.events.is_empty() {
+        return String::new();
+    }
+    let formats = crate::recording::RecordingReader::open(out)
+        .map(|r| r.event_formats())
+        .unwrap_or_default();
+    opts.events
+        .iter()
+        .filter(|t| {
+            !formats
+                .iter()
+                .any(|f| ftrace_tracefs::events::set_event_matcher(t)(f))
+        })
+        .map(|t| {
+            let names: Vec<String> = formats
+                .iter()
+                .map(|f| format!("{}:{}", f.system, f.name))
+                .collect();
+            format!(
+                "ftrace: -e {t}: the program declares no such event (it declares: {})\n",
+                match names.is_empty() {
+                    true => "none".to_string(),
+                    false => names.join(" "),
+                }
+            )
+        })
+        .collect()
 }
 
 /// The signals that end a mounted run: the tool unmounts, then passes them on to the program.

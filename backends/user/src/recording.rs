@@ -1039,4 +1039,80 @@ mod tests {
         );
         assert_eq!(rec.comm(43), "x");
     }
+
+    #[test]
+    fn trace_event_spans_are_assembled_and_a_cut_one_is_counted_lost() {
+        use ftrace_agent::event::{EventInfo, FieldInfo, encode};
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-ev-{}", std::process::id()));
+        let sub = dir.join("42.0");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            sub.join("meta"),
+            "pid=42\nexe=/bin/x\ntracer=function\nclock=mono\nnr_cpus=1\n",
+        )
+        .unwrap();
+        let info = EventInfo {
+            id: 1030,
+            system: "demo".into(),
+            name: "demo_value".into(),
+            print_fmt: "\"value=%lu\", REC->value".into(),
+            fields: vec![FieldInfo {
+                c_type: "unsigned long".into(),
+                name: "value".into(),
+                offset: 8,
+                size: 8,
+                signed: false,
+                array_len: 0,
+            }],
+            rec_size: 40,
+        };
+        std::fs::write(sub.join(prog_event::LISTING), info.to_line() + "\n").unwrap();
+        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
+        let mut mem = vec![0u64; len / 8];
+        // SAFETY: zeroed, aligned, `len` bytes.
+        let w = unsafe {
+            buffer::init(
+                mem.as_mut_ptr().cast(),
+                len,
+                buffer::SlotMode::Overwrite,
+                42,
+                43,
+                b"x",
+            )
+        };
+        let payload: Vec<u8> = (0u8..32).collect();
+        let mut tail = [SlotEvent::default(); 2];
+        let (head, n) = encode(200, 0, 1030, &payload, &mut tail).unwrap();
+        assert_eq!(n, 1);
+        let put = |s: &SlotEvent| {
+            // SAFETY: `w` describes `mem`.
+            unsafe { w.write(s.ts, s.ip, s.arg, s.kind & 0xff, s.kind >> 8, s.cpu) }
+        };
+        // SAFETY: `w` describes `mem`.
+        unsafe { w.write(100, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
+        put(&head);
+        put(&tail[0]);
+        // A head whose data slot never came: lost, and the function event after it is kept.
+        put(&head);
+        // SAFETY: `w` describes `mem`.
+        unsafe { w.write(300, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
+        let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        std::fs::write(sub.join("buf-43"), bytes).unwrap();
+        let r = RecordingReader::open(&dir).unwrap();
+        assert_eq!(r.events.len(), 1);
+        assert_eq!(r.events[0].id, prog_event::FIRST_ID, "the recording's id");
+        let rec = Recording::read(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let evs = rec.merged();
+        assert_eq!(evs.len(), 3, "{evs:?}");
+        assert_eq!(evs[1].ts, 200);
+        let mut want = prog_event::FIRST_ID.to_ne_bytes().to_vec();
+        want.extend_from_slice(&[0, 0]);
+        want.extend_from_slice(&43u32.to_ne_bytes());
+        want.extend_from_slice(&payload);
+        assert_eq!(evs[1].data, want);
+        assert_eq!((evs[0].missed, evs[1].missed, evs[2].missed), (0, 0, 1));
+        assert_eq!(evs[2].ts, 300);
+        assert_eq!(rec.processes[0].events, vec![info]);
+    }
 }

@@ -134,6 +134,34 @@ fn events_not_armed_are_absent() {
         ],
         "{report}"
     );
+    // A token naming no event is told (the program's events are known once it ran).
+    let dir = scratch("unknown");
+    let prog = events_prog(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .current_dir(&dir)
+        .args([
+            "record",
+            "-t",
+            "function",
+            "-e",
+            "demo:nope",
+            "-o",
+            "rec",
+            "--",
+        ])
+        .arg(&prog)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "ftrace: -e demo:nope: the program declares no such event (it declares: \
+             sched:sched_wakeup demo:demo_round demo:demo_value)\n"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Without -e: function entries only.
     let dir = scratch("none");
     let prog = events_prog(&dir);
@@ -142,4 +170,30 @@ fn events_not_armed_are_absent() {
         bodies(&report, "events-").iter().all(|l| l.contains(" <-")),
         "{report}"
     );
+}
+
+#[test]
+fn events_with_the_flight_recorder_are_refused_before_the_program_runs() {
+    let dir = scratch("overwrite");
+    let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .current_dir(&dir)
+        .args([
+            "record",
+            "--overwrite",
+            "-e",
+            "demo:*",
+            "-o",
+            "rec",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with("ftrace: -e: trace events are not"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.join("rec").exists(), "nothing recorded");
 }
