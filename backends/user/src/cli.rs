@@ -4,7 +4,8 @@
 //! `trace` file (or `per_cpu/cpuN/trace`, or with `--stat` `trace_stat/functionN`) would have
 //! printed for the raw pages or the recording in `DIR` (see
 //! [`crate::report`]). `ftrace record [OPTIONS] -- PROG [ARGS]...` runs a program under the
-//! agent and records into a directory (default `ftrace.data`, see [`crate::record`]); `ftrace
+//! agent and records into a directory (default `ftrace.data`, see [`crate::record`]), with the
+//! program's trace events `-e SYSTEM:EVENT` names (armed at start); `ftrace
 //! live` records and prints the report when the program exits. Invariant: the binary is a thin shell over [`run`], which tests drive
 //! with the same argument lists a user types.
 
@@ -99,6 +100,11 @@ pub struct RecordArgs {
     /// Never trace functions matching this glob (`set_ftrace_notrace`); may be repeated.
     #[arg(short = 'N', value_name = "GLOB")]
     pub notrace: Vec<String>,
+    /// Record this trace event the program declares (`ftrace/tracepoint.h`), named as
+    /// `set_event` takes it: `SYSTEM:EVENT`, `SYSTEM:*`, `*:*`, or a bare event or system name;
+    /// may be repeated. `report` prints the events through their print formats.
+    #[arg(short = 'e', value_name = "SYSTEM:EVENT")]
+    pub events: Vec<String>,
     /// function_graph: trace only these functions and what they call (`set_graph_function`).
     #[arg(short = 'G', value_name = "GLOB")]
     pub graph: Vec<String>,
@@ -180,6 +186,7 @@ impl RecordArgs {
             filter: self.filter.clone(),
             notrace: self.notrace.clone(),
             graph_functions: self.graph.clone(),
+            events: self.events.clone(),
             max_depth: self.max_depth,
             retval: false,
             thresh_ns: self.thresh_us.saturating_mul(1000),

@@ -1288,6 +1288,7 @@ impl LiveHandle {
                 tracer: st.tracer.to_string(),
                 symbols,
                 threads,
+                events: Vec::new(),
             }],
             per_cpu: Default::default(),
             nr_cpus: st.nr_cpus,

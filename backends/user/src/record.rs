@@ -24,6 +24,8 @@ pub struct RecordOptions {
     pub notrace: Vec<String>,
     /// `-G`: function_graph roots (globs).
     pub graph_functions: Vec<String>,
+    /// `-e`: trace events to record (`set_event` tokens).
+    pub events: Vec<String>,
     /// `--max-depth`.
     pub max_depth: u32,
     /// `-O funcgraph-retval`: function_graph exits carry return values.
@@ -53,6 +55,7 @@ impl Default for RecordOptions {
             filter: Vec::new(),
             notrace: Vec::new(),
             graph_functions: Vec::new(),
+            events: Vec::new(),
             max_depth: 0,
             retval: false,
             thresh_ns: 0,
@@ -69,7 +72,18 @@ impl Default for RecordOptions {
 impl RecordOptions {
     /// Checks what cannot be honoured exactly before anything runs.
     pub fn check(&self) -> Result<(), String> {
-        ftrace_agent::config::check_buffer_kb(self.buffer_kb)
+        ftrace_agent::config::check_buffer_kb(self.buffer_kb)?;
+        if self.overwrite && self.mount.is_none() && !self.events.is_empty() {
+            return Err(
+                "-e: trace events are not recorded with --overwrite yet (the flight \
+                        recorder's pages have no room for their formats); record without it"
+                    .into(),
+            );
+        }
+        if let Some(t) = self.events.iter().find(|t| t.trim().is_empty()) {
+            return Err(format!("-e {t:?}: names no event"));
+        }
+        Ok(())
     }
 
     /// Checks the program's call sites and the filters against them
@@ -91,6 +105,10 @@ impl RecordOptions {
         c.filter = self.filter.clone();
         c.notrace = self.notrace.clone();
         c.graph_functions = self.graph_functions.clone();
+        // With a mount the tree arms them ([`seed_tree`]'s `set_event`).
+        if self.mount.is_none() {
+            c.events = self.events.clone();
+        }
         c.max_depth = self.max_depth;
         c.retval = self.retval;
         c.thresh_ns = self.thresh_ns;
@@ -220,8 +238,42 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     let drained = drainer.finish();
     let status = status?;
     let threads = drained?;
-    let summary = summary_of(&threads, out);
+    let mut summary = summary_of(&threads, out);
+    summary += &unmatched_events(opts, out);
     Ok(Recorded { status, summary })
+}
+
+/// A warning line per `-e` token that matched none of the events the recorded images declare
+/// (the kernel's `set_event` refuses such a token with `EINVAL`; the program's events are
+/// known only once it ran).
+fn unmatched_events(opts: &RecordOptions, out: &std::path::Path) -> String {
+    if opts.events.is_empty() {
+        return String::new();
+    }
+    let formats = crate::recording::RecordingReader::open(out)
+        .map(|r| r.event_formats())
+        .unwrap_or_default();
+    opts.events
+        .iter()
+        .filter(|t| {
+            !formats
+                .iter()
+                .any(|f| ftrace_tracefs::events::set_event_matcher(t)(f))
+        })
+        .map(|t| {
+            let names: Vec<String> = formats
+                .iter()
+                .map(|f| format!("{}:{}", f.system, f.name))
+                .collect();
+            format!(
+                "ftrace: -e {t}: the program declares no such event (it declares: {})\n",
+                match names.is_empty() {
+                    true => "none".to_string(),
+                    false => names.join(" "),
+                }
+            )
+        })
+        .collect()
 }
 
 /// The signals that end a mounted run: the tool unmounts, then passes them on to the program.
@@ -432,6 +484,15 @@ pub(crate) fn seed_tree<H: ftrace_tracefs::Host>(
                     e.description().unwrap_or("error")
                 );
             }
+        }
+    }
+    for t in &opts.events {
+        let file = "set_event";
+        if let Err(e) = tree.write_all(file, t.as_bytes(), ftrace_tracefs::WriteMode::Append) {
+            eprintln!(
+                "ftrace: {file}: {t:?}: {}",
+                e.description().unwrap_or("error")
+            );
         }
     }
     if opts.max_depth > 0 {

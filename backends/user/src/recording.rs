@@ -7,6 +7,12 @@
 //! every read; the reader's own clock only for a process that left no exit pair, or one less
 //! than a millisecond after its start) and `mono`, raw counts for `x86-tsc`.
 //! Events lost in a thread's buffer are reported on the first event that follows the hole.
+//!
+//! A program's trace events (`ftrace record -e`) are spans of slots (a head, then its data
+//! slots: [`ftrace_agent::event`]) assembled into one record each; their formats come from
+//! each image's listing ([`prog_event::LISTING`]), the same event of several images (a fork, an
+//! exec of the same program) given one id ([`RecordingReader::events`]). A span cut short or
+//! damaged is one lost event, counted on the event that follows it, never a wrong record.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,6 +20,7 @@ use std::path::{Path, PathBuf};
 use ftrace_agent::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, SlotEvent, depth};
 use ftrace_agent::clock::{TscConversion, TscPair};
 use ftrace_agent::config::ClockKind;
+use ftrace_agent::event::{self as prog_event, EventInfo};
 use ftrace_core::EventId;
 use ftrace_core::entry::{
     FtraceEntry, FtraceGraphEntEntry, FtraceGraphRetEntry, FtraceGraphRetvalEntry, Pod, TraceEntry,
@@ -92,6 +99,8 @@ pub struct Process {
     pub symbols: SortedSymbols,
     /// Its threads.
     pub threads: Vec<Thread>,
+    /// The trace events its image declares ([`prog_event::LISTING`]), with the image's ids.
+    pub events: Vec<EventInfo>,
 }
 
 /// A whole recording.
@@ -285,6 +294,10 @@ struct ThreadCursor {
     read: u64,
     /// How many events to read at most (the file is damaged after them).
     limit: Option<u64>,
+    /// A slot read past the end of a broken trace event record, to be read next.
+    pending: Option<(SlotEvent, u64)>,
+    /// The image's trace event ids and the recording's ([`RecordingReader::events`]).
+    event_ids: std::sync::Arc<[(u16, u16)]>,
 }
 
 /// What a reader does where a thread file is damaged (cut inside a record, bytes that are no
@@ -298,13 +311,15 @@ pub enum OnDamage {
 }
 
 /// A cursor's next event, ready to be turned into its kernel record.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Head {
     slot: SlotEvent,
     /// The slot just before it in its thread (a return value's, for an exit).
     before: Option<SlotEvent>,
     /// Events lost just before it.
     missed: u64,
+    /// A trace event's whole record (its head and data slots assembled, the recording's id).
+    record: Option<Vec<u8>>,
 }
 
 /// Bytes of read buffer per thread file while streaming.
@@ -322,6 +337,9 @@ impl ThreadCursor {
     /// The next slot (with what was lost before it); `None` at the end, where the trailing
     /// losses are counted in [`ThreadCursor::dropped`].
     fn next_slot(&mut self) -> Result<Option<(SlotEvent, u64)>, ReadError> {
+        if let Some(p) = self.pending.take() {
+            return Ok(Some(p));
+        }
         let ev = match &mut self.source {
             Source::Ring(it) => it.next().map(|e| (e, 0)),
             Source::Stream(r) => match r.next_record() {
@@ -348,7 +366,7 @@ impl ThreadCursor {
         };
         Ok(ev.map(|(e, m)| {
             let m = m.saturating_add(core::mem::take(&mut self.missed));
-            if e.kind() != buffer::KIND_GRAPH_RETVAL {
+            if is_event_of_its_own(&e) {
                 self.entries += 1;
             }
             (e, m)
@@ -365,10 +383,25 @@ impl ThreadCursor {
                 return Ok(None);
             };
             let before = self.before.replace(slot);
-            if slot.kind() == buffer::KIND_GRAPH_RETVAL {
+            if !is_event_of_its_own(&slot) {
+                // A return value, or a trace event's data slot whose head was lost (counted
+                // where it was).
                 self.missed = self.missed.saturating_add(missed);
                 continue;
             }
+            let mut missed = missed;
+            let record = match slot.kind() {
+                prog_event::KIND_EVENT => match self.event_record(&slot)? {
+                    Some(r) => Some(r),
+                    None => {
+                        // Cut or damaged: lost, and what follows is read on its own.
+                        self.missed = self.missed.saturating_add(missed).saturating_add(1);
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            missed = missed.saturating_add(core::mem::take(&mut self.missed));
             if self.limit.is_some_and(|l| self.read >= l) {
                 return Ok(None);
             }
@@ -380,9 +413,46 @@ impl ThreadCursor {
                 slot,
                 before,
                 missed,
+                record,
             }));
         }
     }
+
+    /// The record of the trace event whose head is `head`: its data slots read after it and
+    /// assembled, the id made the recording's. `None` when they are not all there (a slot
+    /// that is not the next data slot is kept for the next read).
+    fn event_record(&mut self, head: &SlotEvent) -> Result<Option<Vec<u8>>, ReadError> {
+        let n = prog_event::data_slots(head);
+        let mut tail = Vec::with_capacity(n);
+        while tail.len() < n {
+            let Some((s, m)) = self.next_slot()? else {
+                return Ok(None);
+            };
+            if m > 0
+                || s.kind() != prog_event::KIND_EVENT_DATA
+                || (s.kind >> 8) as usize != tail.len() + 1
+            {
+                self.pending = Some((s, m));
+                return Ok(None);
+            }
+            tail.push(s);
+        }
+        let Some(mut rec) = prog_event::assemble(head, &tail, self.tid) else {
+            return Ok(None);
+        };
+        let local = u16::from_ne_bytes([rec[0], rec[1]]);
+        let Some(&(_, id)) = self.event_ids.iter().find(|(l, _)| *l == local) else {
+            return Ok(None);
+        };
+        rec[..2].copy_from_slice(&id.to_ne_bytes());
+        Ok(Some(rec))
+    }
+}
+
+/// Whether slot `s` is an event of its own: not a return value (its exit's) nor a trace
+/// event's data slot (its head's).
+fn is_event_of_its_own(s: &SlotEvent) -> bool {
+    s.kind() != buffer::KIND_GRAPH_RETVAL && s.kind() != prog_event::KIND_EVENT_DATA
 }
 
 /// A recording's events in timestamp order, read thread file by thread file as they are
@@ -432,8 +502,11 @@ impl EventStream<'_> {
             .expect("a cursor in the heap has an event");
         let c = &mut self.cursors[i];
         let conv = c.conv;
-        let data = entry_bytes(&h.slot, h.before.as_ref(), c.tid, &|t| conv.to_trace(t))
-            .expect("a head is an event of its own");
+        let data = match h.record {
+            Some(r) => r,
+            None => entry_bytes(&h.slot, h.before.as_ref(), c.tid, &|t| conv.to_trace(t))
+                .expect("a head is an event of its own"),
+        };
         let ev = Event {
             cpu: h.slot.cpu,
             ts,
@@ -489,6 +562,8 @@ struct ThreadFile {
     conv: TimeConv,
     /// Drops a ring file counts itself (the rest is counted as the events are read).
     ring_dropped: u64,
+    /// Its image's trace event ids and the recording's.
+    event_ids: std::sync::Arc<[(u16, u16)]>,
 }
 
 /// A recording opened for streaming: what it says about its processes and threads, and where
@@ -500,6 +575,9 @@ pub struct RecordingReader {
     files: Vec<ThreadFile>,
     /// Thread files that could not be opened (no valid header): left out of the recording.
     pub damaged: Vec<ReadError>,
+    /// The trace events the recorded images declare, each (system, name and layout) once,
+    /// with the ids the records read carry: [`prog_event::FIRST_ID`] on.
+    pub events: Vec<EventInfo>,
 }
 
 impl Recording {
@@ -546,6 +624,8 @@ impl RecordingReader {
             damage: None,
             read: 0,
             limit: None,
+            pending: None,
+            event_ids: f.event_ids.clone(),
         })
     }
 
@@ -684,6 +764,7 @@ impl RecordingReader {
         };
         let mut files = Vec::new();
         let mut damaged = Vec::new();
+        let mut events: Vec<EventInfo> = Vec::new();
         for sub in subdirs {
             let meta_text = std::fs::read_to_string(sub.join("meta"))
                 .map_err(|e| err(&sub.display().to_string(), &e))?;
@@ -732,7 +813,25 @@ impl RecordingReader {
             rec.tsc_khz = tsc.map(|t| t.khz());
             let symbols =
                 parse_symbols(&std::fs::read_to_string(sub.join("symbols")).unwrap_or_default());
+            let listing =
+                std::fs::read_to_string(sub.join(prog_event::LISTING)).unwrap_or_default();
+            let mut declared = Vec::new();
+            for (n, line) in listing.lines().enumerate() {
+                match EventInfo::parse_line(line) {
+                    Some(e) => declared.push(e),
+                    None => damaged.push(ReadError(format!(
+                        "{}: line {}: not an event listing",
+                        sub.join(prog_event::LISTING).display(),
+                        n + 1
+                    ))),
+                }
+            }
+            let event_ids: std::sync::Arc<[(u16, u16)]> = declared
+                .iter()
+                .map(|e| (e.id, global_event_id(&mut events, e)))
+                .collect();
             let mut proc_ = Process {
+                events: declared,
                 pid: meta.get("pid").and_then(|p| p.parse().ok()).unwrap_or(0),
                 exe: meta.get("exe").cloned().unwrap_or_default(),
                 tracer: meta.get("tracer").cloned().unwrap_or_default(),
@@ -774,11 +873,7 @@ impl RecordingReader {
                         comm: c.comm,
                         overrun: c.overrun,
                         dropped: c.dropped,
-                        entries: c
-                            .events
-                            .iter()
-                            .filter(|e| e.kind() != buffer::KIND_GRAPH_RETVAL)
-                            .count() as u64,
+                        entries: c.events.iter().filter(|e| is_event_of_its_own(e)).count() as u64,
                     }
                 };
                 files.push(ThreadFile {
@@ -787,6 +882,7 @@ impl RecordingReader {
                     ring_dropped: t.dropped,
                     path: path.clone(),
                     conv,
+                    event_ids: event_ids.clone(),
                 });
                 proc_.threads.push(t);
             }
@@ -796,8 +892,32 @@ impl RecordingReader {
             rec,
             files,
             damaged,
+            events,
         })
     }
+
+    /// The formats of [`RecordingReader::events`], for a formatter.
+    pub fn event_formats(&self) -> Vec<ftrace_core::format::TraceEventFormat> {
+        self.events.iter().map(EventInfo::format).collect()
+    }
+}
+
+/// The recording's id of image event `e`: the id of the same event (system, name, layout)
+/// already in `all`, or the next one, `e` added with it.
+fn global_event_id(all: &mut Vec<EventInfo>, e: &EventInfo) -> u16 {
+    let same = |g: &EventInfo| {
+        g.system == e.system
+            && g.name == e.name
+            && g.fields == e.fields
+            && g.print_fmt == e.print_fmt
+            && g.rec_size == e.rec_size
+    };
+    if let Some(g) = all.iter().find(|g| same(g)) {
+        return g.id;
+    }
+    let id = prog_event::FIRST_ID.saturating_add(all.len() as u16);
+    all.push(EventInfo { id, ..e.clone() });
+    id
 }
 
 impl Recording {
@@ -918,5 +1038,81 @@ mod tests {
             "a short record has no function, and no panic"
         );
         assert_eq!(rec.comm(43), "x");
+    }
+
+    #[test]
+    fn trace_event_spans_are_assembled_and_a_cut_one_is_counted_lost() {
+        use ftrace_agent::event::{EventInfo, FieldInfo, encode};
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-ev-{}", std::process::id()));
+        let sub = dir.join("42.0");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            sub.join("meta"),
+            "pid=42\nexe=/bin/x\ntracer=function\nclock=mono\nnr_cpus=1\n",
+        )
+        .unwrap();
+        let info = EventInfo {
+            id: 1030,
+            system: "demo".into(),
+            name: "demo_value".into(),
+            print_fmt: "\"value=%lu\", REC->value".into(),
+            fields: vec![FieldInfo {
+                c_type: "unsigned long".into(),
+                name: "value".into(),
+                offset: 8,
+                size: 8,
+                signed: false,
+                array_len: 0,
+            }],
+            rec_size: 40,
+        };
+        std::fs::write(sub.join(prog_event::LISTING), info.to_line() + "\n").unwrap();
+        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
+        let mut mem = vec![0u64; len / 8];
+        // SAFETY: zeroed, aligned, `len` bytes.
+        let w = unsafe {
+            buffer::init(
+                mem.as_mut_ptr().cast(),
+                len,
+                buffer::SlotMode::Overwrite,
+                42,
+                43,
+                b"x",
+            )
+        };
+        let payload: Vec<u8> = (0u8..32).collect();
+        let mut tail = [SlotEvent::default(); 2];
+        let (head, n) = encode(200, 0, 1030, &payload, &mut tail).unwrap();
+        assert_eq!(n, 1);
+        let put = |s: &SlotEvent| {
+            // SAFETY: `w` describes `mem`.
+            unsafe { w.write(s.ts, s.ip, s.arg, s.kind & 0xff, s.kind >> 8, s.cpu) }
+        };
+        // SAFETY: `w` describes `mem`.
+        unsafe { w.write(100, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
+        put(&head);
+        put(&tail[0]);
+        // A head whose data slot never came: lost, and the function event after it is kept.
+        put(&head);
+        // SAFETY: `w` describes `mem`.
+        unsafe { w.write(300, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
+        let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        std::fs::write(sub.join("buf-43"), bytes).unwrap();
+        let r = RecordingReader::open(&dir).unwrap();
+        assert_eq!(r.events.len(), 1);
+        assert_eq!(r.events[0].id, prog_event::FIRST_ID, "the recording's id");
+        let rec = Recording::read(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let evs = rec.merged();
+        assert_eq!(evs.len(), 3, "{evs:?}");
+        assert_eq!(evs[1].ts, 200);
+        let mut want = prog_event::FIRST_ID.to_ne_bytes().to_vec();
+        want.extend_from_slice(&[0, 0]);
+        want.extend_from_slice(&43u32.to_ne_bytes());
+        want.extend_from_slice(&payload);
+        assert_eq!(evs[1].data, want);
+        assert_eq!((evs[0].missed, evs[1].missed, evs[2].missed), (0, 0, 1));
+        assert_eq!(evs[2].ts, 300);
+        assert_eq!(rec.processes[0].events, vec![info]);
     }
 }

@@ -602,6 +602,14 @@ impl Input {
         }
     }
 
+    /// The formats of the program trace events a recording holds (none for a capture).
+    fn event_formats(&self) -> Vec<ftrace_core::format::TraceEventFormat> {
+        match &self.events {
+            Events::Pages => Vec::new(),
+            Events::Recording { reader, .. } => reader.event_formats(),
+        }
+    }
+
     /// Whether `cpu` has no event.
     fn cpu_empty(&self, cpu: u32) -> Result<bool, ReportError> {
         match &self.events {
@@ -754,6 +762,7 @@ fn report_windowed(
         }
     }
     let scanned = input.scan()?;
+    let formats = input.event_formats();
     let irq_text = match (
         syms.by_name("__irqentry_text_start"),
         syms.by_name("__irqentry_text_end"),
@@ -849,8 +858,18 @@ fn report_windowed(
                     break;
                 }
                 it.next_event();
-                w.write_line(&mut sink, &env, &mut it, &ev)
-                    .map_err(|_| failed(&mut sink))?;
+                // A program's trace event through its print format, the rest as the tracer
+                // prints.
+                match ftrace_tracers::trace_event::find(&formats, &ev) {
+                    Some(f) => ftrace_tracers::trace_event::write_event_line(
+                        &mut ftrace_tracers::output::TextToBytes(&mut sink),
+                        &env,
+                        &ev,
+                        f,
+                    ),
+                    None => w.write_line(&mut sink, &env, &mut it, &ev),
+                }
+                .map_err(|_| failed(&mut sink))?;
             }
             (0..nr_cpus)
                 .map(|cpu| win.consumed(cpu))

@@ -34,6 +34,9 @@ pub const ENV_OVERWRITE: &str = "FTRACE_AGENT_OVERWRITE";
 /// directory). The tool points it at tmpfs for a streamed recording, whose rings are drained
 /// into the recording directory while the program runs: ring pages then never go to disk.
 pub const ENV_RING_DIR: &str = "FTRACE_AGENT_RING_DIR";
+/// Trace events armed at start, one `set_event` token per line (`sys:event`, `sys:*`, `*:*`,
+/// a bare event or subsystem name: [`ftrace_tracefs::events::set_event_matcher`]).
+pub const ENV_EVENTS: &str = "FTRACE_AGENT_EVENTS";
 /// `local`, `mono` or `x86-tsc`.
 pub const ENV_CLOCK: &str = "FTRACE_AGENT_CLOCK";
 /// `1` (default): sites are enabled at start; `0`: the program turns tracing on itself
@@ -138,6 +141,8 @@ pub struct Config {
     pub ring_dir: Option<PathBuf>,
     /// The trace clock.
     pub clock: ClockKind,
+    /// Trace events armed at start ([`ENV_EVENTS`]).
+    pub events: Vec<String>,
     /// Enable the sites at start.
     pub tracing_on: bool,
     /// The live control socket ([`ENV_CONTROL`]), if the tool serves one.
@@ -207,6 +212,7 @@ impl Config {
             overwrite: true,
             ring_dir: None,
             clock: ClockKind::Local,
+            events: Vec::new(),
             tracing_on: true,
             control: None,
         }
@@ -233,6 +239,7 @@ impl Config {
                     .unwrap_or_default(),
             ),
             (ENV_CLOCK, self.clock.name().to_string()),
+            (ENV_EVENTS, self.events.join("\n")),
             (ENV_TRACING_ON, u8::from(self.tracing_on).to_string()),
             (
                 ENV_CONTROL,
@@ -275,6 +282,7 @@ impl Config {
         c.filter = globs(ENV_FILTER);
         c.notrace = globs(ENV_NOTRACE);
         c.graph_functions = globs(ENV_GRAPH);
+        c.events = globs(ENV_EVENTS);
         let num = |k: &'static str, dflt: u64| -> Result<u64, ConfigError> {
             match get(k) {
                 None => Ok(dflt),
@@ -331,6 +339,7 @@ mod tests {
         c.overwrite = false;
         c.ring_dir = Some("/dev/shm/rings".into());
         c.clock = ClockKind::Mono;
+        c.events = vec!["sched:*".into(), "demo_value".into()];
         c.tracing_on = false;
         c.control = Some("/tmp/ctl.sock".into());
         let env: HashMap<&str, String> = c.to_env().into_iter().collect();

@@ -347,6 +347,25 @@ pub fn list() -> Vec<EventInfo> {
     lock().iter().map(|(_, e)| e.clone()).collect()
 }
 
+/// The file of a process directory listing the events its image declares, one
+/// [`EventInfo::to_line`] line each: a recording's reader prints their records with it, without
+/// the program.
+pub const LISTING: &str = "events";
+
+/// Writes [`LISTING`] into the process directory `dir` (nothing when no event is declared).
+pub fn write_listing(dir: &std::path::Path) -> std::io::Result<()> {
+    let all = list();
+    if all.is_empty() {
+        return Ok(());
+    }
+    let mut text = String::new();
+    for e in &all {
+        text.push_str(&e.to_line());
+        text.push('\n');
+    }
+    std::fs::write(dir.join(LISTING), text)
+}
+
 /// Points each event's call site at the probe `armed` gives it (`None`: off).
 pub(crate) fn arm(armed: impl Fn(u16) -> Option<ProbeFn>) {
     for (addr, e) in lock().iter() {

@@ -263,6 +263,45 @@ pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// `ftrace record -e`: arms every listed event one of the `set_event` tokens matches
+/// ([`ftrace_tracefs::events::set_event_matcher`]) and that has no state yet (no filter, no
+/// trigger: recorded as it fires). Called after each scan of new objects, so an event of a
+/// library loaded later is armed too. Returns how many were armed.
+pub fn arm_matching(tokens: &[String]) -> usize {
+    if tokens.is_empty() {
+        return 0;
+    }
+    let known: Vec<u16> = CONFIGS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .copied()
+        .collect();
+    let mut armed = 0;
+    for e in event::list() {
+        if known.contains(&e.id) {
+            continue;
+        }
+        let Some(format) = format_of(e.id) else {
+            continue;
+        };
+        if !tokens
+            .iter()
+            .any(|t| ftrace_tracefs::events::set_event_matcher(t)(format))
+        {
+            continue;
+        }
+        let config = EventConfig {
+            armed: true,
+            ..EventConfig::default()
+        };
+        if set(e.id, config).is_ok() {
+            armed += 1;
+        }
+    }
+    armed
+}
+
 /// The format of event `id`, built once (leaked) and kept.
 fn format_of(id: u16) -> Option<&'static TraceEventFormat> {
     static FORMATS: Mutex<BTreeMap<u16, &'static TraceEventFormat>> = Mutex::new(BTreeMap::new());

@@ -279,6 +279,9 @@ fn scan_new_objects(a: &mut Agent) {
     {
         let _ = f.write_all(sym_text.as_bytes());
     }
+    // `-e`: the events the new objects declare, armed as they are found, and listed.
+    event_record::arm_matching(&a.config.events);
+    let _ = event::write_listing(&a.dir);
 }
 
 /// Where a site calls under `tracer` (a `-G` root calls the root stub).
@@ -493,6 +496,7 @@ extern "C" fn after_fork_child() {
     let installed = create_instance_dir(&a.config.output).and_then(|dir| {
         let _ = write_meta(&dir, &a.config);
         let _ = std::fs::copy(a.dir.join("symbols"), dir.join("symbols"));
+        let _ = std::fs::copy(a.dir.join(event::LISTING), dir.join(event::LISTING));
         install_instance(&a.config, &dir)?;
         a.dir = dir;
         Ok(())
