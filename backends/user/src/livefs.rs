@@ -22,10 +22,12 @@
 //! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
-//! commands other than `traceon` / `traceoff` (`EINVAL`; none in an instance). Invariant: a refused write
-//! changes nothing, here or in the program.
+//! commands other than `traceon` / `traceoff` / `stacktrace` (`EINVAL`; none in an
+//! instance). Invariant: a refused write changes nothing, here or in the program.
 //!
-//! `f:traceon[:N]` / `f:traceoff[:N]` run in the program (the agent's probe ops), which owns
+//! `f:traceon[:N]` / `f:traceoff[:N]` / `f:stacktrace[:N]` run in the program (the agent's
+//! probe ops; `stacktrace` records the thread's stack, walked by the program's unwinder from
+//! the traced call, as a `kernel_stack` record), which owns
 //! `tracing_on` and the counts while they run: the tree reads both back from the agent
 //! ([`TraceBackend::tracing_on`], the `set_ftrace_filter` read-back) and takes them before
 //! sending a new state. A probe that fires between that read and the new state's arrival
@@ -250,7 +252,12 @@ impl State {
             .filters
             .probes()
             .entries()
-            .filter(|p| matches!(p.cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff))
+            .filter(|p| {
+                matches!(
+                    p.cmd,
+                    ProbeCommand::Traceon | ProbeCommand::Traceoff | ProbeCommand::Stacktrace
+                )
+            })
             .map(|p| WantedProbe {
                 addr: p.ip,
                 cmd: p.cmd,
@@ -536,7 +543,8 @@ impl FilterStore for Filters {
 }
 
 /// The filter language's environment here: the program's call sites, no trace events, no
-/// snapshot buffer, and only the function commands the agent runs (`traceon`, `traceoff`):
+/// snapshot buffer, and only the function commands the agent runs (`traceon`, `traceoff`,
+/// `stacktrace`):
 /// any other is refused with `EINVAL`, changing nothing.
 struct LiveCommands(Arc<dyn SymbolTable + Send + Sync>);
 
@@ -550,7 +558,10 @@ impl CommandEnv for LiveCommands {
     }
 
     fn supports(&self, cmd: ProbeCommand) -> bool {
-        matches!(cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff)
+        matches!(
+            cmd,
+            ProbeCommand::Traceon | ProbeCommand::Traceoff | ProbeCommand::Stacktrace
+        )
     }
 }
 

@@ -111,10 +111,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
          with the program's `proc_writer` thread in its place the test passes ([`RETVAL_VARIANT`])",
     ),
     (
-        "ftrace - stacktrace filter command",
-        "the `stacktrace` function command (EINVAL)",
-    ),
-    (
         "ftrace - test for function event triggers",
         "the sched events cannot be enabled: nothing records them (ENODEV)",
     ),

@@ -713,7 +713,7 @@ fn traceoff_command_runs_in_the_program() {
     // A command the agent cannot run is refused and changes nothing.
     let before = m.read("set_ftrace_filter");
     let o = sh(&format!(
-        "/bin/echo 'tick_beta:stacktrace' >> {}",
+        "/bin/echo 'tick_beta:dump' >> {}",
         m.path("set_ftrace_filter").display()
     ));
     assert!(!o.status.success());

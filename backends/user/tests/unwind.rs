@@ -305,3 +305,127 @@ fn glibc_backtrace_sees_the_real_frames() {
     assert_eq!(want.len(), 5, "{want:?}");
     assert_eq!(own(&traced.stdout), want);
 }
+
+/// The `<stack trace>` blocks of a `trace` text: each block's frame names (` => NAME`).
+fn stack_traces(text: &str) -> Vec<Vec<String>> {
+    let mut out: Vec<Vec<String>> = Vec::new();
+    let mut open = false;
+    for l in text.lines() {
+        if l.ends_with("<stack trace>") {
+            out.push(Vec::new());
+            open = true;
+        } else if let (true, Some(f)) = (open, l.strip_prefix(" => ")) {
+            out.last_mut().unwrap().push(f.to_string());
+        } else {
+            open = false;
+        }
+    }
+    out
+}
+
+/// Waits up to 20 s for `f` to give something.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn stacktrace_command_records_the_program_stack() {
+    use std::process::Stdio;
+    let dir = scratch("stacktrace");
+    let exe = dir.join("stack");
+    build(
+        Command::new("gcc")
+            .args(["-O2", "-pg", "-mfentry", "-mrecord-mcount"])
+            .args(["-mnop-mcount", "-fno-pie", "-no-pie", "-o"])
+            .arg(&exe)
+            .arg(program("stack.c")),
+    );
+    let mnt = dir.join("tracing");
+    let _ = std::fs::remove_dir_all(dir.join("rec"));
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["record", "-t", "function", "--mount"])
+        .arg(&mnt)
+        .arg("-o")
+        .arg(dir.join("rec"))
+        .arg("--")
+        .arg(&exe)
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let stdin = tool.stdin.take();
+    let mut tool = Stop(tool);
+    let file = |f: &str| mnt.join(f);
+    wait_for("the mount", || {
+        file("available_tracers").exists().then_some(())
+    });
+    let append = |text: &str, f: &str| {
+        use std::io::Write;
+        let mut h = std::fs::OpenOptions::new()
+            .append(true)
+            .open(file(f))
+            .unwrap();
+        h.write_all(text.as_bytes()).unwrap();
+    };
+    let trace = || std::fs::read_to_string(file("trace")).unwrap();
+
+    // Under nop: two hits of `leaf`, each its whole stack, innermost first.
+    std::fs::write(file("current_tracer"), "nop\n").unwrap();
+    append("leaf:stacktrace:2\n", "set_ftrace_filter");
+    let filter = std::fs::read_to_string(file("set_ftrace_filter")).unwrap();
+    assert!(filter.contains("leaf:stacktrace:count="), "{filter}");
+    let st = wait_for("two stack traces", || {
+        let st = stack_traces(&trace());
+        (st.len() >= 2).then_some(st)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let again = trace();
+    assert_eq!(stack_traces(&again).len(), 2, "a count of 2:\n{again}");
+    for s in &st {
+        assert_eq!(s[..4], ["leaf", "mid", "top", "main"], "{again}");
+        assert!(
+            s.iter().any(|f| f.starts_with("__libc_start_main")),
+            "{s:?}"
+        );
+    }
+
+    // Under function_graph, every traced frame's return address is the return trampoline:
+    // the walk still names the real callers, past `main` into libc.
+    std::fs::write(file("current_tracer"), "function_graph\n").unwrap();
+    append("mid:stacktrace:1\n", "set_ftrace_filter");
+    let st = wait_for("a stack trace under function_graph", || {
+        stack_traces(&trace()).into_iter().next()
+    });
+    assert_eq!(st[..3], ["mid", "top", "main"], "{st:?}");
+    assert!(
+        st.iter().any(|f| f.starts_with("__libc_start_main")),
+        "{st:?}"
+    );
+
+    drop(stdin);
+    let out = wait_for("the tool to exit", || tool.0.try_wait().unwrap());
+    assert!(out.success());
+}

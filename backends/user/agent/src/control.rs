@@ -417,7 +417,7 @@ mod tests {
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u - - 0 - 0 0"),
+            Wanted::parse("STATE nop 1 0 local - - 10:snapshot:u - - 0 - 0 0"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);

@@ -175,7 +175,7 @@ pub unsafe extern "C" fn on_entry(
     // The function commands first (they run whatever `tracing_on` and the tracer are); a
     // site only probed records nothing.
     st.guard = 1;
-    let probed_only = crate::probe::run(ret - 5, parent);
+    let probed_only = crate::probe::run(ret - 5, parent, slot, st);
     st.guard = 0;
     if probed_only || !TRACING_ON.load(Ordering::Relaxed) {
         return;
@@ -366,7 +366,7 @@ fn thread_pointer() -> u64 {
 /// Creates the calling thread's buffer file and maps it.
 #[cold]
 #[inline(never)]
-fn register(st: &mut ThreadState) -> bool {
+pub(crate) fn register(st: &mut ThreadState) -> bool {
     if st.state == 2 {
         return false;
     }

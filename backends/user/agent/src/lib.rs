@@ -36,6 +36,7 @@ pub mod mcount;
 pub mod patch;
 pub mod pids;
 pub mod probe;
+pub mod stack;
 pub mod text;
 pub mod thresh;
 pub mod tramp;

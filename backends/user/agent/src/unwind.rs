@@ -348,7 +348,7 @@ type GetCfa = unsafe extern "C" fn(*mut c_void) -> usize;
 /// is the landing pad frame's own stack pointer at its call (measured: the value equals the
 /// callee's return slot + 8, for Rust and for C++). Every frame of the shadow stack whose
 /// return slot lies below it is dead and is closed now, before the landing pad runs; the
-/// others are hooked again ([`landing_pad`]).
+/// others are hooked again (`landing_pad`).
 ///
 /// # Safety
 /// As the real function: `context` is the unwinder's context passed to the personality.
