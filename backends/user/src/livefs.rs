@@ -14,12 +14,17 @@
 //! recorded only on the CPUs of the mask); the markers this tool records are not masked (their
 //! CPU is the tool's, not the writer's).
 //!
+//! `buffer_subbuf_size_kb` (4 to 512 KiB, per instance) is the size of the pages this tree
+//! serves (`trace_pipe_raw`, `events/header_page`) and so bounds one `trace_marker` event (a
+//! longer write is cut, and the writer writes the rest as the next event, as on Linux); the
+//! program's per-thread slot rings have no sub-buffers.
+//!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
 //! instances/x`) get their own buffers of marker events, their own function-filter files and
 //! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
-//! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
+//! size is fixed when a thread starts), pid
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
 //! commands other than `traceon` / `traceoff` / `stacktrace` (`EINVAL`; none in an
@@ -133,6 +138,9 @@ struct State {
     clock: ClockKind,
     nr_cpus: u32,
     buffer_bytes: u64,
+    /// `buffer_subbuf_size_kb` in bytes: the page size of `trace_pipe_raw` and
+    /// `events/header_page`, and what bounds one `trace_marker` event.
+    subbuf_bytes: u32,
     read_events: HashMap<u32, u64>,
     marker_syms: SortedSymbols,
 }
@@ -229,6 +237,7 @@ impl State {
             clock,
             nr_cpus,
             buffer_bytes,
+            subbuf_bytes: 4096,
             read_events: HashMap::new(),
             marker_syms,
         }
@@ -508,10 +517,11 @@ impl Reader for RawPipe {
                     process: 0,
                 })
                 .collect();
-            let Ok(raw) = crate::capture::cpu_pages(&recs) else {
+            let page = st.subbuf_bytes as usize;
+            let Ok(raw) = crate::capture::cpu_pages_sized(&recs, page) else {
                 return false;
             };
-            self.pages = raw.chunks(4096).map(<[u8]>::to_vec).collect();
+            self.pages = raw.chunks(page).map(<[u8]>::to_vec).collect();
         }
         match self.pages.pop_front() {
             Some(p) => {
@@ -763,15 +773,17 @@ impl TraceBackend for UserBackend {
     }
 
     fn subbuf_size(&self) -> u32 {
-        4096
+        lock(&self.state).subbuf_bytes
     }
 
+    /// The tree passes only the sizes Linux takes (4 KiB << 0..=7). The program's per-thread
+    /// slot rings have no sub-buffers: the size is the pages this tree serves.
     fn set_subbuf_size(&mut self, bytes: u32) -> Result<(), Errno> {
-        if bytes == 4096 {
-            Ok(())
-        } else {
-            Err(Errno::EINVAL)
+        if !bytes.is_power_of_two() || !(4096..=4096 << 7).contains(&bytes) {
+            return Err(Errno::EINVAL);
         }
+        lock(&self.state).subbuf_bytes = bytes;
+        Ok(())
     }
 
     fn clear(&mut self, cpu: Option<u32>) {

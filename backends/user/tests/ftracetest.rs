@@ -90,16 +90,8 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "buffer_size_kb: the per-thread buffers are sized at thread start (ENOMEM)",
     ),
     (
-        "Change the ringbuffer sub-buffer size",
-        "buffer_subbuf_size_kb: one sub-buffer size, 4 KiB (EINVAL)",
-    ),
-    (
         "(instance)  Change the ringbuffer size",
         "an instance's buffer is not resizable (ENOMEM)",
-    ),
-    (
-        "(instance)  Change the ringbuffer sub-buffer size",
-        "an instance has one sub-buffer size, 4 KiB (EINVAL)",
     ),
     (
         "ftrace - function pid filters",

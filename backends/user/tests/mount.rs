@@ -196,6 +196,39 @@ impl Drop for Mounted {
     }
 }
 
+/// Reads every CPU's `trace_pipe_raw` (without blocking) in reads of `page` bytes: each read
+/// is one whole page of that size holding only function events; returns how many.
+fn raw_functions(m: &Mounted, nr_cpus: usize, page_size: usize) -> usize {
+    let mut n = 0;
+    for cpu in 0..nr_cpus {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(m.path(&format!("per_cpu/cpu{cpu}/trace_pipe_raw")))
+            .unwrap();
+        let mut page = vec![0u8; page_size];
+        loop {
+            match f.read(&mut page) {
+                Ok(0) => break,
+                Ok(k) => {
+                    assert_eq!(k, page_size);
+                    let p = Page::new(&page).unwrap();
+                    for e in p.events() {
+                        let e = e.unwrap();
+                        let h = TraceEntry::read_from(e.payload).unwrap();
+                        assert_eq!(h.type_, EventId::Function.as_u16());
+                        assert!(FtraceEntry::read_from(e.payload).is_some());
+                        n += 1;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("trace_pipe_raw: {e}"),
+            }
+        }
+    }
+    n
+}
+
 /// The event lines of a `trace` text (not the `#` header).
 fn events(text: &str) -> Vec<&str> {
     text.lines()
@@ -329,36 +362,19 @@ fn mounted_tracefs_drives_a_live_program() {
     let nr_cpus = std::fs::read_dir(m.path("per_cpu")).unwrap().count();
     assert!(nr_cpus >= 1);
     let funcs_in_pages = wait_for("pages in trace_pipe_raw", || {
-        let mut n = 0;
-        for cpu in 0..nr_cpus {
-            let mut f = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(m.path(&format!("per_cpu/cpu{cpu}/trace_pipe_raw")))
-                .unwrap();
-            let mut page = vec![0u8; 4096];
-            loop {
-                match f.read(&mut page) {
-                    Ok(0) => break,
-                    Ok(k) => {
-                        assert_eq!(k, 4096);
-                        let p = Page::new(&page).unwrap();
-                        for e in p.events() {
-                            let e = e.unwrap();
-                            let h = TraceEntry::read_from(e.payload).unwrap();
-                            assert_eq!(h.type_, EventId::Function.as_u16());
-                            assert!(FtraceEntry::read_from(e.payload).is_some());
-                            n += 1;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => panic!("trace_pipe_raw: {e}"),
-                }
-            }
-        }
+        let n = raw_functions(&m, nr_cpus, 4096);
         (n > 0).then_some(n)
     });
     assert!(funcs_in_pages > 0);
+    // buffer_subbuf_size_kb: the pages (and header_page) follow it.
+    m.echo("8", "buffer_subbuf_size_kb");
+    assert_eq!(m.read("buffer_subbuf_size_kb"), "8\n");
+    let header = m.read("events/header_page");
+    assert!(header.contains("size:8176;"), "{header}");
+    wait_for("8 KiB pages in trace_pipe_raw", || {
+        (raw_functions(&m, nr_cpus, 8192) > 0).then_some(())
+    });
+    m.echo("4", "buffer_subbuf_size_kb");
 
     // function -> function_graph: the new tracer starts on empty buffers and shows durations.
     sh_ok(&format!(
