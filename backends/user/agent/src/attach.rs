@@ -62,7 +62,8 @@ fn attach(config_path: &Path) -> Result<usize, String> {
         std::fs::read(config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let cfg = parse_config(&bytes)?
         .ok_or_else(|| format!("{}: no output directory", config_path.display()))?;
-    if agent().is_some() {
+    // Checked first: a thread stopped inside the starting agent may hold its lock.
+    if crate::preload_starting() || agent().is_some() {
         return Err("the process is already traced by ftrace".into());
     }
     // Threads that recorded for an earlier attach registered with its instance: they register

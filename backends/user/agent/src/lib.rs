@@ -323,9 +323,22 @@ extern "C" fn agent_init() {
     if !loaded_as_shared_object() {
         return;
     }
+    PRELOAD_STARTING.store(true, Ordering::SeqCst);
     if let Err(e) = start(cfg, Arrival::Preloaded) {
         warn(&format!("not tracing: {e}"));
     }
+    PRELOAD_STARTING.store(false, Ordering::SeqCst);
+}
+
+/// Set while the preloaded agent starts (its constructor, before [`agent`] holds it): an
+/// attach that arrives then (the tool saw the agent in the process's maps) is refused as
+/// for a running agent, instead of starting a second time.
+static PRELOAD_STARTING: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the preloaded agent is starting ([`PRELOAD_STARTING`]).
+pub(crate) fn preload_starting() -> bool {
+    PRELOAD_STARTING.load(Ordering::SeqCst)
 }
 
 /// How the agent came into the process.
