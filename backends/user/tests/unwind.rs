@@ -429,3 +429,91 @@ fn stacktrace_command_records_the_program_stack() {
     let out = wait_for("the tool to exit", || tool.0.try_wait().unwrap());
     assert!(out.success());
 }
+
+#[test]
+fn cpp_exceptions_in_an_attached_process() {
+    use std::process::Stdio;
+    let dir = scratch("attached");
+    let exe = dir.join("throw_loop");
+    build(
+        Command::new("g++")
+            .args(["-O2", "-pg", "-mfentry", "-mrecord-mcount"])
+            .args(["-mnop-mcount", "-fno-pie", "-no-pie", "-o"])
+            .arg(&exe)
+            .arg(program("throw_loop.cpp")),
+    );
+    // On one CPU, as in `traced_as_untraced`.
+    // SAFETY: no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
+    let mut cmd = Command::new(&exe);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    // SAFETY: only sched_setaffinity (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let mut prog = cmd.spawn().unwrap();
+    let rec = dir.join("rec");
+    let _ = std::fs::remove_dir_all(&rec);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["record", "-t", "function_graph", "-o"])
+        .arg(&rec)
+        .args(["-p", &prog.id().to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Traced for a while (a few hundred throws), then detached (Ctrl-C).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = tool.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            let l = l.unwrap();
+            let _ = tx.send(l.clone());
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    wait_for("the attach", || {
+        rx.try_iter()
+            .any(|l| l.contains("attached to process"))
+            .then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(tool.id() as libc::pid_t, libc::SIGINT) };
+    let status = tool.wait().unwrap();
+    let err = reader.join().unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("detached"), "{err}");
+    // Detached, it keeps throwing and catching.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(prog.stdin.take());
+    let out = prog.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let v: Vec<&str> = text.split_whitespace().collect();
+    assert!(
+        v.len() == 4 && v[0] == "caught" && v[1] == v[3] && v[2] == "of",
+        "{text}"
+    );
+    // The recording: every throw's frames closed at the catch.
+    let report = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["report", "-i"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let trace = String::from_utf8_lossy(&report.stdout);
+    let got = calls(&trace);
+    balanced(&got);
+    let throws = got.iter().filter(|c| *c == "thrower(long)();").count();
+    assert!(throws > 10, "{throws} throws:\n{err}\n{trace}");
+}

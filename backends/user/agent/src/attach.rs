@@ -70,6 +70,8 @@ fn attach(config_path: &Path) -> Result<usize, String> {
     // again, with the new one, at their next traced call.
     handler::reset_current_thread();
     start(cfg, Arrival::Attached).map_err(|e| e.to_string())?;
+    // The unwinder interpositions: not preloaded, the agent must rewrite the objects' GOTs.
+    crate::got::hook_loaded_objects();
     Ok(agent().as_ref().map_or(0, |a| a.sites.len()))
 }
 
@@ -116,6 +118,7 @@ fn detach() -> Result<usize, String> {
         return Err("the agent is not tracing".into());
     };
     a.on = false;
+    crate::got::unhook();
     // Every enabled site, whatever enabled it (a tracer's selection, a function command).
     let n = a
         .patcher

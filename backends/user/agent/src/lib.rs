@@ -31,6 +31,7 @@ pub mod control;
 pub mod cpumask;
 pub mod dispatch;
 pub mod elf;
+pub mod got;
 pub mod handler;
 pub mod mcount;
 pub mod patch;
@@ -104,6 +105,20 @@ fn loaded_as_shared_object() -> bool {
         .iter()
         .find(|o| o.is_exec(me))
         .is_some_and(|o| !o.name.is_empty())
+}
+
+/// The agent's own load bias.
+fn own_object_bias() -> Option<usize> {
+    let me = agent_init as *const () as u64;
+    elf::loaded_objects()
+        .into_iter()
+        .find(|o| o.is_exec(me))
+        .map(|o| o.bias as usize)
+}
+
+/// Whether `addr` is in the agent's own text.
+pub(crate) fn in_own_text(addr: u64) -> bool {
+    own_object_range().is_some_and(|(lo, hi)| (lo..hi).contains(&addr))
 }
 
 fn own_object_range() -> Option<(u64, u64)> {

@@ -4,7 +4,8 @@
 //! function_graph replaces each traced frame's return address with a return trampoline, which
 //! has no unwind information: an unwinder walking such a stack stops there (a C++ exception
 //! ends in `std::terminate`). The agent interposes the unwinder's entry points (it is
-//! preloaded, so the program's calls into libgcc_s reach these first):
+//! preloaded, so the program's calls into libgcc_s reach these first; attached to a running
+//! process, it rewrites the objects' GOT entries instead, [`crate::got`]):
 //! `_Unwind_RaiseException`, `_Unwind_Resume`, `_Unwind_Resume_or_Rethrow`,
 //! `_Unwind_ForcedUnwind`, `_Unwind_Backtrace` and `_Unwind_SetIP`, and glibc's
 //! `backtrace(3)`. Before the real one runs, every live frame of the thread's shadow stack
@@ -53,7 +54,16 @@ fn next(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
         return p;
     }
     // SAFETY: a NUL-terminated name; RTLD_NEXT is valid in a shared object.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    if p == 0 {
+        // Attached (`dlopen`ed, not preloaded: [`crate::got`]), the agent's own dependencies
+        // lack libstdc++: the program's global scope has it, and not the agent.
+        // SAFETY: as above.
+        let d = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
+        if d != 0 && !crate::in_own_text(d as u64) {
+            p = d;
+        }
+    }
     if p == 0 {
         let msg = b"ftrace-agent: an unwinder function is missing from the program's libraries\n";
         // SAFETY: writing a static buffer to stderr.
