@@ -23,8 +23,10 @@
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
 //! instances/x`) get their own buffers of marker events, their own function-filter files and
 //! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
-//! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
-//! size is fixed when a thread starts), pid
+//! refused with an errno, never pretended: resizing the per-thread buffers at the top level
+//! (`ENOMEM`: their size is fixed when a thread starts; an instance's per-CPU marker buffers
+//! resize, top level or `per_cpu/cpuN`, and a full one overwrites its oldest events or, with
+//! `overwrite` off, refuses the write with `EBADF` and counts it in `dropped events`), pid
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
 //! commands other than `traceon` / `traceoff` / `stacktrace` (`EINVAL`; none in an
@@ -56,7 +58,7 @@ use ftrace_tracefs::filter_edit::CommandEnv;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::{
     EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
-    TraceBackend, TracerOption,
+    TraceBackend, TracerOption, ring_buffer_pages,
 };
 use ftrace_tracers::clock::ClockUnit;
 use ftrace_tracers::function::{
@@ -108,11 +110,115 @@ struct AgentPart {
     filters: FilterState,
 }
 
-/// Events recorded by the tool itself (`trace_marker`), in one instance.
-#[derive(Default)]
+/// Events recorded by the tool itself (`trace_marker`), in one instance: one buffer per CPU of
+/// `capacity[cpu]` data bytes (`buffer_size_kb`), each event taking its ring-buffer record's
+/// length ([`ftrace_ringbuf::page::event_length`]; the padding at a sub-buffer's end is not
+/// counted). A full CPU buffer overwrites its oldest events in `overwrite` mode (counted as
+/// missed before the next event kept, as `overrun` in `per_cpu/cpuN/stats`), else refuses
+/// the new one (`dropped events`).
 struct Markers {
     next: u64,
     events: VecDeque<LiveEvent>,
+    /// Per CPU: the data bytes its buffer holds.
+    capacity: Vec<u64>,
+    /// Per CPU: events refused because the buffer was full (not `overwrite`).
+    dropped: Vec<u64>,
+}
+
+/// What [`Markers::push`] does with a full CPU buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WhenFull {
+    /// Drop the oldest events of that CPU (the `overwrite` option).
+    Overwrite,
+    /// Refuse the new event.
+    Refuse,
+}
+
+/// The bytes a marker event takes in a CPU buffer.
+fn record_bytes(e: &LiveEvent) -> u64 {
+    ftrace_ringbuf::page::event_length(e.data.len()) as u64
+}
+
+impl Markers {
+    fn new(nr_cpus: u32, bytes: u64) -> Self {
+        let n = nr_cpus.max(1) as usize;
+        Markers {
+            next: 0,
+            events: VecDeque::new(),
+            capacity: vec![bytes; n],
+            dropped: vec![0; n],
+        }
+    }
+
+    /// The bytes the events of `cpu` take.
+    fn used(&self, cpu: u32) -> u64 {
+        self.events
+            .iter()
+            .filter(|e| e.cpu == cpu)
+            .map(record_bytes)
+            .sum()
+    }
+
+    /// Drops the oldest events of `cpu` until `more` bytes fit; the next event of that CPU
+    /// kept (or `next`, when none is) counts them as missed. Returns whether they fit.
+    fn make_room(&mut self, cpu: u32, more: u64, next: Option<&mut LiveEvent>) -> bool {
+        let cap = self.capacity.get(cpu as usize).copied().unwrap_or(0);
+        let mut used = self.used(cpu);
+        let mut lost = 0;
+        while used + more > cap {
+            let Some(i) = self.events.iter().position(|e| e.cpu == cpu) else {
+                break;
+            };
+            let e = self.events.remove(i).expect("found above");
+            used -= record_bytes(&e);
+            lost += 1 + e.missed;
+        }
+        if lost > 0 {
+            match self.events.iter_mut().find(|e| e.cpu == cpu) {
+                Some(e) => e.missed += lost,
+                None => {
+                    if let Some(n) = next {
+                        n.missed += lost;
+                    }
+                }
+            }
+        }
+        used + more <= cap
+    }
+
+    /// Records `e` in its CPU's buffer; `false` when it was refused (full, [`WhenFull::Refuse`],
+    /// counted in `dropped`).
+    fn push(&mut self, mut e: LiveEvent, full: WhenFull) -> bool {
+        let cpu = e.cpu;
+        let len = record_bytes(&e);
+        let fits = match full {
+            WhenFull::Overwrite => self.make_room(cpu, len, Some(&mut e)),
+            WhenFull::Refuse => {
+                let cap = self.capacity.get(cpu as usize).copied().unwrap_or(0);
+                self.used(cpu) + len <= cap
+            }
+        };
+        if !fits {
+            if let Some(d) = self.dropped.get_mut(cpu as usize) {
+                *d += 1;
+            }
+            return false;
+        }
+        e.index = self.next;
+        self.next += 1;
+        self.events.push_back(e);
+        true
+    }
+
+    /// Sets the capacity of one CPU's buffer (or all); a smaller buffer loses its oldest
+    /// events, counted as missed.
+    fn resize(&mut self, cpu: Option<u32>, bytes: u64) {
+        let n = self.capacity.len() as u32;
+        for c in (0..n).filter(|&c| cpu.is_none_or(|x| x == c)) {
+            self.capacity[c as usize] = bytes;
+            self.make_room(c, 0, None);
+        }
+    }
 }
 
 /// One instance's state.
@@ -232,7 +338,7 @@ impl State {
             pids: [Vec::new(), Vec::new()],
             cpumask: None,
             tracer_flags,
-            markers: Markers::default(),
+            markers: Markers::new(nr_cpus, buffer_bytes),
             comms: HashMap::new(),
             clock,
             nr_cpus,
@@ -439,25 +545,34 @@ impl State {
         out
     }
 
-    fn add_marker(&mut self, data: Vec<u8>) {
+    fn add_marker(&mut self, data: Vec<u8>) -> Result<(), Errno> {
         let pid = CALLER_PID.load(Ordering::Relaxed);
         if let std::collections::hash_map::Entry::Vacant(v) = self.comms.entry(pid) {
             if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
                 v.insert(c.trim_end().to_string());
             }
         }
-        let m = &mut self.markers;
-        m.events.push_back(LiveEvent {
+        let full = if TraceOptions::from_bits_retain(self.flags).contains(TraceOptions::OVERWRITE) {
+            WhenFull::Overwrite
+        } else {
+            WhenFull::Refuse
+        };
+        let e = LiveEvent {
             buf: usize::MAX,
-            index: m.next,
+            index: 0,
             cpu: this_cpu(),
             ts: now_clock(self.clock),
             tid: pid,
             data,
             missed: 0,
             lost_below: 0,
-        });
-        m.next += 1;
+        };
+        if self.markers.push(e, full) {
+            Ok(())
+        } else {
+            // A full buffer refuses the write as if not open for writing (Linux).
+            Err(Errno::EBADF)
+        }
     }
 }
 
@@ -760,16 +875,34 @@ impl TraceBackend for UserBackend {
         Some(st.on)
     }
 
-    fn resize(&mut self, _cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
-        if bytes == lock(&self.state).buffer_bytes {
-            Ok(())
-        } else {
-            Err(Errno::ENOMEM)
+    /// The top level's buffers are the program's per-thread rings, sized when a thread
+    /// starts: any other size is refused (`ENOMEM`). An instance's are this tool's per-CPU
+    /// marker buffers, resized as the kernel sizes its pages: whole
+    /// sub-buffers of data, at least two ([`ring_buffer_pages`]).
+    fn resize(&mut self, cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
+        let mut st = lock(&self.state);
+        if st.agent.is_some() {
+            return if bytes == st.buffer_bytes {
+                Ok(())
+            } else {
+                Err(Errno::ENOMEM)
+            };
         }
+        if cpu.is_some_and(|c| c as usize >= st.markers.capacity.len()) {
+            return Err(Errno::EINVAL);
+        }
+        let data = u64::from(st.subbuf_bytes) - 16;
+        let bytes = ring_buffer_pages(bytes, data) * data;
+        st.markers.resize(cpu, bytes);
+        Ok(())
     }
 
-    fn buffer_bytes(&self, _cpu: u32) -> u64 {
-        lock(&self.state).buffer_bytes
+    fn buffer_bytes(&self, cpu: u32) -> u64 {
+        let st = lock(&self.state);
+        match &st.agent {
+            Some(_) => st.buffer_bytes,
+            None => st.markers.capacity.get(cpu as usize).copied().unwrap_or(0),
+        }
     }
 
     fn subbuf_size(&self) -> u32 {
@@ -815,7 +948,8 @@ impl TraceBackend for UserBackend {
         w.write_str("now ts: ")?;
         ts(w, now_clock(st.clock))?;
         w.write_str("\n")?;
-        writeln!(w, "dropped events: 0")?;
+        let dropped = st.markers.dropped.get(cpu as usize).copied().unwrap_or(0);
+        writeln!(w, "dropped events: {dropped}")?;
         let read = *st.read_events.entry(cpu).or_default();
         writeln!(w, "read events: {read}")
     }
@@ -853,10 +987,10 @@ impl TraceBackend for UserBackend {
         let sink = Collect::default();
         let opts = TraceOptions::from_bits_retain(st.flags);
         marker(text, MARKER_SYMBOL.1, opts, &Caller, &sink)?;
-        if let Some(d) = sink.0.into_inner() {
-            st.add_marker(d);
+        match sink.0.into_inner() {
+            Some(d) => st.add_marker(d),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno> {
@@ -869,10 +1003,10 @@ impl TraceBackend for UserBackend {
         let mut all = id.to_ne_bytes().to_vec();
         all.extend_from_slice(data);
         marker_raw(&all, opts, &Caller, &sink)?;
-        if let Some(d) = sink.0.into_inner() {
-            st.add_marker(d);
+        match sink.0.into_inner() {
+            Some(d) => st.add_marker(d),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn set_event_state(
@@ -1204,5 +1338,72 @@ impl Host for UserHost {
 
     fn functions(&self) -> Option<&dyn FunctionRecords> {
         Some(&self.records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(cpu: u32, len: usize) -> LiveEvent {
+        LiveEvent {
+            buf: usize::MAX,
+            index: 0,
+            cpu,
+            ts: 0,
+            tid: 1,
+            data: vec![0; len],
+            missed: 0,
+            lost_below: 0,
+        }
+    }
+
+    #[test]
+    fn a_full_marker_buffer_overwrites_its_oldest_and_counts_them() {
+        // 36-byte records (32 bytes of data + the 4-byte header): three fit in 108 bytes.
+        let mut m = Markers::new(2, 108);
+        for _ in 0..5 {
+            assert!(m.push(ev(0, 32), WhenFull::Overwrite));
+        }
+        assert!(m.push(ev(1, 32), WhenFull::Overwrite));
+        let cpu0: Vec<(u64, u64)> = m
+            .events
+            .iter()
+            .filter(|e| e.cpu == 0)
+            .map(|e| (e.index, e.missed))
+            .collect();
+        assert_eq!(cpu0, [(2, 2), (3, 0), (4, 0)]);
+        assert_eq!(m.used(0), 108);
+        assert_eq!(m.dropped, [0, 0]);
+    }
+
+    #[test]
+    fn a_full_marker_buffer_refuses_without_overwrite() {
+        let mut m = Markers::new(1, 110);
+        for _ in 0..3 {
+            assert!(m.push(ev(0, 32), WhenFull::Refuse));
+        }
+        assert!(!m.push(ev(0, 32), WhenFull::Refuse));
+        assert_eq!(m.events.len(), 3);
+        assert_eq!(m.dropped, [1]);
+    }
+
+    #[test]
+    fn shrinking_one_cpu_drops_its_oldest_only() {
+        let mut m = Markers::new(2, 1000);
+        for i in 0..6 {
+            assert!(m.push(ev(i % 2, 32), WhenFull::Overwrite));
+        }
+        m.resize(Some(0), 40);
+        assert_eq!(m.capacity, [40, 1000]);
+        let kept: Vec<(u32, u64, u64)> = m
+            .events
+            .iter()
+            .map(|e| (e.cpu, e.index, e.missed))
+            .collect();
+        assert_eq!(kept, [(1, 1, 0), (1, 3, 0), (0, 4, 2), (1, 5, 0)]);
+        m.resize(None, 2000);
+        assert_eq!(m.capacity, [2000, 2000]);
+        assert_eq!(m.events.len(), 4);
     }
 }

@@ -90,10 +90,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "buffer_size_kb: the per-thread buffers are sized at thread start (ENOMEM)",
     ),
     (
-        "(instance)  Change the ringbuffer size",
-        "an instance's buffer is not resizable (ENOMEM)",
-    ),
-    (
         "ftrace - function pid filters",
         "set_ftrace_pid names the suite's shell, not a thread of the traced program: nothing traced",
     ),
