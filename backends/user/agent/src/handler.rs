@@ -50,7 +50,8 @@ pub fn update_fast_path() {
     let task_filters = crate::pids::PID_FILTERED.load(Ordering::Relaxed)
         || crate::cpumask::CPU_FILTERED.load(Ordering::Relaxed);
     TASK_FILTERS.store(task_filters, Ordering::Relaxed);
-    let tsc_on = tsc_on && !task_filters;
+    // A pending resize takes every event through the handlers, where threads switch rings.
+    let tsc_on = tsc_on && !task_filters && !crate::resize::PENDING.load(Ordering::Relaxed);
     FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
     let recording = TRACING_ON.load(Ordering::Relaxed) && tracer != 0;
     crate::mcount::MCOUNT_ON.store(u8::from(recording), Ordering::Relaxed);
@@ -131,6 +132,8 @@ pub struct ThreadState {
     /// The stack pointer of the unwinder call that restored the return addresses (state
     /// [`crate::unwind::UNWOUND`]).
     pub unwinder_sp: u64,
+    /// The ring generation `writer` belongs to ([`crate::resize`]).
+    pub ring_gen: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() <= tramp::TLS_BYTES);
@@ -188,6 +191,9 @@ pub unsafe extern "C" fn on_entry(
     if st.state != 1 && st.state != crate::unwind::UNWOUND && !register(st) {
         st.guard = 0;
         return;
+    }
+    if crate::resize::stale(st) {
+        crate::resize::take(st);
     }
     if TASK_FILTERS.load(Ordering::Relaxed) && !task_admitted(st) {
         st.guard = 0;
@@ -286,6 +292,9 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -
             // signal handler's events cannot come in between ([`buffer::retval_of`]).
             let guard = st.guard;
             st.guard = 1;
+            if guard == 0 && crate::resize::stale(st) {
+                crate::resize::take(st);
+            }
             if RETVAL.load(Ordering::Relaxed) {
                 // SAFETY: a frame was pushed, so the buffer is registered.
                 unsafe {
@@ -370,6 +379,7 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
     if st.state == 2 {
         return false;
     }
+    let generation = crate::resize::current_gen();
     let inst = INSTANCE.load(Ordering::Acquire);
     if inst.is_null() {
         return false;
@@ -396,6 +406,8 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
                     st.cpu = &st.fallback_cpu;
                 }
             }
+            st.ring_gen = generation;
+            crate::resize::note(st.tid, generation);
             st.state = 1;
             true
         }
@@ -407,7 +419,7 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
     }
 }
 
-fn create_buffer(inst: &Instance) -> Option<Writer> {
+pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
     // SAFETY: no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
     let mut comm = [0u8; 16];

@@ -11,6 +11,7 @@
 //! - [`patch`], [`text`]: the site forms, the breakpoint and stop-the-world protocols, and the
 //!   platform primitives under them (W^X text writes, membarrier, thread stop).
 //! - [`buffer`]: the per-thread buffer files; [`clock`]: TSC and CLOCK_MONOTONIC.
+//! - [`resize`]: threads moving to rings of a new size while the program runs.
 //!
 //! The agent itself is never instrumented (it is built without instrumentation flags; the
 //! per-thread recursion guard is the second line of defence). It arms itself only when loaded
@@ -37,6 +38,7 @@ pub mod mcount;
 pub mod patch;
 pub mod pids;
 pub mod probe;
+pub mod resize;
 pub mod stack;
 pub mod text;
 pub mod thresh;
