@@ -224,6 +224,22 @@ impl AgentLink {
         }
     }
 
+    /// Asks every thread of the program to move to a ring file of `bytes` bytes
+    /// (`ftrace_agent::resize`).
+    pub fn resize(&mut self, bytes: u64) -> Result<(), Errno> {
+        self.send(format!("RESIZE {bytes}\n").as_bytes())?;
+        let l = self.line()?;
+        if l.starts_with("OK ") {
+            return Ok(());
+        }
+        let code = l
+            .strip_prefix("ERR ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|c| c.parse::<i32>().ok())
+            .unwrap_or(libc::EIO);
+        Err(Errno(code))
+    }
+
     /// Asks for the whole state `w`; returns the number of site writes.
     pub fn set_state(&mut self, w: &Wanted) -> Result<usize, Errno> {
         let mut req = w.to_request();

@@ -19,14 +19,20 @@
 //! longer write is cut, and the writer writes the rest as the next event, as on Linux); the
 //! program's per-thread slot rings have no sub-buffers.
 //!
+//! `buffer_size_kb` (top level or `per_cpu/cpuN`, whole sub-buffers as the kernel rounds,
+//! `X` at the top when the CPUs differ) sizes this tool's per-CPU marker buffers (a full one
+//! overwrites its oldest events, counted as missed, or with `overwrite` off refuses the write
+//! with `EBADF`, counted in `dropped events`) and, at the top level, the program's
+//! per-thread rings: the kernel's per-CPU buffers are per-thread rings here, so every thread
+//! moves to a ring of the largest per-CPU size (a thread runs on any CPU) the next time it
+//! records through the agent's handlers, its earlier events kept in its old ring
+//! ([`ftrace_agent::resize`]).
+//!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
 //! instances/x`) get their own buffers of marker events, their own function-filter files and
 //! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
-//! refused with an errno, never pretended: resizing the per-thread buffers at the top level
-//! (`ENOMEM`: their size is fixed when a thread starts; an instance's per-CPU marker buffers
-//! resize, top level or `per_cpu/cpuN`, and a full one overwrites its oldest events or, with
-//! `overwrite` off, refuses the write with `EBADF` and counts it in `dropped events`), pid
+//! refused with an errno, never pretended: pid
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
 //! commands other than `traceon` / `traceoff` / `stacktrace` (`EINVAL`; none in an
@@ -875,34 +881,48 @@ impl TraceBackend for UserBackend {
         Some(st.on)
     }
 
-    /// The top level's buffers are the program's per-thread rings, sized when a thread
-    /// starts: any other size is refused (`ENOMEM`). An instance's are this tool's per-CPU
-    /// marker buffers, resized as the kernel sizes its pages: whole
-    /// sub-buffers of data, at least two ([`ring_buffer_pages`]).
+    /// Sizes are whole sub-buffers of data, at least two, as the kernel sizes its pages
+    /// (`ring_buffer_pages`). An instance's buffers are this tool's per-CPU marker buffers.
+    /// At the top level the program's per-thread rings are resized too: every thread moves
+    /// to a ring of the largest per-CPU size (a thread runs on any CPU), the events before
+    /// the switch kept in its old ring (`ftrace_agent::resize`).
     fn resize(&mut self, cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
-        let mut st = lock(&self.state);
-        if st.agent.is_some() {
-            return if bytes == st.buffer_bytes {
-                Ok(())
-            } else {
-                Err(Errno::ENOMEM)
-            };
-        }
+        let mut guard = lock(&self.state);
+        let st = &mut *guard;
         if cpu.is_some_and(|c| c as usize >= st.markers.capacity.len()) {
             return Err(Errno::EINVAL);
         }
+        let targets = |c: usize| cpu.is_none_or(|x| x as usize == c);
+        if (0..st.markers.capacity.len())
+            .filter(|&c| targets(c))
+            .all(|c| st.markers.capacity[c] == bytes)
+        {
+            // The size in force (the tree's first-use expansion to `trace_buf_size`).
+            return Ok(());
+        }
         let data = u64::from(st.subbuf_bytes) - 16;
         let bytes = ring_buffer_pages(bytes, data) * data;
+        let mut sizes = st.markers.capacity.clone();
+        for (c, s) in sizes.iter_mut().enumerate() {
+            if targets(c) {
+                *s = bytes;
+            }
+        }
+        let ring = sizes.iter().copied().max().unwrap_or(bytes);
+        if let Some(a) = &mut st.agent {
+            if ring != st.buffer_bytes {
+                a.link
+                    .resize(ftrace_agent::buffer::HEADER_SIZE as u64 + ring)?;
+                st.buffer_bytes = ring;
+            }
+        }
         st.markers.resize(cpu, bytes);
         Ok(())
     }
 
     fn buffer_bytes(&self, cpu: u32) -> u64 {
         let st = lock(&self.state);
-        match &st.agent {
-            Some(_) => st.buffer_bytes,
-            None => st.markers.capacity.get(cpu as usize).copied().unwrap_or(0),
-        }
+        st.markers.capacity.get(cpu as usize).copied().unwrap_or(0)
     }
 
     fn subbuf_size(&self) -> u32 {

@@ -86,10 +86,6 @@ const ABSENT_FEATURES: &[(&str, &str)] = &[
 /// for the reason given.
 const KNOWN_FAILURES: &[(&str, &str)] = &[
     (
-        "Change the ringbuffer size",
-        "buffer_size_kb: the per-thread buffers are sized at thread start (ENOMEM)",
-    ),
-    (
         "ftrace - function pid filters",
         "set_ftrace_pid names the suite's shell, not a thread of the traced program: nothing traced",
     ),

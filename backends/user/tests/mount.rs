@@ -1222,3 +1222,80 @@ fn tracing_cpumask_records_only_its_cpus() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The sizes of the program's ring files named `buf-<tid>.<n>` (the rings a thread moved to),
+/// under the tool's ring directory (`/dev/shm/ftrace-rings.<tool pid>.*`, else the recording).
+fn moved_ring_sizes(m: &Mounted) -> Vec<u64> {
+    fn walk(d: &Path, out: &mut Vec<u64>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if name.starts_with("buf-") && name.contains('.') {
+                out.push(e.metadata().map_or(0, |m| m.len()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let prefix = format!("ftrace-rings.{}.", m.tool.id());
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            walk(&e.path(), &mut out);
+        }
+    }
+    walk(&m.rec, &mut out);
+    out
+}
+
+/// `buffer_size_kb` at the top level moves the running program's threads to rings of the new
+/// size (new `buf-<tid>.<n>` files of that size), events keep coming, and a `per_cpu/cpu0`
+/// write reads back there while the top level reads `X`.
+#[test]
+fn buffer_size_kb_resizes_the_programs_rings_while_it_runs() {
+    let m = Mounted::start("resize", "function");
+    let orig: u64 = m
+        .read("buffer_size_kb")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    m.echo(&(orig * 2).to_string(), "buffer_size_kb");
+    let kb: u64 = m.read("buffer_size_kb").trim().parse().unwrap();
+    // Whole 4080-byte sub-buffers, as the kernel rounds.
+    assert!(kb >= orig * 2 && kb < orig * 2 + 4, "{kb}");
+    // A ring file: its 4 KiB header, then the size read back (in bytes, whole sub-buffers).
+    wait_for("rings of the new size", || {
+        moved_ring_sizes(&m)
+            .iter()
+            .any(|&len| len > 4096 && (len - 4096) >> 10 == kb)
+            .then_some(())
+    });
+    m.echo("", "trace");
+    wait_for("events after the resize", || {
+        m.read("trace").contains("tick_beta").then_some(())
+    });
+    m.echo(&orig.to_string(), "per_cpu/cpu0/buffer_size_kb");
+    let cpu0: u64 = m
+        .read("per_cpu/cpu0/buffer_size_kb")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(cpu0 >= orig && cpu0 < orig + 4, "{cpu0}");
+    if std::path::Path::new(&m.path("per_cpu/cpu1")).exists() {
+        assert_eq!(m.read("buffer_size_kb"), "X\n");
+    }
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = String::from_utf8_lossy(&out.stdout);
+    assert!(calls.ends_with(" wrong 0\n"), "{calls}");
+}

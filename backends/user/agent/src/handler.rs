@@ -45,13 +45,14 @@ pub static TASK_FILTERS: AtomicBool = AtomicBool::new(false);
 /// filters or `tracing_on`.
 pub fn update_fast_path() {
     let tsc_on = CLOCK_TSC.load(Ordering::Relaxed) && TRACING_ON.load(Ordering::Relaxed);
+    // A pending resize takes every event through the handlers, where threads switch rings.
+    let tsc_on = tsc_on && !crate::resize::PENDING.load(Ordering::Relaxed);
     let tracer = TRACER.load(Ordering::Relaxed);
     // Pid-filtered or cpu-masked tracing takes the full-save path, where they are checked.
     let task_filters = crate::pids::PID_FILTERED.load(Ordering::Relaxed)
         || crate::cpumask::CPU_FILTERED.load(Ordering::Relaxed);
     TASK_FILTERS.store(task_filters, Ordering::Relaxed);
-    // A pending resize takes every event through the handlers, where threads switch rings.
-    let tsc_on = tsc_on && !task_filters && !crate::resize::PENDING.load(Ordering::Relaxed);
+    let tsc_on = tsc_on && !task_filters;
     FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
     let recording = TRACING_ON.load(Ordering::Relaxed) && tracer != 0;
     crate::mcount::MCOUNT_ON.store(u8::from(recording), Ordering::Relaxed);

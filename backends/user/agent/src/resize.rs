@@ -1,6 +1,5 @@
-//! Resizing the threads' rings while the program runs (`buffer_size_kb`): the agent-side
-//! switch. Nothing in the tool asks for it yet (the live mount still refuses a new size at the
-//! top level); this module is the part the program runs.
+//! Resizing the threads' rings while the program runs (`buffer_size_kb` on the live mount,
+//! the control request `RESIZE <bytes>`).
 //!
 //! A request ([`request`]) installs an [`Instance`] with the new size and bumps
 //! [`RING_GEN`]. Every thread then moves to a new ring of that size the next time one of the
@@ -146,8 +145,8 @@ pub(crate) fn take(st: &mut ThreadState) {
 
 /// Turns the fast paths back on when every registered thread still alive writes the newest
 /// generation (a thread gone from `/proc/self/task` never writes again). Returns whether a
-/// request is still pending. For the control thread to call after a request and then
-/// periodically (nothing calls it yet: the tool sends no request).
+/// request is still pending. Called every 10 ms after a request by a thread the control
+/// thread starts, until it returns `false`.
 pub fn settle() -> bool {
     if !PENDING.load(Ordering::Relaxed) {
         return false;
