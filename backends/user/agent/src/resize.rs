@@ -106,12 +106,25 @@ pub(crate) fn current_gen() -> u32 {
     RING_GEN.load(Ordering::Acquire)
 }
 
-/// Notes that thread `tid` writes generation `generation` now.
+/// Notes that thread `tid` writes generation `generation` now. Gives up after a bounded wait
+/// for the lock: in a child forked while another thread held it, it is never released (a
+/// thread not noted only makes [`settle`] not wait for it; it still switches at its next
+/// handler).
 pub(crate) fn note(tid: u32, generation: u32) {
-    let mut t = THREADS.lock().unwrap_or_else(|e| e.into_inner());
-    match t.iter_mut().find(|e| e.0 == tid) {
-        Some(e) => e.1 = generation,
-        None => t.push((tid, generation)),
+    for _ in 0..1000 {
+        let mut t = match THREADS.try_lock() {
+            Ok(t) => t,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::yield_now();
+                continue;
+            }
+        };
+        match t.iter_mut().find(|e| e.0 == tid) {
+            Some(e) => e.1 = generation,
+            None => t.push((tid, generation)),
+        }
+        return;
     }
 }
 
