@@ -285,6 +285,13 @@ impl AgentLink {
         Ok((soft == "1", counts))
     }
 
+    /// Asks every thread of the program to move to a ring file of `bytes` bytes
+    /// (`ftrace_agent::resize`).
+    pub fn resize(&mut self, bytes: u64) -> Result<(), Errno> {
+        self.send(format!("RESIZE {bytes}\n").as_bytes())?;
+        self.answer().map(|_| ())
+    }
+
     /// Reads an `OK <n>` / `ERR <errno> <text>` answer.
     fn answer(&mut self) -> Result<usize, Errno> {
         let l = self.line()?;

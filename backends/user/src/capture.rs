@@ -67,9 +67,16 @@ pub struct PageWriter<W: std::io::Write> {
 }
 
 impl<W: std::io::Write> PageWriter<W> {
-    /// A writer of pages to `out`.
+    /// A writer of 4 KiB pages to `out`.
     pub fn new(out: W) -> Result<Self, String> {
-        let buf = CpuBuffer::new(HeapPages, 16, 4096).map_err(|e| format!("ring buffer: {e:?}"))?;
+        Self::with_page_size(out, 4096)
+    }
+
+    /// A writer of `page_size`-byte pages (the sub-buffer size, `buffer_subbuf_size_kb`) to
+    /// `out`.
+    pub fn with_page_size(out: W, page_size: usize) -> Result<Self, String> {
+        let buf =
+            CpuBuffer::new(HeapPages, 16, page_size).map_err(|e| format!("ring buffer: {e:?}"))?;
         buf.set_mode(Mode::ProducerConsumer);
         Ok(PageWriter {
             buf,
@@ -125,9 +132,14 @@ impl<W: std::io::Write> PageWriter<W> {
     }
 }
 
-/// Encodes one CPU's events (sorted by timestamp) as raw pages.
+/// Encodes one CPU's events (sorted by timestamp) as raw 4 KiB pages.
 pub fn cpu_pages(events: &[Event]) -> Result<Vec<u8>, String> {
-    let mut w = PageWriter::new(Vec::new())?;
+    cpu_pages_sized(events, 4096)
+}
+
+/// Encodes one CPU's events (sorted by timestamp) as raw pages of `page_size` bytes.
+pub fn cpu_pages_sized(events: &[Event], page_size: usize) -> Result<Vec<u8>, String> {
+    let mut w = PageWriter::with_page_size(Vec::new(), page_size)?;
     for e in events {
         w.push(e)?;
     }

@@ -254,11 +254,16 @@ impl LiveRecording {
                     continue;
                 }
                 match ring.read(i) {
-                    // A return value is read with its exit (the next slot); a consumer
-                    // passes over it as over padding.
+                    // A return value is read with its exit (the next slot), a stack
+                    // record's frames with its head, an event's data slots with its head; a
+                    // consumer passes over them as over padding.
                     SlotRead::Event(s)
-                        if s.kind() == buffer::KIND_GRAPH_RETVAL
-                            || s.kind() == event::KIND_EVENT_DATA =>
+                        if matches!(
+                            s.kind(),
+                            buffer::KIND_GRAPH_RETVAL
+                                | buffer::KIND_STACK_MORE
+                                | event::KIND_EVENT_DATA
+                        ) =>
                     {
                         if pipe {
                             b.extra.insert(i);
@@ -307,6 +312,17 @@ impl LiveRecording {
                             })
                             .collect();
                         event::assemble(&s, &tail, b.tid)
+                    }
+                    // A stack record: its frames in the slots before its head.
+                    buffer::KIND_STACK => {
+                        let frames = ftrace_agent::stack::frames_of(&s, &|k| match i
+                            .checked_sub(k as u64)
+                            .map(|j| ring.read(j))
+                        {
+                            Some(SlotRead::Event(p)) => Some(p),
+                            _ => None,
+                        });
+                        Some(stack_entry_bytes(&frames, b.tid))
                     }
                     _ => entry_bytes(&s, before.as_ref(), b.tid, &cv),
                 };
@@ -371,6 +387,26 @@ impl LiveRecording {
             }
         }
     }
+}
+
+/// The `kernel_stack` record (`struct stack_entry`: the common header, `size`, then the
+/// return addresses, innermost first) of thread `tid` for `frames`.
+fn stack_entry_bytes(frames: &[u64], tid: u32) -> Vec<u8> {
+    use ftrace_core::entry::{Pod, TraceEntry};
+    use ftrace_core::event::EventId;
+    let ent = TraceEntry {
+        type_: EventId::KernelStack.as_u16(),
+        flags: 0,
+        preempt_count: 0,
+        pid: tid as i32,
+    };
+    let mut v = ent.as_bytes().to_vec();
+    v.extend_from_slice(&(frames.len() as i32).to_le_bytes());
+    v.extend_from_slice(&[0; 4]);
+    for f in frames {
+        v.extend_from_slice(&f.to_le_bytes());
+    }
+    v
 }
 
 #[cfg(test)]

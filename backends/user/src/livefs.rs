@@ -14,19 +14,34 @@
 //! recorded only on the CPUs of the mask); the markers this tool records are not masked (their
 //! CPU is the tool's, not the writer's).
 //!
+//! `buffer_subbuf_size_kb` (4 to 512 KiB, per instance) is the size of the pages this tree
+//! serves (`trace_pipe_raw`, `events/header_page`) and so bounds one `trace_marker` event (a
+//! longer write is cut, and the writer writes the rest as the next event, as on Linux); the
+//! program's per-thread slot rings have no sub-buffers.
+//!
+//! `buffer_size_kb` (top level or `per_cpu/cpuN`, whole sub-buffers as the kernel rounds,
+//! `X` at the top when the CPUs differ) sizes this tool's per-CPU marker buffers (a full one
+//! overwrites its oldest events, counted as missed, or with `overwrite` off refuses the write
+//! with `EBADF`, counted in `dropped events`) and, at the top level, the program's
+//! per-thread rings: the kernel's per-CPU buffers are per-thread rings here, so every thread
+//! moves to a ring of the largest per-CPU size (a thread runs on any CPU) the next time it
+//! records through the agent's handlers, its earlier events kept in its old ring
+//! ([`ftrace_agent::resize`]).
+//!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
 //! instances/x`) get their own buffers of marker events, their own function-filter files and
 //! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
-//! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
-//! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
+//! refused with an errno, never pretended: pid
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a `sched` event or an event in an instance (`ENODEV`: see
 //! [`register_events`]; the program's own events record, [`crate::progevents`]), and function
-//! commands other than `traceon` / `traceoff` (`EINVAL`; none in an instance). Invariant: a refused write
-//! changes nothing, here or in the program.
+//! commands other than `traceon` / `traceoff` / `stacktrace` (`EINVAL`; none in an
+//! instance). Invariant: a refused write changes nothing, here or in the program.
 //!
-//! `f:traceon[:N]` / `f:traceoff[:N]` run in the program (the agent's probe ops), which owns
+//! `f:traceon[:N]` / `f:traceoff[:N]` / `f:stacktrace[:N]` run in the program (the agent's
+//! probe ops; `stacktrace` records the thread's stack, walked by the program's unwinder from
+//! the traced call, as a `kernel_stack` record), which owns
 //! `tracing_on` and the counts while they run: the tree reads both back from the agent
 //! ([`TraceBackend::tracing_on`], the `set_ftrace_filter` read-back) and takes them before
 //! sending a new state. A probe that fires between that read and the new state's arrival
@@ -50,7 +65,7 @@ use ftrace_tracefs::filter_edit::CommandEnv;
 use ftrace_tracefs::filters::{FilterState, FilterStore, FilterWriter};
 use ftrace_tracefs::{
     EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
-    TraceBackend, TracerOption,
+    TraceBackend, TracerOption, ring_buffer_pages,
 };
 use ftrace_tracers::clock::ClockUnit;
 use ftrace_tracers::function::{
@@ -110,11 +125,115 @@ struct AgentPart {
     events: ProgramEvents,
 }
 
-/// Events recorded by the tool itself (`trace_marker`), in one instance.
-#[derive(Default)]
+/// Events recorded by the tool itself (`trace_marker`), in one instance: one buffer per CPU of
+/// `capacity[cpu]` data bytes (`buffer_size_kb`), each event taking its ring-buffer record's
+/// length ([`ftrace_ringbuf::page::event_length`]; the padding at a sub-buffer's end is not
+/// counted). A full CPU buffer overwrites its oldest events in `overwrite` mode (counted as
+/// missed before the next event kept, as `overrun` in `per_cpu/cpuN/stats`), else refuses
+/// the new one (`dropped events`).
 struct Markers {
     next: u64,
     events: VecDeque<LiveEvent>,
+    /// Per CPU: the data bytes its buffer holds.
+    capacity: Vec<u64>,
+    /// Per CPU: events refused because the buffer was full (not `overwrite`).
+    dropped: Vec<u64>,
+}
+
+/// What [`Markers::push`] does with a full CPU buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WhenFull {
+    /// Drop the oldest events of that CPU (the `overwrite` option).
+    Overwrite,
+    /// Refuse the new event.
+    Refuse,
+}
+
+/// The bytes a marker event takes in a CPU buffer.
+fn record_bytes(e: &LiveEvent) -> u64 {
+    ftrace_ringbuf::page::event_length(e.data.len()) as u64
+}
+
+impl Markers {
+    fn new(nr_cpus: u32, bytes: u64) -> Self {
+        let n = nr_cpus.max(1) as usize;
+        Markers {
+            next: 0,
+            events: VecDeque::new(),
+            capacity: vec![bytes; n],
+            dropped: vec![0; n],
+        }
+    }
+
+    /// The bytes the events of `cpu` take.
+    fn used(&self, cpu: u32) -> u64 {
+        self.events
+            .iter()
+            .filter(|e| e.cpu == cpu)
+            .map(record_bytes)
+            .sum()
+    }
+
+    /// Drops the oldest events of `cpu` until `more` bytes fit; the next event of that CPU
+    /// kept (or `next`, when none is) counts them as missed. Returns whether they fit.
+    fn make_room(&mut self, cpu: u32, more: u64, next: Option<&mut LiveEvent>) -> bool {
+        let cap = self.capacity.get(cpu as usize).copied().unwrap_or(0);
+        let mut used = self.used(cpu);
+        let mut lost = 0;
+        while used + more > cap {
+            let Some(i) = self.events.iter().position(|e| e.cpu == cpu) else {
+                break;
+            };
+            let e = self.events.remove(i).expect("found above");
+            used -= record_bytes(&e);
+            lost += 1 + e.missed;
+        }
+        if lost > 0 {
+            match self.events.iter_mut().find(|e| e.cpu == cpu) {
+                Some(e) => e.missed += lost,
+                None => {
+                    if let Some(n) = next {
+                        n.missed += lost;
+                    }
+                }
+            }
+        }
+        used + more <= cap
+    }
+
+    /// Records `e` in its CPU's buffer; `false` when it was refused (full, [`WhenFull::Refuse`],
+    /// counted in `dropped`).
+    fn push(&mut self, mut e: LiveEvent, full: WhenFull) -> bool {
+        let cpu = e.cpu;
+        let len = record_bytes(&e);
+        let fits = match full {
+            WhenFull::Overwrite => self.make_room(cpu, len, Some(&mut e)),
+            WhenFull::Refuse => {
+                let cap = self.capacity.get(cpu as usize).copied().unwrap_or(0);
+                self.used(cpu) + len <= cap
+            }
+        };
+        if !fits {
+            if let Some(d) = self.dropped.get_mut(cpu as usize) {
+                *d += 1;
+            }
+            return false;
+        }
+        e.index = self.next;
+        self.next += 1;
+        self.events.push_back(e);
+        true
+    }
+
+    /// Sets the capacity of one CPU's buffer (or all); a smaller buffer loses its oldest
+    /// events, counted as missed.
+    fn resize(&mut self, cpu: Option<u32>, bytes: u64) {
+        let n = self.capacity.len() as u32;
+        for c in (0..n).filter(|&c| cpu.is_none_or(|x| x == c)) {
+            self.capacity[c as usize] = bytes;
+            self.make_room(c, 0, None);
+        }
+    }
 }
 
 /// One instance's state.
@@ -142,6 +261,9 @@ struct State {
     clock: ClockKind,
     nr_cpus: u32,
     buffer_bytes: u64,
+    /// `buffer_subbuf_size_kb` in bytes: the page size of `trace_pipe_raw` and
+    /// `events/header_page`, and what bounds one `trace_marker` event.
+    subbuf_bytes: u32,
     read_events: HashMap<u32, u64>,
     marker_syms: SortedSymbols,
 }
@@ -234,11 +356,12 @@ impl State {
             followed: [Vec::new(), Vec::new()],
             cpumask: None,
             tracer_flags,
-            markers: Markers::default(),
+            markers: Markers::new(nr_cpus, buffer_bytes),
             comms: HashMap::new(),
             clock,
             nr_cpus,
             buffer_bytes,
+            subbuf_bytes: 4096,
             read_events: HashMap::new(),
             marker_syms,
         }
@@ -262,7 +385,12 @@ impl State {
             .filters
             .probes()
             .entries()
-            .filter(|p| matches!(p.cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff))
+            .filter(|p| {
+                matches!(
+                    p.cmd,
+                    ProbeCommand::Traceon | ProbeCommand::Traceoff | ProbeCommand::Stacktrace
+                )
+            })
             .map(|p| WantedProbe {
                 addr: p.ip,
                 cmd: p.cmd,
@@ -495,25 +623,34 @@ impl State {
         out
     }
 
-    fn add_marker(&mut self, data: Vec<u8>) {
+    fn add_marker(&mut self, data: Vec<u8>) -> Result<(), Errno> {
         let pid = CALLER_PID.load(Ordering::Relaxed);
         if let std::collections::hash_map::Entry::Vacant(v) = self.comms.entry(pid) {
             if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
                 v.insert(c.trim_end().to_string());
             }
         }
-        let m = &mut self.markers;
-        m.events.push_back(LiveEvent {
+        let full = if TraceOptions::from_bits_retain(self.flags).contains(TraceOptions::OVERWRITE) {
+            WhenFull::Overwrite
+        } else {
+            WhenFull::Refuse
+        };
+        let e = LiveEvent {
             buf: usize::MAX,
-            index: m.next,
+            index: 0,
             cpu: this_cpu(),
             ts: now_clock(self.clock),
             tid: pid,
             data,
             missed: 0,
             lost_below: 0,
-        });
-        m.next += 1;
+        };
+        if self.markers.push(e, full) {
+            Ok(())
+        } else {
+            // A full buffer refuses the write as if not open for writing (Linux).
+            Err(Errno::EBADF)
+        }
     }
 }
 
@@ -573,10 +710,11 @@ impl Reader for RawPipe {
                     process: 0,
                 })
                 .collect();
-            let Ok(raw) = crate::capture::cpu_pages(&recs) else {
+            let page = st.subbuf_bytes as usize;
+            let Ok(raw) = crate::capture::cpu_pages_sized(&recs, page) else {
                 return false;
             };
-            self.pages = raw.chunks(4096).map(<[u8]>::to_vec).collect();
+            self.pages = raw.chunks(page).map(<[u8]>::to_vec).collect();
         }
         match self.pages.pop_front() {
             Some(p) => {
@@ -608,7 +746,8 @@ impl FilterStore for Filters {
 }
 
 /// The filter language's environment here: the program's call sites, no trace events, no
-/// snapshot buffer, and only the function commands the agent runs (`traceon`, `traceoff`):
+/// snapshot buffer, and only the function commands the agent runs (`traceon`, `traceoff`,
+/// `stacktrace`):
 /// any other is refused with `EINVAL`, changing nothing.
 struct LiveCommands(Arc<dyn SymbolTable + Send + Sync>);
 
@@ -622,7 +761,10 @@ impl CommandEnv for LiveCommands {
     }
 
     fn supports(&self, cmd: ProbeCommand) -> bool {
-        matches!(cmd, ProbeCommand::Traceon | ProbeCommand::Traceoff)
+        matches!(
+            cmd,
+            ProbeCommand::Traceon | ProbeCommand::Traceoff | ProbeCommand::Stacktrace
+        )
     }
 }
 
@@ -835,28 +977,62 @@ impl TraceBackend for UserBackend {
         Some(st.on)
     }
 
-    fn resize(&mut self, _cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
-        if bytes == lock(&self.state).buffer_bytes {
-            Ok(())
-        } else {
-            Err(Errno::ENOMEM)
+    /// Sizes are whole sub-buffers of data, at least two, as the kernel sizes its pages
+    /// (`ring_buffer_pages`). An instance's buffers are this tool's per-CPU marker buffers.
+    /// At the top level the program's per-thread rings are resized too: every thread moves
+    /// to a ring of the largest per-CPU size (a thread runs on any CPU), the events before
+    /// the switch kept in its old ring (`ftrace_agent::resize`).
+    fn resize(&mut self, cpu: Option<u32>, bytes: u64) -> Result<(), Errno> {
+        let mut guard = lock(&self.state);
+        let st = &mut *guard;
+        if cpu.is_some_and(|c| c as usize >= st.markers.capacity.len()) {
+            return Err(Errno::EINVAL);
         }
+        let targets = |c: usize| cpu.is_none_or(|x| x as usize == c);
+        if (0..st.markers.capacity.len())
+            .filter(|&c| targets(c))
+            .all(|c| st.markers.capacity[c] == bytes)
+        {
+            // The size in force (the tree's first-use expansion to `trace_buf_size`).
+            return Ok(());
+        }
+        let data = u64::from(st.subbuf_bytes) - 16;
+        let bytes = ring_buffer_pages(bytes, data) * data;
+        let mut sizes = st.markers.capacity.clone();
+        for (c, s) in sizes.iter_mut().enumerate() {
+            if targets(c) {
+                *s = bytes;
+            }
+        }
+        let ring = sizes.iter().copied().max().unwrap_or(bytes);
+        if let Some(a) = &mut st.agent {
+            if ring != st.buffer_bytes {
+                a.link
+                    .resize(ftrace_agent::buffer::HEADER_SIZE as u64 + ring)?;
+                st.buffer_bytes = ring;
+            }
+        }
+        st.markers.resize(cpu, bytes);
+        Ok(())
     }
 
-    fn buffer_bytes(&self, _cpu: u32) -> u64 {
-        lock(&self.state).buffer_bytes
+    fn buffer_bytes(&self, cpu: u32) -> u64 {
+        let st = lock(&self.state);
+        st.markers.capacity.get(cpu as usize).copied().unwrap_or(0)
     }
 
     fn subbuf_size(&self) -> u32 {
-        4096
+        lock(&self.state).subbuf_bytes
     }
 
+    /// The tree passes only the sizes Linux takes (4 KiB << 0..=7). The program's per-thread
+    /// slot rings have no sub-buffers: the size is the pages this tree serves.
     fn set_subbuf_size(&mut self, bytes: u32) -> Result<(), Errno> {
-        if bytes == 4096 {
-            Ok(())
-        } else {
-            Err(Errno::EINVAL)
+        if !bytes.is_power_of_two() || !(4096..=4096 << 7).contains(&bytes) {
+            return Err(Errno::EINVAL);
         }
+        lock(&self.state).subbuf_bytes = bytes;
+        Ok(())
     }
 
     fn clear(&mut self, cpu: Option<u32>) {
@@ -888,7 +1064,8 @@ impl TraceBackend for UserBackend {
         w.write_str("now ts: ")?;
         ts(w, now_clock(st.clock))?;
         w.write_str("\n")?;
-        writeln!(w, "dropped events: 0")?;
+        let dropped = st.markers.dropped.get(cpu as usize).copied().unwrap_or(0);
+        writeln!(w, "dropped events: {dropped}")?;
         let read = *st.read_events.entry(cpu).or_default();
         writeln!(w, "read events: {read}")
     }
@@ -926,10 +1103,10 @@ impl TraceBackend for UserBackend {
         let sink = Collect::default();
         let opts = TraceOptions::from_bits_retain(st.flags);
         marker(text, MARKER_SYMBOL.1, opts, &Caller, &sink)?;
-        if let Some(d) = sink.0.into_inner() {
-            st.add_marker(d);
+        match sink.0.into_inner() {
+            Some(d) => st.add_marker(d),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn write_marker_raw(&mut self, id: u32, data: &[u8]) -> Result<(), Errno> {
@@ -942,10 +1119,10 @@ impl TraceBackend for UserBackend {
         let mut all = id.to_ne_bytes().to_vec();
         all.extend_from_slice(data);
         marker_raw(&all, opts, &Caller, &sink)?;
-        if let Some(d) = sink.0.into_inner() {
-            st.add_marker(d);
+        match sink.0.into_inner() {
+            Some(d) => st.add_marker(d),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn set_event_state(
@@ -1362,5 +1539,72 @@ impl Host for UserHost {
 
     fn functions(&self) -> Option<&dyn FunctionRecords> {
         Some(&self.records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(cpu: u32, len: usize) -> LiveEvent {
+        LiveEvent {
+            buf: usize::MAX,
+            index: 0,
+            cpu,
+            ts: 0,
+            tid: 1,
+            data: vec![0; len],
+            missed: 0,
+            lost_below: 0,
+        }
+    }
+
+    #[test]
+    fn a_full_marker_buffer_overwrites_its_oldest_and_counts_them() {
+        // 36-byte records (32 bytes of data + the 4-byte header): three fit in 108 bytes.
+        let mut m = Markers::new(2, 108);
+        for _ in 0..5 {
+            assert!(m.push(ev(0, 32), WhenFull::Overwrite));
+        }
+        assert!(m.push(ev(1, 32), WhenFull::Overwrite));
+        let cpu0: Vec<(u64, u64)> = m
+            .events
+            .iter()
+            .filter(|e| e.cpu == 0)
+            .map(|e| (e.index, e.missed))
+            .collect();
+        assert_eq!(cpu0, [(2, 2), (3, 0), (4, 0)]);
+        assert_eq!(m.used(0), 108);
+        assert_eq!(m.dropped, [0, 0]);
+    }
+
+    #[test]
+    fn a_full_marker_buffer_refuses_without_overwrite() {
+        let mut m = Markers::new(1, 110);
+        for _ in 0..3 {
+            assert!(m.push(ev(0, 32), WhenFull::Refuse));
+        }
+        assert!(!m.push(ev(0, 32), WhenFull::Refuse));
+        assert_eq!(m.events.len(), 3);
+        assert_eq!(m.dropped, [1]);
+    }
+
+    #[test]
+    fn shrinking_one_cpu_drops_its_oldest_only() {
+        let mut m = Markers::new(2, 1000);
+        for i in 0..6 {
+            assert!(m.push(ev(i % 2, 32), WhenFull::Overwrite));
+        }
+        m.resize(Some(0), 40);
+        assert_eq!(m.capacity, [40, 1000]);
+        let kept: Vec<(u32, u64, u64)> = m
+            .events
+            .iter()
+            .map(|e| (e.cpu, e.index, e.missed))
+            .collect();
+        assert_eq!(kept, [(1, 1, 0), (1, 3, 0), (0, 4, 2), (1, 5, 0)]);
+        m.resize(None, 2000);
+        assert_eq!(m.capacity, [2000, 2000]);
+        assert_eq!(m.events.len(), 4);
     }
 }

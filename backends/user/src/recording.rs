@@ -178,7 +178,9 @@ pub(crate) fn entry_bytes(
         pid: tid as i32,
     };
     Some(match s.kind() {
-        buffer::KIND_GRAPH_RETVAL => return None,
+        // Stack records (the live mount's `stacktrace` command) are not carried into
+        // recordings.
+        buffer::KIND_GRAPH_RETVAL | buffer::KIND_STACK_MORE | buffer::KIND_STACK => return None,
         KIND_FUNC => FtraceEntry {
             ent: ent(EventId::Function),
             ip: s.ip,

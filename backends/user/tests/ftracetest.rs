@@ -90,26 +90,6 @@ const ABSENT_FEATURES: &[(&str, &str)] = &[
 /// for the reason given.
 const KNOWN_FAILURES: &[(&str, &str)] = &[
     (
-        "Change the ringbuffer size",
-        "buffer_size_kb: the per-thread buffers are sized at thread start (ENOMEM)",
-    ),
-    (
-        "Change the ringbuffer sub-buffer size",
-        "buffer_subbuf_size_kb: one sub-buffer size, 4 KiB (EINVAL)",
-    ),
-    (
-        "(instance)  Change the ringbuffer size",
-        "an instance's buffer is not resizable (ENOMEM)",
-    ),
-    (
-        "(instance)  Change the ringbuffer sub-buffer size",
-        "an instance has one sub-buffer size, 4 KiB (EINVAL)",
-    ),
-    (
-        "ftrace - stacktrace filter command",
-        "the `stacktrace` function command (EINVAL)",
-    ),
-    (
         "ftrace - test for function event triggers",
         "the sched events cannot be enabled: nothing records them (ENODEV)",
     ),

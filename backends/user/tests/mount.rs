@@ -196,6 +196,39 @@ impl Drop for Mounted {
     }
 }
 
+/// Reads every CPU's `trace_pipe_raw` (without blocking) in reads of `page` bytes: each read
+/// is one whole page of that size holding only function events; returns how many.
+fn raw_functions(m: &Mounted, nr_cpus: usize, page_size: usize) -> usize {
+    let mut n = 0;
+    for cpu in 0..nr_cpus {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(m.path(&format!("per_cpu/cpu{cpu}/trace_pipe_raw")))
+            .unwrap();
+        let mut page = vec![0u8; page_size];
+        loop {
+            match f.read(&mut page) {
+                Ok(0) => break,
+                Ok(k) => {
+                    assert_eq!(k, page_size);
+                    let p = Page::new(&page).unwrap();
+                    for e in p.events() {
+                        let e = e.unwrap();
+                        let h = TraceEntry::read_from(e.payload).unwrap();
+                        assert_eq!(h.type_, EventId::Function.as_u16());
+                        assert!(FtraceEntry::read_from(e.payload).is_some());
+                        n += 1;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("trace_pipe_raw: {e}"),
+            }
+        }
+    }
+    n
+}
+
 /// The event lines of a `trace` text (not the `#` header).
 fn events(text: &str) -> Vec<&str> {
     text.lines()
@@ -329,36 +362,19 @@ fn mounted_tracefs_drives_a_live_program() {
     let nr_cpus = std::fs::read_dir(m.path("per_cpu")).unwrap().count();
     assert!(nr_cpus >= 1);
     let funcs_in_pages = wait_for("pages in trace_pipe_raw", || {
-        let mut n = 0;
-        for cpu in 0..nr_cpus {
-            let mut f = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(m.path(&format!("per_cpu/cpu{cpu}/trace_pipe_raw")))
-                .unwrap();
-            let mut page = vec![0u8; 4096];
-            loop {
-                match f.read(&mut page) {
-                    Ok(0) => break,
-                    Ok(k) => {
-                        assert_eq!(k, 4096);
-                        let p = Page::new(&page).unwrap();
-                        for e in p.events() {
-                            let e = e.unwrap();
-                            let h = TraceEntry::read_from(e.payload).unwrap();
-                            assert_eq!(h.type_, EventId::Function.as_u16());
-                            assert!(FtraceEntry::read_from(e.payload).is_some());
-                            n += 1;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => panic!("trace_pipe_raw: {e}"),
-                }
-            }
-        }
+        let n = raw_functions(&m, nr_cpus, 4096);
         (n > 0).then_some(n)
     });
     assert!(funcs_in_pages > 0);
+    // buffer_subbuf_size_kb: the pages (and header_page) follow it.
+    m.echo("8", "buffer_subbuf_size_kb");
+    assert_eq!(m.read("buffer_subbuf_size_kb"), "8\n");
+    let header = m.read("events/header_page");
+    assert!(header.contains("size:8176;"), "{header}");
+    wait_for("8 KiB pages in trace_pipe_raw", || {
+        (raw_functions(&m, nr_cpus, 8192) > 0).then_some(())
+    });
+    m.echo("4", "buffer_subbuf_size_kb");
 
     // function -> function_graph: the new tracer starts on empty buffers and shows durations.
     sh_ok(&format!(
@@ -713,7 +729,7 @@ fn traceoff_command_runs_in_the_program() {
     // A command the agent cannot run is refused and changes nothing.
     let before = m.read("set_ftrace_filter");
     let o = sh(&format!(
-        "/bin/echo 'tick_beta:stacktrace' >> {}",
+        "/bin/echo 'tick_beta:dump' >> {}",
         m.path("set_ftrace_filter").display()
     ));
     assert!(!o.status.success());
@@ -1205,4 +1221,81 @@ fn tracing_cpumask_records_only_its_cpus() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The sizes of the program's ring files named `buf-<tid>.<n>` (the rings a thread moved to),
+/// under the tool's ring directory (`/dev/shm/ftrace-rings.<tool pid>.*`, else the recording).
+fn moved_ring_sizes(m: &Mounted) -> Vec<u64> {
+    fn walk(d: &Path, out: &mut Vec<u64>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if name.starts_with("buf-") && name.contains('.') {
+                out.push(e.metadata().map_or(0, |m| m.len()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let prefix = format!("ftrace-rings.{}.", m.tool.id());
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            walk(&e.path(), &mut out);
+        }
+    }
+    walk(&m.rec, &mut out);
+    out
+}
+
+/// `buffer_size_kb` at the top level moves the running program's threads to rings of the new
+/// size (new `buf-<tid>.<n>` files of that size), events keep coming, and a `per_cpu/cpu0`
+/// write reads back there while the top level reads `X`.
+#[test]
+fn buffer_size_kb_resizes_the_programs_rings_while_it_runs() {
+    let m = Mounted::start("resize", "function");
+    let orig: u64 = m
+        .read("buffer_size_kb")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    m.echo(&(orig * 2).to_string(), "buffer_size_kb");
+    let kb: u64 = m.read("buffer_size_kb").trim().parse().unwrap();
+    // Whole 4080-byte sub-buffers, as the kernel rounds.
+    assert!(kb >= orig * 2 && kb < orig * 2 + 4, "{kb}");
+    // A ring file: its 4 KiB header, then the size read back (in bytes, whole sub-buffers).
+    wait_for("rings of the new size", || {
+        moved_ring_sizes(&m)
+            .iter()
+            .any(|&len| len > 4096 && (len - 4096) >> 10 == kb)
+            .then_some(())
+    });
+    m.echo("", "trace");
+    wait_for("events after the resize", || {
+        m.read("trace").contains("tick_beta").then_some(())
+    });
+    m.echo(&orig.to_string(), "per_cpu/cpu0/buffer_size_kb");
+    let cpu0: u64 = m
+        .read("per_cpu/cpu0/buffer_size_kb")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(cpu0 >= orig && cpu0 < orig + 4, "{cpu0}");
+    if std::path::Path::new(&m.path("per_cpu/cpu1")).exists() {
+        assert_eq!(m.read("buffer_size_kb"), "X\n");
+    }
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = String::from_utf8_lossy(&out.stdout);
+    assert!(calls.ends_with(" wrong 0\n"), "{calls}");
 }

@@ -62,13 +62,16 @@ fn attach(config_path: &Path) -> Result<usize, String> {
         std::fs::read(config_path).map_err(|e| format!("{}: {e}", config_path.display()))?;
     let cfg = parse_config(&bytes)?
         .ok_or_else(|| format!("{}: no output directory", config_path.display()))?;
-    if agent().is_some() {
+    // Checked first: a thread stopped inside the starting agent may hold its lock.
+    if crate::preload_starting() || agent().is_some() {
         return Err("the process is already traced by ftrace".into());
     }
     // Threads that recorded for an earlier attach registered with its instance: they register
     // again, with the new one, at their next traced call.
     handler::reset_current_thread();
     start(cfg, Arrival::Attached).map_err(|e| e.to_string())?;
+    // The unwinder interpositions: not preloaded, the agent must rewrite the objects' GOTs.
+    crate::got::hook_loaded_objects();
     Ok(agent().as_ref().map_or(0, |a| a.sites.len()))
 }
 
@@ -115,6 +118,7 @@ fn detach() -> Result<usize, String> {
         return Err("the agent is not tracing".into());
     };
     a.on = false;
+    crate::got::unhook();
     // Every enabled site, whatever enabled it (a tracer's selection, a function command).
     let n = a
         .patcher

@@ -41,6 +41,17 @@ pub const KIND_GRAPH_RET: u32 = 3;
 /// handler run (no other event of the thread between them); a reader pairs the two with
 /// [`retval_of`] and prints no event for this slot.
 pub const KIND_GRAPH_RETVAL: u32 = 4;
+// Kinds 5 and 6 are a trace event's head and data slots (`crate::event::KIND_EVENT`,
+// `KIND_EVENT_DATA`).
+
+/// Two more frames of the [`KIND_STACK`] record that follows (`ip`, `arg`; `arg` 0 past the
+/// last frame), `depth` its index from 1; `ts` is the head's. Written before the head, in the
+/// same handler run; a reader pairs them with [`crate::stack::frames_of`] and prints no event
+/// for this slot.
+pub const KIND_STACK_MORE: u32 = 7;
+/// A `kernel_stack` record (the `stacktrace` function command, [`crate::stack`]): `ip` and
+/// `arg` are its first two frames, `depth` the number of frames.
+pub const KIND_STACK: u32 = 8;
 
 /// The return value recorded for `exit` (a [`KIND_GRAPH_RET`] event), given the slot written
 /// just before it: `Some` only when that slot is its [`KIND_GRAPH_RETVAL`] (same time, function

@@ -391,6 +391,9 @@ fn answer(req: &str) -> String {
         out.push_str(".\n");
         return out;
     }
+    if let Some(bytes) = req.strip_prefix("RESIZE ") {
+        return answer_resize(bytes);
+    }
     match Wanted::parse(req) {
         Some(w) => match apply_wanted(a, &w) {
             Ok(n) => {
@@ -402,6 +405,29 @@ fn answer(req: &str) -> String {
             Err(e) => format!("ERR {} {e}\n", e.raw_os_error().unwrap_or(libc::EIO)),
         },
         None => format!("ERR {} bad request\n", libc::EINVAL),
+    }
+}
+
+/// `RESIZE <bytes>`: every thread moves to a ring file of `bytes` bytes ([`crate::resize`]);
+/// a thread started from here on gets one too. A settling thread turns the fast paths back
+/// on once every live thread has switched.
+fn answer_resize(bytes: &str) -> String {
+    let Ok(bytes) = bytes.parse::<usize>() else {
+        return format!("ERR {} bad request\n", libc::EINVAL);
+    };
+    match crate::resize::request(bytes) {
+        Ok(()) => {
+            let _ = std::thread::Builder::new()
+                .name("ftrace-resize".into())
+                .spawn(|| {
+                    while crate::resize::settle() {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                });
+            "OK 0\n".into()
+        }
+        Err(crate::resize::Refused::TooSmall) => format!("ERR {} too small\n", libc::EINVAL),
+        Err(crate::resize::Refused::NoInstance) => format!("ERR {} not recording\n", libc::ENODEV),
     }
 }
 
@@ -543,7 +569,7 @@ mod tests {
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - 10:stacktrace:u - - 0 - 0 0"),
+            Wanted::parse("STATE nop 1 0 local - - 10:snapshot:u - - 0 - 0 0"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);

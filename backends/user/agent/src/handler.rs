@@ -45,6 +45,8 @@ pub static TASK_FILTERS: AtomicBool = AtomicBool::new(false);
 /// filters or `tracing_on`.
 pub fn update_fast_path() {
     let tsc_on = CLOCK_TSC.load(Ordering::Relaxed) && TRACING_ON.load(Ordering::Relaxed);
+    // A pending resize takes every event through the handlers, where threads switch rings.
+    let tsc_on = tsc_on && !crate::resize::PENDING.load(Ordering::Relaxed);
     let tracer = TRACER.load(Ordering::Relaxed);
     // Pid-filtered or cpu-masked tracing takes the full-save path, where they are checked.
     let task_filters = crate::pids::PID_FILTERED.load(Ordering::Relaxed)
@@ -131,6 +133,8 @@ pub struct ThreadState {
     /// The stack pointer of the unwinder call that restored the return addresses (state
     /// [`crate::unwind::UNWOUND`]).
     pub unwinder_sp: u64,
+    /// The ring generation `writer` belongs to ([`crate::resize`]).
+    pub ring_gen: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<ThreadState>() <= tramp::TLS_BYTES);
@@ -175,7 +179,7 @@ pub unsafe extern "C" fn on_entry(
     // The function commands first (they run whatever `tracing_on` and the tracer are); a
     // site only probed records nothing.
     st.guard = 1;
-    let probed_only = crate::probe::run(ret - 5, parent);
+    let probed_only = crate::probe::run(ret - 5, parent, slot, st);
     st.guard = 0;
     if probed_only || !TRACING_ON.load(Ordering::Relaxed) {
         return;
@@ -188,6 +192,9 @@ pub unsafe extern "C" fn on_entry(
     if st.state != 1 && st.state != crate::unwind::UNWOUND && !register(st) {
         st.guard = 0;
         return;
+    }
+    if crate::resize::stale(st) {
+        crate::resize::take(st);
     }
     if TASK_FILTERS.load(Ordering::Relaxed) && !task_admitted(st) {
         st.guard = 0;
@@ -286,6 +293,9 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -
             // signal handler's events cannot come in between ([`buffer::retval_of`]).
             let guard = st.guard;
             st.guard = 1;
+            if guard == 0 && crate::resize::stale(st) {
+                crate::resize::take(st);
+            }
             if RETVAL.load(Ordering::Relaxed) {
                 // SAFETY: a frame was pushed, so the buffer is registered.
                 unsafe {
@@ -370,6 +380,7 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
     if st.state == 2 {
         return false;
     }
+    let generation = crate::resize::current_gen();
     let inst = INSTANCE.load(Ordering::Acquire);
     if inst.is_null() {
         return false;
@@ -396,6 +407,8 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
                     st.cpu = &st.fallback_cpu;
                 }
             }
+            st.ring_gen = generation;
+            crate::resize::note(st.tid, generation);
             st.state = 1;
             true
         }
@@ -407,7 +420,7 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
     }
 }
 
-fn create_buffer(inst: &Instance) -> Option<Writer> {
+pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
     // SAFETY: no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
     let mut comm = [0u8; 16];

@@ -13,6 +13,7 @@
 //! - [`buffer`]: the per-thread buffer files; [`clock`]: TSC and CLOCK_MONOTONIC.
 //! - [`event`]: trace events C programs declare (`ftrace/tracepoint.h`); [`event_record`]:
 //!   their filters and triggers, run when they fire, and the record.
+//! - [`resize`]: threads moving to rings of a new size while the program runs.
 //!
 //! The agent itself is never instrumented (it is built without instrumentation flags; the
 //! per-thread recursion guard is the second line of defence). It arms itself only when loaded
@@ -35,11 +36,14 @@ pub mod dispatch;
 pub mod elf;
 pub mod event;
 pub mod event_record;
+pub mod got;
 pub mod handler;
 pub mod mcount;
 pub mod patch;
 pub mod pids;
 pub mod probe;
+pub mod resize;
+pub mod stack;
 pub mod text;
 pub mod thresh;
 pub mod tramp;
@@ -107,6 +111,20 @@ fn loaded_as_shared_object() -> bool {
         .iter()
         .find(|o| o.is_exec(me))
         .is_some_and(|o| !o.name.is_empty())
+}
+
+/// The agent's own load bias.
+fn own_object_bias() -> Option<usize> {
+    let me = agent_init as *const () as u64;
+    elf::loaded_objects()
+        .into_iter()
+        .find(|o| o.is_exec(me))
+        .map(|o| o.bias as usize)
+}
+
+/// Whether `addr` is in the agent's own text.
+pub(crate) fn in_own_text(addr: u64) -> bool {
+    own_object_range().is_some_and(|(lo, hi)| (lo..hi).contains(&addr))
 }
 
 fn own_object_range() -> Option<(u64, u64)> {
@@ -330,9 +348,22 @@ extern "C" fn agent_init() {
     if !loaded_as_shared_object() {
         return;
     }
+    PRELOAD_STARTING.store(true, Ordering::SeqCst);
     if let Err(e) = start(cfg, Arrival::Preloaded) {
         warn(&format!("not tracing: {e}"));
     }
+    PRELOAD_STARTING.store(false, Ordering::SeqCst);
+}
+
+/// Set while the preloaded agent starts (its constructor, before [`agent`] holds it): an
+/// attach that arrives then (the tool saw the agent in the process's maps) is refused as
+/// for a running agent, instead of starting a second time.
+static PRELOAD_STARTING: core::sync::atomic::AtomicBool =
+    core::sync::atomic::AtomicBool::new(false);
+
+/// Whether the preloaded agent is starting ([`PRELOAD_STARTING`]).
+pub(crate) fn preload_starting() -> bool {
+    PRELOAD_STARTING.load(Ordering::SeqCst)
 }
 
 /// How the agent came into the process.

@@ -1,6 +1,8 @@
-//! The function commands the live mount attaches (`f:traceon[:N]`, `f:traceoff[:N]`): the
-//! agent's probe ops, run by the full-save entry path ([`crate::handler::on_entry`]) before
-//! anything is recorded, flipping the agent's `tracing_on` ([`handler::TRACING_ON`]).
+//! The function commands the live mount attaches (`f:traceon[:N]`, `f:traceoff[:N]`,
+//! `f:stacktrace[:N]`): the agent's probe ops, run by the full-save entry path
+//! ([`crate::handler::on_entry`]) before anything is recorded, flipping the agent's
+//! `tracing_on` ([`handler::TRACING_ON`]) or recording the thread's stack
+//! (`stack::record`).
 //!
 //! The control thread publishes a [`Probes`] in an [`RcuCell`]; the counts live here, in the
 //! program (the tool reads them back with the `PROBES` request). Invariant: a handler reads
@@ -21,14 +23,14 @@ use ftrace_core::filter::{ProbeActions, ProbeCommand, ProbeCount, ProbeRunner, R
 use ftrace_core::platform::Reclaim;
 use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
 
-use crate::handler;
+use crate::handler::{self, ThreadState};
 
 /// One probe as the tool asks for it: the site, the command, its count (`None`: unlimited).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WantedProbe {
     /// The site address.
     pub addr: u64,
-    /// `traceon` or `traceoff`.
+    /// `traceon`, `traceoff` or `stacktrace`.
     pub cmd: ProbeCommand,
     /// The remaining count (`None`: unlimited).
     pub count: Option<i64>,
@@ -43,13 +45,15 @@ impl WantedProbe {
         }
     }
 
-    /// Parses [`WantedProbe::to_field`]'s text; only `traceon` / `traceoff` are known.
+    /// Parses [`WantedProbe::to_field`]'s text; only `traceon`, `traceoff` and `stacktrace`
+    /// are known.
     pub fn parse(s: &str) -> Option<WantedProbe> {
         let mut it = s.split(':');
         let addr = u64::from_str_radix(it.next()?, 16).ok()?;
         let cmd = match it.next()? {
             "traceon" => ProbeCommand::Traceon,
             "traceoff" => ProbeCommand::Traceoff,
+            "stacktrace" => ProbeCommand::Stacktrace,
             _ => return None,
         };
         let count = match it.next()? {
@@ -89,8 +93,14 @@ fn with_current<R>(f: impl FnOnce(Option<&Probes>) -> R) -> R {
     f(unsafe { PROBES.load() })
 }
 
-/// The agent's `tracing_on` as the probes see and change it.
-struct Actions;
+/// The agent's `tracing_on` as the probes see and change it, and the traced call a
+/// `stacktrace` probe records the stack of.
+struct Actions {
+    /// The call's return-address slot.
+    slot: *mut u64,
+    /// The calling thread's state (its guard held).
+    st: *mut ThreadState,
+}
 
 impl ProbeActions for Actions {
     fn tracing_is_on(&self) -> bool {
@@ -101,18 +111,34 @@ impl ProbeActions for Actions {
         handler::TRACING_ON.store(on, Ordering::SeqCst);
         handler::update_fast_path();
     }
+
+    fn stacktrace(&self, ip: u64, _parent_ip: u64) {
+        // As the kernel's: nothing is recorded while the buffer is off.
+        if !self.tracing_is_on() {
+            return;
+        }
+        // SAFETY: the calling thread's own state, which [`run`]'s caller holds the guard of;
+        // nothing else refers to it during the probe run.
+        let st = unsafe { &mut *self.st };
+        if st.state != 1 && st.state != crate::unwind::UNWOUND && !handler::register(st) {
+            return;
+        }
+        crate::stack::record(st, ip + 5, self.slot);
+    }
 }
 
-/// Runs the probes at `ip`; whether the site is probed only (no tracer wants its event).
-/// Called by the entry handler with the thread's guard held.
+/// Runs the probes at `ip` (called from `parent`, its return address in `slot`); whether the
+/// site is probed only (no tracer wants its event). Called by the entry handler with the
+/// thread's guard held.
 #[inline]
-pub fn run(ip: u64, parent: u64) -> bool {
+pub fn run(ip: u64, parent: u64, slot: *mut u64, st: &mut ThreadState) -> bool {
     if PROBES.is_empty() {
         return false;
     }
+    let actions = Actions { slot, st };
     with_current(|p| {
         p.is_some_and(|p| {
-            p.runner.run(ip, parent, &Actions);
+            p.runner.run(ip, parent, &actions);
             p.untraced.binary_search(&ip).is_ok()
         })
     })
@@ -212,7 +238,13 @@ mod tests {
             count: None,
         };
         assert_eq!(WantedProbe::parse(&u.to_field()), Some(u));
-        assert_eq!(WantedProbe::parse("10:stacktrace:u"), None);
+        let st = WantedProbe {
+            addr: 0x10,
+            cmd: ProbeCommand::Stacktrace,
+            count: Some(3),
+        };
+        assert_eq!(WantedProbe::parse("10:stacktrace:3"), Some(st));
+        assert_eq!(WantedProbe::parse("10:snapshot:u"), None);
         assert_eq!(WantedProbe::parse("10:traceon"), None);
         assert_eq!(WantedProbe::parse("zz:traceon:1"), None);
     }

@@ -4,20 +4,27 @@
 //! function_graph replaces each traced frame's return address with a return trampoline, which
 //! has no unwind information: an unwinder walking such a stack stops there (a C++ exception
 //! ends in `std::terminate`). The agent interposes the unwinder's entry points (it is
-//! preloaded, so the program's calls into libgcc_s reach these first):
+//! preloaded, so the program's calls into libgcc_s reach these first; attached to a running
+//! process, it rewrites the objects' GOT entries instead, [`crate::got`]):
 //! `_Unwind_RaiseException`, `_Unwind_Resume`, `_Unwind_Resume_or_Rethrow`,
-//! `_Unwind_ForcedUnwind` and `_Unwind_Backtrace`, and glibc's `backtrace(3)`. Before the real one runs, every live
-//! frame of the thread's shadow stack gets its original return address back ([`restore`]):
-//! the unwinder sees the stack exactly as untraced. Frames the unwinder then skips are closed
+//! `_Unwind_ForcedUnwind`, `_Unwind_Backtrace` and `_Unwind_SetIP`, and glibc's
+//! `backtrace(3)`. Before the real one runs, every live frame of the thread's shadow stack
+//! gets its original return address back ([`restore`]): the unwinder sees the stack exactly
+//! as untraced. Frames the unwinder then skips are closed
 //! in the trace (their exits recorded), and the survivors are hooked again ([`reconcile`]):
 //!
-//! - at the catch, for C++: `__cxa_begin_catch` (interposed; it learns the catching frame's
-//!   stack pointer from its own return-address slot) closes every frame whose return slot lies
-//!   below the catching frame's stack pointer, at the time of the catch;
-//! - otherwise at the thread's next traced call (Rust's `catch_unwind` calls nothing
-//!   interposable, nor does a landing pad that only runs destructors): the stack-pointer rule,
-//!   a frame whose return slot is at or below the new call's is dead; the exits of the skipped
-//!   frames are then stamped at that call, not at the catch;
+//! - at each landing pad (a cleanup running destructors / `Drop`, or the catch), C++ and Rust
+//!   alike: the personality routine calls `_Unwind_SetIP` (interposed, through the PLT of
+//!   libstdc++ or of the program's statically linked libstd) just before the unwinder jumps
+//!   there; every frame whose return slot lies below that frame's stack pointer is closed
+//!   then, so the exits of the skipped frames are stamped at the catch;
+//! - at the catch, for C++, again: `__cxa_begin_catch` (interposed; it learns the catching
+//!   frame's stack pointer from its own return-address slot) closes every frame whose return
+//!   slot lies below it (a personality that reached `_Unwind_SetIP` without the PLT);
+//! - otherwise at the thread's next traced call (a personality routine that is not
+//!   interposable, e.g. libgcc_s's own for C cleanups): the stack-pointer rule, a frame whose
+//!   return slot is at or below the new call's is dead; the exits of the skipped frames are
+//!   then stamped at that call;
 //! - `_Unwind_Backtrace` and `backtrace(3)` hook every frame again as soon as the walk is
 //!   done (nothing died).
 //!
@@ -47,7 +54,16 @@ fn next(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
         return p;
     }
     // SAFETY: a NUL-terminated name; RTLD_NEXT is valid in a shared object.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+    if p == 0 {
+        // Attached (`dlopen`ed, not preloaded: [`crate::got`]), the agent's own dependencies
+        // lack libstdc++: the program's global scope has it, and not the agent.
+        // SAFETY: as above.
+        let d = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
+        if d != 0 && !crate::in_own_text(d as u64) {
+            p = d;
+        }
+    }
     if p == 0 {
         let msg = b"ftrace-agent: an unwinder function is missing from the program's libraries\n";
         // SAFETY: writing a static buffer to stderr.
@@ -326,6 +342,66 @@ unsafe extern "C" fn glibc_backtrace(buf: *mut *mut c_void, size: c_int, sp: u64
     };
     after_unwinding(sp);
     r
+}
+
+static SET_IP: AtomicUsize = AtomicUsize::new(0);
+static GET_CFA: AtomicUsize = AtomicUsize::new(0);
+
+type SetIp = unsafe extern "C" fn(*mut c_void, usize);
+type GetCfa = unsafe extern "C" fn(*mut c_void) -> usize;
+
+/// Interposes libgcc_s's `_Unwind_SetIP`: a personality routine (libstdc++'s
+/// `__gxx_personality_v0`, Rust's `rust_eh_personality`) calls it in the cleanup phase for
+/// each frame where it installs a landing pad (a cleanup or the catch), just before the
+/// unwinder jumps there. `_Unwind_GetCFA` on the context it is given answers libgcc's
+/// `context->cfa`: the canonical frame address of the frame unwound last (the callee), which
+/// is the landing pad frame's own stack pointer at its call (measured: the value equals the
+/// callee's return slot + 8, for Rust and for C++). Every frame of the shadow stack whose
+/// return slot lies below it is dead and is closed now, before the landing pad runs; the
+/// others are hooked again (`landing_pad`).
+///
+/// # Safety
+/// As the real function: `context` is the unwinder's context passed to the personality.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Unwind_SetIP(context: *mut c_void, ip: usize) {
+    if let Some(st) = thread() {
+        if st.state == UNWOUND {
+            // SAFETY: the real function of this signature, on the caller's context.
+            let cfa = unsafe {
+                let get_cfa: GetCfa = core::mem::transmute(next(c"_Unwind_GetCFA", &GET_CFA));
+                get_cfa(context)
+            };
+            landing_pad(st, cfa as u64);
+        }
+    }
+    // SAFETY: the real function of this signature.
+    let real: SetIp = unsafe { core::mem::transmute(next(c"_Unwind_SetIP", &SET_IP)) };
+    // SAFETY: the caller's contract.
+    unsafe { real(context, ip) }
+}
+
+/// The unwinder is about to run a landing pad in the frame whose stack pointer (at the call
+/// the unwinder came through) is `sp`: the frames it called are closed (their return slots
+/// lie below `sp`, as for [`begin_catch`]), the others hooked again. Nothing is done
+/// while a traced frame of the unwinder itself is live (its return slot below the
+/// unwinder's stack pointer, e.g. a traced personality routine): popping the shadow stack
+/// down to the landing pad's frame would close it too; the next traced call above the
+/// unwinder (or `__cxa_begin_catch`) reconciles instead.
+fn landing_pad(st: &mut ThreadState, sp: u64) {
+    if sp < st.unwinder_sp {
+        return;
+    }
+    for i in (0..st.depth).rev() {
+        // SAFETY: `i < depth`.
+        let innermost = unsafe { (*st.shadow.add(i as usize)).slot } & !1;
+        if innermost != 0 {
+            if innermost < st.unwinder_sp {
+                return;
+            }
+            break;
+        }
+    }
+    reconcile(st, sp);
 }
 
 /// The catch of a C++ exception in the frame whose stack pointer is `sp`: the frames below it

@@ -1,6 +1,6 @@
 //! A Rust panic unwinding through three traced frames and caught (tests/unwind.rs): `thrower`
 //! panics, `level3`..`level1` are unwound (`level2` drops a value with a `Drop` impl on the
-//! way), `catcher` catches with `catch_unwind` and calls `after_catch`.
+//! way), `catcher` catches with `catch_unwind`, sleeps and calls `after_catch`.
 
 use std::hint::black_box;
 
@@ -54,7 +54,12 @@ fn after_catch(x: u64) -> u64 {
 fn catcher(x: u64) -> u64 {
     match std::panic::catch_unwind(|| level1(x)) {
         Ok(v) => v,
-        Err(_) => 100 + after_catch(x),
+        Err(_) => {
+            // 100 ms in the catch before any traced call: the skipped frames' exits are
+            // stamped at the catch, so their durations do not hold it.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            100 + after_catch(x)
+        }
     }
 }
 
