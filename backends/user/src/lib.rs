@@ -27,6 +27,7 @@ pub mod fuse;
 pub mod launch;
 pub mod live;
 pub mod livefs;
+pub mod profile;
 pub mod record;
 pub mod recording;
 pub mod report;

@@ -14,6 +14,10 @@
 //! recorded only on the CPUs of the mask); the markers this tool records are not masked (their
 //! CPU is the tool's, not the writer's).
 //!
+//! `function_profile_enabled` goes to the agent too ([`ftrace_agent::profile`]: the program
+//! counts its calls); `trace_stat/function<cpu>` reads every process's counters and sums them
+//! by function name ([`crate::profile`]).
+//!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
 //! instances/x`) get their own buffers of marker events, their own function-filter files and
@@ -62,11 +66,13 @@ use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::profiler::ProfileMode;
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
 
 use crate::agentctl::{AgentLink, SiteLine};
 use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
+use crate::profile::TreeProfile;
 use crate::tree::Members;
 
 /// The pid of the process whose request the server is handling (set by the FUSE layer under
@@ -125,6 +131,8 @@ struct State {
     depth: u32,
     /// `tracing_thresh` in nanoseconds (top level: sent to the agent).
     thresh_ns: u64,
+    /// `function_profile_enabled` (top level: sent to the agent, which counts).
+    profile: bool,
     flags: u64,
     /// `set_ftrace_pid`, `set_ftrace_notrace_pid` (top level: sent to the agent).
     pids: [Vec<u32>; 2],
@@ -225,6 +233,7 @@ impl State {
             on: true,
             depth: 0,
             thresh_ns: 0,
+            profile: false,
             flags: 0,
             pids: [Vec::new(), Vec::new()],
             followed: [Vec::new(), Vec::new()],
@@ -284,6 +293,7 @@ impl State {
             cpus: self.cpumask.clone(),
             retval: self.tracer_option(&GRAPH, "funcgraph-retval"),
             thresh_ns: self.thresh_ns,
+            profile: self.profile,
         })
     }
 
@@ -777,6 +787,10 @@ impl TraceBackend for UserBackend {
                 let old = std::mem::replace(&mut st.thresh_ns, ns);
                 st.push().inspect_err(|_| st.thresh_ns = old)
             }
+            Param::ProfileEnabled(on) if st.agent.is_some() => {
+                let old = std::mem::replace(&mut st.profile, on);
+                st.push().inspect_err(|_| st.profile = old)
+            }
             Param::TracingThresh(0) | Param::ProfileEnabled(false) => Ok(()),
             _ => Err(Errno::EINVAL),
         }
@@ -1047,6 +1061,37 @@ impl FunctionRecords for SiteRecords {
             p.add_text(sites.len(), 0);
             p.write_total_info(w)
         })
+    }
+
+    fn has_profiler(&self) -> bool {
+        true
+    }
+
+    fn write_profile(&self, cpu: u32, w: &mut dyn fmt::Write) -> fmt::Result {
+        let mut st = lock(&self.state);
+        let mode = if st.tracer == GRAPH.name() {
+            ProfileMode::Graph
+        } else {
+            ProfileMode::Hits
+        };
+        let thresh_ns = st.thresh_ns;
+        let Some(a) = &mut st.agent else {
+            return Ok(());
+        };
+        // The first process's counters (named by its sites), then the others'.
+        let mut lines = Vec::new();
+        if !a.link.is_broken() {
+            if let Ok(l) = a.link.profile() {
+                let names: HashMap<u64, &str> =
+                    a.sites.iter().map(|s| (s.addr, s.name.as_str())).collect();
+                lines.extend(
+                    l.into_iter()
+                        .filter_map(|l| Some((names.get(&l.addr)?.to_string(), l))),
+                );
+            }
+        }
+        lines.extend(a.others.profiles());
+        TreeProfile::of_cpu(lines, cpu).write_stat(w, mode, thresh_ns)
     }
 }
 

@@ -10,6 +10,7 @@
 //!   [`dispatch`]: the ftrace-core dispatcher and the function tracer's ops.
 //! - [`patch`], [`text`]: the site forms, the breakpoint and stop-the-world protocols, and the
 //!   platform primitives under them (W^X text writes, membarrier, thread stop).
+//! - [`profile`]: the function profiler's counters (`function_profile_enabled`).
 //! - [`buffer`]: the per-thread buffer files; [`clock`]: TSC and CLOCK_MONOTONIC.
 //!
 //! The agent itself is never instrumented (it is built without instrumentation flags; the
@@ -36,6 +37,7 @@ pub mod mcount;
 pub mod patch;
 pub mod pids;
 pub mod probe;
+pub mod profile;
 pub mod text;
 pub mod thresh;
 pub mod tramp;
