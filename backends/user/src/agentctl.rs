@@ -41,21 +41,6 @@ pub struct ProbeLine {
     pub count: i64,
 }
 
-/// One function profiler counter as the agent reports it ([`ftrace_agent::profile`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProfileLine {
-    /// The CPU the calls ran on.
-    pub cpu: u32,
-    /// The site.
-    pub addr: u64,
-    /// Calls.
-    pub hits: u64,
-    /// Total time in ns (function_graph returns; 0 otherwise).
-    pub time: u64,
-    /// Sum of squared times, ns² (wrapping).
-    pub time_squared: u64,
-}
-
 /// The process at the other end of a unix socket (`SO_PEERCRED`).
 pub(crate) fn peer_pid(sock: &UnixStream) -> std::io::Result<u32> {
     use std::os::fd::AsRawFd;
@@ -255,30 +240,6 @@ impl AgentLink {
                 addr: u64::from_str_radix(a, 16).map_err(|_| Errno::EIO)?,
                 cmd: c.to_string(),
                 count: n.parse().map_err(|_| Errno::EIO)?,
-            });
-        }
-    }
-
-    /// Reads the function profiler's counters (every counter with a hit).
-    pub fn profile(&mut self) -> Result<Vec<ProfileLine>, Errno> {
-        self.send(b"PROFILE\n")?;
-        let mut v = Vec::new();
-        loop {
-            let l = self.line()?;
-            if l == "." {
-                return Ok(v);
-            }
-            let f: Vec<&str> = l.split('\t').collect();
-            let [cpu, addr, hits, time, time_squared] = f[..] else {
-                return Err(Errno::EIO);
-            };
-            let num = |t: &str| t.parse::<u64>().map_err(|_| Errno::EIO);
-            v.push(ProfileLine {
-                cpu: cpu.parse().map_err(|_| Errno::EIO)?,
-                addr: u64::from_str_radix(addr, 16).map_err(|_| Errno::EIO)?,
-                hits: num(hits)?,
-                time: num(time)?,
-                time_squared: num(time_squared)?,
             });
         }
     }

@@ -132,7 +132,7 @@ struct State {
     /// `tracing_thresh` in nanoseconds (top level: sent to the agent).
     thresh_ns: u64,
     /// `function_profile_enabled` (top level: sent to the agent, which counts).
-    profile: bool,
+    profile: ProfileSwitch,
     flags: u64,
     /// `set_ftrace_pid`, `set_ftrace_notrace_pid` (top level: sent to the agent).
     pids: [Vec<u32>; 2],
@@ -148,6 +148,29 @@ struct State {
     buffer_bytes: u64,
     read_events: HashMap<u32, u64>,
     marker_syms: SortedSymbols,
+}
+
+/// `function_profile_enabled` as the agents get it: the generation of the last profile
+/// started (its counters files are the ones `trace_stat` reads, on or off).
+#[derive(Clone, Copy, Debug, Default)]
+struct ProfileSwitch {
+    on: bool,
+    generation: u64,
+}
+
+impl ProfileSwitch {
+    /// On starts a fresh profile (a new generation); off keeps the last one readable.
+    fn set(&mut self, on: bool) {
+        if on {
+            self.generation += 1;
+        }
+        self.on = on;
+    }
+
+    /// The `STATE` field: 0 off, else the generation.
+    fn wanted(&self) -> u64 {
+        if self.on { self.generation } else { 0 }
+    }
 }
 
 /// The tasks a trace names: the program's threads and the marker writers.
@@ -233,7 +256,7 @@ impl State {
             on: true,
             depth: 0,
             thresh_ns: 0,
-            profile: false,
+            profile: ProfileSwitch::default(),
             flags: 0,
             pids: [Vec::new(), Vec::new()],
             followed: [Vec::new(), Vec::new()],
@@ -293,7 +316,7 @@ impl State {
             cpus: self.cpumask.clone(),
             retval: self.tracer_option(&GRAPH, "funcgraph-retval"),
             thresh_ns: self.thresh_ns,
-            profile: self.profile,
+            profile: self.profile.wanted(),
         })
     }
 
@@ -788,7 +811,8 @@ impl TraceBackend for UserBackend {
                 st.push().inspect_err(|_| st.thresh_ns = old)
             }
             Param::ProfileEnabled(on) if st.agent.is_some() => {
-                let old = std::mem::replace(&mut st.profile, on);
+                let old = st.profile;
+                st.profile.set(on);
                 st.push().inspect_err(|_| st.profile = old)
             }
             Param::TracingThresh(0) | Param::ProfileEnabled(false) => Ok(()),
@@ -1075,22 +1099,17 @@ impl FunctionRecords for SiteRecords {
             ProfileMode::Hits
         };
         let thresh_ns = st.thresh_ns;
+        let generation = st.profile.generation;
         let Some(a) = &mut st.agent else {
             return Ok(());
         };
-        // The first process's counters (named by its sites), then the others'.
-        let mut lines = Vec::new();
-        if !a.link.is_broken() {
-            if let Ok(l) = a.link.profile() {
-                let names: HashMap<u64, &str> =
-                    a.sites.iter().map(|s| (s.addr, s.name.as_str())).collect();
-                lines.extend(
-                    l.into_iter()
-                        .filter_map(|l| Some((names.get(&l.addr)?.to_string(), l))),
-                );
-            }
-        }
-        lines.extend(a.others.profiles());
+        // Every image's counters file, the gone ones' too (their calls were made).
+        a.live.refresh();
+        let lines = a
+            .live
+            .images()
+            .flat_map(|(dir, syms)| crate::profile::read_counters(dir, syms, generation))
+            .collect::<Vec<_>>();
         TreeProfile::of_cpu(lines, cpu).write_stat(w, mode, thresh_ns)
     }
 }

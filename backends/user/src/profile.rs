@@ -1,19 +1,86 @@
 //! The function profiler of a traced process tree, as the live mount's
-//! `trace_stat/function<cpu>` shows it: the agents count calls per CPU and per site
-//! ([`ftrace_agent::profile`]), and one CPU's counters of every process are summed here per
-//! function name (the tree's processes map the same functions at different addresses, as its
-//! filter files resolve them by name), then printed by ftrace-tracers' profile printer.
+//! `trace_stat/function<cpu>` shows it: the agents count calls per CPU and per site into a
+//! counters file in each image's directory ([`ftrace_agent::profile`]), and one CPU's
+//! counters of every image are summed here per function name (the tree's processes map the
+//! same functions at different addresses, as its filter files resolve them by name), then
+//! printed by ftrace-tracers' profile printer.
 //!
-//! Invariant: a function's row is the sum of its counters in every linked process on that CPU
-//! (the CPU a call ran on, as the live mount files events by the CPU they were recorded on).
+//! Invariant: a function's row is the sum of its counters on that CPU (the CPU a call ran on,
+//! as the live mount files events by the CPU they were recorded on) in every image of the
+//! tree, running or gone, whose file is of the profile's generation (an earlier
+//! `function_profile_enabled` left older files behind).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::Path;
 
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_tracers::profiler::{ProfileMode, ProfileRecord, ProfileTable};
 
-use crate::agentctl::ProfileLine;
+use ftrace_agent::profile::{FILE, HEADER_WORDS, MAGIC};
+use ftrace_core::symbols::SymbolTable;
+
+/// One counter of an image's counters file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProfileLine {
+    /// The CPU the calls ran on.
+    pub cpu: u32,
+    /// The site.
+    pub addr: u64,
+    /// Calls.
+    pub hits: u64,
+    /// Total time in ns (function_graph returns; 0 otherwise).
+    pub time: u64,
+    /// Sum of squared times, ns² (wrapping).
+    pub time_squared: u64,
+}
+
+/// The counters with a hit in image directory `dir`'s counters file of profile
+/// `generation`, each named by the image's `symbols` text (none: no file, another
+/// generation, or a file cut short).
+pub fn read_counters(dir: &Path, symbols: &str, generation: u64) -> Vec<(String, ProfileLine)> {
+    let Ok(bytes) = std::fs::read(dir.join(FILE)) else {
+        return Vec::new();
+    };
+    let w: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    let (Some(&magic), Some(&gen_), Some(&n), Some(&cpus)) =
+        (w.first(), w.get(1), w.get(2), w.get(3))
+    else {
+        return Vec::new();
+    };
+    let (n, cpus) = (n as usize, cpus as usize);
+    let cells = HEADER_WORDS + n;
+    if magic != MAGIC || gen_ != generation || w.len() < cells + 3 * n * cpus {
+        return Vec::new();
+    }
+    let syms = crate::recording::parse_symbols(symbols);
+    let mut out = Vec::new();
+    for (i, &addr) in w[HEADER_WORDS..cells].iter().enumerate() {
+        for cpu in 0..cpus {
+            let c = &w[cells + 3 * (i * cpus + cpu)..][..3];
+            if c[0] == 0 {
+                continue;
+            }
+            let Some(s) = syms.lookup(addr) else {
+                continue;
+            };
+            out.push((
+                s.name.to_string(),
+                ProfileLine {
+                    cpu: cpu as u32,
+                    addr,
+                    hits: c[0],
+                    time: c[1],
+                    time_squared: c[2],
+                },
+            ));
+        }
+    }
+    out
+}
 
 /// Where the merged rows' stand-in addresses start (a row is keyed by its name: any address
 /// that names it in [`TreeProfile`]'s own symbol table will do).

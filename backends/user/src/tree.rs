@@ -17,7 +17,7 @@ use std::time::Duration;
 use ftrace_agent::control::Wanted;
 use ftrace_core::Errno;
 
-use crate::agentctl::{AgentLink, ProfileLine, SiteLine};
+use crate::agentctl::{AgentLink, SiteLine};
 
 /// One registered process besides the first.
 pub struct Member {
@@ -54,29 +54,6 @@ impl Members {
     /// The processes' pids.
     pub fn pids(&self) -> Vec<u32> {
         self.0.iter().map(|m| m.link.pid).collect()
-    }
-
-    /// Every process's function profiler counters, each with its function's name (a dropped
-    /// link's counts went with its process).
-    pub fn profiles(&mut self) -> Vec<(String, ProfileLine)> {
-        let mut out = Vec::new();
-        self.0.retain_mut(|m| {
-            let Ok(lines) = m.link.profile() else {
-                return !m.link.is_broken();
-            };
-            let names: HashMap<u64, &str> = m
-                .by_name
-                .iter()
-                .flat_map(|(n, addrs)| addrs.iter().map(move |&a| (a, n.as_str())))
-                .collect();
-            out.extend(
-                lines
-                    .into_iter()
-                    .filter_map(|l| Some((names.get(&l.addr)?.to_string(), l))),
-            );
-            true
-        });
-        out
     }
 
     /// Sends `w` (resolved against `primary`, the first process's sites) to every process,

@@ -13,7 +13,6 @@
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
 //! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh> <profile>` | `OK <sites changed>` or `ERR <errno> <text>` |
-//! | `PROFILE` | the function profiler's counters ([`crate::profile::report`]), then `.` |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
@@ -28,7 +27,9 @@
 //! ([`crate::cpumask`]): `-` for all CPUs, else comma-separated hex 64-bit words, CPU 0 in bit
 //! 0 of the first; then `funcgraph-retval` (0/1: function_graph exits carry return values) and
 //! `tracing_thresh` in nanoseconds ([`crate::thresh`]; 0: off), and `function_profile_enabled`
-//! (0/1: the selected sites are counted whatever the tracer, [`crate::profile`]).
+//! (0: off, else the profile's generation: the selected sites are counted whatever the
+//! tracer, into the instance directory's counters file, [`crate::profile`]; a new number
+//! starts a fresh profile).
 //! The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
@@ -77,9 +78,10 @@ pub struct Wanted {
     pub retval: bool,
     /// `tracing_thresh` in nanoseconds (0: off).
     pub thresh_ns: u64,
-    /// `function_profile_enabled`: the selected sites are counted ([`crate::profile`]),
-    /// whatever the tracer and `tracing_on`.
-    pub profile: bool,
+    /// `function_profile_enabled`: 0 off, else the profile's generation (a new number starts
+    /// a fresh profile): the selected sites are counted ([`crate::profile`]), whatever the
+    /// tracer and `tracing_on`.
+    pub profile: u64,
 }
 
 fn parse_pids(s: &str) -> Option<Vec<u32>> {
@@ -157,7 +159,7 @@ impl Wanted {
             }),
             u8::from(self.retval),
             self.thresh_ns,
-            u8::from(self.profile),
+            self.profile,
         )
     }
 
@@ -204,11 +206,7 @@ impl Wanted {
             _ => return None,
         };
         let thresh_ns = it.next()?.parse().ok()?;
-        let profile = match it.next()? {
-            "0" => false,
-            "1" => true,
-            _ => return None,
-        };
+        let profile = it.next()?.parse().ok()?;
         if it.next().is_some() {
             return None;
         }
@@ -351,9 +349,6 @@ fn answer(req: &str) -> String {
         out.push_str(".\n");
         return out;
     }
-    if req == "PROFILE" {
-        return crate::profile::report();
-    }
     if req == "PROBES" {
         let on = handler::TRACING_ON.load(Ordering::SeqCst);
         let mut out = format!("ON {}\n", u8::from(on));
@@ -391,7 +386,7 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     // The call each site needs under the new state: a probed site calls the full-save path
     // (where the probes run), whatever the tracer, and so does a profiled one under `nop`;
     // the others only under tracers that trace.
-    let profiled = |addr: u64| w.profile && w.sel.contains(&addr);
+    let profiled = |addr: u64| w.profile != 0 && w.sel.contains(&addr);
     let want_call = |addr: u64, stubs: crate::tramp::Stubs, form: ftrace_patch::SiteForm| {
         let root = w.tracer == Some(TracerKind::FunctionGraph) && w.roots.contains(&addr);
         let target = if probed.contains(&addr) || (w.tracer.is_none() && profiled(addr)) {
@@ -449,7 +444,13 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     crate::cpumask::set_mask(w.cpus.as_deref());
     a.config.clock = w.clock;
     let all: Vec<u64> = a.sites.iter().map(|s| s.addr).collect();
-    crate::profile::set(w.profile, &all, |ip| w.sel.contains(&ip), w.clock.is_tsc());
+    crate::profile::set(
+        w.profile,
+        Some(&a.dir),
+        &all,
+        |ip| w.sel.contains(&ip),
+        w.clock.is_tsc(),
+    );
     handler::update_fast_path();
     crate::probe::publish(&w.probes, &traced);
     // 3. Retarget (disabled sites only) and record the selection.
@@ -464,7 +465,7 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     if let Some(t) = w.tracer {
         a.config.tracer = t;
     }
-    a.on = w.tracer.is_some() || !probed.is_empty() || w.profile;
+    a.on = w.tracer.is_some() || !probed.is_empty() || w.profile != 0;
     // 4. Enable the wanted sites.
     changed += apply(a)?;
     Ok(changed)
@@ -501,12 +502,12 @@ mod tests {
             cpus: Some(vec![0x2, 0x1]),
             retval: true,
             thresh_ns: 20_000,
-            profile: true,
+            profile: 3,
         };
         let line = w.to_request();
         assert_eq!(
             line,
-            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1 20000 1"
+            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1 20000 3"
         );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();

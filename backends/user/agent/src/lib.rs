@@ -477,6 +477,9 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn after_fork_child() {
+    // Until the child has counters of its own, nothing it runs (the agent's own writes of
+    // its instance files go through the program's interposers) counts into its parent's.
+    let profiling = profile::suspend();
     let parent_tid = FORKING_TID.with(|t| t.get());
     if parent_tid != 0 {
         pids::follow_fork(parent_tid);
@@ -497,6 +500,7 @@ extern "C" fn after_fork_child() {
     if installed.is_err() {
         handler::INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
     }
+    profile::after_fork(installed.is_ok().then_some(a.dir.as_path()), profiling);
     // A tree the tool controls: the child registers as a process of its own (its parent's
     // control thread did not survive the fork).
     if let Some(path) = a.config.control.clone() {
