@@ -16,7 +16,8 @@
 //! gold), which is why it is a feature: a kernel module or a custom linker script may drop the
 //! section.
 
-use crate::static_key::StaticKey;
+use crate::static_key::{Branch, StaticKey};
+use crate::sync::{AtomicPtr, Ordering};
 
 /// One jump-label site (the kernel's `struct jump_entry`, with absolute addresses).
 #[repr(C)]
@@ -58,9 +59,30 @@ pub fn entries() -> impl Iterator<Item = &'static JumpEntry> {
 }
 
 /// The sites that test `key`.
-pub fn entries_of(key: &'static StaticKey) -> impl Iterator<Item = &'static JumpEntry> {
+pub fn entries_of(key: &StaticKey) -> impl Iterator<Item = &'static JumpEntry> + use<> {
     let addr = key as *const StaticKey as u64;
     entries().filter(move |e| e.key == addr)
+}
+
+/// What rewrites a key's sites on its transitions (the platform's `arch_jump_label_transform`:
+/// ftrace-patch's `jump_label::update_sites` over the platform's text), called from the key's
+/// update with the key and the transition.
+pub type Patcher = fn(&StaticKey, Branch);
+
+static PATCHER: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Installs the patcher the keys that need one use (`tracepoint!` sites under the feature
+/// `tracepoint-jump-label`). Install it before any such key is turned on; a later call replaces
+/// it for the transitions that follow.
+pub fn set_patcher(patcher: Patcher) {
+    PATCHER.store(patcher as *mut (), Ordering::Release);
+}
+
+/// The installed patcher, if any.
+pub fn patcher() -> Option<Patcher> {
+    let p = PATCHER.load(Ordering::Acquire);
+    // SAFETY: only `set_patcher` stores a non-null pointer, and it stores a `Patcher`.
+    (!p.is_null()).then(|| unsafe { core::mem::transmute::<*mut (), Patcher>(p) })
 }
 
 /// `static_branch_unlikely(&KEY)`: `true` when the key's sites have been patched on. Off, it

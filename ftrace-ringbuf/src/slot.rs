@@ -352,6 +352,56 @@ impl<'a> SlotRing<'a> {
         self.reserve().map(|r| r.commit(ev))
     }
 
+    /// Reserves `len` consecutive slots for one event that spans them (a record longer than
+    /// one slot), with one read-modify-write of `head`, so no nested writer's slot falls
+    /// between them. A span that cannot fit (`len` zero or above the capacity, or past the
+    /// limit) is dropped and counted as one event, its reservation given back or padded as in
+    /// [`reserve`](Self::reserve).
+    #[inline]
+    pub fn reserve_span(&self, len: u64) -> Result<Span<'a>, Full> {
+        if len == 0 || len > self.capacity() {
+            self.header.dropped.inc();
+            return Err(Full);
+        }
+        let index = self.header.head.fetch_add(len as usize) as u64;
+        fence(Ordering::Release);
+        crate::sync::inject::point("slot_reserved");
+        if index + (len - 1) > self.header.limit.load(Ordering::Acquire) {
+            self.give_back_span(index, len);
+            return Err(Full);
+        }
+        Ok(Span {
+            ring: *self,
+            index,
+            len,
+        })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn give_back_span(&self, index: u64, len: u64) {
+        self.header.dropped.inc();
+        crate::sync::inject::point("slot_dropped");
+        let next = (index + len) as usize;
+        if self.header.head.cmpxchg(next, index as usize) != next {
+            // A nested writer reserved after us and found room: the limit is past the whole
+            // span, so every slot of it is free, and becomes padding.
+            for i in index..index + len {
+                self.slot(i)
+                    .kind
+                    .store(KIND_PAD | self.lap_bit(i), Ordering::Release);
+            }
+        }
+    }
+
+    /// Writes one event over `1 + tail.len()` slots: [`reserve_span`](Self::reserve_span),
+    /// then [`Span::commit`].
+    #[inline]
+    pub fn write_span(&self, head: SlotEvent, tail: &[SlotEvent]) -> Result<(), Full> {
+        self.reserve_span(1 + tail.len() as u64)
+            .map(|s| s.commit(head, tail))
+    }
+
     /// What index `index` holds now.
     #[inline]
     pub fn read(&self, index: u64) -> SlotRead {
@@ -482,6 +532,44 @@ impl Reserved<'_> {
     }
 }
 
+/// Consecutive reserved slots for one event: commit them with [`commit`](Self::commit).
+#[derive(Debug)]
+#[must_use = "a reserved span must be committed"]
+pub struct Span<'a> {
+    ring: SlotRing<'a>,
+    index: u64,
+    len: u64,
+}
+
+impl Span<'_> {
+    /// The index of the span's first slot.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// Fills and commits the span: the `tail` slots first, in order, then the `head` slot
+    /// (the first index) last, so a reader that finds the head committed finds the whole
+    /// tail committed too (the head's release store orders the tail's before it). A reader
+    /// that stops at the first uncommitted slot therefore never delivers part of a span.
+    /// `tail` must hold `len - 1` events.
+    #[inline]
+    pub fn commit(self, head: SlotEvent, tail: &[SlotEvent]) {
+        debug_assert_eq!(tail.len() as u64 + 1, self.len);
+        for (i, ev) in tail.iter().enumerate().take((self.len - 1) as usize) {
+            Reserved {
+                ring: self.ring,
+                index: self.index + 1 + i as u64,
+            }
+            .commit(*ev);
+        }
+        Reserved {
+            ring: self.ring,
+            index: self.index,
+        }
+        .commit(head);
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -568,6 +656,89 @@ mod tests {
         assert_eq!(idx, 1);
         assert_eq!(drain(&r, &mut c, Drain::Final), [(2, 1)]);
         assert_eq!(c.overrun, 1);
+    }
+
+    #[test]
+    fn a_span_reads_whole_or_not_at_all_and_a_full_one_is_one_drop() {
+        let (h, s) = ring(8, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        r.write(ev(0)).unwrap();
+        let span = r.reserve_span(3).unwrap();
+        assert_eq!(span.index(), 1);
+        r.write(ev(4)).unwrap(); // a nested writer lands after the whole span
+        let mut c = Cursor::default();
+        assert_eq!(drain(&r, &mut c, Drain::Live), [(0, 0)]);
+        span.commit(ev(1), &[ev(2), ev(3)]);
+        assert_eq!(
+            drain(&r, &mut c, Drain::Live),
+            [(1, 0), (2, 0), (3, 0), (4, 0)]
+        );
+        // 5 slots written unread, 3 free: a span of 4 is dropped (one event), 3 fit.
+        for n in 20..25 {
+            r.write(ev(n)).unwrap();
+        }
+        assert_eq!(r.write_span(ev(5), &[ev(6), ev(7), ev(8)]), Err(Full));
+        assert_eq!(r.dropped(), 1);
+        assert_eq!(r.head(), 10, "the reservation was given back");
+        r.write_span(ev(9), &[ev(10), ev(11)]).unwrap();
+        assert_eq!(r.reserve_span(9).unwrap_err(), Full); // larger than the ring
+        assert_eq!(r.reserve_span(0).unwrap_err(), Full);
+        assert_eq!(r.dropped(), 3);
+        let got = drain(&r, &mut c, Drain::Live);
+        let ts: Vec<u64> = got.iter().map(|g| g.0).collect();
+        assert_eq!(ts, [20, 21, 22, 23, 24, 9, 10, 11]);
+        assert_eq!(c.dropped + c.pending_drops(), 3, "every drop counted");
+    }
+
+    #[test]
+    fn a_span_wraps_around_the_ring_in_overwrite_mode() {
+        let (h, s) = ring(4, SlotMode::Overwrite);
+        let r = SlotRing::new(&h, &s).unwrap();
+        for n in 0..3 {
+            r.write(ev(n)).unwrap();
+        }
+        r.write_span(ev(3), &[ev(4), ev(5)]).unwrap();
+        let mut c = Cursor::default();
+        let got = drain(&r, &mut c, Drain::Final);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [2, 3, 4, 5]);
+        assert_eq!(c.overrun, 2);
+    }
+
+    /// A nested writer between the span's reservation (found full) and its give-back, after
+    /// a consumer made room: the span becomes padding, read by no one.
+    #[test]
+    fn a_full_span_overtaken_by_a_nested_writer_is_padding() {
+        let (h, s) = ring(4, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        for n in 0..3 {
+            r.write(ev(n)).unwrap();
+        }
+        let hp: *const RingHeader = &h;
+        let sp: *const [Slot] = &s[..];
+        let fired = std::rc::Rc::new(core::cell::Cell::new(false));
+        let f2 = fired.clone();
+        inject::set(Some(std::boxed::Box::new(move |at| {
+            if at != "slot_dropped" || f2.get() {
+                return;
+            }
+            f2.set(true);
+            // SAFETY: `h` and `s` outlive the hook (removed before they drop).
+            let r = SlotRing::new(unsafe { &*hp }, unsafe { &*sp }).unwrap();
+            let mut c = Cursor::default();
+            r.consume(&mut c, Drain::Live, |_, _| {});
+            r.write(ev(9)).unwrap();
+        })));
+        assert_eq!(r.write_span(ev(3), &[ev(4)]), Err(Full));
+        inject::set(None);
+        assert!(fired.get());
+        assert_eq!((r.head(), r.dropped()), (6, 1));
+        let mut c = Cursor {
+            next: 3,
+            ..Cursor::default()
+        };
+        let got = drain(&r, &mut c, Drain::Final);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [9]);
+        assert_eq!((c.overrun, c.dropped + c.pending_drops()), (0, 1));
     }
 
     #[test]

@@ -286,6 +286,36 @@ mod slot_ring {
         producer_consumer(Writer::Nested);
     }
 
+    /// One event over two slots (`write_span`) against a live consumer: the consumer
+    /// delivers the whole span or none of it. Fails when `Span::commit` stores the head
+    /// before the tail, or with the commit store `Release -> Relaxed`.
+    #[test]
+    fn slot_span_is_read_whole_or_not_at_all() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(2);
+        builder.check(|| {
+            let r = Ring::new(4, SlotMode::ProducerConsumer);
+            let rc = r.clone();
+            let consumer = thread::spawn(move || {
+                let mut c = Cursor::default();
+                let mut seen = Vec::new();
+                rc.ring()
+                    .consume(&mut c, Drain::Live, |e, _| seen.push(check(e)));
+                (c, seen)
+            });
+            let ring = r.ring();
+            ring.write_span(ev(0), &[ev(1)]).unwrap();
+            let (mut c, seen) = consumer.join().unwrap();
+            assert!(
+                seen.is_empty() || seen == [0, 1],
+                "a span read in part: {seen:?}"
+            );
+            let mut rest = Vec::new();
+            ring.consume(&mut c, Drain::Final, |e, _| rest.push(check(e)));
+            assert_eq!(seen.len() + rest.len(), 2, "the span read once");
+        });
+    }
+
     /// Overwrite mode, one slot: the second write laps the first while a reader copies it.
     #[test]
     fn slot_overwrite_reader_never_returns_a_torn_slot() {

@@ -1,7 +1,15 @@
-//! What a `tracepoint!` call site costs: off (one relaxed load of its key), and on with one
-//! `u64` field, the probe writing the record into a ring buffer with the same clock the
-//! simulated platform gives the function tracer; beside it, in the same run, the function
-//! tracer's traced call through `TraceArray` (as `benches/array.rs` measures it).
+//! What a `tracepoint!` call site costs: off (one relaxed load of its key, or with the
+//! feature `tracepoint-jump-label` a 5-byte NOP), and on with one `u64` field, the probe
+//! writing the record into a ring buffer with the same clock the simulated platform gives the
+//! function tracer; beside it, in the same run, the function tracer's traced call through
+//! `TraceArray` (as `benches/array.rs` measures it), and an empty call for the floor.
+//!
+//! ```text
+//! cargo bench -p ftrace-tracefs --bench tracepoint                                  # load
+//! cargo bench -p ftrace-tracefs --bench tracepoint --features tracepoint-jump-label # NOP
+//! ```
+//! Under the feature the bench installs a patcher that rewrites this process's own text
+//! (`mprotect`, ftrace-patch's `jump_label::update_sites`), and checks the site's bytes.
 #![allow(missing_docs)]
 
 #[path = "../tests/common/mod.rs"]
@@ -59,17 +67,124 @@ fn traced_call() {
     }
 }
 
+/// The call site as a program has it: not inlined into the loop, so each iteration pays the
+/// call and the site's test.
+#[inline(never)]
+fn site(v: u64) {
+    trace_bench_value(v)
+}
+
+/// The floor: the same call without a site.
+#[inline(never)]
+fn empty(v: u64) {
+    black_box(v);
+}
+
+#[cfg(feature = "tracepoint-jump-label")]
+mod own_text {
+    //! This process's text as ftrace-patch's `TextPoke` (one thread runs the sites while
+    //! they change: syncing is a no-op, stopping the others is running the patch).
+    use ftrace_core::jump_label::entries_of;
+    use ftrace_core::static_key::{Branch, StaticKey};
+    use ftrace_patch::jump_label::{JumpSite, JumpTo, update_sites};
+    use ftrace_patch::protocol::{PokeSite, StopFixup};
+    use ftrace_patch::{TextFault, TextPoke};
+
+    struct OwnText;
+
+    impl TextPoke for OwnText {
+        fn read_text(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), TextFault> {
+            // SAFETY: `addr` is a jump-label site of this image's text, mapped readable.
+            unsafe {
+                std::ptr::copy_nonoverlapping(addr as *const u8, buf.as_mut_ptr(), buf.len())
+            };
+            Ok(())
+        }
+        fn write_text(&mut self, addr: u64, bytes: &[u8]) -> Result<(), TextFault> {
+            let page = addr & !4095;
+            let len = (addr + bytes.len() as u64 - page).next_multiple_of(4096) as usize;
+            // SAFETY: the pages hold this image's text; they stay executable, and only the
+            // site's bytes are written, while no other thread runs them.
+            unsafe {
+                let rwx = libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC;
+                if libc::mprotect(page as *mut libc::c_void, len, rwx) != 0 {
+                    return Err(TextFault { addr });
+                }
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len());
+                libc::mprotect(
+                    page as *mut libc::c_void,
+                    len,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                );
+            }
+            Ok(())
+        }
+        fn sync_cores(&mut self) {}
+        fn stop_others(&mut self, _fixup: &StopFixup<'_>, patch: &mut dyn FnMut(&mut Self)) {
+            patch(self)
+        }
+    }
+
+    fn patch(key: &StaticKey, b: Branch) {
+        let to = match b {
+            Branch::Enable => JumpTo::Target,
+            Branch::Disable => JumpTo::Nop,
+        };
+        let sites: Vec<JumpSite> = entries_of(key)
+            .map(|e| JumpSite {
+                code: e.code,
+                target: e.target,
+            })
+            .collect();
+        let mut buf = [const { PokeSite::empty() }; 8];
+        let st = update_sites(&mut OwnText, &sites, to, &mut buf).unwrap();
+        assert_eq!((st.done, st.failed), (sites.len(), 0));
+    }
+
+    /// Installs the patcher; returns the first byte of each of `key`'s sites.
+    pub fn install(key: &StaticKey) -> Vec<u8> {
+        ftrace_core::jump_label::set_patcher(patch);
+        first_bytes(key)
+    }
+
+    pub fn first_bytes(key: &StaticKey) -> Vec<u8> {
+        // SAFETY: each entry's code is a site in this image's text.
+        entries_of(key)
+            .map(|e| unsafe { *(e.code as *const u8) })
+            .collect()
+    }
+}
+
 fn tracepoints(c: &mut Criterion) {
     BUF.set(CpuBuffer::new(HeapPages, 256, 4096).unwrap())
         .unwrap();
+    #[cfg(feature = "tracepoint-jump-label")]
+    {
+        let off = own_text::install(BENCH_VALUE.key());
+        assert!(
+            !off.is_empty() && off.iter().all(|&b| b == 0x0f),
+            "NOP sites: {off:x?}"
+        );
+    }
+    let form = match cfg!(feature = "tracepoint-jump-label") {
+        true => "NOP",
+        false => "relaxed load",
+    };
     let mut g = c.benchmark_group("tracepoint");
-    g.bench_function("off, 1 u64 field", |b| {
-        b.iter(|| trace_bench_value(black_box(7)))
+    g.bench_function("empty call", |b| b.iter(|| empty(black_box(7))));
+    g.bench_function(format!("off, 1 u64 field ({form})"), |b| {
+        b.iter(|| site(black_box(7)))
     });
     BENCH_VALUE.connect(probe).unwrap();
-    g.bench_function("on, 1 u64 field, into a ring buffer", |b| {
-        b.iter(|| trace_bench_value(black_box(7)))
-    });
+    #[cfg(feature = "tracepoint-jump-label")]
+    {
+        let on = own_text::first_bytes(BENCH_VALUE.key());
+        assert!(on.iter().all(|&b| b == 0xe9), "jmp sites: {on:x?}");
+    }
+    g.bench_function(
+        format!("on, 1 u64 field, into a ring buffer ({form})"),
+        |b| b.iter(|| site(black_box(7))),
+    );
     BENCH_VALUE.disconnect();
     become_task(0, 2);
     let mut fs = TRACE.tracefs().unwrap();

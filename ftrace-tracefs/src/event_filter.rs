@@ -273,15 +273,27 @@ fn read_num(f: &Field, rec: &[u8]) -> Option<u64> {
     })
 }
 
+/// A string field's bytes: in place for a `char[N]`, where its `__data_loc` (`len << 16 |
+/// offset`) points for a dynamic string; empty if that lies outside the record.
+fn field_bytes<'r>(f: &Field, rec: &'r [u8]) -> &'r [u8] {
+    let off = f.offset as usize;
+    let raw = rec.get(off..off + f.size as usize).unwrap_or(&[]);
+    if !f.c_type.contains("__data_loc") {
+        return raw;
+    }
+    let Ok(loc) = <[u8; 4]>::try_from(raw).map(u32::from_le_bytes) else {
+        return &[];
+    };
+    let (at, len) = ((loc & 0xffff) as usize, (loc >> 16) as usize);
+    rec.get(at..at + len).unwrap_or(&[])
+}
+
 fn eval_pred(p: &Pred, rec: &[u8], cx: &RecordCtx<'_>) -> bool {
     match (&p.value, p.field) {
         (Value::Str(pat), field) => {
             let s: &[u8] = match field {
                 FieldRef::Comm => cx.comm,
-                FieldRef::Event(f) => {
-                    let off = f.offset as usize;
-                    rec.get(off..off + f.size as usize).unwrap_or(&[])
-                }
+                FieldRef::Event(f) => field_bytes(f, rec),
                 _ => &[],
             };
             let s = &s[..s.iter().position(|&b| b == 0).unwrap_or(s.len())];
@@ -844,6 +856,35 @@ mod tests {
 
     fn err(text: &str) -> FilterError {
         parse(&SCHED_SWITCH, text).unwrap_err()
+    }
+
+    #[test]
+    fn data_loc_strings_are_followed() {
+        use ftrace_core::format::{Field, TraceEventFormat};
+        static FIELDS: [Field; 1] = [Field {
+            c_type: "__data_loc char[]",
+            name: "name",
+            array: FieldArray::Scalar,
+            offset: 8,
+            size: 4,
+            signed: false,
+        }];
+        static NAMED: TraceEventFormat = TraceEventFormat {
+            system: "t",
+            name: "named",
+            id: 900,
+            fields: &FIELDS,
+            print_fmt: "\"%s\", __get_str(name)",
+        };
+        let mut rec = alloc::vec![0u8; 12];
+        rec[8..12].copy_from_slice(&((6u32 << 16) | 12).to_le_bytes());
+        rec.extend_from_slice(b"timer\0");
+        let cx = RecordCtx { cpu: 0, comm: b"" };
+        let yes = |f: &str| parse(&NAMED, f).unwrap().matches(&rec, &cx);
+        assert!(yes("name == \"timer\""));
+        assert!(yes("name ~ \"tim*\""));
+        assert!(!yes("name == \"time\""));
+        assert!(yes("name != \"sync\""));
     }
 
     #[test]

@@ -151,12 +151,12 @@ fn declared_events_record_filter_and_trigger_among_function_entries() {
     echo(&mut fs, "0", "events/enable").unwrap();
     assert!(!DEMO_VALUE.is_enabled() && !DEMO_PAIR.is_enabled());
 
-    // An instance records no events: enabling one there is refused.
+    // An instance has the events too (`instances_record_events_of_their_own`).
     fs.mkdir("instances/x").unwrap();
-    assert_eq!(
-        echo(&mut fs, "1", "instances/x/events/demo/demo_pair/enable"),
-        Err(Errno::ENODEV)
-    );
+    echo(&mut fs, "1", "instances/x/events/demo/demo_pair/enable").unwrap();
+    assert!(DEMO_PAIR.is_enabled());
+    echo(&mut fs, "0", "instances/x/events/demo/demo_pair/enable").unwrap();
+    assert!(!DEMO_PAIR.is_enabled());
     assert_eq!(
         cat(&mut fs, "instances/x/events/demo/demo_pair/enable"),
         "0\n"
@@ -312,4 +312,100 @@ fn hist_trigger_aggregates_recorded_events_into_the_hist_file() {
         "{hist}"
     );
     assert!(hist.ends_with("Entries: 1\n    Dropped: 0\n"), "{hist}");
+}
+
+tracepoint! {
+    /// `inst:inst_value`.
+    pub fn trace_inst_value(value: u64 => "u64");
+    record InstValue;
+    static INST_VALUE = ("inst", "inst_value", 520, "\"value=%llu\", REC->value");
+}
+
+/// What follows the context of each line of an instance's `trace`.
+fn bodies_at(fs: &mut Fs, trace: &str) -> Vec<String> {
+    cat(fs, trace)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_once(": ").unwrap().1.to_owned())
+        .collect()
+}
+
+#[test]
+fn instances_record_events_of_their_own() {
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    become_task(0, 2);
+    A.register_tracepoint(&INST_VALUE).unwrap();
+    let mut fs = A.tracefs().unwrap();
+    fs.mkdir("instances/foo").unwrap();
+    fs.mkdir("instances/bar").unwrap();
+    let foo = "instances/foo/events/inst/inst_value";
+    assert_eq!(cat(&mut fs, &format!("{foo}/enable")), "0\n");
+
+    // Enabled in foo only: foo records, the top level and bar do not.
+    echo(&mut fs, "1", &format!("{foo}/enable")).unwrap();
+    assert!(INST_VALUE.is_enabled());
+    assert_eq!(cat(&mut fs, "events/inst/inst_value/enable"), "0\n");
+    assert_eq!(cat(&mut fs, "instances/foo/set_event"), "inst:inst_value\n");
+    trace_inst_value(1);
+    assert_eq!(
+        bodies_at(&mut fs, "instances/foo/trace"),
+        ["inst_value: value=1"]
+    );
+    assert!(bodies(&mut fs).is_empty());
+    assert!(bodies_at(&mut fs, "instances/bar/trace").is_empty());
+
+    // Each instance filters on its own; the top level records everything it is given.
+    echo(&mut fs, "value > 10", &format!("{foo}/filter")).unwrap();
+    echo(&mut fs, "1", "events/inst/inst_value/enable").unwrap();
+    echo(&mut fs, "1", "instances/bar/events/inst/enable").unwrap();
+    trace_inst_value(5);
+    trace_inst_value(50);
+    assert_eq!(
+        bodies_at(&mut fs, "instances/foo/trace"),
+        ["inst_value: value=1", "inst_value: value=50"]
+    );
+    assert_eq!(
+        bodies(&mut fs),
+        ["inst_value: value=5", "inst_value: value=50"]
+    );
+    assert_eq!(
+        bodies_at(&mut fs, "instances/bar/trace"),
+        ["inst_value: value=5", "inst_value: value=50"]
+    );
+
+    // A trigger in bar acts on bar: traceoff stops bar's buffer only.
+    echo(
+        &mut fs,
+        "traceoff if value == 7",
+        "instances/bar/events/inst/inst_value/trigger",
+    )
+    .unwrap();
+    trace_inst_value(7);
+    trace_inst_value(8);
+    assert_eq!(cat(&mut fs, "instances/bar/tracing_on"), "0\n");
+    assert_eq!(cat(&mut fs, "tracing_on"), "1\n");
+    assert_eq!(bodies_at(&mut fs, "instances/bar/trace").len(), 3);
+    assert_eq!(bodies(&mut fs).len(), 4);
+
+    // The tracepoint stays connected while anyone has the event on.
+    echo(&mut fs, "0", "events/inst/inst_value/enable").unwrap();
+    echo(&mut fs, "0", &format!("{foo}/enable")).unwrap();
+    assert!(INST_VALUE.is_enabled(), "bar still has it");
+    // rmdir takes bar's slot away: nobody wants the event, the sites go off.
+    fs.rmdir("instances/bar").unwrap();
+    assert!(!INST_VALUE.is_enabled());
+    trace_inst_value(9);
+    assert_eq!(bodies(&mut fs).len(), 4);
+    // foo still works after bar is gone.
+    echo(&mut fs, "1", &format!("{foo}/enable")).unwrap();
+    trace_inst_value(99);
+    assert_eq!(
+        bodies_at(&mut fs, "instances/foo/trace")
+            .last()
+            .map(String::as_str),
+        Some("inst_value: value=99")
+    );
+    echo(&mut fs, "0", &format!("{foo}/enable")).unwrap();
+    fs.rmdir("instances/foo").unwrap();
+    assert!(!INST_VALUE.is_enabled());
 }

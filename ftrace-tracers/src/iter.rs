@@ -127,6 +127,12 @@ mod lists {
             self.pos.iter_mut().for_each(|p| *p = 0);
         }
 
+        /// How many events of `cpu`'s stream have been consumed (a reader that refills its
+        /// lists drops these; 0 for a CPU without a stream).
+        pub fn consumed(&self, cpu: u32) -> usize {
+            self.pos.get(cpu as usize).copied().unwrap_or(0)
+        }
+
         /// The events of one CPU.
         pub fn cpu_events(&self, cpu: u32) -> &[EventRef<'a>] {
             self.cpus.get(cpu as usize).map_or(&[], |v| v.as_slice())
@@ -181,6 +187,8 @@ mod lists {
             assert_eq!(it.next_event().map(|e| e.ts), Some(5));
             assert_eq!(it.next_event().map(|e| e.ts), Some(7));
             assert!(it.next_event().is_none());
+            assert_eq!((l.consumed(0), l.consumed(1), l.consumed(2)), (0, 2, 0));
+            assert_eq!(l.consumed(7), 0);
         }
     }
 }

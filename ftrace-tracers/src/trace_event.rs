@@ -3,8 +3,9 @@
 //! then the event's `print fmt` applied to the record.
 //!
 //! The print format is interpreted from the event's [`TraceEventFormat`]: a C format string
-//! whose arguments are `REC->field` (optionally cast) is applied generically (`%d %i %u %x %X
-//! %o %c %s %%` with flags, width, precision and `h`/`l`/`ll`/`z` lengths); `sched_switch`,
+//! whose arguments are `REC->field` (optionally cast), `__get_str(field)` (a `__data_loc
+//! char[]`) or `REC->field ? "a" : "b"` is applied generically (`%d %i %u %x %X %o %c %s %%`
+//! with flags, width, precision and `h`/`l`/`ll`/`z` lengths); `sched_switch`,
 //! whose `prev_state` argument is a `__print_flags` expression, has its own printer built on
 //! the `TASK_REPORT` letters of [`ftrace_core::format::sched`]. A format this module cannot
 //! apply prints the fields as `name=value` pairs instead. Invariant: nothing here allocates,
@@ -101,13 +102,18 @@ impl Rec<'_> {
         })
     }
 
-    /// A `char[N]` field up to its NUL.
+    /// A `char[N]` field, or the string a `__data_loc char[]` field locates, up to its NUL.
     fn str(&self, f: &Field) -> Option<&[u8]> {
-        if !matches!(f.array, FieldArray::Fixed(_)) || !f.c_type.contains("char") {
-            return None;
-        }
         let off = f.offset as usize;
-        let b = self.data.get(off..off + f.size as usize)?;
+        let b = if f.c_type.starts_with("__data_loc") && f.size == 4 {
+            let loc = u32::from_le_bytes(self.data.get(off..off + 4)?.try_into().ok()?);
+            let (at, len) = ((loc & 0xffff) as usize, (loc >> 16) as usize);
+            self.data.get(at..at + len)?
+        } else if matches!(f.array, FieldArray::Fixed(_)) && f.c_type.contains("char") {
+            self.data.get(off..off + f.size as usize)?
+        } else {
+            return None;
+        };
         Some(&b[..b.iter().position(|&c| c == 0).unwrap_or(b.len())])
     }
 }
@@ -191,6 +197,8 @@ fn write_fields(out: &mut dyn Write, rec: &Rec<'_>) -> fmt::Result {
         write!(out, "{}=", f.name)?;
         if let Some(s) = rec.str(f) {
             write_bytes(out, s)?;
+        } else if f.c_type.starts_with("__data_loc") {
+            // A location outside the record: no string to print.
         } else if let Some(v) = rec.int(f) {
             if f.signed {
                 write!(out, "{}", v as i64)?;
@@ -286,6 +294,34 @@ impl Iterator for FmtChars<'_> {
     }
 }
 
+/// One argument of a print format.
+enum Arg<'a> {
+    /// `REC->field` (optionally behind casts) or `__get_str(field)`.
+    Field(&'static Field),
+    /// `REC->field ? "yes" : "no"`: one of two strings by whether the field is non-zero.
+    Choice(&'static Field, &'a str, &'a str),
+}
+
+/// Parses one argument: a field, `__get_str(field)`, or a choice of two string literals.
+fn parse_arg<'a>(rec: &Rec<'_>, arg: &'a str) -> Option<Arg<'a>> {
+    let a = arg.trim();
+    if let Some(name) = a
+        .strip_prefix("__get_str(")
+        .and_then(|r| r.strip_suffix(')'))
+    {
+        return rec.field(name.trim()).map(Arg::Field);
+    }
+    if let Some((cond, rest)) = a.split_once('?') {
+        let (yes, no) = rest.split_once(':')?;
+        let lit = |s: &'a str| {
+            let t = s.trim().strip_prefix('"')?.strip_suffix('"')?;
+            (!t.contains(['"', '\\'])).then_some(t)
+        };
+        return Some(Arg::Choice(arg_field(rec, cond)?, lit(yes)?, lit(no)?));
+    }
+    arg_field(rec, a).map(Arg::Field)
+}
+
 /// One argument: `REC->field`, optionally behind casts.
 fn arg_field(rec: &Rec<'_>, arg: &str) -> Option<&'static Field> {
     let mut a = arg.trim();
@@ -357,10 +393,14 @@ fn apply_print_fmt(out: &mut dyn Write, rec: &Rec<'_>) -> Option<()> {
         match conv {
             0 => return None,
             b'%' => out.write_char('%').ok()?,
-            _ => {
-                let f = arg_field(rec, args.next()?)?;
-                write_conv(out, rec, f, conv, &spec)?;
-            }
+            _ => match parse_arg(rec, args.next()?)? {
+                Arg::Field(f) => write_conv(out, rec, f, conv, &spec)?,
+                Arg::Choice(f, yes, no) if conv == b's' => {
+                    let pick = if rec.int(f)? != 0 { yes } else { no };
+                    pad(out, &spec, pick).ok()?;
+                }
+                Arg::Choice(..) => return None,
+            },
         }
     }
     if args.next().is_some() {
@@ -591,6 +631,65 @@ mod tests {
             body(&SCHED_WAKEUP, &d),
             "sched_wakeup: comm=rcu_preempt pid=18 prio=120 target_cpu=001\n"
         );
+    }
+
+    #[test]
+    fn data_loc_strings_and_choices() {
+        use ftrace_core::format::{Field, FieldArray};
+        let int = |name, offset| Field {
+            c_type: "int",
+            name,
+            array: FieldArray::Scalar,
+            offset,
+            size: 4,
+            signed: true,
+        };
+        // Linux 6.12's irq:irq_handler_entry and irq:irq_handler_exit.
+        let entry_fields: &'static [Field] = std::vec![
+            int("irq", 8),
+            Field {
+                c_type: "__data_loc char[]",
+                name: "name",
+                array: FieldArray::Scalar,
+                offset: 12,
+                size: 4,
+                signed: false,
+            },
+        ]
+        .leak();
+        let entry = TraceEventFormat {
+            system: "irq",
+            name: "irq_handler_entry",
+            id: 900,
+            fields: entry_fields,
+            print_fmt: "\"irq=%d name=%s\", REC->irq, __get_str(name)",
+        };
+        let mut d = std::vec![0u8; 16];
+        d[8..12].copy_from_slice(&4i32.to_le_bytes());
+        d[12..16].copy_from_slice(&((6u32 << 16) | 16).to_le_bytes());
+        d.extend_from_slice(b"timer\0");
+        assert_eq!(body(&entry, &d), "irq_handler_entry: irq=4 name=timer\n");
+        // A location outside the record cannot be printed: the fields are.
+        d[12..16].copy_from_slice(&((6u32 << 16) | 40).to_le_bytes());
+        assert_eq!(body(&entry, &d), "irq_handler_entry: irq=4 name=\n");
+
+        let exit_fields: &'static [Field] = std::vec![int("irq", 8), int("ret", 12)].leak();
+        let exit = TraceEventFormat {
+            system: "irq",
+            name: "irq_handler_exit",
+            id: 901,
+            fields: exit_fields,
+            print_fmt: "\"irq=%d ret=%s\", REC->irq, REC->ret ? \"handled\" : \"unhandled\"",
+        };
+        let mut d = std::vec![0u8; 16];
+        d[8..12].copy_from_slice(&4i32.to_le_bytes());
+        assert_eq!(body(&exit, &d), "irq_handler_exit: irq=4 ret=unhandled\n");
+        d[12..16].copy_from_slice(&1i32.to_le_bytes());
+        assert_eq!(body(&exit, &d), "irq_handler_exit: irq=4 ret=handled\n");
+        // A choice under a numeric conversion is not C: the fields are printed.
+        let mut bad = exit;
+        bad.print_fmt = "\"irq=%d ret=%d\", REC->irq, REC->ret ? \"a\" : \"b\"";
+        assert_eq!(body(&bad, &d), "irq_handler_exit: irq=4 ret=1\n");
     }
 
     #[test]

@@ -23,10 +23,13 @@ use std::time::{Duration, Instant};
 
 use crate::{root, status};
 
+mod events;
+
 /// QEMU's status for a pass (`isa-debug-exit` value 0x10).
 const EXIT_PASS: i32 = 33;
 /// QEMU's status for a kernel-detected failure (value 0x11).
 const EXIT_FAIL: i32 = 35;
+
 /// The shell's prompt.
 const PROMPT: &str = "tracefs# ";
 /// CPUs the kernel is booted with (`-smp`).
@@ -740,10 +743,11 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     echo_ok(vm, "echo nop > current_tracer")?;
     sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
     let refused = instance_files(vm, &sites)?;
+    let refused_events = events::event_files(vm)?;
     heap_reuse(vm)?;
     // four writes were meant to fail: the two unknown names, the marker with tracing off and
-    // the stacktrace command; and those of `instance_files`
-    Ok(4 + refused)
+    // the stacktrace command; and those of `instance_files` and `event_files`
+    Ok(4 + refused + refused_events)
 }
 
 /// What the shared tracing instance brings to bare metal: `buffer_size_kb` (whole and per CPU,

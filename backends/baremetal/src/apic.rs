@@ -14,6 +14,13 @@ const REG_ICR_LO: usize = 0x300;
 const REG_ICR_HI: usize = 0x310;
 const ICR_PENDING: u32 = 1 << 12;
 const ICR_ASSERT: u32 = 1 << 14;
+const REG_LVT_TIMER: usize = 0x320;
+const REG_TIMER_INITIAL: usize = 0x380;
+const REG_TIMER_DIVIDE: usize = 0x3E0;
+const LVT_MASKED: u32 = 1 << 16;
+const LVT_PERIODIC: u32 = 1 << 17;
+/// Divide configuration 0b1011: the bus clock undivided.
+const DIVIDE_BY_1: u32 = 0xB;
 
 /// The spurious-interrupt vector (no EOI is owed for it).
 pub const VECTOR_SPURIOUS: u8 = 0xFF;
@@ -46,6 +53,19 @@ pub fn id() -> u32 {
 /// Signals the end of the interrupt being handled.
 pub fn eoi() {
     write(REG_EOI, 0);
+}
+
+/// Starts this CPU's APIC timer: `vector` every `count` bus clocks, periodically.
+pub fn timer_start_periodic(vector: u8, count: u32) {
+    write(REG_TIMER_DIVIDE, DIVIDE_BY_1);
+    write(REG_LVT_TIMER, LVT_PERIODIC | vector as u32);
+    write(REG_TIMER_INITIAL, count);
+}
+
+/// Stops this CPU's APIC timer (masked, count zero).
+pub fn timer_stop() {
+    write(REG_LVT_TIMER, LVT_MASKED);
+    write(REG_TIMER_INITIAL, 0);
 }
 
 /// Where an IPI goes.

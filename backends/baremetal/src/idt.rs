@@ -357,11 +357,29 @@ extern "C" fn isr_dispatch(frame: &mut InterruptFrame) {
         cpu.leave_exception();
         return;
     }
-    if frame.vector >= 32 && crate::smp::handle_ipi(frame) {
+    if frame.vector == u64::from(crate::timer::VECTOR_TIMER) {
+        crate::timer::handle_tick();
+        cpu.leave_exception();
+        return;
+    }
+    if frame.vector >= 32 && handle_irq(frame) {
         cpu.leave_exception();
         return;
     }
     fatal(frame)
+}
+
+/// An interrupt (vector 32 and up) other than the tick: the IPI handlers, each between
+/// `irq:irq_handler_entry` and `irq:irq_handler_exit` (the vector stands for the IRQ number).
+fn handle_irq(frame: &mut InterruptFrame) -> bool {
+    let vector = frame.vector as u8;
+    let Some(name) = crate::smp::ipi_name(vector) else {
+        return crate::smp::handle_ipi(frame);
+    };
+    crate::events::trace_irq_handler_entry(i32::from(vector), name);
+    let handled = crate::smp::handle_ipi(frame);
+    crate::events::trace_irq_handler_exit(i32::from(vector), i32::from(handled));
+    handled
 }
 
 fn fatal(frame: &InterruptFrame) -> ! {

@@ -8,8 +8,10 @@
 //!   like a pass);
 //! - [`text`]: text writes through CR0.WP and the int3 side of the breakpoint patch protocol;
 //! - [`trampoline`]: the entry and return trampolines patched sites call;
+//! - [`events`]: the kernel's trace events (interrupts, timer ticks, shell commands);
 //! - [`apic`], [`smp`]: starting the other CPUs, running work on them, and the IPI that makes
 //!   every CPU serialise after a text write;
+//! - [`timer`]: the local APIC timer tick, run while the shell waits for it;
 //! - [`sites`]: `__patchable_function_entries` discovery;
 //! - [`serial`], [`shell`]: COM1 and a command shell serving a tracefs tree;
 //! - [`qemu`]: the pass/fail exit protocol (`isa-debug-exit`: 33 pass, 35 fail);
@@ -30,6 +32,7 @@ extern crate std;
 pub mod apic;
 pub mod clock;
 pub mod cpu;
+pub mod events;
 pub mod idt;
 pub mod platform;
 pub mod port;
@@ -42,6 +45,7 @@ pub mod sites;
 pub mod smp;
 pub mod sync;
 pub mod text;
+pub mod timer;
 pub mod trampoline;
 
 pub use cpu::BareMetal;

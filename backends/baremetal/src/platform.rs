@@ -19,6 +19,7 @@ use ftrace_core::Errno;
 use ftrace_core::event::TraceCtx;
 use ftrace_core::platform::{CpuId, ExecContext, TaskContext, TraceClock};
 use ftrace_core::symbols::{SortedSymbols, Symbol, SymbolTable};
+use ftrace_core::tracepoint::Tracepoint;
 use ftrace_patch::{FixedTargets, FtraceBug};
 use ftrace_tracefs::array::{ArrayHost, CallSiteText, HeapPages, Platform, TraceArray};
 use ftrace_tracefs::{Tracefs, WriteMode};
@@ -155,15 +156,22 @@ extern "C" fn return_hook() -> u64 {
     ret as u64
 }
 
-/// Hands the instance the kernel's symbols and call sites, registers the trampolines' hooks
-/// and builds the tree (one call-site record per site: a site that is not a NOP is reported
-/// and disabled; sites stay NOPs until a tracer or a function command wants them).
+/// Hands the instance the kernel's symbols and call sites, registers the trampolines' hooks,
+/// this crate's trace events ([`events::EVENTS`](crate::events::EVENTS)) and the caller's
+/// `events`, and builds the tree (one call-site record per site: a site that is not a NOP is
+/// reported and disabled; sites stay NOPs until a tracer or a function command wants them).
 pub fn install(
     sites: &'static SiteTable,
     symbols: &'static SortedSymbols,
+    events: &[&'static Tracepoint],
 ) -> Result<SerialTracefs, Errno> {
     SYMBOLS.store(core::ptr::from_ref(symbols).cast_mut(), Ordering::Release);
     SITES.store(core::ptr::from_ref(sites).cast_mut(), Ordering::Release);
+    #[cfg(feature = "jump-label")]
+    ftrace_core::jump_label::set_patcher(jump_labels::patch);
+    for tp in crate::events::EVENTS.iter().chain(events) {
+        TRACE.register_tracepoint(tp)?;
+    }
     trampoline::set_return_hook(return_hook);
     trampoline::set_entry_hook(Some(entry_hook));
     Ok(SerialTracefs {
@@ -199,5 +207,50 @@ impl FileTree for SerialTracefs {
     }
     fn rmdir(&self, path: &str) -> Result<(), Errno> {
         self.tree.lock().rmdir(path)
+    }
+}
+
+/// The jump-label sites of the kernel's tracepoints (feature `jump-label`): rewritten through
+/// [`KernelText`] with ftrace-patch's protocols, as call sites are.
+#[cfg(feature = "jump-label")]
+mod jump_labels {
+    use ftrace_core::jump_label::entries_of;
+    use ftrace_core::static_key::{Branch, StaticKey};
+    use ftrace_patch::jump_label::{JumpSite, JumpTo, update_sites};
+    use ftrace_patch::protocol::PokeSite;
+
+    use crate::text::KernelText;
+
+    /// Sites rewritten per batch (a key has one per inlined call site).
+    const BATCH: usize = 16;
+
+    /// The patcher `install` hands ftrace-core: every site of `key` to `jmp` (on) or back to
+    /// its NOP (off), in batches; a site that holds neither form is left alone and reported.
+    pub(super) fn patch(key: &StaticKey, b: Branch) {
+        let to = match b {
+            Branch::Enable => JumpTo::Target,
+            Branch::Disable => JumpTo::Nop,
+        };
+        let mut sites = [JumpSite { code: 0, target: 0 }; BATCH];
+        let mut buf = [const { PokeSite::empty() }; BATCH];
+        let mut all = entries_of(key).peekable();
+        while all.peek().is_some() {
+            let mut n = 0;
+            for e in all.by_ref().take(BATCH) {
+                sites[n] = JumpSite {
+                    code: e.code,
+                    target: e.target,
+                };
+                n += 1;
+            }
+            match update_sites(&mut KernelText, &sites[..n], to, &mut buf) {
+                Ok(st) if st.failed == 0 => {}
+                Ok(st) => crate::println!(
+                    "jump label: {} of {n} sites of key {key:p} held neither form",
+                    st.failed
+                ),
+                Err(_) => crate::println!("jump label: a site of key {key:p} is out of jmp range"),
+            }
+        }
     }
 }

@@ -223,10 +223,12 @@ impl Shell {
             return Outcome::Ok;
         }
         self.commands += 1;
+        crate::events::trace_shell_command(line);
         let r = run(line, tree, builtins, out);
         if r == Outcome::Failed {
             self.failures += 1;
         }
+        crate::events::trace_shell_command_exit(i32::from(r == Outcome::Failed));
         r
     }
 }

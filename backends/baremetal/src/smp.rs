@@ -367,6 +367,17 @@ pub fn stop_machine_runs() -> u64 {
 
 static STOP_RUNS: AtomicU64 = AtomicU64::new(0);
 
+/// The name of the handler of IPI `vector` (what `irq:irq_handler_entry` calls it); `None`
+/// for a vector that is not one of the kernel's IPIs.
+pub fn ipi_name(vector: u8) -> Option<&'static str> {
+    match vector {
+        VECTOR_SYNC => Some("sync_cores"),
+        VECTOR_WAKE => Some("wake"),
+        VECTOR_STOP => Some("stop_machine"),
+        _ => None,
+    }
+}
+
 /// The IPI side: returns true if the frame's vector was one of ours (and acknowledges it).
 pub(crate) fn handle_ipi(frame: &mut crate::idt::InterruptFrame) -> bool {
     match frame.vector as u8 {

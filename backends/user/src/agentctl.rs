@@ -244,11 +244,49 @@ impl AgentLink {
         }
     }
 
-    /// Asks for the whole state `w`; returns the number of site writes.
-    pub fn set_state(&mut self, w: &Wanted) -> Result<usize, Errno> {
-        let mut req = w.to_request();
-        req.push('\n');
-        self.send(req.as_bytes())?;
+    /// Lists the trace events the program declares (`EVENTS`).
+    pub fn events(&mut self) -> Result<Vec<ftrace_agent::event::EventInfo>, Errno> {
+        self.send(b"EVENTS\n")?;
+        let mut v = Vec::new();
+        loop {
+            let l = self.line()?;
+            if l == "." {
+                return Ok(v);
+            }
+            v.push(ftrace_agent::event::EventInfo::parse_line(&l).ok_or(Errno::EIO)?);
+        }
+    }
+
+    /// Sets trace event `id`'s state in the program (`EVENT_SET`).
+    pub fn set_event(
+        &mut self,
+        id: u16,
+        config: &ftrace_agent::event_record::EventConfig,
+    ) -> Result<(), Errno> {
+        self.send(format!("EVENT_SET {id}\t{}\n", config.to_args()).as_bytes())?;
+        self.answer().map(|_| ())
+    }
+
+    /// Trace event `id`'s soft-disabled bit and trigger counts in the program (`EVENT_GET`).
+    pub fn event_state(&mut self, id: u16) -> Result<(bool, Vec<i64>), Errno> {
+        self.send(format!("EVENT_GET {id}\n").as_bytes())?;
+        let l = self.line()?;
+        let Some(rest) = l.strip_prefix("OK ") else {
+            return Err(Errno::ENODEV);
+        };
+        let (soft, counts) = rest.split_once(' ').ok_or(Errno::EIO)?;
+        let counts = match counts {
+            "-" => Vec::new(),
+            c => c
+                .split(',')
+                .map(|n| n.parse().map_err(|_| Errno::EIO))
+                .collect::<Result<_, _>>()?,
+        };
+        Ok((soft == "1", counts))
+    }
+
+    /// Reads an `OK <n>` / `ERR <errno> <text>` answer.
+    fn answer(&mut self) -> Result<usize, Errno> {
         let l = self.line()?;
         if let Some(n) = l.strip_prefix("OK ") {
             return n.trim().parse().map_err(|_| Errno::EIO);
@@ -259,5 +297,13 @@ impl AgentLink {
             .and_then(|c| c.parse::<i32>().ok())
             .unwrap_or(libc::EIO);
         Err(Errno(code))
+    }
+
+    /// Asks for the whole state `w`; returns the number of site writes.
+    pub fn set_state(&mut self, w: &Wanted) -> Result<usize, Errno> {
+        let mut req = w.to_request();
+        req.push('\n');
+        self.send(req.as_bytes())?;
+        self.answer()
     }
 }

@@ -24,7 +24,7 @@ use ftrace_core::symbols::SymbolTable;
 use ftrace_ringbuf::page::{MISSED_EVENTS, MISSED_STORED, PAGE_HEADER_SIZE};
 use ftrace_ringbuf::{At, CpuBuffer, HeapPages, Mode};
 
-use crate::recording::{Event, Recording, RecordingReader};
+use crate::recording::{Census, Event, Recording, RecordingReader};
 
 /// The clocks `trace_clock` lists, with `clock` selected.
 pub fn trace_clock_listing(clock: ClockKind) -> String {
@@ -153,8 +153,7 @@ pub fn write_capture(rec: &Recording, dir: &Path) -> Result<(), String> {
     write_info(rec, dir)
 }
 
-/// The largest CPU number a recording may name (the kernel's `CONFIG_NR_CPUS` maximum).
-pub const MAX_CPUS: u32 = 8192;
+pub use crate::recording::MAX_CPUS;
 
 /// Writes the capture files of the recording in `dir` into `dir`, streaming: events are read
 /// thread file by thread file as the merge needs them and pages written out as they fill, so
@@ -200,6 +199,24 @@ pub fn write_capture_streamed(dir: &Path) -> Result<(), String> {
     write_info(&reader.rec, dir)
 }
 
+/// Writes one CPU's events of a recording as the kernel's raw pages into `out` as they are
+/// read (the bytes [`write_capture_streamed`] puts in `per_cpu/cpu<cpu>/trace_pipe_raw`),
+/// without writing anything into the recording: what an exporter that embeds pages
+/// (trace.dat) can read instead of a capture. Memory holds the CPU's merge, not its events.
+pub fn write_cpu_pages<W: std::io::Write>(
+    reader: &RecordingReader,
+    census: &Census,
+    cpu: u32,
+    out: W,
+) -> Result<W, String> {
+    let mut w = PageWriter::new(out)?;
+    let mut stream = reader.stream_cpu(cpu, census).map_err(|e| e.to_string())?;
+    while let Some(e) = stream.next().map_err(|e| e.to_string())? {
+        w.push(&e)?;
+    }
+    w.finish()
+}
+
 /// Makes sure `dir` has its capture files: a recording whose events have not been turned into
 /// pages yet gets them now ([`write_capture_streamed`]); a capture (or a recording already
 /// turned) is left as it is.
@@ -210,45 +227,74 @@ pub fn ensure_capture(dir: &Path) -> Result<(), String> {
     write_capture_streamed(dir)
 }
 
+/// The text files of a recording's capture (kallsyms, saved_cmdlines, trace_clock, tracer),
+/// in memory: what [`write_capture`] writes beside the pages, and what `ftrace report` reads
+/// of a recording without writing anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureText {
+    /// `kallsyms`: `addr t name\t[module]` lines, sorted, one per distinct symbol.
+    pub kallsyms: String,
+    /// `saved_cmdlines`: `tid comm` lines.
+    pub saved_cmdlines: String,
+    /// `trace_clock`: the clock listing with the recording's clock selected.
+    pub trace_clock: String,
+    /// `tracer`: the tracer of the first process image, with a newline.
+    pub tracer: String,
+}
+
+impl CaptureText {
+    /// The text files of `rec` (its processes and threads; the events are not read).
+    pub fn of(rec: &Recording) -> Self {
+        let mut lines = BTreeSet::new();
+        for p in &rec.processes {
+            let exe = Path::new(&p.exe)
+                .file_name()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            p.symbols.for_each(&mut |s| {
+                let module = s.module.filter(|m| *m != exe);
+                let line = match module {
+                    Some(m) => format!("{:016x} t {}\t[{m}]", s.addr, s.name),
+                    None => format!("{:016x} t {}", s.addr, s.name),
+                };
+                lines.insert((s.addr, line));
+            });
+        }
+        let mut kallsyms = String::new();
+        for (_, l) in lines {
+            kallsyms.push_str(&l);
+            kallsyms.push('\n');
+        }
+        let mut saved_cmdlines = String::new();
+        for t in rec.processes.iter().flat_map(|p| &p.threads) {
+            let _ = writeln!(saved_cmdlines, "{} {}", t.tid, t.comm);
+        }
+        let tracer = rec
+            .processes
+            .first()
+            .map_or("function", |p| p.tracer.as_str());
+        CaptureText {
+            kallsyms,
+            saved_cmdlines,
+            trace_clock: trace_clock_listing(rec.clock),
+            tracer: format!("{tracer}\n"),
+        }
+    }
+}
+
 /// The capture's text files: kallsyms, saved_cmdlines, trace_clock, tracer.
 fn write_info(rec: &Recording, dir: &Path) -> Result<(), String> {
     let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
-    let mut lines = BTreeSet::new();
-    for p in &rec.processes {
-        let exe = Path::new(&p.exe)
-            .file_name()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        p.symbols.for_each(&mut |s| {
-            let module = s.module.filter(|m| *m != exe);
-            let line = match module {
-                Some(m) => format!("{:016x} t {}\t[{m}]", s.addr, s.name),
-                None => format!("{:016x} t {}", s.addr, s.name),
-            };
-            lines.insert((s.addr, line));
-        });
+    let text = CaptureText::of(rec);
+    for (name, body) in [
+        ("kallsyms", &text.kallsyms),
+        ("saved_cmdlines", &text.saved_cmdlines),
+        ("trace_clock", &text.trace_clock),
+        ("tracer", &text.tracer),
+    ] {
+        let f = dir.join(name);
+        std::fs::write(&f, body).map_err(|e| io(&f, e))?;
     }
-    let mut ks = String::new();
-    for (_, l) in lines {
-        ks.push_str(&l);
-        ks.push('\n');
-    }
-    let f = dir.join("kallsyms");
-    std::fs::write(&f, ks).map_err(|e| io(&f, e))?;
-    let mut cmd = String::new();
-    for t in rec.processes.iter().flat_map(|p| &p.threads) {
-        let _ = writeln!(cmd, "{} {}", t.tid, t.comm);
-    }
-    let f = dir.join("saved_cmdlines");
-    std::fs::write(&f, cmd).map_err(|e| io(&f, e))?;
-    let f = dir.join("trace_clock");
-    std::fs::write(&f, trace_clock_listing(rec.clock)).map_err(|e| io(&f, e))?;
-    let tracer = rec
-        .processes
-        .first()
-        .map_or("function", |p| p.tracer.as_str());
-    let f = dir.join("tracer");
-    std::fs::write(&f, format!("{tracer}\n")).map_err(|e| io(&f, e))?;
     Ok(())
 }
 

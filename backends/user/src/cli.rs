@@ -1,7 +1,8 @@
 //! The `ftrace` command line: subcommands and their arguments.
 //!
-//! `ftrace report [-i DIR] [-O OPTION]... [--cpu N]` prints what the kernel's `trace` file
-//! (or `per_cpu/cpuN/trace`) would have printed for the raw pages in `DIR` (see
+//! `ftrace report [-i DIR] [-O OPTION]... [--cpu N] [--stat]` prints what the kernel's
+//! `trace` file (or `per_cpu/cpuN/trace`, or with `--stat` `trace_stat/functionN`) would have
+//! printed for the raw pages or the recording in `DIR` (see
 //! [`crate::report`]). `ftrace record [OPTIONS] -- PROG [ARGS]...` runs a program under the
 //! agent and records into a directory (default `ftrace.data`, see [`crate::record`]); `ftrace
 //! live` records and prints the report when the program exits. Invariant: the binary is a thin shell over [`run`], which tests drive
@@ -28,11 +29,12 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print a raw capture (a tracefs-like directory of `trace_pipe_raw` pages) as the kernel's
-    /// `trace` file would.
+    /// Print a raw capture (a tracefs-like directory of `trace_pipe_raw` pages) or a recording
+    /// as the kernel's `trace` file would.
     Report {
-        /// The capture: per_cpu/cpuN/trace_pipe_raw, kallsyms, saved_cmdlines and optionally
-        /// trace_clock, tracer, events/header_page, events/ftrace/*/format.
+        /// The capture (per_cpu/cpuN/trace_pipe_raw, kallsyms, saved_cmdlines and optionally
+        /// trace_clock, tracer, events/header_page, events/ftrace/*/format) or the recording
+        /// (`ftrace record -o DIR`, read where it is).
         #[arg(
             short = 'i',
             long = "raw-dir",
@@ -47,6 +49,11 @@ pub enum Command {
         /// Print only this CPU's buffer (`per_cpu/cpuN/trace`).
         #[arg(long)]
         cpu: Option<u32>,
+        /// Print the function profiler's table instead of the trace (`trace_stat/functionN`
+        /// summed over the CPUs, or `--cpu`'s): hits per function and, for function_graph,
+        /// the total, average and s^2 of its durations.
+        #[arg(long)]
+        stat: bool,
         /// The kernel release the latency header names.
         #[arg(
             long = "uts-release",
@@ -262,6 +269,7 @@ pub fn run(
             raw_dir,
             options,
             cpu,
+            stat,
             uts_release,
         } => {
             let args = ReportArgs {
@@ -272,8 +280,19 @@ pub fn run(
             };
             // Streamed as it is formatted; a reader that went away (`ftrace report | head`)
             // ends it quietly, as it would a `cat`.
-            match crate::report::report_to(&args, out) {
-                Ok(()) => 0,
+            let report = if stat {
+                crate::report::report_stat_to
+            } else {
+                crate::report::report_to
+            };
+            match report(&args, out) {
+                Ok(damaged) if damaged.is_empty() => 0,
+                Ok(damaged) => {
+                    for e in &damaged {
+                        let _ = writeln!(err, "ftrace: damaged: {e} (reported up to there)");
+                    }
+                    1
+                }
                 Err(crate::report::ReportFailure::Write(e))
                     if e.kind() == std::io::ErrorKind::BrokenPipe =>
                 {

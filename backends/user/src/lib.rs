@@ -28,6 +28,7 @@ pub mod launch;
 pub mod live;
 pub mod livefs;
 pub mod profile;
+pub mod progevents;
 pub mod record;
 pub mod recording;
 pub mod report;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use ftrace_agent::buffer::{self, SlotMode};
 use ftrace_agent::clock::{TscConversion, TscPair};
 use ftrace_agent::config::ClockKind;
+use ftrace_agent::event;
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_ringbuf::slot::SlotRead;
 
@@ -261,7 +262,10 @@ impl LiveRecording {
                 match ring.read(i) {
                     // A return value is read with its exit (the next slot); a consumer
                     // passes over it as over padding.
-                    SlotRead::Event(s) if s.kind() == buffer::KIND_GRAPH_RETVAL => {
+                    SlotRead::Event(s)
+                        if s.kind() == buffer::KIND_GRAPH_RETVAL
+                            || s.kind() == event::KIND_EVENT_DATA =>
+                    {
                         if pipe {
                             b.extra.insert(i);
                         }
@@ -299,7 +303,20 @@ impl LiveRecording {
                     Some(SlotRead::Event(p)) => Some(p),
                     _ => None,
                 };
-                let Some(data) = entry_bytes(&s, before.as_ref(), b.tid, &cv) else {
+                let data = match s.kind() {
+                    // A trace event's record: its head and the data slots after it.
+                    event::KIND_EVENT => {
+                        let tail: Vec<_> = (1..=event::data_slots(&s) as u64)
+                            .map_while(|k| match ring.read(i + k) {
+                                SlotRead::Event(d) => Some(d),
+                                _ => None,
+                            })
+                            .collect();
+                        event::assemble(&s, &tail, b.tid)
+                    }
+                    _ => entry_bytes(&s, before.as_ref(), b.tid, &cv),
+                };
+                let Some(data) = data else {
                     continue;
                 };
                 out.push(LiveEvent {

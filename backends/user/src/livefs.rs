@@ -25,7 +25,8 @@
 //! refused with an errno, never pretended: resizing the per-thread buffers (`ENOMEM`: their
 //! size is fixed when a thread starts), another sub-buffer size (`EINVAL`), pid
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
-//! (`ENODEV`), enabling a trace event (`ENODEV`: see [`register_events`]), and function
+//! (`ENODEV`), enabling a `sched` event or an event in an instance (`ENODEV`: see
+//! [`register_events`]; the program's own events record, [`crate::progevents`]), and function
 //! commands other than `traceon` / `traceoff` (`EINVAL`; none in an instance). Invariant: a refused write
 //! changes nothing, here or in the program.
 //!
@@ -65,7 +66,7 @@ use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
-use ftrace_tracers::output::{OutputEnv, TaskNames};
+use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::profiler::ProfileMode;
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
@@ -73,6 +74,7 @@ use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
 use crate::agentctl::{AgentLink, SiteLine};
 use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
 use crate::profile::TreeProfile;
+use crate::progevents::ProgramEvents;
 use crate::tree::Members;
 
 /// The pid of the process whose request the server is handling (set by the FUSE layer under
@@ -110,6 +112,8 @@ struct AgentPart {
     live: LiveRecording,
     sites: Vec<SiteLine>,
     filters: FilterState,
+    /// The program's own trace events ([`crate::progevents`]).
+    events: ProgramEvents,
 }
 
 /// Events recorded by the tool itself (`trace_marker`), in one instance.
@@ -500,7 +504,27 @@ impl State {
         let mut w = TraceWriter::new(style, gstate, Overruns::of(lost));
         let mut it = TraceIter::new(&mut lists, cpu);
         let mut out = Vec::new();
-        let _ = w.write_trace(&mut out, &env, header.then_some(&info), &mut it);
+        let formats = self.agent.as_ref().map_or(&[][..], |a| a.events.formats());
+        if formats.is_empty() {
+            let _ = w.write_trace(&mut out, &env, header.then_some(&info), &mut it);
+            return out;
+        }
+        if header {
+            let empty = it.is_empty();
+            let _ = w.write_header(&mut TextToBytes(&mut out), &env, &info, empty);
+        }
+        // The program's events through their print formats, the rest as the tracer prints.
+        while let Some(ev) = it.next_event() {
+            let _ = match ftrace_tracers::trace_event::find(formats, &ev) {
+                Some(f) => ftrace_tracers::trace_event::write_event_line(
+                    &mut TextToBytes(&mut out),
+                    &env,
+                    &ev,
+                    f,
+                ),
+                None => w.write_line(&mut out, &env, &mut it, &ev),
+            };
+        }
         out
     }
 
@@ -637,13 +661,33 @@ impl CommandEnv for LiveCommands {
 
 /// Registers the trace events the live tree lists: Linux 6.12's `sched` formats
 /// (ftrace-core's [`SCHED_EVENTS`](ftrace_core::format::sched::SCHED_EVENTS)), so that
-/// `events/`, `available_events` and `set_event` are the kernel's files over real formats.
-/// The agent records no trace event yet: arming one is refused
-/// ([`TraceBackend::set_event_state`], `ENODEV`), so they stay off and a write that turns
-/// them all off (`echo 0 > events/enable`) succeeds, as on a kernel.
-pub fn register_events<H: Host>(tree: &mut ftrace_tracefs::Tracefs<H>) -> Result<(), Errno> {
+/// `events/`, `available_events` and `set_event` are the kernel's files over real formats,
+/// and the program's own events ([`crate::progevents`]), which the agent records. Nothing
+/// records the `sched` events: arming one is refused ([`TraceBackend::set_event_state`],
+/// `ENODEV`), so they stay off and a write that turns them all off (`echo 0 >
+/// events/enable`) succeeds, as on a kernel.
+///
+/// A program event named like a `sched` one (a program declaring `sched:sched_switch` with the
+/// kernel's layout) takes its place; one the tree cannot take (a name of the reserved
+/// `ftrace` system, an id already taken) is left out with a warning rather than fail the
+/// mount.
+pub fn register_events(tree: &mut ftrace_tracefs::Tracefs<UserHost>) -> Result<(), Errno> {
+    let program = tree.host().program_event_formats();
     for e in ftrace_core::format::sched::SCHED_EVENTS {
-        tree.register_event(*e)?;
+        if !program
+            .iter()
+            .any(|p| p.system == e.system && p.name == e.name)
+        {
+            tree.register_event(*e)?;
+        }
+    }
+    for e in program {
+        if let Err(err) = tree.register_event(e) {
+            eprintln!(
+                "ftrace: the program's event {}:{} is not served: {err:?}",
+                e.system, e.name
+            );
+        }
     }
     Ok(())
 }
@@ -944,14 +988,56 @@ impl TraceBackend for UserBackend {
 
     fn set_event_state(
         &mut self,
-        _event: &ftrace_core::format::TraceEventFormat,
+        event: &ftrace_core::format::TraceEventFormat,
         state: EventState,
     ) -> Result<(), Errno> {
-        // Nothing in the program records trace events (see `register_events`).
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            return a.events.set_state(&mut a.link, event.id, state);
+        }
+        // Nothing records the other events (see `register_events`).
         if state.enabled || state.triggers {
             return Err(Errno::ENODEV);
         }
         Ok(())
+    }
+
+    fn set_event_filter(
+        &mut self,
+        event: &ftrace_core::format::TraceEventFormat,
+        filter: Option<&ftrace_tracefs::event_filter::EventFilter>,
+    ) {
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            // The tree parsed it against the same format: the agent parses it too.
+            let _ = a.events.set_filter(&mut a.link, event.id, filter);
+        }
+    }
+
+    fn set_event_triggers(
+        &mut self,
+        event: &ftrace_core::format::TraceEventFormat,
+        triggers: &[ftrace_tracefs::triggers::Trigger],
+    ) {
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            let _ = a.events.set_triggers(&mut a.link, event.id, triggers);
+        }
+    }
+
+    fn event_soft_disabled(&self, event: &ftrace_core::format::TraceEventFormat) -> Option<bool> {
+        let mut st = lock(&self.state);
+        let a = st.agent.as_mut().filter(|a| a.events.has(event.id))?;
+        a.events.current(&mut a.link, event.id).map(|c| c.0)
+    }
+
+    fn event_trigger_counts(
+        &self,
+        event: &ftrace_core::format::TraceEventFormat,
+    ) -> Option<Vec<i64>> {
+        let mut st = lock(&self.state);
+        let a = st.agent.as_mut().filter(|a| a.events.has(event.id))?;
+        a.events.current(&mut a.link, event.id).map(|c| c.1)
     }
 
     fn open_filter(
@@ -1139,6 +1225,8 @@ impl UserHost {
         let sites = link
             .sites()
             .map_err(|e| format!("listing the call sites: {e:?}"))?;
+        let events =
+            ProgramEvents::list(&mut link).map_err(|e| format!("listing the events: {e:?}"))?;
         live.refresh();
         let exe = crate::live::exe_name(&link.dir);
         let mut syms = SortedSymbols::new();
@@ -1163,6 +1251,7 @@ impl UserHost {
                 live,
                 sites,
                 filters: FilterState::new(Arc::new(LiveCommands(syms))),
+                events,
             }),
             clock,
             nr_cpus,
@@ -1182,6 +1271,15 @@ impl UserHost {
             nr_cpus,
             buffer_bytes,
         })
+    }
+
+    /// The formats of the program's own trace events.
+    pub fn program_event_formats(&self) -> Vec<ftrace_core::format::TraceEventFormat> {
+        lock(&self.top)
+            .agent
+            .as_ref()
+            .map(|a| a.events.formats().to_vec())
+            .unwrap_or_default()
     }
 
     /// A handle on the top level that outlives the tree (the tool writes the capture with it

@@ -3,8 +3,9 @@
 //! sorted by time, ready for a `trace` formatter.
 //!
 //! Invariant: timestamps come out in the recording's trace-clock unit: nanoseconds for `local`
-//! (TSC converted with a rate calibrated between the agent's start and the latest pair
-//! available: the agent's exit or the reader's own clock) and `mono`, raw counts for `x86-tsc`.
+//! (TSC converted with a rate calibrated between the agent's start and its exit, the same at
+//! every read; the reader's own clock only for a process that left no exit pair, or one less
+//! than a millisecond after its start) and `mono`, raw counts for `x86-tsc`.
 //! Events lost in a thread's buffer are reported on the first event that follows the hole.
 
 use std::collections::BTreeMap;
@@ -108,8 +109,8 @@ pub struct Recording {
     pub tsc_khz: Option<u64>,
 }
 
-/// A recording that cannot be read.
-#[derive(Debug)]
+/// A recording that cannot be read (or a damaged part of it).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadError(pub String);
 
 impl std::fmt::Display for ReadError {
@@ -273,98 +274,210 @@ struct ThreadCursor {
     /// The slot read before the current one (a function_graph exit's return value is the
     /// slot just before it, [`buffer::retval_of`]).
     before: Option<SlotEvent>,
+    /// Events read so far (return-value slots are none).
+    entries: u64,
+    /// Events the file says were lost, read so far.
+    dropped: u64,
+    on_damage: OnDamage,
+    /// Where the file is damaged, once read there ([`OnDamage::Stop`]).
+    damage: Option<ReadError>,
+    /// Events (return values aside) read so far, on every CPU.
+    read: u64,
+    /// How many events to read at most (the file is damaged after them).
+    limit: Option<u64>,
+}
+
+/// What a reader does where a thread file is damaged (cut inside a record, bytes that are no
+/// record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnDamage {
+    /// Fail with the error.
+    Fail,
+    /// End the file's events there, keeping the error: the events before it are read.
+    Stop,
+}
+
+/// A cursor's next event, ready to be turned into its kernel record.
+#[derive(Clone, Copy, Debug)]
+struct Head {
+    slot: SlotEvent,
+    /// The slot just before it in its thread (a return value's, for an exit).
+    before: Option<SlotEvent>,
+    /// Events lost just before it.
+    missed: u64,
 }
 
 /// Bytes of read buffer per thread file while streaming.
 const STREAM_BUF: usize = 16 * 1024;
 
 impl ThreadCursor {
-    /// The next event (with what was lost before it); `None` at the end, where the trailing
-    /// losses are added to `thread`'s counts.
-    fn next(&mut self, thread: &mut Thread) -> Result<Option<(SlotEvent, u64)>, ReadError> {
+    /// Where in its file the cursor is (for an events file).
+    fn offset(&self) -> Option<u64> {
+        match &self.source {
+            Source::Stream(r) => Some(r.offset()),
+            Source::Ring(_) => None,
+        }
+    }
+
+    /// The next slot (with what was lost before it); `None` at the end, where the trailing
+    /// losses are counted in [`ThreadCursor::dropped`].
+    fn next_slot(&mut self) -> Result<Option<(SlotEvent, u64)>, ReadError> {
         let ev = match &mut self.source {
             Source::Ring(it) => it.next().map(|e| (e, 0)),
             Source::Stream(r) => match r.next_record() {
                 Ok(crate::stream::Record::Event(e, m)) => {
-                    thread.dropped = thread.dropped.saturating_add(m);
+                    self.dropped = self.dropped.saturating_add(m);
                     Some((e, m))
                 }
                 Ok(crate::stream::Record::End { trailing_lost, .. }) => {
-                    thread.dropped = thread.dropped.saturating_add(trailing_lost);
+                    self.dropped = self.dropped.saturating_add(trailing_lost);
                     None
                 }
-                Err(e) => return Err(ReadError(format!("{}: {e}", self.path.display()))),
+                Err(e) => {
+                    let e = ReadError(format!("{}: {e}", self.path.display()));
+                    match self.on_damage {
+                        OnDamage::Fail => return Err(e),
+                        OnDamage::Stop => {
+                            self.source = Source::Ring(Vec::new().into_iter());
+                            self.damage = Some(e);
+                            None
+                        }
+                    }
+                }
             },
         };
         Ok(ev.map(|(e, m)| {
             let m = m.saturating_add(core::mem::take(&mut self.missed));
             if e.kind() != buffer::KIND_GRAPH_RETVAL {
-                thread.entries += 1;
+                self.entries += 1;
             }
             (e, m)
         }))
+    }
+
+    /// The next event (on `cpu` only, if given): a return value's slot is no event of its
+    /// own (its exit, next in this thread, carries it), so what was lost before it is lost
+    /// before the exit; an event on another CPU is skipped with what was lost before it
+    /// (that CPU's reader counts it).
+    fn next_head(&mut self, cpu: Option<u32>) -> Result<Option<Head>, ReadError> {
+        loop {
+            let Some((slot, missed)) = self.next_slot()? else {
+                return Ok(None);
+            };
+            let before = self.before.replace(slot);
+            if slot.kind() == buffer::KIND_GRAPH_RETVAL {
+                self.missed = self.missed.saturating_add(missed);
+                continue;
+            }
+            if self.limit.is_some_and(|l| self.read >= l) {
+                return Ok(None);
+            }
+            self.read += 1;
+            if cpu.is_some_and(|c| c != slot.cpu) {
+                continue;
+            }
+            return Ok(Some(Head {
+                slot,
+                before,
+                missed,
+            }));
+        }
     }
 }
 
 /// A recording's events in timestamp order, read thread file by thread file as they are
 /// needed (a k-way merge): memory holds one buffered cursor per thread, not the recording.
+/// [`RecordingReader::stream`] gives all CPUs' events; [`RecordingReader::stream_cpu`] one
+/// CPU's.
 pub struct EventStream<'r> {
-    rec: &'r mut Recording,
+    /// Where the threads' counts go when a cursor ends (`None` for one CPU's stream: its
+    /// counts are not the threads').
+    rec: Option<&'r mut Recording>,
+    cpu: Option<u32>,
     cursors: Vec<ThreadCursor>,
     /// (timestamp, cpu, cursor) of each cursor's next event, smallest first.
     heap: std::collections::BinaryHeap<core::cmp::Reverse<(u64, u32, usize)>>,
-    heads: Vec<Option<(SlotEvent, u64)>>,
+    heads: Vec<Option<Head>>,
 }
 
 impl EventStream<'_> {
     fn refill(&mut self, i: usize) -> Result<(), ReadError> {
         let c = &mut self.cursors[i];
-        let t = &mut self.rec.processes[c.process].threads[c.thread];
-        let next = c.next(t)?;
-        if let Some((e, _)) = &next {
-            let ts = c.conv.to_trace(e.ts);
-            self.heap.push(core::cmp::Reverse((ts, e.cpu, i)));
+        let next = c.next_head(self.cpu)?;
+        match &next {
+            Some(h) => {
+                let ts = c.conv.to_trace(h.slot.ts);
+                self.heap.push(core::cmp::Reverse((ts, h.slot.cpu, i)));
+            }
+            None => {
+                if let Some(rec) = self.rec.as_deref_mut() {
+                    let t = &mut rec.processes[c.process].threads[c.thread];
+                    t.entries = t.entries.saturating_add(core::mem::take(&mut c.entries));
+                    t.dropped = t.dropped.saturating_add(core::mem::take(&mut c.dropped));
+                }
+            }
         }
         self.heads[i] = next;
         Ok(())
     }
 
-    /// The next event of the whole recording (smallest timestamp; lowest CPU on ties).
+    /// The next event (smallest timestamp; lowest CPU on ties, then thread file order).
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Event>, ReadError> {
-        loop {
-            let Some(core::cmp::Reverse((ts, _, i))) = self.heap.pop() else {
-                return Ok(None);
-            };
-            let (s, missed) = self.heads[i]
-                .take()
-                .expect("a cursor in the heap has an event");
-            let c = &mut self.cursors[i];
-            let conv = c.conv;
-            let data = entry_bytes(&s, c.before.as_ref(), c.tid, &|t| conv.to_trace(t));
-            c.before = Some(s);
-            let Some(data) = data else {
-                // A return value's slot: no event of its own (its exit, next in this
-                // thread, carries it), so what was lost before it is lost before the exit.
-                c.missed = c.missed.saturating_add(missed);
-                self.refill(i)?;
-                continue;
-            };
-            let ev = Event {
-                cpu: s.cpu,
-                ts,
-                pid: c.pid,
-                tid: c.tid,
-                data,
-                missed,
-                seq: c.seq,
-                process: c.process,
-            };
-            c.seq += 1;
-            self.refill(i)?;
-            return Ok(Some(ev));
-        }
+        let Some(core::cmp::Reverse((ts, _, i))) = self.heap.pop() else {
+            return Ok(None);
+        };
+        let h = self.heads[i]
+            .take()
+            .expect("a cursor in the heap has an event");
+        let c = &mut self.cursors[i];
+        let conv = c.conv;
+        let data = entry_bytes(&h.slot, h.before.as_ref(), c.tid, &|t| conv.to_trace(t))
+            .expect("a head is an event of its own");
+        let ev = Event {
+            cpu: h.slot.cpu,
+            ts,
+            pid: c.pid,
+            tid: c.tid,
+            data,
+            missed: h.missed,
+            seq: c.seq,
+            process: c.process,
+        };
+        c.seq += 1;
+        self.refill(i)?;
+        Ok(Some(ev))
     }
+}
+
+/// The largest CPU number a recording may name (the kernel's `CONFIG_NR_CPUS` maximum): the
+/// per-CPU tables of a reader are sized from it.
+pub const MAX_CPUS: u32 = 8192;
+
+/// What one CPU of a recording holds ([`RecordingReader::census`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuCensus {
+    /// Events.
+    pub events: u64,
+    /// Events lost just before some of them (the counts a kernel page would store).
+    pub lost: u64,
+    /// The earliest timestamp, in trace-clock units.
+    pub first_ts: Option<u64>,
+}
+
+/// What each CPU of a recording holds, and which CPUs each thread file has events on: read
+/// in one pass over the thread files, so that one CPU's events can be streamed from only the
+/// files that hold some ([`RecordingReader::stream_cpu`]).
+#[derive(Clone, Debug, Default)]
+pub struct Census {
+    /// Per CPU number (up to the highest with an event).
+    pub cpus: Vec<CpuCensus>,
+    /// Per thread file, the CPUs it has events on.
+    file_cpus: Vec<std::collections::BTreeSet<u32>>,
+    /// Per thread file, how many of its events are read when it is damaged after them.
+    limits: Vec<Option<u64>>,
+    /// Where the recording is damaged: each thread file is read up to there.
+    pub damaged: Vec<ReadError>,
 }
 
 /// One thread file of a recording.
@@ -385,6 +498,8 @@ pub struct RecordingReader {
     /// The processes and threads ([`Recording::per_cpu`] is empty: the events are streamed).
     pub rec: Recording,
     files: Vec<ThreadFile>,
+    /// Thread files that could not be opened (no valid header): left out of the recording.
+    pub damaged: Vec<ReadError>,
 }
 
 impl Recording {
@@ -403,38 +518,46 @@ impl Recording {
 }
 
 impl RecordingReader {
-    /// Streams the events: the threads' counts ([`Thread::entries`], [`Thread::dropped`])
-    /// are complete once the stream has ended.
-    pub fn stream(&mut self) -> Result<EventStream<'_>, ReadError> {
-        let mut cursors = Vec::new();
-        for f in &self.files {
-            let t = &mut self.rec.processes[f.process].threads[f.thread];
-            t.entries = 0;
-            t.dropped = f.ring_dropped;
-            let name = f.path.file_name().unwrap_or_default().to_string_lossy();
-            let (source, missed) = if name.starts_with(crate::stream::FILE_PREFIX) {
-                let r = crate::stream::open(&f.path, STREAM_BUF).map_err(ReadError)?;
-                (Source::Stream(r), 0)
-            } else {
-                let c = read_ring(&f.path)?;
-                (Source::Ring(c.events.into_iter()), c.overrun + c.dropped)
-            };
-            cursors.push(ThreadCursor {
-                path: f.path.clone(),
-                conv: f.conv,
-                source,
-                process: f.process,
-                thread: f.thread,
-                pid: t.pid,
-                tid: t.tid,
-                seq: 0,
-                missed,
-                before: None,
-            });
-        }
+    /// Opens the cursor of thread file `f`.
+    fn cursor(&self, f: &ThreadFile, on_damage: OnDamage) -> Result<ThreadCursor, ReadError> {
+        let t = &self.rec.processes[f.process].threads[f.thread];
+        let name = f.path.file_name().unwrap_or_default().to_string_lossy();
+        let (source, missed) = if name.starts_with(crate::stream::FILE_PREFIX) {
+            let r = crate::stream::open(&f.path, STREAM_BUF).map_err(ReadError)?;
+            (Source::Stream(r), 0)
+        } else {
+            let c = read_ring(&f.path)?;
+            (Source::Ring(c.events.into_iter()), c.overrun + c.dropped)
+        };
+        Ok(ThreadCursor {
+            path: f.path.clone(),
+            conv: f.conv,
+            source,
+            process: f.process,
+            thread: f.thread,
+            pid: t.pid,
+            tid: t.tid,
+            seq: 0,
+            missed,
+            before: None,
+            entries: 0,
+            dropped: 0,
+            on_damage,
+            damage: None,
+            read: 0,
+            limit: None,
+        })
+    }
+
+    fn merge(
+        cursors: Vec<ThreadCursor>,
+        rec: Option<&mut Recording>,
+        cpu: Option<u32>,
+    ) -> Result<EventStream<'_>, ReadError> {
         let n = cursors.len();
         let mut s = EventStream {
-            rec: &mut self.rec,
+            rec,
+            cpu,
             cursors,
             heap: std::collections::BinaryHeap::with_capacity(n),
             heads: vec![None; n],
@@ -443,6 +566,91 @@ impl RecordingReader {
             s.refill(i)?;
         }
         Ok(s)
+    }
+
+    /// Streams the events: the threads' counts ([`Thread::entries`], [`Thread::dropped`])
+    /// are complete once the stream has ended.
+    pub fn stream(&mut self) -> Result<EventStream<'_>, ReadError> {
+        for f in &self.files {
+            let t = &mut self.rec.processes[f.process].threads[f.thread];
+            t.entries = 0;
+            t.dropped = f.ring_dropped;
+        }
+        if let Some(e) = self.damaged.first() {
+            return Err(e.clone());
+        }
+        let cursors = self
+            .files
+            .iter()
+            .map(|f| self.cursor(f, OnDamage::Fail))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::merge(cursors, Some(&mut self.rec), None)
+    }
+
+    /// Streams the events of one CPU, in the order [`RecordingReader::stream`] gives them
+    /// (the recording's `per_cpu/cpuN` as a kernel reader sees it), reading only the thread
+    /// files `census` says have events on `cpu`, each up to where it is damaged
+    /// ([`Census::damaged`]). The threads' counts are left as they are.
+    pub fn stream_cpu(&self, cpu: u32, census: &Census) -> Result<EventStream<'static>, ReadError> {
+        let cursors = self
+            .files
+            .iter()
+            .zip(census.file_cpus.iter().zip(&census.limits))
+            .filter(|(_, (cpus, _))| cpus.contains(&cpu))
+            .map(|(f, (_, limit))| {
+                let mut c = self.cursor(f, OnDamage::Stop)?;
+                c.limit = *limit;
+                Ok(c)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::merge(cursors, None, Some(cpu))
+    }
+
+    /// Reads every thread file once, in turn (no merge): what each CPU holds
+    /// ([`Census`]). A thread file is read up to where it is damaged (a record that does not
+    /// decode, or an event on a CPU numbered [`MAX_CPUS`] or more), and the damage kept in
+    /// [`Census::damaged`] with the files [`RecordingReader::open`] could not read at all.
+    pub fn census(&self) -> Result<Census, ReadError> {
+        let mut census = Census {
+            cpus: Vec::new(),
+            file_cpus: Vec::with_capacity(self.files.len()),
+            limits: Vec::with_capacity(self.files.len()),
+            damaged: self.damaged.clone(),
+        };
+        for f in &self.files {
+            let mut c = self.cursor(f, OnDamage::Stop)?;
+            let mut cpus = std::collections::BTreeSet::new();
+            let mut read = 0u64;
+            let mut limit = None;
+            loop {
+                let at = c.offset();
+                let Some(h) = c.next_head(None)? else { break };
+                let cpu = h.slot.cpu;
+                if cpu >= MAX_CPUS {
+                    census.damaged.push(ReadError(format!(
+                        "{}{}: CPU {cpu} out of range (the kernel's NR_CPUS is at most {MAX_CPUS})",
+                        f.path.display(),
+                        at.map_or(String::new(), |o| format!(": offset {o} ({o:#x})")),
+                    )));
+                    limit = Some(read);
+                    break;
+                }
+                read += 1;
+                if census.cpus.len() <= cpu as usize {
+                    census.cpus.resize(cpu as usize + 1, CpuCensus::default());
+                }
+                let ts = c.conv.to_trace(h.slot.ts);
+                let e = &mut census.cpus[cpu as usize];
+                e.events += 1;
+                e.lost = e.lost.saturating_add(h.missed);
+                e.first_ts = Some(e.first_ts.map_or(ts, |t| t.min(ts)));
+                cpus.insert(cpu);
+            }
+            census.damaged.extend(c.damage.take());
+            census.file_cpus.push(cpus);
+            census.limits.push(limit);
+        }
+        Ok(census)
     }
 
     /// Reads what `dir` says about its processes and threads (names, clocks, symbols, the
@@ -475,6 +683,7 @@ impl RecordingReader {
             tsc_khz: None,
         };
         let mut files = Vec::new();
+        let mut damaged = Vec::new();
         for sub in subdirs {
             let meta_text = std::fs::read_to_string(sub.join("meta"))
                 .map_err(|e| err(&sub.display().to_string(), &e))?;
@@ -487,15 +696,26 @@ impl RecordingReader {
                 .and_then(|c| ClockKind::parse(c))
                 .unwrap_or_default();
             rec.clock = clock;
-            if let Some(n) = meta.get("nr_cpus").and_then(|n| n.parse().ok()) {
-                rec.nr_cpus = rec.nr_cpus.max(n);
+            if let Some(n) = meta.get("nr_cpus") {
+                match n.parse::<u32>() {
+                    Ok(n) if (1..=MAX_CPUS).contains(&n) => rec.nr_cpus = rec.nr_cpus.max(n),
+                    _ => {
+                        return Err(ReadError(format!(
+                            "{}: nr_cpus={n}: not a CPU count (1 to {MAX_CPUS})",
+                            sub.join("meta").display()
+                        )));
+                    }
+                }
             }
+            // The agent's exit pair when it has one far enough from the start (so that every
+            // read of the recording gives the same times), else the reader's clock.
             let start = pair(&meta);
-            let end = pair(&exit).filter(|e| {
-                start.is_some_and(|s| e.mono_ns.saturating_sub(s.mono_ns) > 200_000_000)
+            let end = pair(&exit);
+            let mut tsc = start.and_then(|s| {
+                end.and_then(|e| TscConversion::calibrate(s, e))
+                    .or_else(|| TscConversion::calibrate(s, now))
             });
-            let mut tsc = start.and_then(|s| TscConversion::calibrate(s, end.unwrap_or(now)));
-            if tsc.is_none() && end.is_none() {
+            if tsc.is_none() {
                 // A process that started within the last millisecond (a short-lived fork
                 // child read right after it exited): widen the span to calibrate over.
                 if let Some(s) = start {
@@ -524,8 +744,13 @@ impl RecordingReader {
             for path in thread_files(&sub).map_err(|e| err(&sub.display().to_string(), &e))? {
                 let name = path.file_name().unwrap_or_default().to_string_lossy();
                 let t = if name.starts_with(crate::stream::FILE_PREFIX) {
-                    let r = crate::stream::open(&path, crate::stream::HEADER_SIZE)
-                        .map_err(ReadError)?;
+                    let r = match crate::stream::open(&path, crate::stream::HEADER_SIZE) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            damaged.push(ReadError(e));
+                            continue;
+                        }
+                    };
                     let h = r.header();
                     Thread {
                         pid: h.pid,
@@ -536,7 +761,13 @@ impl RecordingReader {
                         entries: 0,
                     }
                 } else {
-                    let c = read_ring(&path)?;
+                    let c = match read_ring(&path) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            damaged.push(e);
+                            continue;
+                        }
+                    };
                     Thread {
                         pid: c.pid,
                         tid: c.tid,
@@ -561,7 +792,11 @@ impl RecordingReader {
             }
             rec.processes.push(proc_);
         }
-        Ok(RecordingReader { rec, files })
+        Ok(RecordingReader {
+            rec,
+            files,
+            damaged,
+        })
     }
 }
 

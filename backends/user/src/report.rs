@@ -1,4 +1,12 @@
-//! `ftrace report`: an offline reader of raw kernel captures.
+//! `ftrace report`: an offline reader of raw kernel captures and of `ftrace record`'s
+//! recordings.
+//!
+//! A recording not turned into pages (a streamed one: per-thread `events-*` files, see
+//! [`crate::recording`]) is read where it is: each CPU's events are merged from the thread
+//! files that have events on it ([`RecordingReader::stream_cpu`]), the text files below are
+//! made in memory ([`CaptureText`]), and nothing is written into the recording. Its report is
+//! byte for byte the report of the same events as pages, except that a hole's count is always
+//! known (a page may lack the room to store it).
 //!
 //! The capture directory mirrors tracefs:
 //!
@@ -33,7 +41,7 @@ use ftrace_core::symbols::SortedSymbols;
 use ftrace_ringbuf::page::{Page, PageError};
 use ftrace_tracers::function::FunctionTracer;
 use ftrace_tracers::function_graph::{FunctionGraphTracer, ReturnValues};
-use ftrace_tracers::iter::EventSource;
+use ftrace_tracers::iter::EventLists;
 use ftrace_tracers::nop::NopTracer;
 use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
@@ -42,7 +50,9 @@ use ftrace_tracers::output::{OutputEnv, TaskNames};
 use ftrace_tracers::tracer::Tracer;
 use ftrace_tracers::{ClockId, EventRef, Missed, Options, TraceIter, TraceOptions};
 
+use crate::capture::CaptureText;
 use crate::export::page_size_from_header;
+use crate::recording::{Census, CpuCensus, EventStream, RecordingReader};
 
 /// What `ftrace report` was asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -281,51 +291,61 @@ impl PageReader {
     }
 }
 
-/// One CPU's events, decoded a page at a time as the report needs them.
+/// Where one CPU's events come from.
+enum CpuEvents {
+    /// A capture's `trace_pipe_raw`, decoded a page at a time.
+    Pages(PageReader),
+    /// A recording's events files, merged for this CPU as they are read.
+    Recording(Box<EventStream<'static>>),
+}
+
+/// One CPU's events, decoded as the report needs them.
 struct CpuCursor {
-    pages: PageReader,
+    source: CpuEvents,
     events: std::collections::VecDeque<Decoded>,
     eof: bool,
 }
 
 impl CpuCursor {
-    /// Decodes pages until `want` events are buffered or the file ends.
-    fn fill(&mut self, want: usize, ids: &HashMap<u16, u16>) -> Result<(), ReportError> {
+    fn new(source: CpuEvents) -> Self {
+        CpuCursor {
+            source,
+            events: Default::default(),
+            eof: false,
+        }
+    }
+
+    /// Decodes events until `want` are buffered or the CPU has no more.
+    fn fill(&mut self, want: usize, input: &Input) -> Result<(), ReportError> {
         let mut lost = Lost::default();
         while self.events.len() < want && !self.eof {
-            let path = self.pages.path.clone();
-            match self.pages.next_page()? {
-                Some((base, chunk)) => {
-                    let evs = &mut self.events;
-                    decode_page(&path, base, chunk, ids, &mut lost, &mut |d| {
-                        evs.push_back(d)
-                    })?
+            match &mut self.source {
+                CpuEvents::Pages(pages) => {
+                    let path = pages.path.clone();
+                    match pages.next_page()? {
+                        Some((base, chunk)) => {
+                            let evs = &mut self.events;
+                            decode_page(&path, base, chunk, &input.ids, &mut lost, &mut |d| {
+                                evs.push_back(d)
+                            })?
+                        }
+                        None => self.eof = true,
+                    }
                 }
-                None => self.eof = true,
+                CpuEvents::Recording(stream) => match stream.next() {
+                    Ok(Some(e)) => {
+                        let missed = match e.missed {
+                            0 => Missed::None,
+                            n => Missed::Count(n),
+                        };
+                        self.events.push_back((e.ts, e.data, missed));
+                    }
+                    Ok(None) => self.eof = true,
+                    Err(e) => return Err(err(&input.dir, None, e.to_string())),
+                },
             }
         }
         Ok(())
-    }
-}
-
-/// The events of one window of the report, per CPU, and how far the writer has read them.
-struct Window<'a> {
-    cpus: Vec<Vec<EventRef<'a>>>,
-    pos: Vec<usize>,
-}
-
-impl<'a> EventSource<'a> for Window<'a> {
-    fn nr_cpus(&self) -> u32 {
-        self.cpus.len() as u32
-    }
-    fn peek(&mut self, cpu: u32) -> Option<EventRef<'a>> {
-        let c = cpu as usize;
-        self.cpus.get(c)?.get(self.pos[c]).copied()
-    }
-    fn advance(&mut self, cpu: u32) {
-        if let Some(p) = self.pos.get_mut(cpu as usize) {
-            *p += 1;
-        }
     }
 }
 
@@ -361,9 +381,7 @@ fn page_error(path: &Path, base: u64, e: &PageError) -> ReportError {
     err(path, Some(base + off as u64), e.to_string())
 }
 
-/// The largest CPU count a capture may name (the kernel's `CONFIG_NR_CPUS` maximum): the
-/// per-CPU tables are sized from `per_cpu/cpuN` names.
-const MAX_CPUS: u32 = 8192;
+use crate::recording::MAX_CPUS;
 
 /// The CPUs of a capture (`per_cpu/cpu<N>` directories), checked.
 fn capture_cpus(dir: &Path) -> Result<Vec<u32>, ReportError> {
@@ -427,13 +445,17 @@ fn scan(
 
 /// Runs the report: the bytes the kernel's `trace` (or `per_cpu/cpuN/trace`) file would hold.
 /// (All in memory: [`report_to`] streams them.)
+/// A damaged recording is an error here (the first damage; [`report_to`] prints what it can).
 pub fn report(args: &ReportArgs) -> Result<Vec<u8>, ReportError> {
     let mut out = Vec::new();
-    report_to(args, &mut out).map_err(|e| match e {
+    let damaged = report_to(args, &mut out).map_err(|e| match e {
         ReportFailure::Report(e) => e,
         ReportFailure::Write(e) => err(&args.raw_dir, None, e.to_string()),
     })?;
-    Ok(out)
+    match damaged.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// Why [`report_to`] stopped.
@@ -451,39 +473,241 @@ impl From<ReportError> for ReportFailure {
     }
 }
 
-/// Runs the report into `out` as it goes: the pages are read twice (counted and checked for
+/// Runs the report into `out` as it goes: the events are read twice (counted and checked for
 /// the header, then formatted), a window of 4096 events per CPU at a time, so memory
-/// does not grow with the capture.
-pub fn report_to(args: &ReportArgs, out: &mut dyn std::io::Write) -> Result<(), ReportFailure> {
+/// does not grow with the capture or recording. A recording's damaged thread files (cut or
+/// mutated inside a record, or with no valid header) are reported up to the damage, which is
+/// returned: the caller says what was damaged.
+pub fn report_to(
+    args: &ReportArgs,
+    out: &mut dyn std::io::Write,
+) -> Result<Vec<ReportError>, ReportFailure> {
     report_windowed(args, out, WINDOW)
+}
+
+/// The text files a report reads beside the events.
+struct Texts {
+    /// Where they come from (a recording's are made in memory from its metadata).
+    origin: TextOrigin,
+    kallsyms: Option<String>,
+    saved_cmdlines: Option<String>,
+    trace_clock: Option<String>,
+    tracer: Option<String>,
+    header_page: Option<String>,
+}
+
+/// Where a report's text files come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TextOrigin {
+    /// The capture directory's files.
+    Files,
+    /// A recording's `<pid>.<n>/` directories ([`CaptureText`]).
+    Recording,
+}
+
+impl Texts {
+    fn read(dir: &Path) -> Result<Self, ReportError> {
+        let opt = |name: &str| read_optional(&dir.join(name));
+        Ok(Texts {
+            origin: TextOrigin::Files,
+            kallsyms: Some(read_text(&dir.join("kallsyms"))?),
+            saved_cmdlines: opt("saved_cmdlines")?,
+            trace_clock: opt("trace_clock")?,
+            tracer: opt("tracer")?,
+            header_page: opt("events/header_page")?,
+        })
+    }
+
+    fn of_recording(rec: &crate::recording::Recording) -> Self {
+        let t = CaptureText::of(rec);
+        Texts {
+            origin: TextOrigin::Recording,
+            kallsyms: Some(t.kallsyms),
+            saved_cmdlines: Some(t.saved_cmdlines),
+            trace_clock: Some(t.trace_clock),
+            tracer: Some(t.tracer),
+            header_page: None,
+        }
+    }
+
+    /// The path an error about text file `name` names.
+    fn path(&self, dir: &Path, name: &str) -> PathBuf {
+        match self.origin {
+            TextOrigin::Files => dir.join(name),
+            TextOrigin::Recording => dir.to_path_buf(),
+        }
+    }
+}
+
+/// The largest sub-buffer page a capture may say it has (the page is read into one buffer).
+const MAX_PAGE_SIZE: usize = 1 << 20;
+
+/// Where a report's events are.
+enum Events {
+    /// A capture's raw pages, `per_cpu/cpu<N>/trace_pipe_raw`.
+    Pages,
+    /// A recording's events files (and ring files), read where they are: nothing is written.
+    Recording {
+        reader: Box<RecordingReader>,
+        census: Census,
+    },
+}
+
+/// What a report reads: its directory, the CPUs, and how to open each CPU's events.
+struct Input {
+    dir: PathBuf,
+    events: Events,
+    /// The capture's event ids mapped to ours (empty: ours).
+    ids: HashMap<u16, u16>,
+    page_size: usize,
+    /// The CPUs that have a stream, ascending.
+    cpus: Vec<u32>,
+    /// `#P:`.
+    nr_cpus: u32,
+    /// Damaged parts of a recording: each of its thread files is read up to its damage.
+    damaged: Vec<ReportError>,
+}
+
+impl Input {
+    fn open_cpu(&self, cpu: u32) -> Result<CpuCursor, ReportError> {
+        Ok(CpuCursor::new(match &self.events {
+            Events::Pages => CpuEvents::Pages(PageReader::open(
+                self.dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw")),
+                self.page_size,
+            )?),
+            Events::Recording { reader, census } => CpuEvents::Recording(Box::new(
+                reader
+                    .stream_cpu(cpu, census)
+                    .map_err(|e| err(&self.dir, None, e.to_string()))?,
+            )),
+        }))
+    }
+
+    /// The first pass: events counted, losses summed, the earliest timestamp.
+    fn scan(&self) -> Result<Scan, ReportError> {
+        match &self.events {
+            Events::Pages => scan(&self.dir, &self.cpus, self.page_size, &self.ids),
+            Events::Recording { census, .. } => {
+                let sum = |f: fn(&CpuCensus) -> u64| census.cpus.iter().map(f).sum::<u64>();
+                let lost = sum(|c| c.lost);
+                Ok(Scan {
+                    entries: sum(|c| c.events),
+                    lost: Lost {
+                        known: lost,
+                        any: lost > 0,
+                    },
+                    time_start: census.cpus.iter().filter_map(|c| c.first_ts).min(),
+                })
+            }
+        }
+    }
+
+    /// Whether `cpu` has no event.
+    fn cpu_empty(&self, cpu: u32) -> Result<bool, ReportError> {
+        match &self.events {
+            Events::Pages => {
+                let mut c = self.open_cpu(cpu)?;
+                c.fill(1, self)?;
+                Ok(c.events.is_empty())
+            }
+            Events::Recording { census, .. } => {
+                Ok(census.cpus.get(cpu as usize).is_none_or(|c| c.events == 0))
+            }
+        }
+    }
+}
+
+/// Opens what `dir` holds: a capture (raw pages) or a recording not turned into pages (its
+/// events files are read where they are), with its text files.
+fn open_input(dir: &Path) -> Result<(Input, Texts), ReportError> {
+    if !dir.join("per_cpu").is_dir() && crate::record::is_recording(dir) {
+        let rerr = |e: crate::recording::ReadError| err(dir, None, e.to_string());
+        let reader = RecordingReader::open(dir).map_err(rerr)?;
+        let census = reader.census().map_err(rerr)?;
+        let texts = Texts::of_recording(&reader.rec);
+        let nr_cpus = reader.rec.nr_cpus.max(census.cpus.len() as u32);
+        let input = Input {
+            damaged: census
+                .damaged
+                .iter()
+                .map(|e| err(dir, None, e.to_string()))
+                .collect(),
+            dir: dir.to_path_buf(),
+            cpus: (0..nr_cpus).collect(),
+            nr_cpus,
+            events: Events::Recording {
+                reader: Box::new(reader),
+                census,
+            },
+            ids: HashMap::new(),
+            page_size: ftrace_ringbuf::page::DEFAULT_PAGE_SIZE,
+        };
+        return Ok((input, texts));
+    }
+    let texts = Texts::read(dir)?;
+    let page_size = match &texts.header_page {
+        Some(t) => page_size_from_header(t).ok_or_else(|| {
+            err(
+                &dir.join("events/header_page"),
+                None,
+                "no \"data\" field with offset and size",
+            )
+        })?,
+        None => ftrace_ringbuf::page::DEFAULT_PAGE_SIZE,
+    };
+    if !(ftrace_ringbuf::page::PAGE_HEADER_SIZE + 8..=MAX_PAGE_SIZE).contains(&page_size) {
+        return Err(err(
+            &dir.join("events/header_page"),
+            None,
+            format!("page size {page_size} out of range (at most {MAX_PAGE_SIZE})"),
+        ));
+    }
+    let cpus = capture_cpus(dir)?;
+    let nr_cpus = *cpus.last().expect("capture_cpus has one") + 1;
+    let input = Input {
+        damaged: Vec::new(),
+        dir: dir.to_path_buf(),
+        events: Events::Pages,
+        ids: id_map(dir)?,
+        page_size,
+        cpus,
+        nr_cpus,
+    };
+    Ok((input, texts))
 }
 
 fn report_windowed(
     args: &ReportArgs,
     out: &mut dyn std::io::Write,
     window: usize,
-) -> Result<(), ReportFailure> {
+) -> Result<Vec<ReportError>, ReportFailure> {
     let dir = args.raw_dir.as_path();
     if !dir.is_dir() {
         return Err(err(dir, None, "not a directory (the capture to report)").into());
     }
-    crate::capture::ensure_capture(dir).map_err(|e| err(dir, None, e))?;
-    let kpath = dir.join("kallsyms");
-    let syms = SortedSymbols::from_kallsyms(&read_text(&kpath)?)
+    let (input, texts) = open_input(dir)?;
+    let kpath = texts.path(dir, "kallsyms");
+    let syms = SortedSymbols::from_kallsyms(texts.kallsyms.as_deref().unwrap_or_default())
         .map_err(|e| err(&kpath, None, e.to_string()))?;
-    let cpath = dir.join("saved_cmdlines");
-    let cmdlines = match read_optional(&cpath)? {
-        Some(t) => SavedCmdlines::parse(&t)
+    let cpath = texts.path(dir, "saved_cmdlines");
+    let cmdlines = match &texts.saved_cmdlines {
+        Some(t) => SavedCmdlines::parse(t)
             .map_err(|(line, why)| err(&cpath, None, format!("line {line}: {why}")))?,
         None => SavedCmdlines::default(),
     };
-    let clk_path = dir.join("trace_clock");
-    let clock = match read_optional(&clk_path)? {
-        Some(t) => ClockId::parse_listing(&t)
-            .ok_or_else(|| err(&clk_path, None, format!("unknown clock {:?}", t.trim())))?,
+    let clock = match &texts.trace_clock {
+        Some(t) => ClockId::parse_listing(t).ok_or_else(|| {
+            err(
+                &texts.path(dir, "trace_clock"),
+                None,
+                format!("unknown clock {:?}", t.trim()),
+            )
+        })?,
         None => ClockId::Local,
     };
-    let tracer = read_optional(&dir.join("tracer"))?
+    let tracer = texts
+        .tracer
+        .as_deref()
         .map(|t| t.trim().to_string())
         .unwrap_or_else(|| "function".into());
     let (nop, function, graph) = (
@@ -497,18 +721,12 @@ fn report_windowed(
         "nop" => &nop,
         other => {
             return Err(err(
-                &dir.join("tracer"),
+                &texts.path(dir, "tracer"),
                 None,
                 format!("unsupported tracer {other:?} (function, function_graph, nop)"),
             )
             .into());
         }
-    };
-    let hp = dir.join("events/header_page");
-    let page_size = match read_optional(&hp)? {
-        Some(t) => page_size_from_header(&t)
-            .ok_or_else(|| err(&hp, None, "no \"data\" field with offset and size"))?,
-        None => ftrace_ringbuf::page::DEFAULT_PAGE_SIZE,
     };
     let mut opts = Options {
         trace: TraceOptions::DEFAULT,
@@ -524,11 +742,9 @@ fn report_windowed(
         })?;
     }
 
-    let cpus = capture_cpus(dir)?;
-    let ids = id_map(dir)?;
-    let nr_cpus = *cpus.last().expect("capture_cpus has one") + 1;
+    let nr_cpus = input.nr_cpus;
     if let Some(cpu) = args.cpu {
-        if cpu >= nr_cpus || !dir.join(format!("per_cpu/cpu{cpu}")).is_dir() {
+        if cpu >= nr_cpus || !input.cpus.contains(&cpu) {
             return Err(err(
                 &dir.join(format!("per_cpu/cpu{cpu}")),
                 None,
@@ -537,7 +753,7 @@ fn report_windowed(
             .into());
         }
     }
-    let scanned = scan(dir, &cpus, page_size, &ids)?;
+    let scanned = input.scan()?;
     let irq_text = match (
         syms.by_name("__irqentry_text_start"),
         syms.by_name("__irqentry_text_end"),
@@ -585,18 +801,7 @@ fn report_windowed(
     };
     let empty = match args.cpu {
         // `per_cpu/cpuN/trace` of a CPU without events says so in its header.
-        Some(cpu) => {
-            let mut c = CpuCursor {
-                pages: PageReader::open(
-                    dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw")),
-                    page_size,
-                )?,
-                events: Default::default(),
-                eof: false,
-            };
-            c.fill(1, &ids)?;
-            c.events.is_empty()
-        }
+        Some(cpu) => input.cpu_empty(cpu)?,
         None => scanned.entries == 0,
     };
     w.write_header(
@@ -607,22 +812,15 @@ fn report_windowed(
     )
     .map_err(|_| failed(&mut sink))?;
     let mut cursors: Vec<Option<CpuCursor>> = (0..nr_cpus).map(|_| None).collect();
-    for &cpu in &cpus {
+    for &cpu in &input.cpus {
         if args.cpu.is_none_or(|c| c == cpu) {
-            cursors[cpu as usize] = Some(CpuCursor {
-                pages: PageReader::open(
-                    dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw")),
-                    page_size,
-                )?,
-                events: Default::default(),
-                eof: false,
-            });
+            cursors[cpu as usize] = Some(input.open_cpu(cpu)?);
         }
     }
     let mut want = window;
     loop {
         for c in cursors.iter_mut().flatten() {
-            c.fill(want, &ids)?;
+            c.fill(want, &input)?;
         }
         // Safe to write: what comes before the last buffered event of every CPU that has more
         // to read (a later page cannot hold anything earlier, nor the next event a leaf check
@@ -634,24 +832,17 @@ fn report_windowed(
             .filter_map(|c| c.events.back().map(|e| e.0))
             .min();
         let consumed = {
-            let mut win = Window {
-                cpus: cursors
-                    .iter()
-                    .enumerate()
-                    .map(|(cpu, c)| {
-                        c.iter()
-                            .flat_map(|c| &c.events)
-                            .map(|(ts, data, missed)| EventRef {
-                                cpu: cpu as u32,
-                                ts: *ts,
-                                data,
-                                missed: *missed,
-                            })
-                            .collect()
-                    })
-                    .collect(),
-                pos: vec![0; nr_cpus as usize],
-            };
+            let mut win = EventLists::new(nr_cpus);
+            for (cpu, c) in cursors.iter().enumerate() {
+                for (ts, data, missed) in c.iter().flat_map(|c| &c.events) {
+                    win.push(EventRef {
+                        cpu: cpu as u32,
+                        ts: *ts,
+                        data,
+                        missed: *missed,
+                    });
+                }
+            }
             let mut it = TraceIter::new(&mut win, args.cpu);
             while let Some(ev) = it.peek_next() {
                 if horizon.is_some_and(|h| ev.ts >= h) {
@@ -661,7 +852,9 @@ fn report_windowed(
                 w.write_line(&mut sink, &env, &mut it, &ev)
                     .map_err(|_| failed(&mut sink))?;
             }
-            win.pos
+            (0..nr_cpus)
+                .map(|cpu| win.consumed(cpu))
+                .collect::<Vec<_>>()
         };
         let mut moved = false;
         for (c, n) in cursors.iter_mut().zip(consumed) {
@@ -681,7 +874,81 @@ fn report_windowed(
     }
     drop(sink);
     std::io::Write::flush(&mut buffered).map_err(ReportFailure::Write)?;
-    Ok(())
+    Ok(input.damaged)
+}
+
+/// `ftrace report --stat`: the function profiler's table (`trace_stat/function<cpu>`) of
+/// the capture or recording, every CPU's counts summed (or one CPU's, `args.cpu`): hits per
+/// function, and for function_graph the total, average and `s^2` of its durations (the
+/// kernel's `graph-time` on: a call's time includes its children's). Read one CPU at a time,
+/// a window of events at a time: memory holds one row per function hit. Returns the damage
+/// read around, as [`report_to`] does.
+pub fn report_stat_to(
+    args: &ReportArgs,
+    out: &mut dyn std::io::Write,
+) -> Result<Vec<ReportError>, ReportFailure> {
+    use ftrace_tracers::Entry;
+    use ftrace_tracers::profiler::{ProfileMode, ProfileTable};
+    let dir = args.raw_dir.as_path();
+    if !dir.is_dir() {
+        return Err(err(dir, None, "not a directory (the capture to report)").into());
+    }
+    let (input, texts) = open_input(dir)?;
+    let kpath = texts.path(dir, "kallsyms");
+    let syms = SortedSymbols::from_kallsyms(texts.kallsyms.as_deref().unwrap_or_default())
+        .map_err(|e| err(&kpath, None, e.to_string()))?;
+    let mode = match texts.tracer.as_deref().map(str::trim) {
+        Some("function_graph") => ProfileMode::Graph,
+        _ => ProfileMode::Hits,
+    };
+    if let Some(cpu) = args.cpu {
+        if !input.cpus.contains(&cpu) {
+            return Err(err(
+                &dir.join(format!("per_cpu/cpu{cpu}")),
+                None,
+                "no such CPU in the capture",
+            )
+            .into());
+        }
+    }
+    let mut table = ProfileTable::default();
+    for &cpu in &input.cpus {
+        if args.cpu.is_some_and(|c| c != cpu) {
+            continue;
+        }
+        let mut c = input.open_cpu(cpu)?;
+        loop {
+            c.fill(WINDOW, &input)?;
+            if c.events.is_empty() {
+                break;
+            }
+            for (ts, data, missed) in c.events.drain(..) {
+                match (EventRef {
+                    cpu,
+                    ts,
+                    data: &data,
+                    missed,
+                })
+                .entry()
+                {
+                    Entry::Function(f) => table.hit(f.ip),
+                    Entry::GraphEntry(e) => table.hit(e.func),
+                    Entry::GraphReturn(r) => {
+                        table.add_time(r.ret.func, r.ret.rettime.wrapping_sub(r.ret.calltime))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut text = String::new();
+    table
+        .write_stat(&mut text, &syms, mode, 0)
+        .map_err(|_| err(dir, None, "formatting failed"))?;
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(ReportFailure::Write)?;
+    Ok(input.damaged)
 }
 
 #[cfg(test)]

@@ -22,7 +22,13 @@
 //! [`HistMap`](crate::hist::HistMap) (a table busy with a reader or another CPU counts the
 //! record as dropped rather than wait), and the event's `hist` file prints them.
 //!
-//! Not yet: `instances/` record no events (enabling one there is `ENODEV`); a hist trigger the
+//! Each instance under `instances/` gets a slot of its own for every tracepoint (its own
+//! enable, filter, triggers and hist tables, records in its own buffer), reached through the
+//! top level's slot: the tracepoint has one probe, connected while the top level or any
+//! instance has the event enabled, and the probe hands each record to every slot that wants
+//! it. `rmdir` takes the instance's slots out and frees them after a grace period.
+//!
+//! Not yet: a hist trigger the
 //! aggregation cannot compile (expressions, variables, `common_timestamp`, stack keys:
 //! [`HistError::Unsupported`](crate::hist::HistError::Unsupported)) has no table and is
 //! missing from `hist`.
@@ -50,8 +56,13 @@ use crate::triggers::{Trigger, TriggerKind};
 pub(super) struct EventSlot<P: Platform, const CPUS: usize> {
     array: &'static TraceArray<P, CPUS>,
     tp: &'static Tracepoint,
+    /// `EVENT_FILE_FL_ENABLED`: this instance's tree has the event on (soft mode included).
+    enabled: AtomicBool,
     /// `EVENT_FILE_FL_SOFT_DISABLED`: armed, records discarded (triggers flip it).
     soft_disabled: AtomicBool,
+    /// The same event's slots in the top level's `instances/` (the top level's slot only):
+    /// the probe hands them each record.
+    instances: RcuCell<Vec<&'static dyn InstanceSlot>>,
     filter: RcuCell<EventFilter>,
     runner: RcuCell<TriggerRunner>,
     /// The hist triggers' tables, in `trigger` file order.
@@ -98,7 +109,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     /// this ([`TraceArray::tracefs`]) serves its event, and enabling it there connects the
     /// tracepoint to this instance. `EEXIST` if an event of the same id or name is registered,
     /// `EBUSY` if another instance owns the tracepoint, `ENODEV` for an instance under
-    /// `instances/`. Slots live as long as the instance (a `static`): registration is meant to
+    /// `instances/` (they get the top level's tracepoints when they are made). Slots live as long as the instance (a `static`): registration is meant to
     /// happen once per tracepoint.
     pub fn register_tracepoint(&'static self, tp: &'static Tracepoint) -> Result<(), Errno> {
         if self.kind != ArrayKind::Top {
@@ -116,14 +127,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         if taken {
             return Err(Errno::EEXIST);
         }
-        let slot = Box::into_raw(Box::new(EventSlot {
-            array: self,
-            tp,
-            soft_disabled: AtomicBool::new(false),
-            filter: RcuCell::empty(),
-            runner: RcuCell::empty(),
-            hists: RcuCell::empty(),
-        }));
+        let slot = Box::into_raw(Box::new(EventSlot::new(self, tp)));
         if let Err(e) = tp.set_owner(slot.cast_const().cast()) {
             // SAFETY: `slot` came from `Box::into_raw` above and was never shared.
             drop(unsafe { Box::from_raw(slot) });
@@ -155,9 +159,10 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         self.with_events(|s| s.iter().copied().find(|s| s.tp.format().id == id))
     }
 
-    /// The tree changed the event's state: the tracepoint is connected exactly while the event
-    /// is enabled. Enabling an event that is not one of this instance's tracepoints is
-    /// `ENODEV` (nothing could record it).
+    /// The tree changed the event's state. Enabling an event that is not one of this
+    /// instance's tracepoints is `ENODEV` (nothing could record it). The top level connects
+    /// the tracepoint exactly while it or one of its instances has the event enabled; an
+    /// instance asks the top level to ([`TraceArray::sync_event_connection`]).
     pub(super) fn set_event_state(
         &'static self,
         event: &TraceEventFormat,
@@ -169,14 +174,96 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 false => Ok(()),
             };
         };
+        if state.enabled {
+            // Records need a buffer even while no tracer has asked for one.
+            self.ensure_buffer(&mut self.control())?;
+        }
+        let was = slot.enabled.swap(state.enabled, Ordering::Relaxed);
         slot.soft_disabled
             .store(state.soft_disabled, Ordering::Relaxed);
-        match (state.enabled, slot.tp.is_enabled()) {
+        if self.kind == ArrayKind::Top {
+            if let Err(e) = self.sync_event_connection(event.id) {
+                slot.enabled.store(was, Ordering::Relaxed);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects the tracepoint of event `id` while the top level or an instance has it
+    /// enabled, disconnects it otherwise (top level only).
+    pub(super) fn sync_event_connection(&'static self, id: u16) -> Result<(), Errno> {
+        let Some(slot) = self.event_slot(id) else {
+            return Ok(());
+        };
+        let _guard = self.reclaim().pin();
+        // SAFETY: inside the guard.
+        let subs = unsafe { slot.instances.load() }.map_or(&[][..], |v| v.as_slice());
+        let wanted = slot.enabled.load(Ordering::Relaxed) || subs.iter().any(|s| s.is_enabled());
+        match (wanted, slot.tp.is_enabled()) {
             (true, false) => slot.tp.connect(event_probe::<P, CPUS>)?,
             (false, true) => slot.tp.disconnect(),
             _ => {}
         }
         Ok(())
+    }
+
+    /// `mkdir instances/<name>`: gives `sub` a slot of its own for each of the top level's
+    /// tracepoints, reached through the top level's slot (the tracepoint has one probe and
+    /// one owner: the top level's).
+    pub(super) fn adopt_instance_events<Q: Platform>(
+        &'static self,
+        sub: &'static TraceArray<Q, CPUS>,
+    ) {
+        let _lock = self.control.lock();
+        let tops = self.with_events(|s| s.to_vec());
+        let mut mine = Vec::with_capacity(tops.len());
+        for top in tops {
+            let slot: &'static EventSlot<Q, CPUS> =
+                Box::leak(Box::new(EventSlot::new(sub, top.tp)));
+            mine.push(slot);
+            let mut subs = top.instance_slots();
+            subs.push(slot);
+            top.instances
+                .replace(Published::Owned(Box::new(subs)), self.reclaim());
+        }
+        sub.events
+            .replace(Published::Owned(Box::new(mine)), sub.reclaim());
+    }
+
+    /// `rmdir instances/<name>`: takes `sub`'s slots out of the top level's, disconnects the
+    /// tracepoints nobody wants any more, waits until no probe can be in `sub`'s slots, and
+    /// frees them.
+    pub(super) fn release_instance_events<Q: Platform>(
+        &'static self,
+        sub: &'static TraceArray<Q, CPUS>,
+    ) {
+        let _lock = self.control.lock();
+        let owner: *const () = core::ptr::from_ref(sub).cast();
+        for top in self.with_events(|s| s.to_vec()) {
+            let subs: Vec<&'static dyn InstanceSlot> = top
+                .instance_slots()
+                .into_iter()
+                .filter(|s| s.array() != owner)
+                .collect();
+            let new = match subs.is_empty() {
+                true => Published::None,
+                false => Published::Owned(Box::new(subs)),
+            };
+            top.instances.replace(new, self.reclaim());
+            // Disconnecting can only fail when connecting: never here.
+            let _ = self.sync_event_connection(top.tp.format().id);
+        }
+        // The top level's probes read the lists inside its read-side sections.
+        self.reclaim().synchronize();
+        let mine = sub.with_events(|s| s.to_vec());
+        sub.events.replace(Published::None, sub.reclaim());
+        sub.reclaim().synchronize();
+        for slot in mine {
+            // SAFETY: made by `Box::leak` in `adopt_instance_events`; no list holds it any
+            // more and both grace periods are over, so no probe or reader can still see it.
+            drop(unsafe { Box::from_raw(core::ptr::from_ref(slot).cast_mut()) });
+        }
     }
 
     pub(super) fn set_event_filter(&self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
@@ -268,9 +355,67 @@ fn event_probe<P: Platform, const CPUS: usize>(tp: &Tracepoint, rec: &mut [u8]) 
     slot.fire(rec);
 }
 
-impl<P: Platform, const CPUS: usize> EventSlot<P, CPUS> {
-    /// `trace_event_raw_event_<call>`: triggers, soft-disable, filter, then the record.
+/// An instance's slot as the top level's slot sees it (type-erased: an instance's platform
+/// is another type).
+pub(super) trait InstanceSlot: Sync {
+    /// Whether the instance's tree has the event enabled.
+    fn is_enabled(&self) -> bool;
+    /// Records `rec` into the instance, as its own tree says (filter, triggers...).
+    fn fire(&self, rec: &mut [u8]);
+    /// The instance the slot belongs to.
+    fn array(&self) -> *const ();
+}
+
+impl<P: Platform, const CPUS: usize> InstanceSlot for EventSlot<P, CPUS> {
+    fn is_enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
     fn fire(&self, rec: &mut [u8]) {
+        self.fire_here(rec)
+    }
+    fn array(&self) -> *const () {
+        core::ptr::from_ref(self.array).cast()
+    }
+}
+
+impl<P: Platform, const CPUS: usize> EventSlot<P, CPUS> {
+    fn new(array: &'static TraceArray<P, CPUS>, tp: &'static Tracepoint) -> Self {
+        EventSlot {
+            array,
+            tp,
+            enabled: AtomicBool::new(false),
+            soft_disabled: AtomicBool::new(false),
+            instances: RcuCell::empty(),
+            filter: RcuCell::empty(),
+            runner: RcuCell::empty(),
+            hists: RcuCell::empty(),
+        }
+    }
+
+    /// The instances' slots (a copy, for a replacement list).
+    fn instance_slots(&self) -> Vec<&'static dyn InstanceSlot> {
+        let _guard = self.array.reclaim().pin();
+        // SAFETY: inside the guard; the slots themselves outlive the lists holding them.
+        unsafe { self.instances.load() }.map_or_else(Vec::new, |v| v.to_vec())
+    }
+
+    /// The probe's work: this instance's record if it has the event enabled, then each
+    /// instance's that has.
+    fn fire(&self, rec: &mut [u8]) {
+        if self.enabled.load(Ordering::Relaxed) {
+            self.fire_here(rec);
+        }
+        let _guard = self.array.reclaim().pin();
+        // SAFETY: inside the guard, for the whole loop.
+        if let Some(subs) = unsafe { self.instances.load() } {
+            for s in subs.iter().filter(|s| s.is_enabled()) {
+                s.fire(rec);
+            }
+        }
+    }
+
+    /// `trace_event_raw_event_<call>`: triggers, soft-disable, filter, then the record.
+    fn fire_here(&self, rec: &mut [u8]) {
         let a = self.array;
         if rec.len() < 8 {
             return;

@@ -27,7 +27,12 @@ use ftrace_core::symbols::SymbolTable;
 use ftrace_patch::FtraceBug;
 
 use super::{ArrayBackend, ArrayKind, NoCallSites, Platform, TraceArray};
-use crate::backend::{FilterEdit, FilterFile, Param, Reader, TraceBackend, TracerOption};
+use crate::backend::{
+    EventState, FilterEdit, FilterFile, Param, Reader, TraceBackend, TracerOption,
+};
+use crate::event_filter::EventFilter;
+use crate::triggers::Trigger;
+use ftrace_core::format::TraceEventFormat;
 
 /// An instance's platform: the top level's, with the instance's buffer size.
 pub struct InstancePlatform<P: 'static> {
@@ -116,6 +121,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         };
         // On error the backend's drop frees the instance.
         sub.build_control()?;
+        self.adopt_instance_events(sub);
         Ok(backend)
     }
 
@@ -213,6 +219,7 @@ impl<P: Platform, const CPUS: usize> InstanceBackend<P, CPUS> {
 impl<P: Platform, const CPUS: usize> Drop for InstanceBackend<P, CPUS> {
     fn drop(&mut self) {
         let sub = self.sub.0;
+        self.top.release_instance_events(sub);
         // Nothing to report to: `rmdir` has already succeeded. A failed unregister would
         // leave the ops calling the instance, so it is then kept (leaked) rather than freed.
         if self.top.sync_instance(sub, true).is_ok() && sub.unregister_all().is_ok() {
@@ -319,12 +326,41 @@ impl<P: Platform, const CPUS: usize> TraceBackend for InstanceBackend<P, CPUS> {
     fn write_saved_tgids(&self, w: &mut dyn fmt::Write) -> fmt::Result {
         self.sub.write_saved_tgids(w)
     }
-    /// An instance has no tracepoints of its own: enabling an event there is `ENODEV`.
+    /// The instance's own slot takes the state; the top level connects the tracepoint while
+    /// anyone has it enabled (a refused connection leaves the instance's event off).
     fn set_event_state(
         &mut self,
-        event: &ftrace_core::format::TraceEventFormat,
-        state: crate::backend::EventState,
+        event: &TraceEventFormat,
+        state: EventState,
     ) -> Result<(), Errno> {
-        self.sub.set_event_state(event, state)
+        self.sub.set_event_state(event, state)?;
+        let r = self.top.sync_event_connection(event.id);
+        if r.is_err() {
+            let off = EventState {
+                enabled: false,
+                soft_disabled: false,
+                triggers: false,
+            };
+            let _ = self.sub.set_event_state(event, off);
+        }
+        r
+    }
+    fn set_event_filter(&mut self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
+        self.sub.set_event_filter(event, filter)
+    }
+    fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
+        self.sub.set_event_triggers(event, triggers)
+    }
+    fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {
+        self.sub.event_soft_disabled(event)
+    }
+    fn event_trigger_counts(&self, event: &TraceEventFormat) -> Option<Vec<i64>> {
+        self.sub.event_trigger_counts(event)
+    }
+    fn write_event_hist(&self, event: &TraceEventFormat, w: &mut dyn fmt::Write) -> fmt::Result {
+        self.sub.write_event_hist(event, w)
+    }
+    fn clear_event_hist(&mut self, event: &TraceEventFormat, trigger: &Trigger) {
+        self.sub.clear_event_hist(event, trigger)
     }
 }

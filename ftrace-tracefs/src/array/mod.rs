@@ -62,10 +62,11 @@
 //!
 //! Trace events: the tracepoints the program declares (ftrace-core's `tracepoint!`),
 //! registered once with [`TraceArray::register_tracepoint`], are served under `events/` and
-//! recorded into the buffer while enabled, filtered and triggered (see the `events` module).
+//! recorded into the buffer while enabled, filtered and triggered, in the top level and in
+//! each of `instances/` on its own (see the `events` module).
 //!
 //! Not in the instance yet (each refused with an errno, never accepted and ignored):
-//! trace events in `instances/` (`ENODEV`), hist triggers' aggregation, the profiler's per-call times (it counts hits: see the `profile` module),
+//! hist triggers' aggregation, the profiler's per-call times (it counts hits: see the `profile` module),
 //! snapshots, `function_graph` in an instance, and the function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
 //! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
 //!

@@ -165,7 +165,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         qemu::exit(Verdict::Fail, "boot self-test");
     }
 
-    let tree = match platform::install(sites, syms) {
+    let tree = match platform::install(sites, syms, &[&workload::WORKLOAD_ROUND]) {
         Ok(t) => t,
         Err(e) => {
             println!("tracing: install failed: {e}");
@@ -516,6 +516,33 @@ impl Builtins for Kernel {
                 unsafe { core::ptr::write_volatile(target, 0xCC) };
                 fail(out, "fault: the write to text did not fault")
             }
+            ["ticks", n] => match n.parse::<u64>() {
+                Ok(n) if (1..=100).contains(&n) => {
+                    let got = ftrace_baremetal::timer::wait_ticks(n);
+                    let _ = writeln!(out, "ticks: {got} timer ticks");
+                    Outcome::Ok
+                }
+                _ => fail(out, "usage: ticks N (1 <= N <= 100)"),
+            },
+            ["jump_labels"] => {
+                // Every tracepoint site: a NOP while its event is off, a jmp while on.
+                let (mut total, mut on, mut other) = (0, 0, 0);
+                for e in ftrace_core::jump_label::entries() {
+                    total += 1;
+                    // SAFETY: each entry's code is a 5-byte site in this kernel's text,
+                    // mapped readable.
+                    match unsafe { core::ptr::read_volatile(e.code as *const u8) } {
+                        0x0f => {}
+                        0xe9 => on += 1,
+                        _ => other += 1,
+                    }
+                }
+                let _ = writeln!(
+                    out,
+                    "jump_labels: {total} sites, {on} jmp, {other} neither"
+                );
+                Outcome::Ok
+            }
             ["heap"] => {
                 let _ = writeln!(
                     out,
@@ -530,7 +557,7 @@ impl Builtins for Kernel {
                 let _ = writeln!(
                     out,
                     "ls [DIR] | cat FILE... | echo [-n] WORDS [>|>> FILE] | workload N | \
-                     workload N [irqsoff] [cpu=C] | heap | poweroff pass [N]|fail | fault"
+                     workload N [irqsoff] [cpu=C] | ticks N | jump_labels | heap | poweroff pass [N]|fail | fault"
                 );
                 Outcome::Ok
             }

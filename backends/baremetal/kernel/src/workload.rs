@@ -5,9 +5,20 @@
 //!
 //! `bm_workload(n)` calls, for each `i < n`: `bm_outer(i)` -> `bm_middle(i)` -> `bm_leaf(i)`,
 //! then `bm_middle(i + 1)` -> `bm_leaf(i + 1)`, then `other_work(i)` (which the `bm_*` filter
-//! leaves out).
+//! leaves out). After each round it fires `bm_workload:workload_round` (the round and what
+//! `bm_outer` returned), so an enabled event lands between the rounds' function entries.
 
 use core::hint::black_box;
+
+use ftrace_core::tracepoint;
+
+tracepoint! {
+    /// `bm_workload:workload_round`: round `round` of `bm_workload` computed `value`.
+    pub fn trace_workload_round(round: u64 => "u64", value: u64 => "u64");
+    record WorkloadRound;
+    static WORKLOAD_ROUND = ("bm_workload", "workload_round", 510,
+        "\"round=%llu value=%llu\", REC->round, REC->value");
+}
 
 /// The workload's entry point; returns a checksum the session also checks.
 #[unsafe(no_mangle)]
@@ -15,7 +26,9 @@ use core::hint::black_box;
 pub extern "C" fn bm_workload(rounds: u64) -> u64 {
     let mut acc = 0u64;
     for i in 0..rounds {
-        acc = acc.wrapping_mul(31).wrapping_add(bm_outer(black_box(i)));
+        let v = bm_outer(black_box(i));
+        trace_workload_round(i, v);
+        acc = acc.wrapping_mul(31).wrapping_add(v);
     }
     black_box(acc)
 }

@@ -13,6 +13,9 @@
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
 //! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh> <profile>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `EVENTS` | one [`EventInfo::to_line`](crate::event::EventInfo::to_line) line per trace event the program declares, then `.` |
+//! | `EVENT_SET <id>\t<state>` | `OK 0` once the event has that [`EventConfig::to_args`](crate::event_record::EventConfig::to_args) state (armed, soft-disabled, filter, triggers), `ERR 19 ...` for no such event, `ERR 22 ...` for a bad filter |
+//! | `EVENT_GET <id>` | `OK <soft-disabled> <counts>` (the triggers' remaining counts, comma-separated, `-` for none) of an armed event, else `ERR 19 ...` |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
@@ -348,6 +351,44 @@ fn answer(req: &str) -> String {
         }
         out.push_str(".\n");
         return out;
+    }
+    if req == "EVENTS" {
+        let mut out = String::new();
+        for e in crate::event::list() {
+            let _ = writeln!(out, "{}", e.to_line());
+        }
+        out.push_str(".\n");
+        return out;
+    }
+    if let Some(rest) = req.strip_prefix("EVENT_SET ") {
+        let parsed = rest.split_once('\t').and_then(|(id, c)| {
+            Some((
+                id.parse::<u16>().ok()?,
+                crate::event_record::EventConfig::parse_args(c)?,
+            ))
+        });
+        return match parsed {
+            None => format!("ERR {} bad event state\n", libc::EINVAL),
+            Some((id, c)) => match crate::event_record::set(id, c) {
+                Ok(()) => "OK 0\n".into(),
+                Err(e @ "no such event") => format!("ERR {} {e}\n", libc::ENODEV),
+                Err(e) => format!("ERR {} {e}\n", libc::EINVAL),
+            },
+        };
+    }
+    if let Some(id) = req.strip_prefix("EVENT_GET ") {
+        return match id.parse().ok().and_then(crate::event_record::get) {
+            None => format!("ERR {} event not armed\n", libc::ENODEV),
+            Some((soft, counts)) => {
+                let c: Vec<String> = counts.iter().map(i64::to_string).collect();
+                let c = if c.is_empty() {
+                    "-".to_string()
+                } else {
+                    c.join(",")
+                };
+                format!("OK {} {c}\n", u8::from(soft))
+            }
+        };
     }
     if req == "PROBES" {
         let on = handler::TRACING_ON.load(Ordering::SeqCst);

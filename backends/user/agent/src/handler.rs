@@ -224,7 +224,7 @@ fn current_cpu(st: &ThreadState) -> u32 {
 /// Whether the pid filters and the cpumask let this registered thread record now.
 #[cold]
 #[inline(never)]
-fn task_admitted(st: &ThreadState) -> bool {
+pub(crate) fn task_admitted(st: &ThreadState) -> bool {
     // SAFETY: registered: `cpu` is live.
     crate::pids::admits(st.tid) && crate::cpumask::admits(unsafe { *st.cpu })
 }
@@ -387,7 +387,7 @@ fn thread_pointer() -> u64 {
 /// Creates the calling thread's buffer file and maps it.
 #[cold]
 #[inline(never)]
-fn register(st: &mut ThreadState) -> bool {
+pub(crate) fn register(st: &mut ThreadState) -> bool {
     if st.state == 2 {
         return false;
     }

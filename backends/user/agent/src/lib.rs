@@ -12,6 +12,8 @@
 //!   platform primitives under them (W^X text writes, membarrier, thread stop).
 //! - [`profile`]: the function profiler's counters (`function_profile_enabled`).
 //! - [`buffer`]: the per-thread buffer files; [`clock`]: TSC and CLOCK_MONOTONIC.
+//! - [`event`]: trace events C programs declare (`ftrace/tracepoint.h`); [`event_record`]:
+//!   their filters and triggers, run when they fire, and the record.
 //!
 //! The agent itself is never instrumented (it is built without instrumentation flags; the
 //! per-thread recursion guard is the second line of defence). It arms itself only when loaded
@@ -32,6 +34,8 @@ pub mod control;
 pub mod cpumask;
 pub mod dispatch;
 pub mod elf;
+pub mod event;
+pub mod event_record;
 pub mod handler;
 pub mod mcount;
 pub mod patch;
@@ -205,6 +209,7 @@ fn scan_new_objects(a: &mut Agent) {
             continue;
         };
         let scanned = elf::scan(&obj, &file, elf::read_own_memory);
+        event::discover(&obj, &file, elf::read_own_memory);
         let module = obj.module();
         for f in &scanned.funcs {
             let _ = writeln!(

@@ -424,7 +424,7 @@ pub(crate) fn page_size_from_header(text: &str) -> Option<usize> {
         let at = line.find(key)? + key.len();
         line[at..].split(';').next()?.trim().parse().ok()
     };
-    Some(num("offset:")? + num("size:")?)
+    num("offset:")?.checked_add(num("size:")?)
 }
 
 /// A recording's `meta` file as `key=value` pairs (separated by any whitespace, as the

@@ -6,7 +6,14 @@ use std::process::Command;
 /// Builds `tests/programs/<name>.c` into `dir/<name>` with the kernel-style gcc flags
 /// (`-pg -mfentry -mrecord-mcount -mnop-mcount`, non-PIE): the build whose NOP sites the agent
 /// patches, and whose function names the tests write into the mount's filter files.
+#[allow(dead_code)] // not every test binary uses it
 pub fn build_kernel_style(dir: &Path, name: &str) -> PathBuf {
+    build_kernel_style_with(dir, name, &[])
+}
+
+/// [`build_kernel_style`] with more gcc arguments (`-I` the header directory...).
+#[allow(dead_code)] // not every test binary uses it
+pub fn build_kernel_style_with(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let out = dir.join(name);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/programs/{name}.c"));
     let st = Command::new("gcc")
@@ -18,6 +25,7 @@ pub fn build_kernel_style(dir: &Path, name: &str) -> PathBuf {
             "-mfentry",
             "-mrecord-mcount",
         ])
+        .args(extra)
         .args(["-mnop-mcount", "-fno-pie", "-no-pie", "-o"])
         .arg(&out)
         .arg(src)

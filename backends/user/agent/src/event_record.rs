@@ -1,0 +1,503 @@
+//! What an enabled trace event does when its call site fires: the kernel's
+//! `trace_event_raw_event_<call>` over ftrace-tracefs's filter and trigger machinery, in the
+//! program, at record time.
+//!
+//! The tool sends each event's state (`EVENT_SET`: armed, soft-disabled, the filter text, the
+//! triggers); the control thread compiles it against the event's format
+//! ([`EventInfo::format`](crate::event::EventInfo::format)) and publishes the whole set in an
+//! [`RcuCell`] read by [`record_event`] inside a [`ReaderCount`] guard (a handler may run in
+//! a signal handler: no epoch pin, no allocation, no lock). A fired event runs its triggers before the record
+//! (or after it, when a trigger needs the record: `traceoff`, a trigger with a filter), then
+//! is written unless soft-disabled, filtered out or tracing is off, exactly the order of the
+//! kernel's `trace_trigger_soft_disabled` / `event_triggers_call`. `enable_event` and
+//! `disable_event` flip the target's soft-disabled bit here; the tool reads the bits and the
+//! trigger counts back (`EVENT_GET`). An event nothing acts on (no filter, trigger or soft
+//! mode) is pointed at [`record_plain_event`] instead, which reads no shared state. Invariant:
+//! an event's call site points at one of the two exactly while its state says armed (hard-
+//! or soft-enabled), at [`record_event`] whenever a filter, a trigger or a soft bit could
+//! act on it.
+
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use ftrace_core::format::TraceEventFormat;
+use ftrace_core::platform::Reclaim;
+use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
+use ftrace_ringbuf::slot::SlotEvent;
+use ftrace_tracefs::event_filter::{self, EventFilter, RecordCtx};
+use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
+use ftrace_tracefs::triggers::{Trigger, TriggerKind};
+
+use crate::event::{self, EventDesc, ProbeFn};
+use crate::handler;
+
+/// One event's state as the tool sends it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventConfig {
+    /// Armed (the tree's `enabled`: hard- or soft-enabled).
+    pub armed: bool,
+    /// Records discarded (`soft_disabled`).
+    pub soft_disabled: bool,
+    /// The filter text (empty: none).
+    pub filter: String,
+    /// The triggers that run here, in `trigger` file order.
+    pub triggers: Vec<WireTrigger>,
+}
+
+/// A trigger as the control channel carries it: `traceon|traceoff|enable=<id>|disable=<id>`,
+/// its count (`-1`: unlimited) and its `if` filter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireTrigger {
+    /// What it does.
+    pub action: WireAction,
+    /// Remaining count (`-1`: unlimited).
+    pub count: i64,
+    /// The `if` filter's text (empty: none).
+    pub filter: String,
+}
+
+/// The trigger commands run on program events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireAction {
+    /// `traceon`.
+    TraceOn,
+    /// `traceoff`.
+    TraceOff,
+    /// `enable_event` of the event with this id.
+    Enable(u16),
+    /// `disable_event` of the event with this id.
+    Disable(u16),
+}
+
+impl EventConfig {
+    /// The `EVENT_SET` request's arguments: `armed\tsoft\tfilter|-\ttriggers|-`, triggers
+    /// `action,count,filter|-` joined by `;`.
+    pub fn to_args(&self) -> String {
+        let dash = |s: &str| {
+            if s.is_empty() {
+                "-".to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        let t: Vec<String> = self
+            .triggers
+            .iter()
+            .map(|t| {
+                let a = match t.action {
+                    WireAction::TraceOn => "traceon".to_string(),
+                    WireAction::TraceOff => "traceoff".to_string(),
+                    WireAction::Enable(id) => format!("enable={id}"),
+                    WireAction::Disable(id) => format!("disable={id}"),
+                };
+                format!("{a},{},{}", t.count, dash(&t.filter))
+            })
+            .collect();
+        format!(
+            "{}\t{}\t{}\t{}",
+            u8::from(self.armed),
+            u8::from(self.soft_disabled),
+            dash(&self.filter),
+            dash(&t.join(";"))
+        )
+    }
+
+    /// Parses [`EventConfig::to_args`]'s form.
+    pub fn parse_args(s: &str) -> Option<EventConfig> {
+        let undash = |s: &str| {
+            if s == "-" {
+                String::new()
+            } else {
+                s.to_string()
+            }
+        };
+        let mut p = s.split('\t');
+        let flag = |v: &str| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        };
+        let armed = flag(p.next()?)?;
+        let soft_disabled = flag(p.next()?)?;
+        let filter = undash(p.next()?);
+        let mut triggers = Vec::new();
+        let t = p.next()?;
+        if p.next().is_some() {
+            return None;
+        }
+        if t != "-" {
+            for one in t.split(';') {
+                let mut q = one.splitn(3, ',');
+                let a = q.next()?;
+                let action = match a {
+                    "traceon" => WireAction::TraceOn,
+                    "traceoff" => WireAction::TraceOff,
+                    _ => match a.split_once('=')? {
+                        ("enable", id) => WireAction::Enable(id.parse().ok()?),
+                        ("disable", id) => WireAction::Disable(id.parse().ok()?),
+                        _ => return None,
+                    },
+                };
+                triggers.push(WireTrigger {
+                    action,
+                    count: q.next()?.parse().ok()?,
+                    filter: undash(q.next()?),
+                });
+            }
+        }
+        Some(EventConfig {
+            armed,
+            soft_disabled,
+            filter,
+            triggers,
+        })
+    }
+}
+
+/// One armed event, compiled.
+struct Live {
+    id: u16,
+    soft_disabled: AtomicBool,
+    filter: Option<EventFilter>,
+    runner: Option<TriggerRunner>,
+}
+
+static LIVE: RcuCell<Vec<Live>> = RcuCell::empty();
+static LIVE_READERS: ReaderCount = ReaderCount::new();
+/// The configurations, by id (control thread only).
+static CONFIGS: Mutex<BTreeMap<u16, EventConfig>> = Mutex::new(BTreeMap::new());
+
+fn compile(format: &TraceEventFormat, c: &EventConfig) -> Result<Live, &'static str> {
+    let filter = match c.filter.is_empty() {
+        true => None,
+        false => Some(event_filter::parse(format, &c.filter).map_err(|_| "bad filter")?),
+    };
+    let triggers: Vec<Trigger> = c
+        .triggers
+        .iter()
+        .map(|t| Trigger {
+            kind: match t.action {
+                WireAction::TraceOn => TriggerKind::TraceOn,
+                WireAction::TraceOff => TriggerKind::TraceOff,
+                WireAction::Enable(id) | WireAction::Disable(id) => TriggerKind::Enable {
+                    system: "",
+                    event: "",
+                    id,
+                    enable: matches!(t.action, WireAction::Enable(_)),
+                    hist: false,
+                },
+            },
+            count: t.count,
+            filter: (!t.filter.is_empty()).then(|| t.filter.clone()),
+            paused: false,
+        })
+        .collect();
+    Ok(Live {
+        id: format.id,
+        soft_disabled: AtomicBool::new(c.soft_disabled),
+        filter,
+        runner: (!triggers.is_empty()).then(|| TriggerRunner::new(format, &triggers)),
+    })
+}
+
+/// `EVENT_SET`: event `id` takes `config`; the set is republished and the call sites
+/// re-pointed. `Err` (nothing changed) for an unknown event or a filter that does not parse.
+pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
+    let mut configs = CONFIGS.lock().unwrap_or_else(|e| e.into_inner());
+    event::find(id).ok_or("no such event")?;
+    let mut next = configs.clone();
+    // The soft bits and counts the triggers changed here are the tool's to send back; a
+    // config without this event keeps the live bits of the others.
+    with_live(|live| {
+        for (i, c) in next.iter_mut() {
+            if let Some(l) = live.iter().find(|l| l.id == *i) {
+                c.soft_disabled = l.soft_disabled.load(Ordering::Relaxed);
+                if let Some(r) = &l.runner {
+                    for (t, n) in c.triggers.iter_mut().zip(r.counts()) {
+                        t.count = n;
+                    }
+                }
+            }
+        }
+    });
+    next.insert(id, config);
+    let mut live = Vec::new();
+    for (i, c) in next.iter().filter(|(_, c)| c.armed) {
+        live.push(compile(format_of(*i).ok_or("no such event")?, c)?);
+    }
+    // An event nothing acts on (no filter, no trigger, not soft-disabled, no other event's
+    // trigger flips it) records on the plain path, which reads no shared state.
+    let targets: Vec<u16> = next
+        .values()
+        .flat_map(|c| c.triggers.iter())
+        .filter_map(|t| match t.action {
+            WireAction::Enable(id) | WireAction::Disable(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    let probes: BTreeMap<u16, ProbeFn> = next
+        .iter()
+        .filter(|(_, c)| c.armed)
+        .map(|(i, c)| {
+            let plain = c.filter.is_empty()
+                && c.triggers.is_empty()
+                && !c.soft_disabled
+                && !targets.contains(i);
+            let probe: ProbeFn = match plain {
+                true => record_plain_event,
+                false => record_event,
+            };
+            (*i, probe)
+        })
+        .collect();
+    LIVE.replace(
+        match live.is_empty() {
+            true => Published::None,
+            false => Published::Owned(Box::new(live)),
+        },
+        &LIVE_READERS,
+    );
+    event::arm(|id| probes.get(&id).copied());
+    *configs = next;
+    Ok(())
+}
+
+/// The format of event `id`, built once (leaked) and kept.
+fn format_of(id: u16) -> Option<&'static TraceEventFormat> {
+    static FORMATS: Mutex<BTreeMap<u16, &'static TraceEventFormat>> = Mutex::new(BTreeMap::new());
+    let mut f = FORMATS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(v) = f.get(&id) {
+        return Some(*v);
+    }
+    let v: &'static TraceEventFormat = Box::leak(Box::new(event::find(id)?.format()));
+    f.insert(id, v);
+    Some(v)
+}
+
+/// `EVENT_GET`: event `id`'s soft-disabled bit and its triggers' remaining counts now.
+pub fn get(id: u16) -> Option<(bool, Vec<i64>)> {
+    with_live(|live| {
+        let l = live.iter().find(|l| l.id == id)?;
+        let counts = l
+            .runner
+            .as_ref()
+            .map(TriggerRunner::counts)
+            .unwrap_or_default();
+        Some((l.soft_disabled.load(Ordering::Relaxed), counts))
+    })
+}
+
+fn with_live<R>(f: impl FnOnce(&[Live]) -> R) -> R {
+    let _g = LIVE_READERS.pin();
+    // SAFETY: inside a guard of the domain `LIVE` is replaced through; `f` cannot keep the
+    // reference.
+    f(unsafe { LIVE.load() }.map_or(&[][..], |v| v.as_slice()))
+}
+
+/// What the triggers act on: the agent's `tracing_on` and the events' soft bits.
+struct Actions<'a>(&'a [Live]);
+
+impl TriggerActions for Actions<'_> {
+    fn tracing_is_on(&self) -> bool {
+        handler::TRACING_ON.load(Ordering::SeqCst)
+    }
+    fn set_tracing_on(&self, on: bool) {
+        handler::TRACING_ON.store(on, Ordering::SeqCst);
+        handler::update_fast_path();
+    }
+    fn event_soft_disabled(&self, id: u16) -> Option<bool> {
+        let l = self.0.iter().find(|l| l.id == id)?;
+        Some(l.soft_disabled.load(Ordering::Relaxed))
+    }
+    fn set_event_soft_disabled(&self, id: u16, disabled: bool) {
+        if let Some(l) = self.0.iter().find(|l| l.id == id) {
+            l.soft_disabled.store(disabled, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What an armed call site calls: runs the event's triggers and records `len` bytes at `rec`
+/// (a record of `desc`'s layout, common header first) into the calling thread's ring unless
+/// soft-disabled, filtered out or tracing is off. Nothing runs while a handler already runs
+/// on the thread (a signal handler's event inside one), as a function entry would not be
+/// recorded. A full ring drops and counts it.
+///
+/// # Safety
+/// Called by the header's call sites only: `desc` a live descriptor, `rec` valid for `len`
+/// bytes.
+pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, len: u32) {
+    // SAFETY: the thread's own state block.
+    let st = unsafe { &mut *handler::current() };
+    if st.guard != 0 {
+        return;
+    }
+    st.guard = 1;
+    let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
+    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
+    {
+        // SAFETY: caller's contract.
+        let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
+        // SAFETY: registered: the cpu pointer and the buffer header are live.
+        let (cpu, comm) = unsafe { (*st.cpu, (*st.writer.header).comm) };
+        let id = desc.id.load(Ordering::Relaxed) as u16;
+        let n = rec.len().clamp(8, 8 + event::MAX_PAYLOAD);
+        // The record with its common fields filled (type, pid), copied without zeroing the
+        // rest of the buffer: only `n` bytes are written and read.
+        let mut buf = core::mem::MaybeUninit::<[u8; 8 + event::MAX_PAYLOAD]>::uninit();
+        let dst = buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: `rec` has `len >= n` bytes when `len >= 8` (a shorter record is padded
+        // with zeros below); `buf` has room for `n`.
+        unsafe {
+            let have = rec.len().min(n);
+            core::ptr::copy_nonoverlapping(rec.as_ptr(), dst, have);
+            core::ptr::write_bytes(dst.add(have), 0, n - have);
+        }
+        // SAFETY: the first `n` bytes were written just above.
+        let full = unsafe { core::slice::from_raw_parts_mut(dst, n) };
+        full[..2].copy_from_slice(&id.to_ne_bytes());
+        full[4..8].copy_from_slice(&st.tid.to_ne_bytes());
+        let full = &*full;
+        let comm_len = comm.iter().position(|&b| b == 0).unwrap_or(16);
+        let cx = RecordCtx {
+            cpu,
+            comm: &comm[..comm_len],
+        };
+        with_live(|live| {
+            let Some(l) = live.iter().find(|l| l.id == id) else {
+                return;
+            };
+            let actions = Actions(live);
+            if let Some(r) = &l.runner {
+                r.before_record(&actions);
+            }
+            let record = !l.soft_disabled.load(Ordering::Relaxed)
+                && handler::TRACING_ON.load(Ordering::Relaxed)
+                && l.filter.as_ref().is_none_or(|f| f.matches(full, &cx));
+            if record {
+                // SAFETY: registered: the writer describes this thread's live buffer.
+                let ring = unsafe { st.writer.ring() };
+                let payload = &full[8..];
+                let ts = handler::now();
+                if event::data_slots_for(payload.len()) <= SHORT_TAIL {
+                    let mut tail = [SlotEvent::default(); SHORT_TAIL];
+                    write_record(&ring, ts, cpu, id, payload, &mut tail);
+                } else {
+                    write_long_record(&ring, ts, cpu, id, payload);
+                }
+            }
+            if let Some(r) = &l.runner {
+                r.after_record(full, &cx, &actions);
+            }
+        });
+    }
+    st.guard = 0;
+}
+
+/// What an armed call site calls when nothing acts on its event (no filter, trigger or soft
+/// mode): the record, unless tracing is off, with no read of the published set. The same
+/// thread rules as [`record_event`].
+///
+/// # Safety
+/// As [`record_event`].
+pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const u8, len: u32) {
+    if !handler::TRACING_ON.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: the thread's own state block.
+    let st = unsafe { &mut *handler::current() };
+    if st.guard != 0 {
+        return;
+    }
+    st.guard = 1;
+    let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
+    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
+    {
+        // SAFETY: caller's contract.
+        let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
+        // SAFETY: registered: the cpu pointer is live.
+        let cpu = unsafe { *st.cpu };
+        let id = desc.id.load(Ordering::Relaxed) as u16;
+        let payload = rec.get(8..).unwrap_or(&[]);
+        // SAFETY: registered: the writer describes this thread's live buffer.
+        let ring = unsafe { st.writer.ring() };
+        let ts = handler::now();
+        if event::data_slots_for(payload.len()) <= SHORT_TAIL {
+            let mut tail = [SlotEvent::default(); SHORT_TAIL];
+            write_record(&ring, ts, cpu, id, payload, &mut tail);
+        } else {
+            write_long_record(&ring, ts, cpu, id, payload);
+        }
+    }
+    st.guard = 0;
+}
+
+/// Data slots a record on the short path may take (payloads up to 232 bytes): the tail
+/// array on the stack stays small, so the common record does not clear 2 KiB per event.
+const SHORT_TAIL: usize = 8;
+
+#[inline(always)]
+fn write_record(
+    ring: &ftrace_ringbuf::slot::SlotRing<'_>,
+    ts: u64,
+    cpu: u32,
+    id: u16,
+    payload: &[u8],
+    tail: &mut [SlotEvent],
+) {
+    match event::encode(ts, cpu, id, payload, tail) {
+        Some((head, k)) => {
+            let _ = ring.write_span(head, &tail[..k]);
+        }
+        // Too big for any ring (refused at discovery; kept for safety): dropped, counted
+        // with the ring's drops.
+        None => {
+            let _ = ring.reserve_span(0);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn write_long_record(
+    ring: &ftrace_ringbuf::slot::SlotRing<'_>,
+    ts: u64,
+    cpu: u32,
+    id: u16,
+    payload: &[u8],
+) {
+    let mut tail = [SlotEvent::default(); 63];
+    write_record(ring, ts, cpu, id, payload, &mut tail);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configs_round_trip() {
+        let c = EventConfig {
+            armed: true,
+            soft_disabled: false,
+            filter: "value > 15".into(),
+            triggers: vec![
+                WireTrigger {
+                    action: WireAction::TraceOff,
+                    count: 1,
+                    filter: "value == 18".into(),
+                },
+                WireTrigger {
+                    action: WireAction::Enable(1025),
+                    count: -1,
+                    filter: String::new(),
+                },
+            ],
+        };
+        assert_eq!(EventConfig::parse_args(&c.to_args()), Some(c));
+        let off = EventConfig::default();
+        assert_eq!(off.to_args(), "0\t0\t-\t-");
+        assert_eq!(EventConfig::parse_args("0\t0\t-\t-"), Some(off));
+        assert_eq!(EventConfig::parse_args("2\t0\t-\t-"), None);
+        assert_eq!(EventConfig::parse_args("1\t0\t-\tbogus,1,-"), None);
+    }
+}

@@ -1,0 +1,247 @@
+//! Trace events a C program declares with `ftrace/tracepoint.h`, on the live mount
+//! (`ftrace record --mount`): listed in `available_events` with the kernel's `format` file,
+//! enabled and disabled through `events/<sys>/<ev>/enable`, filtered (`echo 'value > 15' >
+//! filter`), triggered (`traceoff:1 if value == 18`, run in the program when the event fires),
+//! and printed in `trace` through their print formats.
+//!
+//! Needs gcc, `/dev/fuse` and `fusermount3` (installed by `cargo xtask test`); nothing here is
+//! skipped when they are missing. The program fires one round of events per line written to
+//! its stdin, so the test decides when events happen; every wait is bounded.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Mounted {
+    tool: Child,
+    stdin: Option<ChildStdin>,
+    mnt: PathBuf,
+}
+
+impl Mounted {
+    fn start() -> Mounted {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("ftrace-live-events-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+        let inc = format!("-I{}", include.display());
+        let prog = common::build_kernel_style_with(&dir, "events", &[&inc]);
+        let mnt = dir.join("tracing");
+        std::fs::create_dir(&mnt).unwrap();
+        let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+            .current_dir(&dir)
+            .args(["record", "-t", "function", "--mount"])
+            .arg(&mnt)
+            .arg("-o")
+            .arg(dir.join("rec"))
+            .arg("--")
+            .arg(&prog)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = tool.stdin.take();
+        let m = Mounted { tool, stdin, mnt };
+        wait_for("the tracefs mount", || {
+            m.mnt.join("available_events").exists().then_some(())
+        });
+        m
+    }
+
+    fn read(&self, f: &str) -> String {
+        std::fs::read_to_string(self.mnt.join(f)).unwrap_or_else(|e| panic!("reading {f}: {e}"))
+    }
+
+    fn write(&self, f: &str, text: &str) {
+        std::fs::write(self.mnt.join(f), text).unwrap_or_else(|e| panic!("writing {f}: {e}"));
+    }
+
+    /// The traced program's pid (the tool's only child).
+    fn tool_child_pid(&self) -> u32 {
+        let children = std::fs::read_to_string(format!(
+            "/proc/{}/task/{}/children",
+            self.tool.id(),
+            self.tool.id()
+        ))
+        .unwrap();
+        children.split_whitespace().next().unwrap().parse().unwrap()
+    }
+
+    /// One round of events in the program.
+    fn round(&mut self) {
+        let s = self.stdin.as_mut().unwrap();
+        s.write_all(b"go\n").unwrap();
+        s.flush().unwrap();
+    }
+
+    /// The event lines of `trace`, as (event name, body).
+    fn lines(&self) -> Vec<(String, String)> {
+        self.read("trace")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (_, rest) = l.split_once("]  ").or_else(|| l.split_once("] "))?;
+                let (_, ev) = rest.split_once(": ")?;
+                let (name, body) = ev.split_once(": ")?;
+                Some((name.to_string(), body.to_string()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(_)) = self.tool.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.tool.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.tool.wait();
+    }
+}
+
+#[test]
+fn program_events_enable_filter_and_print() {
+    let mut m = Mounted::start();
+    let avail = m.read("available_events");
+    assert!(avail.lines().any(|l| l == "demo:demo_value"), "{avail}");
+    assert!(avail.lines().any(|l| l == "demo:demo_round"), "{avail}");
+    let format = m.read("events/demo/demo_value/format");
+    let id: u16 = m.read("events/demo/demo_value/id").trim().parse().unwrap();
+    assert_eq!(
+        format,
+        format!(
+            "name: demo_value\nID: {id}\nformat:\n\
+             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;\n\
+             \tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;\n\
+             \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+             \tfield:unsigned long value;\toffset:8;\tsize:8;\tsigned:0;\n\
+             \tfield:int delta;\toffset:16;\tsize:4;\tsigned:1;\n\
+             \tfield:char label[16];\toffset:20;\tsize:16;\tsigned:0;\n\n\
+             print fmt: \"value=%lu delta=%d label=%s\", REC->value, REC->delta, REC->label\n"
+        )
+    );
+
+    // Off: a round records nothing (its function entries, traced, say when it ran). Then
+    // demo_value filtered, and demo_round, on.
+    m.round();
+    wait_for("the first round", || {
+        m.read("trace")
+            .contains(" fire_values <-main")
+            .then_some(())
+    });
+    assert!(m.lines().is_empty(), "{:?}", m.lines());
+    m.write("events/demo/demo_value/filter", "value > 15\n");
+    m.write("events/demo/demo_value/enable", "1\n");
+    m.write("events/demo/demo_round/enable", "1\n");
+    assert_eq!(m.read("events/demo/enable"), "1\n");
+    m.round();
+    let lines = wait_for("the first round's events", || {
+        let l = m.lines();
+        l.iter().any(|(n, _)| n == "demo_round").then_some(l)
+    });
+    let want: Vec<(String, String)> = (16..=20)
+        .map(|v| {
+            (
+                "demo_value".to_string(),
+                format!("value={v} delta={} label=v{v}", v - 10),
+            )
+        })
+        .chain([("demo_round".to_string(), "round=2".to_string())])
+        .collect();
+    assert_eq!(lines, want, "the right lines only, in order");
+
+    // demo_value off: the next round adds only its demo_round line.
+    m.write("events/demo/demo_value/enable", "0\n");
+    m.round();
+    let lines = wait_for("the second round's events", || {
+        let l = m.lines();
+        (l.iter().filter(|(n, _)| n == "demo_round").count() == 2).then_some(l)
+    });
+    assert_eq!(lines.len(), 7, "{lines:?}");
+    assert_eq!(lines[6], ("demo_round".to_string(), "round=3".to_string()));
+
+    // A trigger runs in the program when the event fires: `traceoff:1 if value == 18` on the
+    // (hard-disabled, so soft-enabled) demo_value stops tracing in round 4 before its
+    // demo_round; after `echo 1 > tracing_on`, round 5's demo_round is recorded again.
+    m.write(
+        "events/demo/demo_value/trigger",
+        "traceoff:1 if value == 18\n",
+    );
+    assert_eq!(m.read("events/demo/demo_value/enable"), "0*\n");
+    m.round();
+    wait_for("traceoff to fire", || {
+        (m.read("tracing_on") == "0\n").then_some(())
+    });
+    assert_eq!(
+        m.read("events/demo/demo_value/trigger"),
+        "traceoff:count=0 if value == 18\n"
+    );
+    m.write("tracing_on", "1\n");
+    m.round();
+    let lines = wait_for("round 5's event", || {
+        let l = m.lines();
+        (l.iter().filter(|(n, _)| n == "demo_round").count() == 3).then_some(l)
+    });
+    assert_eq!(lines.len(), 8, "{lines:?}");
+    assert_eq!(lines[7], ("demo_round".to_string(), "round=5".to_string()));
+
+    // A program event named like a kernel one, with the kernel's layout, takes the place of
+    // the listed `sched` format: the same format file as Linux 6.12's but for its id.
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/reference/ftrace-6.12.117/02-files")
+        .join("events__sched__sched_wakeup__format.txt");
+    let golden = std::fs::read_to_string(&golden).unwrap();
+    let id: u16 = m
+        .read("events/sched/sched_wakeup/id")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(id >= 1024, "the program's event, not the listed one ({id})");
+    assert_eq!(
+        m.read("events/sched/sched_wakeup/format"),
+        golden.replace("ID: 312\n", &format!("ID: {id}\n"))
+    );
+    m.write("events/sched/sched_wakeup/enable", "1\n");
+    m.round();
+    let lines = wait_for("round 6's events", || {
+        let l = m.lines();
+        (l.iter().filter(|(n, _)| n == "demo_round").count() == 4).then_some(l)
+    });
+    let pid = m.tool_child_pid();
+    assert_eq!(
+        lines[8..],
+        [
+            (
+                "sched_wakeup".to_string(),
+                format!("comm=events pid={pid} prio=120 target_cpu=000")
+            ),
+            ("demo_round".to_string(), "round=6".to_string())
+        ]
+    );
+}
