@@ -126,6 +126,16 @@ impl ProfileTable {
         self.add_time(exit.func, ns);
     }
 
+    /// Adds counters taken elsewhere (another process's or thread's) to `r.ip`'s record.
+    pub fn add(&mut self, r: &ProfileRecord) {
+        if r.ip != 0 {
+            let s = self.slot(r.ip);
+            s.hits += r.hits;
+            s.time = s.time.wrapping_add(r.time);
+            s.time_squared = s.time_squared.wrapping_add(r.time_squared);
+        }
+    }
+
     /// The record of `ip`, if it was hit.
     pub fn get(&self, ip: u64) -> Option<ProfileRecord> {
         self.slots.iter().find(|r| r.ip == ip && ip != 0).copied()

@@ -473,6 +473,12 @@ fn profiler_tables_print_trace_stat() {
         .write_stat(&mut out, &s, ProfileMode::Graph, 2000)
         .unwrap();
     assert!(out.contains("  a ") && !out.contains("  b "));
+    // Counters taken elsewhere add up to the same record as the calls themselves.
+    let mut merged = ProfileTable::with_capacity(4);
+    merged.add(&small.get(0xa).unwrap());
+    merged.add(&small.get(0xa).unwrap());
+    let r = merged.get(0xa).unwrap();
+    assert_eq!((r.hits, r.time, r.time_squared), (4, 16_000, 68_000_000));
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub mod fuse;
 pub mod launch;
 pub mod live;
 pub mod livefs;
+pub mod profile;
 pub mod progevents;
 pub mod record;
 pub mod recording;

@@ -210,6 +210,12 @@ impl LiveRecording {
         }
     }
 
+    /// Every process image seen so far (running or gone): its directory and its `symbols`
+    /// text.
+    pub fn images(&self) -> impl Iterator<Item = (&Path, &str)> {
+        self.procs.iter().map(|p| (p.dir.as_path(), &*p.sym_text))
+    }
+
     /// Events are stamped with `clock` from now on (the caller clears what came before).
     pub fn set_clock(&mut self, clock: ClockKind) {
         self.clock = clock;

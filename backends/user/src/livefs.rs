@@ -28,6 +28,10 @@
 //! records through the agent's handlers, its earlier events kept in its old ring
 //! ([`ftrace_agent::resize`]).
 //!
+//! `function_profile_enabled` goes to the agent too ([`ftrace_agent::profile`]: the program
+//! counts its calls); `trace_stat/function<cpu>` reads every process's counters and sums them
+//! by function name ([`crate::profile`]).
+//!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
 //! instances/x`) get their own buffers of marker events, their own function-filter files and
@@ -78,11 +82,13 @@ use ftrace_tracers::output::graph::GraphCpuState;
 use ftrace_tracers::output::header::{HeaderInfo, LatencyInfo};
 use ftrace_tracers::output::trace_file::{Overruns, TraceWriter};
 use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
+use ftrace_tracers::profiler::ProfileMode;
 use ftrace_tracers::tracer::{EntrySink, Tracer};
 use ftrace_tracers::{EventRef, Missed, TraceIter, TraceOptions};
 
 use crate::agentctl::{AgentLink, SiteLine};
 use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
+use crate::profile::TreeProfile;
 use crate::progevents::ProgramEvents;
 use crate::tree::Members;
 
@@ -248,6 +254,8 @@ struct State {
     depth: u32,
     /// `tracing_thresh` in nanoseconds (top level: sent to the agent).
     thresh_ns: u64,
+    /// `function_profile_enabled` (top level: sent to the agent, which counts).
+    profile: ProfileSwitch,
     flags: u64,
     /// `set_ftrace_pid`, `set_ftrace_notrace_pid` (top level: sent to the agent).
     pids: [Vec<u32>; 2],
@@ -266,6 +274,29 @@ struct State {
     subbuf_bytes: u32,
     read_events: HashMap<u32, u64>,
     marker_syms: SortedSymbols,
+}
+
+/// `function_profile_enabled` as the agents get it: the generation of the last profile
+/// started (its counters files are the ones `trace_stat` reads, on or off).
+#[derive(Clone, Copy, Debug, Default)]
+struct ProfileSwitch {
+    on: bool,
+    generation: u64,
+}
+
+impl ProfileSwitch {
+    /// On starts a fresh profile (a new generation); off keeps the last one readable.
+    fn set(&mut self, on: bool) {
+        if on {
+            self.generation += 1;
+        }
+        self.on = on;
+    }
+
+    /// The `STATE` field: 0 off, else the generation.
+    fn wanted(&self) -> u64 {
+        if self.on { self.generation } else { 0 }
+    }
 }
 
 /// The tasks a trace names: the program's threads and the marker writers.
@@ -351,6 +382,7 @@ impl State {
             on: true,
             depth: 0,
             thresh_ns: 0,
+            profile: ProfileSwitch::default(),
             flags: 0,
             pids: [Vec::new(), Vec::new()],
             followed: [Vec::new(), Vec::new()],
@@ -416,6 +448,7 @@ impl State {
             cpus: self.cpumask.clone(),
             retval: self.tracer_option(&GRAPH, "funcgraph-retval"),
             thresh_ns: self.thresh_ns,
+            profile: self.profile.wanted(),
         })
     }
 
@@ -963,6 +996,11 @@ impl TraceBackend for UserBackend {
                 let old = std::mem::replace(&mut st.thresh_ns, ns);
                 st.push().inspect_err(|_| st.thresh_ns = old)
             }
+            Param::ProfileEnabled(on) if st.agent.is_some() => {
+                let old = st.profile;
+                st.profile.set(on);
+                st.push().inspect_err(|_| st.profile = old)
+            }
             Param::TracingThresh(0) | Param::ProfileEnabled(false) => Ok(()),
             _ => Err(Errno::EINVAL),
         }
@@ -1310,6 +1348,32 @@ impl FunctionRecords for SiteRecords {
             p.add_text(sites.len(), 0);
             p.write_total_info(w)
         })
+    }
+
+    fn has_profiler(&self) -> bool {
+        true
+    }
+
+    fn write_profile(&self, cpu: u32, w: &mut dyn fmt::Write) -> fmt::Result {
+        let mut st = lock(&self.state);
+        let mode = if st.tracer == GRAPH.name() {
+            ProfileMode::Graph
+        } else {
+            ProfileMode::Hits
+        };
+        let thresh_ns = st.thresh_ns;
+        let generation = st.profile.generation;
+        let Some(a) = &mut st.agent else {
+            return Ok(());
+        };
+        // Every image's counters file, the gone ones' too (their calls were made).
+        a.live.refresh();
+        let lines = a
+            .live
+            .images()
+            .flat_map(|(dir, syms)| crate::profile::read_counters(dir, syms, generation))
+            .collect::<Vec<_>>();
+        TreeProfile::of_cpu(lines, cpu).write_stat(w, mode, thresh_ns)
     }
 }
 

@@ -61,15 +61,6 @@ const ABSENT_FEATURES: &[(&str, &str)] = &[
         "ftrace - function graph filters with stack tracer",
         "`stack_trace`",
     ),
-    (
-        "ftrace - function profiler with function graph tracing",
-        "`function_profile_enabled`",
-    ),
-    ("ftrace - function profiling", "`function_profile_enabled`"),
-    (
-        "ftrace - function profiler with function tracing",
-        "`function_profile_enabled`",
-    ),
     ("ftrace - Max stack tracer", "`stack_trace`"),
     (
         "ftrace - function graph filters (2)",

@@ -28,11 +28,6 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// The traced program, built with the kernel-style gcc flags.
-fn build_target(dir: &Path) -> PathBuf {
-    common::build_kernel_style(dir, "mount_target")
-}
-
 /// Polls `f` until it answers, for at most a minute (a loaded CI machine is slow, never this
 /// slow); the panic names what never happened.
 fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
@@ -99,8 +94,13 @@ impl Mounted {
 
     /// `ftrace ARGS --mount DIR -o DIR -- program`.
     fn start_with(name: &str, args: &[&str]) -> Mounted {
+        Mounted::start_program(name, args, "mount_target")
+    }
+
+    /// `ftrace ARGS --mount DIR -o DIR -- tests/programs/PROGRAM.c`.
+    fn start_program(name: &str, args: &[&str], program: &str) -> Mounted {
         let dir = scratch(name);
-        let prog = build_target(&dir);
+        let prog = common::build_kernel_style(&dir, program);
         let mnt = dir.join("tracing");
         std::fs::create_dir(&mnt).unwrap();
         let rec = dir.join("rec");
@@ -1298,4 +1298,107 @@ fn buffer_size_kb_resizes_the_programs_rings_while_it_runs() {
     );
     let calls = String::from_utf8_lossy(&out.stdout);
     assert!(calls.ends_with(" wrong 0\n"), "{calls}");
+}
+
+/// `trace_stat/function<cpu>` of every CPU: (header lines, each function's rows summed over
+/// the CPUs: hits, and whether a row had time columns).
+fn profile_of(m: &Mounted) -> (Vec<String>, BTreeMap<String, u64>) {
+    let mut headers = Vec::new();
+    let mut hits = BTreeMap::new();
+    let cpus = std::fs::read_dir(m.path("trace_stat")).unwrap().count();
+    assert!(cpus > 0);
+    for cpu in 0..cpus {
+        let text = m.read(&format!("trace_stat/function{cpu}"));
+        let mut lines = text.lines();
+        headers.extend(lines.by_ref().take(2).map(str::to_string));
+        for l in lines {
+            let mut f = l.split_ascii_whitespace();
+            let (Some(name), Some(n)) = (f.next(), f.next()) else {
+                panic!("bad trace_stat row {l:?} in\n{text}");
+            };
+            *hits.entry(name.to_string()).or_insert(0) += n.parse::<u64>().unwrap();
+        }
+    }
+    (headers, hits)
+}
+
+/// One burst of the profile target's calls: two threads, 5000 each.
+const BURST_CALLS: u64 = 2 * 5000;
+
+/// `function_profile_enabled` on the live mount: the program counts every call of the
+/// filtered functions, whatever the tracer (here `nop`, then `function_graph` with its time
+/// columns), per CPU; the sum over the CPUs is exactly what the program counted itself.
+#[test]
+fn function_profiler_counts_what_the_program_counts() {
+    let mut m = Mounted::start_program("profile", &["record", "-t", "function"], "profile_target");
+    let profile_files = m.read("function_profile_enabled");
+    assert_eq!(profile_files, "0\n");
+    m.echo("nop", "current_tracer");
+    m.echo("tick_*", "set_ftrace_filter");
+    m.echo("1", "function_profile_enabled");
+    assert_eq!(m.read("function_profile_enabled"), "1\n");
+    let enabled = m.read("enabled_functions");
+    assert_eq!(enabled.lines().count(), 2, "{enabled}");
+    use std::io::Write as _;
+    let go = |m: &mut Mounted| {
+        let stdin = m.stdin.as_mut().unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    go(&mut m);
+    let (headers, first) = wait_for("the first burst's hits", || {
+        let (h, p) = profile_of(&m);
+        (p.get("tick_alpha") == Some(&BURST_CALLS) && p.get("tick_beta") == Some(&BURST_CALLS))
+            .then_some((h, p))
+    });
+    assert_eq!(first.len(), 2, "only the filtered functions: {first:?}");
+    assert_eq!(
+        headers[..2],
+        [
+            "  Function                               Hit".to_string(),
+            "  --------                               ---".to_string()
+        ]
+    );
+    // Nothing recorded under nop: the counts are the program's, not the ring's.
+    assert_eq!(events(&m.read("trace")), Vec::<&str>::new());
+    // Off: the counts stay, and no longer change.
+    m.echo("0", "function_profile_enabled");
+    assert_eq!(m.read("enabled_functions"), "");
+    assert_eq!(profile_of(&m).1, first);
+    // Under function_graph, on again: a fresh profile, with the time columns.
+    m.echo("function_graph", "current_tracer");
+    m.echo("1", "function_profile_enabled");
+    go(&mut m);
+    wait_for("the second burst's hits", || {
+        let (h, p) = profile_of(&m);
+        (p.get("tick_alpha") == Some(&BURST_CALLS) && p.get("tick_beta") == Some(&BURST_CALLS))
+            .then_some((h, p))
+    });
+    let stat0 = (0..)
+        .map(|c| m.read(&format!("trace_stat/function{c}")))
+        .find(|t| t.contains("tick_alpha"))
+        .unwrap();
+    assert!(
+        stat0.starts_with(
+            "  Function                               Hit    Time            Avg             s^2\n"
+        ),
+        "{stat0}"
+    );
+    let row = stat0.lines().find(|l| l.contains("tick_alpha")).unwrap();
+    assert_eq!(row.matches(" us ").count(), 3, "{row}");
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let own: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("calls "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .split(' ')
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(own, 2 * BURST_CALLS, "{text}");
 }

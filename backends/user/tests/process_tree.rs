@@ -300,3 +300,42 @@ echo nop > current_tracer
     assert!(read("bad").contains("Invalid argument"), "{}", read("bad"));
     assert_eq!(read("pids").trim(), pid, "a bad write changes nothing");
 }
+
+/// The function profiler over a tree: every process counts its own calls (an exec'd image
+/// from its start, a forked child from zero, not from its parent's counts), and
+/// `trace_stat/function<cpu>` sums them by name. Each `echo` of dash is one `write`, one
+/// `ksys_write` call through kernel_names_lib.
+#[test]
+fn the_function_profiler_counts_every_process_of_the_tree() {
+    let dir = scratch("profile");
+    let script = r#"
+echo nop > current_tracer
+echo ksys_write > set_ftrace_filter
+echo 1 > function_profile_enabled
+echo one > /dev/null
+sh -c 'echo two; echo three; echo four' > /dev/null
+( echo five; echo six ) > /dev/null
+echo 0 > function_profile_enabled
+cat trace_stat/function* > $OUT/stat
+echo 1 > function_profile_enabled
+echo 0 > function_profile_enabled
+cat trace_stat/function* > $OUT/stat2
+echo > set_ftrace_filter
+"#;
+    let stderr = run_script_in_tree(&dir, script);
+    let hits = |f: &str| -> u64 {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                (it.next()? == "ksys_write").then_some(())?;
+                it.next()?.parse::<u64>().ok()
+            })
+            .sum()
+    };
+    // one (the shell), two to four (an exec'd image), five and six (a forked subshell, whose
+    // copy of the shell's count of one is not counted again), and the write of the `0` itself.
+    assert_eq!(hits("stat"), 1 + 3 + 2 + 1, "{stderr}");
+    // On again: a fresh profile (the write of the `0` alone).
+    assert_eq!(hits("stat2"), 1, "{stderr}");
+}

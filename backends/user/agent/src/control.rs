@@ -12,7 +12,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
-//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh> <profile>` | `OK <sites changed>` or `ERR <errno> <text>` |
 //! | `EVENTS` | one [`EventInfo::to_line`](crate::event::EventInfo::to_line) line per trace event the program declares, then `.` |
 //! | `EVENT_SET <id>\t<state>` | `OK 0` once the event has that [`EventConfig::to_args`](crate::event_record::EventConfig::to_args) state (armed, soft-disabled, filter, triggers), `ERR 19 ...` for no such event, `ERR 22 ...` for a bad filter |
 //! | `EVENT_GET <id>` | `OK <soft-disabled> <counts>` (the triggers' remaining counts, comma-separated, `-` for none) of an armed event, else `ERR 19 ...` |
@@ -29,7 +29,10 @@
 //! thread ids (`-` for none) and `function-fork` (0/1); last `tracing_cpumask`
 //! ([`crate::cpumask`]): `-` for all CPUs, else comma-separated hex 64-bit words, CPU 0 in bit
 //! 0 of the first; then `funcgraph-retval` (0/1: function_graph exits carry return values) and
-//! `tracing_thresh` in nanoseconds ([`crate::thresh`]; 0: off).
+//! `tracing_thresh` in nanoseconds ([`crate::thresh`]; 0: off), and `function_profile_enabled`
+//! (0: off, else the profile's generation: the selected sites are counted whatever the
+//! tracer, into the instance directory's counters file, [`crate::profile`]; a new number
+//! starts a fresh profile).
 //! The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
@@ -78,6 +81,10 @@ pub struct Wanted {
     pub retval: bool,
     /// `tracing_thresh` in nanoseconds (0: off).
     pub thresh_ns: u64,
+    /// `function_profile_enabled`: 0 off, else the profile's generation (a new number starts
+    /// a fresh profile): the selected sites are counted ([`crate::profile`]), whatever the
+    /// tracer and `tracing_on`.
+    pub profile: u64,
 }
 
 fn parse_pids(s: &str) -> Option<Vec<u32>> {
@@ -138,7 +145,7 @@ impl Wanted {
     /// The `STATE` request line (without the newline).
     pub fn to_request(&self) -> String {
         format!(
-            "STATE {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "STATE {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
             u8::from(self.on),
             self.depth,
@@ -155,6 +162,7 @@ impl Wanted {
             }),
             u8::from(self.retval),
             self.thresh_ns,
+            self.profile,
         )
     }
 
@@ -201,6 +209,7 @@ impl Wanted {
             _ => return None,
         };
         let thresh_ns = it.next()?.parse().ok()?;
+        let profile = it.next()?.parse().ok()?;
         if it.next().is_some() {
             return None;
         }
@@ -218,6 +227,7 @@ impl Wanted {
             cpus,
             retval,
             thresh_ns,
+            profile,
         })
     }
 }
@@ -441,10 +451,12 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     };
     let probed: HashSet<u64> = w.probes.iter().map(|p| p.addr).collect();
     // The call each site needs under the new state: a probed site calls the full-save path
-    // (where the probes run), whatever the tracer; the others only under tracers that trace.
+    // (where the probes run), whatever the tracer, and so does a profiled one under `nop`;
+    // the others only under tracers that trace.
+    let profiled = |addr: u64| w.profile != 0 && w.sel.contains(&addr);
     let want_call = |addr: u64, stubs: crate::tramp::Stubs, form: ftrace_patch::SiteForm| {
         let root = w.tracer == Some(TracerKind::FunctionGraph) && w.roots.contains(&addr);
-        let target = if probed.contains(&addr) {
+        let target = if probed.contains(&addr) || (w.tracer.is_none() && profiled(addr)) {
             if root { stubs.root() } else { stubs.entry() }
         } else {
             call_target(w.tracer?, root, stubs)
@@ -452,7 +464,7 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
         crate::tramp::site_bytes(&stubs, form, addr, target).ok()
     };
     let traced = |addr: u64| w.tracer.is_some() && w.sel.contains(&addr);
-    let wanted_on = |addr: u64| traced(addr) || probed.contains(&addr);
+    let wanted_on = |addr: u64| traced(addr) || probed.contains(&addr) || profiled(addr);
     let info: std::collections::HashMap<u64, crate::tramp::Stubs> =
         a.sites.iter().map(|s| (s.addr, s.stubs)).collect();
     // 1. Disable what must go off or change its call.
@@ -498,6 +510,14 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     crate::pids::set_lists(&w.pids, &w.no_pids);
     crate::cpumask::set_mask(w.cpus.as_deref());
     a.config.clock = w.clock;
+    let all: Vec<u64> = a.sites.iter().map(|s| s.addr).collect();
+    crate::profile::set(
+        w.profile,
+        Some(&a.dir),
+        &all,
+        |ip| w.sel.contains(&ip),
+        w.clock.is_tsc(),
+    );
     handler::update_fast_path();
     crate::probe::publish(&w.probes, &traced);
     // 3. Retarget (disabled sites only) and record the selection.
@@ -512,7 +532,7 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     if let Some(t) = w.tracer {
         a.config.tracer = t;
     }
-    a.on = w.tracer.is_some() || !probed.is_empty();
+    a.on = w.tracer.is_some() || !probed.is_empty() || w.profile != 0;
     // 4. Enable the wanted sites.
     changed += apply(a)?;
     Ok(changed)
@@ -549,32 +569,42 @@ mod tests {
             cpus: Some(vec![0x2, 0x1]),
             retval: true,
             thresh_ns: 20_000,
+            profile: 3,
         };
         let line = w.to_request();
         assert_eq!(
             line,
-            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1 20000"
+            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1 20000 3"
         );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
-        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0 - 0 0");
+        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0 - 0 0 0");
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
         assert_eq!(
-            Wanted::parse("STATE bogus 1 0 local - - - - - 0 - 0 0"),
-            None
-        );
-        assert_eq!(Wanted::parse("STATE nop 1 0 perf - - - - - 0 - 0 0"), None);
-        assert_eq!(
-            Wanted::parse("STATE nop 1 0 local zz - - - - 0 - 0 0"),
+            Wanted::parse("STATE bogus 1 0 local - - - - - 0 - 0 0 0"),
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - 10:snapshot:u - - 0 - 0 0"),
+            Wanted::parse("STATE nop 1 0 perf - - - - - 0 - 0 0 0"),
+            None
+        );
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local zz - - - - 0 - 0 0 0"),
+            None
+        );
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - 10:snapshot:u - - 0 - 0 0 0"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - x - 0 - 0 0"), None);
-        assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 2 - 0 0"), None);
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - - x - 0 - 0 0 0"),
+            None
+        );
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - - - - 2 - 0 0 0"),
+            None
+        );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 g 0 0"), None);
         assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0"), None);
         assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 -"), None);

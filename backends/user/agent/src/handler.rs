@@ -52,9 +52,11 @@ pub fn update_fast_path() {
     let task_filters = crate::pids::PID_FILTERED.load(Ordering::Relaxed)
         || crate::cpumask::CPU_FILTERED.load(Ordering::Relaxed);
     TASK_FILTERS.store(task_filters, Ordering::Relaxed);
-    let tsc_on = tsc_on && !task_filters;
+    // The profiler counts in the Rust handlers ([`crate::profile`]).
+    let tsc_on = tsc_on && !task_filters && !crate::profile::PROFILING.load(Ordering::Relaxed);
     FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
-    let recording = TRACING_ON.load(Ordering::Relaxed) && tracer != 0;
+    let recording = (TRACING_ON.load(Ordering::Relaxed) && tracer != 0)
+        || crate::profile::PROFILING.load(Ordering::Relaxed);
     crate::mcount::MCOUNT_ON.store(u8::from(recording), Ordering::Relaxed);
     let graph = tsc_on
         && tracer == 2
@@ -176,6 +178,10 @@ pub unsafe extern "C" fn on_entry(
         // at or below this call's slot are dead.
         crate::unwind::reconcile(st, slot as u64 + 1);
     }
+    if crate::profile::PROFILING.load(Ordering::Relaxed) {
+        // Counted whatever `tracing_on` and the tracer are.
+        crate::profile::hit(ret - 5, current_cpu(st));
+    }
     // The function commands first (they run whatever `tracing_on` and the tracer are); a
     // site only probed records nothing.
     st.guard = 1;
@@ -208,6 +214,18 @@ pub unsafe extern "C" fn on_entry(
         unsafe { graph_entry(st, ip, parent, slot, root != 0) };
     }
     st.guard = 0;
+}
+
+/// The CPU the thread runs on: its rseq word once registered, else asked.
+#[inline]
+fn current_cpu(st: &ThreadState) -> u32 {
+    if st.state == 1 || st.state == crate::unwind::UNWOUND {
+        // SAFETY: registered: `cpu` is live.
+        unsafe { *st.cpu }
+    } else {
+        // SAFETY: no preconditions.
+        unsafe { libc::sched_getcpu() }.max(0) as u32
+    }
 }
 
 /// Whether the pid filters and the cpumask let this registered thread record now.
@@ -286,6 +304,9 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -
         }
         if fslot == slot {
             let ts = now();
+            if crate::profile::PROFILING.load(Ordering::Relaxed) {
+                crate::profile::add_time(f.ip, current_cpu(st), ts.wrapping_sub(f.calltime));
+            }
             if !crate::thresh::lasted(f.calltime, ts) {
                 return f.ret;
             }

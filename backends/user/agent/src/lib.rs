@@ -10,6 +10,7 @@
 //!   [`dispatch`]: the ftrace-core dispatcher and the function tracer's ops.
 //! - [`patch`], [`text`]: the site forms, the breakpoint and stop-the-world protocols, and the
 //!   platform primitives under them (W^X text writes, membarrier, thread stop).
+//! - [`profile`]: the function profiler's counters (`function_profile_enabled`).
 //! - [`buffer`]: the per-thread buffer files; [`clock`]: TSC and CLOCK_MONOTONIC.
 //! - [`event`]: trace events C programs declare (`ftrace/tracepoint.h`); [`event_record`]:
 //!   their filters and triggers, run when they fire, and the record.
@@ -42,6 +43,7 @@ pub mod mcount;
 pub mod patch;
 pub mod pids;
 pub mod probe;
+pub mod profile;
 pub mod resize;
 pub mod stack;
 pub mod text;
@@ -514,6 +516,9 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn after_fork_child() {
+    // Until the child has counters of its own, nothing it runs (the agent's own writes of
+    // its instance files go through the program's interposers) counts into its parent's.
+    let profiling = profile::suspend();
     let parent_tid = FORKING_TID.with(|t| t.get());
     if parent_tid != 0 {
         pids::follow_fork(parent_tid);
@@ -535,6 +540,7 @@ extern "C" fn after_fork_child() {
     if installed.is_err() {
         handler::INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
     }
+    profile::after_fork(installed.is_ok().then_some(a.dir.as_path()), profiling);
     // A tree the tool controls: the child registers as a process of its own (its parent's
     // control thread did not survive the fork).
     if let Some(path) = a.config.control.clone() {

@@ -45,7 +45,7 @@ fn tsc_ticks(ns: u64) -> u64 {
 }
 
 /// The TSC rate, measured once between two `(tsc, CLOCK_MONOTONIC)` pairs 2 ms apart.
-fn rate() -> TscConversion {
+pub(crate) fn rate() -> TscConversion {
     static RATE: OnceLock<TscConversion> = OnceLock::new();
     *RATE.get_or_init(|| {
         let a = TscPair::now();
