@@ -27,6 +27,11 @@ pub static GRAPH_FILTERED: AtomicBool = AtomicBool::new(false);
 /// tracing on); kept by [`update_fast_path`].
 pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 
+/// Held by the unit tests that set the process-wide tracer switches ([`FAST_OK`], the tracer,
+/// `tracing_on`, the instance): tests run in parallel threads of one process.
+#[cfg(test)]
+pub(crate) static PROCESS_SWITCHES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `funcgraph-retval`: function_graph exits carry the function's return value (`rax`), as a
 /// [`buffer::KIND_GRAPH_RETVAL`] event written before the exit. Recorded by the full-save
 /// return path only, so while it is set the function_graph fast paths stay off.

@@ -266,6 +266,10 @@ mod tests {
 
     #[test]
     fn counts_per_site_and_cpu_in_the_file() {
+        // PROFILING is process-wide and turns the fast paths off (handler::PROCESS_SWITCHES).
+        let _switches = crate::handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("ftrace-profile-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         set(

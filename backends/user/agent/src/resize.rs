@@ -191,6 +191,10 @@ mod tests {
     /// before. The fast paths are off from the request until every live thread has switched.
     #[test]
     fn a_thread_switches_to_a_ring_of_the_new_size_and_the_old_keeps_its_events() {
+        // The tracer switches are process-wide (see handler::PROCESS_SWITCHES).
+        let _switches = handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!("ftrace-resize-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let inst = Instance {

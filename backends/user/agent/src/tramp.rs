@@ -1236,8 +1236,11 @@ mod tests {
 
     #[test]
     fn fast_paths_record_and_preserve_registers() {
-        // One test (the fast-path switches are process-wide), on a thread of its own (its
-        // state block is set up by hand).
+        // The fast-path switches are process-wide: one test at a time sets them. On a thread
+        // of its own (its state block is set up by hand).
+        let _switches = crate::handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
             use crate::buffer::{
                 self, HEADER_SIZE, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, SlotMode, depth,
