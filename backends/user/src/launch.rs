@@ -2,7 +2,7 @@
 //!
 //! The agent shared object is found through [`ENV_AGENT_SO`], else next to the running `ftrace`
 //! binary (`libftrace_agent.so` in its directory or its `deps/` sub-directory, where cargo puts
-//! it). Invariant: the program gets the agent first in `LD_PRELOAD` (before anything the user
+//! it; the newest of those present). Invariant: the program gets the agent first in `LD_PRELOAD` (before anything the user
 //! already preloads) and the agent's configuration in its environment; nothing else changes.
 
 use std::path::{Path, PathBuf};
@@ -34,10 +34,15 @@ pub fn find_agent() -> Result<PathBuf, String> {
         dir.join("..").join(AGENT_FILE),
         dir.join("../lib/ftrace").join(AGENT_FILE),
     ];
+    // The newest of those present: in a build tree cargo refreshes `deps/` on every build of
+    // the tool while the copy beside it is only refreshed by `cargo build -p ftrace-agent`, and
+    // a stale agent there would be loaded silently.
     candidates
         .iter()
-        .find(|p| p.is_file())
-        .cloned()
+        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p)))
+        .filter(|(_, p)| p.is_file())
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p.clone())
         .ok_or_else(|| {
             format!(
                 "{AGENT_FILE} not found next to {} (build it with `cargo build -p ftrace-agent`, or set {ENV_AGENT_SO})",

@@ -451,10 +451,17 @@ impl ThreadCursor {
     }
 }
 
-/// Whether slot `s` is an event of its own: not a return value (its exit's) nor a trace
-/// event's data slot (its head's).
+/// Whether slot `s` is an event of its own: not a return value (its exit's), a trace event's
+/// data slot (its head's), nor a stack record's slot (the live mount's `stacktrace` command:
+/// not carried into recordings, see [`entry_bytes`]).
 fn is_event_of_its_own(s: &SlotEvent) -> bool {
-    s.kind() != buffer::KIND_GRAPH_RETVAL && s.kind() != prog_event::KIND_EVENT_DATA
+    !matches!(
+        s.kind(),
+        buffer::KIND_GRAPH_RETVAL
+            | prog_event::KIND_EVENT_DATA
+            | buffer::KIND_STACK_MORE
+            | buffer::KIND_STACK
+    )
 }
 
 /// A recording's events in timestamp order, read thread file by thread file as they are
