@@ -263,14 +263,7 @@ impl LiveRecording {
                     // A return value is read with its exit (the next slot), a stack
                     // record's frames with its head, an event's data slots with its head; a
                     // consumer passes over them as over padding.
-                    SlotRead::Event(s)
-                        if matches!(
-                            s.kind(),
-                            buffer::KIND_GRAPH_RETVAL
-                                | buffer::KIND_STACK_MORE
-                                | event::KIND_EVENT_DATA
-                        ) =>
-                    {
+                    SlotRead::Event(s) if buffer::continues_a_record(s.kind()) => {
                         if pipe {
                             b.extra.insert(i);
                         }

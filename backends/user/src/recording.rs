@@ -455,13 +455,7 @@ impl ThreadCursor {
 /// data slot (its head's), nor a stack record's slot (the live mount's `stacktrace` command:
 /// not carried into recordings, see [`entry_bytes`]).
 fn is_event_of_its_own(s: &SlotEvent) -> bool {
-    !matches!(
-        s.kind(),
-        buffer::KIND_GRAPH_RETVAL
-            | prog_event::KIND_EVENT_DATA
-            | buffer::KIND_STACK_MORE
-            | buffer::KIND_STACK
-    )
+    !buffer::continues_a_record(s.kind()) && s.kind() != buffer::KIND_STACK
 }
 
 /// A recording's events in timestamp order, read thread file by thread file as they are

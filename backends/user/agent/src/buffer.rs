@@ -53,6 +53,17 @@ pub const KIND_STACK_MORE: u32 = 7;
 /// `arg` are its first two frames, `depth` the number of frames.
 pub const KIND_STACK: u32 = 8;
 
+/// Whether a slot of kind `kind` is part of the record written next to it rather than an
+/// event of its own: a return value (its exit's, which follows), a stack record's frames (its
+/// head's, which follows) or a trace event's data slot (its head's, which precedes). Every
+/// reader of the rings passes over these as it passes over padding.
+pub fn continues_a_record(kind: u32) -> bool {
+    matches!(
+        kind,
+        KIND_GRAPH_RETVAL | KIND_STACK_MORE | crate::event::KIND_EVENT_DATA
+    )
+}
+
 /// The return value recorded for `exit` (a [`KIND_GRAPH_RET`] event), given the slot written
 /// just before it: `Some` only when that slot is its [`KIND_GRAPH_RETVAL`] (same time, function
 /// and depth), so a value whose exit was lost, or an exit whose value was lost, pairs with
