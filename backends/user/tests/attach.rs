@@ -119,6 +119,19 @@ fn attach_for_a_while(pid: u32, exe: &Path, tracer: &str, out: &Path) -> String 
     text
 }
 
+/// Starts `exe` untraced, as a user would (stdin and stdout piped), and gives its threads
+/// time to start: (the child, its pid).
+fn start_untraced(exe: &Path) -> (std::process::Child, u32) {
+    let prog = Command::new(exe)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = prog.id();
+    std::thread::sleep(Duration::from_millis(200));
+    (prog, pid)
+}
+
 fn report(dir: &Path) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
         .args(["report", "-i"])
@@ -137,13 +150,7 @@ fn report(dir: &Path) -> String {
 fn attach_trace_detach_twice() {
     let dir = scratch("twice");
     let exe = common::build_kernel_style(&dir, "attach_target");
-    let mut prog = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = prog.id();
-    std::thread::sleep(Duration::from_millis(200));
+    let (mut prog, pid) = start_untraced(&exe);
     assert!(text_is_the_files(pid, &exe));
 
     let fun = dir.join("function.data");
@@ -215,13 +222,7 @@ fn a_program_without_call_sites_is_refused_and_untouched() {
 fn a_process_that_exits_while_attached_ends_the_recording() {
     let dir = scratch("exits");
     let exe = common::build_kernel_style(&dir, "attach_target");
-    let mut prog = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = prog.id();
-    std::thread::sleep(Duration::from_millis(200));
+    let (mut prog, pid) = start_untraced(&exe);
     let out = dir.join("out");
     let tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
         .args(["record", "-t", "function", "-o"])
@@ -298,13 +299,7 @@ fn a_process_started_under_ftrace_is_refused() {
 fn live_attaches_and_reports() {
     let dir = scratch("live");
     let exe = common::build_kernel_style(&dir, "attach_target");
-    let mut prog = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = prog.id();
-    std::thread::sleep(Duration::from_millis(200));
+    let (mut prog, pid) = start_untraced(&exe);
     let tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
         .args(["live", "-t", "function_graph", "-p", &pid.to_string()])
         .stdout(Stdio::piped())
@@ -361,13 +356,7 @@ fn a_process_whose_main_thread_exited_is_attached_through_another() {
 fn a_mounted_attach_serves_tracefs_and_nop_restores_the_text() {
     let dir = scratch("mount");
     let exe = common::build_kernel_style(&dir, "attach_target");
-    let mut prog = Command::new(&exe)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = prog.id();
-    std::thread::sleep(Duration::from_millis(200));
+    let (mut prog, pid) = start_untraced(&exe);
     let mnt = dir.join("tracing");
     std::fs::create_dir(&mnt).unwrap();
     let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
