@@ -284,9 +284,9 @@ pub fn start(path: &Path, dir: &Path, origin: Origin, first: FirstState) -> std:
     let reader = sock.try_clone()?;
     CONTROL_FD.store(sock.as_raw_fd(), Ordering::Relaxed);
     *STATE_SEEN.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
-    std::thread::Builder::new()
-        .name("ftrace-control".into())
-        .spawn(move || serve(BufReader::new(reader), sock))?;
+    crate::own_thread::spawn("ftrace-control", move || {
+        serve(BufReader::new(reader), sock)
+    })?;
     if first == FirstState::DontWait {
         return Ok(true);
     }
@@ -427,13 +427,11 @@ fn answer_resize(bytes: &str) -> String {
     };
     match crate::resize::request(bytes) {
         Ok(()) => {
-            let _ = std::thread::Builder::new()
-                .name("ftrace-resize".into())
-                .spawn(|| {
-                    while crate::resize::settle() {
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                });
+            let _ = crate::own_thread::spawn("ftrace-resize", || {
+                while crate::resize::settle() {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            });
             "OK 0\n".into()
         }
         Err(crate::resize::Refused::TooSmall) => format!("ERR {} too small\n", libc::EINVAL),

@@ -40,6 +40,7 @@ pub mod event_record;
 pub mod got;
 pub mod handler;
 pub mod mcount;
+pub mod own_thread;
 pub mod patch;
 pub mod pids;
 pub mod probe;
