@@ -2,8 +2,8 @@
 //!
 //! - `cargo xtask test`: every check CI runs, on a fresh machine. It installs the Debian packages
 //!   the tests need (when run as root and they are missing), then runs formatting, clippy,
-//!   no_std builds, docs, unit/property/integration tests, the loom models, the bare-metal
-//!   kernel in QEMU and the Rust-for-Linux module in QEMU (`rfl.rs`, which installs its own
+//!   no_std builds, docs, unit/property/integration tests, the loom models, real programs
+//!   traced completely and compared with uftrace (`third_party.rs`), the bare-metal kernel in QEMU and the Rust-for-Linux module in QEMU (`rfl.rs`, which installs its own
 //!   toolchain and caches its kernel build), and ends with a `N passed, N failed` line.
 //!   `--skip STAGE` leaves a stage out (for local iteration only).
 //! - `cargo xtask fresh-check`: `.ci/run` in a fresh clone with an empty `CARGO_HOME` and an
@@ -87,7 +87,7 @@ fn main() -> ExitCode {
             eprintln!(
                 "       cargo xtask third-party [lua|zstd|rg]...  (real programs vs uftrace)"
             );
-            eprintln!("stages: apt fmt clippy no-std package doc test loom qemu rfl");
+            eprintln!("stages: apt fmt clippy no-std package doc test loom third-party qemu rfl");
             ExitCode::from(2)
         }
     }
@@ -300,6 +300,11 @@ fn test(args: &[String]) -> ExitCode {
         Ok(())
     });
 
+    st.run(
+        "third-party",
+        "real programs traced completely, counts checked against uftrace (cargo xtask third-party)",
+        || third_party::third_party(&[]),
+    );
     st.run(
         "qemu",
         "bare-metal kernel in QEMU (cargo xtask qemu-test)",
