@@ -70,6 +70,57 @@ pub fn update_sites<P: TextPoke>(
     ))
 }
 
+/// What [`update_key`] did to a key's sites.
+#[cfg(all(feature = "jump-label", target_arch = "x86_64", not(loom)))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyUpdate {
+    /// Sites rewritten.
+    pub done: usize,
+    /// Sites that held neither form (left as they were).
+    pub failed: usize,
+    /// Sites not rewritten because their target is beyond a `rel32` (left as they were).
+    pub out_of_range: usize,
+}
+
+/// Rewrites every site of `key` (ftrace-core's `jump_label::entries_of`) to the form `branch`
+/// asks for, in batches of 16 through [`update_sites`]: the platform's patcher
+/// (`jump_label::set_patcher`) is this over its own text.
+#[cfg(all(feature = "jump-label", target_arch = "x86_64", not(loom)))]
+pub fn update_key<P: TextPoke>(
+    text: &mut P,
+    key: &ftrace_core::static_key::StaticKey,
+    branch: ftrace_core::static_key::Branch,
+) -> KeyUpdate {
+    use ftrace_core::static_key::Branch;
+    const BATCH: usize = 16;
+    let to = match branch {
+        Branch::Enable => JumpTo::Target,
+        Branch::Disable => JumpTo::Nop,
+    };
+    let mut sites = [JumpSite { code: 0, target: 0 }; BATCH];
+    let mut buf = [const { PokeSite::empty() }; BATCH];
+    let mut all = ftrace_core::jump_label::entries_of(key).peekable();
+    let mut update = KeyUpdate::default();
+    while all.peek().is_some() {
+        let mut n = 0;
+        for e in all.by_ref().take(BATCH) {
+            sites[n] = JumpSite {
+                code: e.code,
+                target: e.target,
+            };
+            n += 1;
+        }
+        match update_sites(text, &sites[..n], to, &mut buf) {
+            Ok(st) => {
+                update.done += st.done;
+                update.failed += st.failed;
+            }
+            Err(OutOfRange { .. }) => update.out_of_range += n,
+        }
+    }
+    update
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,7 @@
 use ftrace_core::jump_label::entries_of;
 use ftrace_core::static_branch_unlikely;
 use ftrace_core::static_key::{Branch, StaticKey};
-use ftrace_patch::jump_label::{JumpSite, JumpTo, update_sites};
+use ftrace_patch::jump_label::{JumpSite, JumpTo, KeyUpdate, update_key, update_sites};
 use ftrace_patch::protocol::{PokeSite, StopFixup};
 use ftrace_patch::{TextFault, TextPoke};
 
@@ -71,14 +71,14 @@ fn sites(key: &'static StaticKey) -> Vec<JumpSite> {
         .collect()
 }
 
+/// The patcher a platform installs: every site of `key` rewritten by `update_key`.
 fn update(key: &'static StaticKey, b: Branch) {
-    let to = match b {
-        Branch::Enable => JumpTo::Target,
-        Branch::Disable => JumpTo::Nop,
+    let st = update_key(&mut OwnText, key, b);
+    let all = KeyUpdate {
+        done: sites(key).len(),
+        ..KeyUpdate::default()
     };
-    let mut buf = [const { PokeSite::empty() }; 8];
-    let st = update_sites(&mut OwnText, &sites(key), to, &mut buf).unwrap();
-    assert_eq!((st.done, st.failed), (sites(key).len(), 0));
+    assert_eq!(st, all);
 }
 
 fn bytes(addr: u64) -> [u8; 5] {

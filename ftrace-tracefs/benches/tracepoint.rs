@@ -86,8 +86,8 @@ mod own_text {
     //! they change: syncing is a no-op, stopping the others is running the patch).
     use ftrace_core::jump_label::entries_of;
     use ftrace_core::static_key::{Branch, StaticKey};
-    use ftrace_patch::jump_label::{JumpSite, JumpTo, update_sites};
-    use ftrace_patch::protocol::{PokeSite, StopFixup};
+    use ftrace_patch::jump_label::update_key;
+    use ftrace_patch::protocol::StopFixup;
     use ftrace_patch::{TextFault, TextPoke};
 
     struct OwnText;
@@ -126,19 +126,9 @@ mod own_text {
     }
 
     fn patch(key: &StaticKey, b: Branch) {
-        let to = match b {
-            Branch::Enable => JumpTo::Target,
-            Branch::Disable => JumpTo::Nop,
-        };
-        let sites: Vec<JumpSite> = entries_of(key)
-            .map(|e| JumpSite {
-                code: e.code,
-                target: e.target,
-            })
-            .collect();
-        let mut buf = [const { PokeSite::empty() }; 8];
-        let st = update_sites(&mut OwnText, &sites, to, &mut buf).unwrap();
-        assert_eq!((st.done, st.failed), (sites.len(), 0));
+        let st = update_key(&mut OwnText, key, b);
+        assert_eq!((st.failed, st.out_of_range), (0, 0), "{st:?}");
+        assert_eq!(st.done, entries_of(key).count());
     }
 
     /// Installs the patcher; returns the first byte of each of `key`'s sites.

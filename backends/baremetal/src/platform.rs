@@ -168,7 +168,7 @@ pub fn install(
     SYMBOLS.store(core::ptr::from_ref(symbols).cast_mut(), Ordering::Release);
     SITES.store(core::ptr::from_ref(sites).cast_mut(), Ordering::Release);
     #[cfg(feature = "jump-label")]
-    ftrace_core::jump_label::set_patcher(jump_labels::patch);
+    ftrace_core::jump_label::set_patcher(patch_jump_labels);
     for tp in crate::events::EVENTS.iter().chain(events) {
         TRACE.register_tracepoint(tp)?;
     }
@@ -210,47 +210,12 @@ impl FileTree for SerialTracefs {
     }
 }
 
-/// The jump-label sites of the kernel's tracepoints (feature `jump-label`): rewritten through
-/// [`KernelText`] with ftrace-patch's protocols, as call sites are.
+/// The jump-label patcher (feature `jump-label`): the kernel's tracepoint sites rewritten
+/// through [`KernelText`] with ftrace-patch's protocols, as call sites are.
 #[cfg(feature = "jump-label")]
-mod jump_labels {
-    use ftrace_core::jump_label::entries_of;
-    use ftrace_core::static_key::{Branch, StaticKey};
-    use ftrace_patch::jump_label::{JumpSite, JumpTo, update_sites};
-    use ftrace_patch::protocol::PokeSite;
-
-    use crate::text::KernelText;
-
-    /// Sites rewritten per batch (a key has one per inlined call site).
-    const BATCH: usize = 16;
-
-    /// The patcher `install` hands ftrace-core: every site of `key` to `jmp` (on) or back to
-    /// its NOP (off), in batches; a site that holds neither form is left alone and reported.
-    pub(super) fn patch(key: &StaticKey, b: Branch) {
-        let to = match b {
-            Branch::Enable => JumpTo::Target,
-            Branch::Disable => JumpTo::Nop,
-        };
-        let mut sites = [JumpSite { code: 0, target: 0 }; BATCH];
-        let mut buf = [const { PokeSite::empty() }; BATCH];
-        let mut all = entries_of(key).peekable();
-        while all.peek().is_some() {
-            let mut n = 0;
-            for e in all.by_ref().take(BATCH) {
-                sites[n] = JumpSite {
-                    code: e.code,
-                    target: e.target,
-                };
-                n += 1;
-            }
-            match update_sites(&mut KernelText, &sites[..n], to, &mut buf) {
-                Ok(st) if st.failed == 0 => {}
-                Ok(st) => crate::println!(
-                    "jump label: {} of {n} sites of key {key:p} held neither form",
-                    st.failed
-                ),
-                Err(_) => crate::println!("jump label: a site of key {key:p} is out of jmp range"),
-            }
-        }
+fn patch_jump_labels(key: &ftrace_core::static_key::StaticKey, b: ftrace_core::static_key::Branch) {
+    let st = ftrace_patch::jump_label::update_key(&mut KernelText, key, b);
+    if st.failed + st.out_of_range != 0 {
+        crate::println!("jump label: key {key:p}: {st:?} (sites not rewritten)");
     }
 }
