@@ -6,11 +6,12 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ftrace_agent::config::TracerKind;
-use ftrace_user::record::{RecordOptions, record};
+use ftrace_user::record::RecordOptions;
+
+mod common;
 
 /// The system allocator, counting the bytes live and their peak.
 struct Counting;
@@ -66,32 +67,13 @@ fn scratch() -> PathBuf {
 }
 
 fn recorded() -> PathBuf {
-    let exe = scratch().join("stream_calls");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
-        .args(["-fpatchable-function-entry=5", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let dir = scratch().join("base.data");
     let opts = RecordOptions {
         tracer: TracerKind::FunctionGraph,
-        output: dir.clone(),
         buffer_kb: 8192,
         retval: true,
         ..Default::default()
     };
-    let args: Vec<String> = ["2", "3000", "1"].iter().map(|s| s.to_string()).collect();
-    let r = record(&opts, exe.to_str().unwrap(), &args).unwrap();
-    assert!(r.status.success());
-    dir
+    common::record_stream_calls(&scratch(), "base.data", opts, &["2", "3000", "1"]).dir
 }
 
 fn copy_dir(from: &Path, to: &Path) {

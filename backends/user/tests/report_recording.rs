@@ -3,40 +3,18 @@
 //! does not change (no pages, no second copy).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ftrace_agent::config::TracerKind;
-use ftrace_user::record::{RecordOptions, record};
+use ftrace_user::record::RecordOptions;
 use ftrace_user::recording::RecordingReader;
 use ftrace_user::report::{ReportArgs, report};
+
+mod common;
 
 fn scratch() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ftrace-report-recording");
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn build() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = scratch().join("stream_calls");
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
-            let st = Command::new("gcc")
-                .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
-                .args(["-fpatchable-function-entry=5", "-o"])
-                .arg(&out)
-                .arg(src)
-                .output()
-                .expect("gcc");
-            assert!(
-                st.status.success(),
-                "{}",
-                String::from_utf8_lossy(&st.stderr)
-            );
-            out
-        })
-        .clone()
 }
 
 /// Every file under `dir` with its size, in name order.
@@ -58,22 +36,13 @@ fn listing(dir: &Path) -> Vec<(PathBuf, u64)> {
 }
 
 fn record_streamed(tag: &str, tracer: TracerKind, args: &[&str]) -> PathBuf {
-    let dir = scratch().join(tag);
     let opts = RecordOptions {
         tracer,
-        output: dir.clone(),
         buffer_kb: 8192,
         retval: tracer == TracerKind::FunctionGraph,
         ..Default::default()
     };
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let r = record(&opts, build().to_str().unwrap(), &args).unwrap();
-    assert!(r.status.success());
-    assert!(
-        !dir.join("per_cpu").exists(),
-        "a streamed recording has no pages"
-    );
-    dir
+    common::record_stream_calls(&scratch(), tag, opts, args).dir
 }
 
 /// The report views compared: options and CPU files.
