@@ -489,17 +489,18 @@ fn capture_cpus(dir: &Path) -> Result<Vec<u32>, ReportError> {
 }
 
 /// Checks a report's view before anything is printed: its globs against the symbols, its
-/// threads against `saved_cmdlines` (when there is one), its CPUs against the capture's.
+/// threads against a recording's (`threads`: its `saved_cmdlines`, which names every thread;
+/// a kernel's is a cache, not checked), its CPUs against the capture's.
 fn check_view(
     input: &Input,
     args: &ReportArgs,
     syms: &SortedSymbols,
-    cmdlines: &SavedCmdlines,
+    threads: Option<&SavedCmdlines>,
     graph: bool,
 ) -> Result<(), ReportError> {
     let dir = input.dir.as_path();
     crate::view::check(&args.view, syms, graph).map_err(|e| err(dir, None, e))?;
-    if !cmdlines.0.is_empty() {
+    if let Some(cmdlines) = threads {
         if let Some(t) = args.view.tids.iter().find(|t| !cmdlines.0.contains_key(t)) {
             let mut known: Vec<i32> = cmdlines.0.keys().copied().collect();
             known.sort_unstable();
@@ -885,7 +886,8 @@ fn report_windowed(
             .into());
         }
     }
-    check_view(&input, args, &syms, &cmdlines, tracer == "function_graph")?;
+    let threads = (texts.origin == TextOrigin::Recording).then_some(&cmdlines);
+    check_view(&input, args, &syms, threads, tracer == "function_graph")?;
     let scanned = input.scan()?;
     let formats = input.event_formats();
     let irq_text = match (
@@ -946,6 +948,7 @@ fn report_windowed(
     )
     .map_err(|_| failed(&mut sink))?;
     let mut cursors = open_cursors(&input, args)?;
+    let passthrough = args.view.is_everything();
     let mut view = View::new(&view_args(args), &syms, scanned.time_start.unwrap_or(0));
     // The events shown, per CPU, in the order the view admitted them.
     let mut shown: Vec<VecDeque<Decoded>> = (0..nr_cpus).map(|_| VecDeque::new()).collect();
@@ -957,30 +960,42 @@ fn report_windowed(
         // Read to: what comes before the last buffered event of every CPU that has more to
         // read (a later page cannot hold anything earlier).
         let read_to = horizon(&cursors);
-        let admitted = admit_until(&mut cursors, read_to, &mut view, &mut |cpu, d| {
-            shown[cpu as usize].push_back(d)
-        });
-        // Safe to write: what comes before that, and before the last shown event of every
-        // CPU with more to read (the next shown event a leaf check looks at is then known).
-        // A CPU whose next shown event is far away (a call whose children the view hides
-        // all) is not waited for beyond a bound: its call then prints as trace_pipe prints
-        // one whose exit is not yet in the buffer, `f() {` ... `}`.
-        let held: usize = shown.iter().map(VecDeque::len).sum();
-        let write_to = read_to.map(|h| {
-            if held > SHOWN_HELD_MAX {
-                return h;
-            }
-            cursors
-                .iter()
-                .zip(&shown)
-                .filter(|(c, _)| c.as_ref().is_some_and(|c| !c.finished()))
-                .filter_map(|(_, s)| s.back().map(|e| e.0))
-                .fold(h, u64::min)
-        });
+        let (admitted, write_to) = if passthrough {
+            // No view: the cursors' events are the ones shown, read to the same time (the
+            // next event a leaf check looks at is then buffered).
+            (false, read_to)
+        } else {
+            let admitted = admit_until(&mut cursors, read_to, &mut view, &mut |cpu, d| {
+                shown[cpu as usize].push_back(d)
+            });
+            // Safe to write: what comes before that, and before the last shown event of
+            // every CPU with more to read (the next shown event a leaf check looks at is
+            // then known). A CPU whose next shown event is far away (a call whose children
+            // the view hides all) is not waited for beyond a bound: its call then prints as
+            // trace_pipe prints one whose exit is not yet in the buffer, `f() {` ... `}`.
+            let held: usize = shown.iter().map(VecDeque::len).sum();
+            let write_to = read_to.map(|h| {
+                if held > SHOWN_HELD_MAX {
+                    return h;
+                }
+                cursors
+                    .iter()
+                    .zip(&shown)
+                    .filter(|(c, _)| c.as_ref().is_some_and(|c| !c.finished()))
+                    .filter_map(|(_, s)| s.back().map(|e| e.0))
+                    .fold(h, u64::min)
+            });
+            (admitted, write_to)
+        };
         let consumed = {
             let mut win = EventLists::new(nr_cpus);
-            for (cpu, s) in shown.iter().enumerate() {
-                for (ts, data, missed) in s {
+            for cpu in 0..nr_cpus as usize {
+                let queue = if passthrough {
+                    cursors[cpu].as_ref().map(|c| &c.events)
+                } else {
+                    Some(&shown[cpu])
+                };
+                for (ts, data, missed) in queue.into_iter().flatten() {
                     win.push(EventRef {
                         cpu: cpu as u32,
                         ts: *ts,
@@ -1013,8 +1028,16 @@ fn report_windowed(
                 .collect::<Vec<_>>()
         };
         let mut moved = admitted;
-        for (s, n) in shown.iter_mut().zip(consumed) {
-            s.drain(..n);
+        for (cpu, n) in consumed.into_iter().enumerate() {
+            let queue = if passthrough {
+                match cursors[cpu].as_mut() {
+                    Some(c) => &mut c.events,
+                    None => continue,
+                }
+            } else {
+                &mut shown[cpu]
+            };
+            queue.drain(..n);
             moved |= n > 0;
         }
         if read_to.is_none() {
@@ -1072,7 +1095,8 @@ pub fn report_stat_to(
             .map_err(|(line, why)| err(&cpath, None, format!("line {line}: {why}")))?,
         None => SavedCmdlines::default(),
     };
-    check_view(&input, args, &syms, &cmdlines, mode == ProfileMode::Graph)?;
+    let threads = (texts.origin == TextOrigin::Recording).then_some(&cmdlines);
+    check_view(&input, args, &syms, threads, mode == ProfileMode::Graph)?;
     let mut table = ProfileTable::default();
     let mut count = |cpu: u32, (ts, data, missed): Decoded| match (EventRef {
         cpu,
