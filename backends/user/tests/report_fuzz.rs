@@ -2,7 +2,8 @@
 //! (events files cut or overwritten, headers, `meta`, `symbols`, directory names such as
 //! `per_cpu/cpu4000000000`), is reported without a panic and without allocating more than
 //! the input justifies (a counting allocator measures the peak); what the report cannot read
-//! it names, and a damaged events file is reported up to its damage.
+//! it names, and a damaged events file is reported up to its damage; half the cases through a
+//! report-time view (`-G`, `-F`, `-N`, `--max-depth`, `--time-range`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
@@ -225,8 +226,16 @@ fn damaged_recordings_are_reported_as_far_as_they_can_be() {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let before = LIVE.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
+        // Half the cases through a report-time view, which keeps per-thread state.
+        let view: &[&str] = match case % 4 {
+            1 => &["-G", "mid", "--max-depth", "3"],
+            2 => &["-F", "l*", "-F", "worker", "-N", "mid", "-r", "1us~"],
+            _ => &[],
+        };
         let code = ftrace_user::cli::run(
-            ["ftrace", "report", "-i", work.to_str().unwrap()],
+            ["ftrace", "report", "-i", work.to_str().unwrap()]
+                .iter()
+                .chain(view),
             &mut out,
             &mut err,
         );
@@ -234,7 +243,7 @@ fn damaged_recordings_are_reported_as_far_as_they_can_be() {
         let err = String::from_utf8_lossy(&err);
         assert!(
             peak < PEAK_LIMIT,
-            "case {case} ({what:?}): the report held {peak} bytes at once"
+            "case {case} ({what:?}, {view:?}): the report held {peak} bytes at once"
         );
         match code {
             0 => {
@@ -261,7 +270,7 @@ fn damaged_recordings_are_reported_as_far_as_they_can_be() {
                     refused += 1;
                 }
             }
-            c => panic!("case {case} ({what:?}): exit {c}: {err}"),
+            c => panic!("case {case} ({what:?}, {view:?}): exit {c}: {err}"),
         }
     }
     eprintln!("clean {clean}, damaged {damaged}, refused {refused}");
