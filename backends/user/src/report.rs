@@ -1250,6 +1250,79 @@ mod tests {
         }
     }
 
+    /// A view that hides every child of a call while another CPU shows many calls: the call
+    /// folds into a leaf while the other CPU's shown events fit the bound, and prints open
+    /// and closed beyond it (memory does not grow with the other CPU's events).
+    #[test]
+    fn a_call_whose_children_are_hidden_is_not_waited_for_beyond_the_bound() {
+        let dir = std::env::temp_dir().join(format!("ftrace-report-held-{}", std::process::id()));
+        for (calls, folded) in [(1000u64, true), (SHOWN_HELD_MAX as u64, false)] {
+            let _ = std::fs::remove_dir_all(&dir);
+            let graph = |cpu: u32, tid: u32, ts: u64, func: u64, depth: i32, exit: Option<u64>| {
+                let data = match exit {
+                    None => FtraceGraphEntEntry {
+                        ent: ent(EventId::FuncgraphEntry, tid),
+                        func,
+                        depth,
+                    }
+                    .as_bytes()
+                    .to_vec(),
+                    Some(t0) => FtraceGraphRetEntry {
+                        ent: ent(EventId::FuncgraphExit, tid),
+                        func,
+                        depth,
+                        calltime: t0,
+                        rettime: ts,
+                        ..Default::default()
+                    }
+                    .as_bytes()
+                    .to_vec(),
+                };
+                ev(cpu, ts, tid, &data, false)
+            };
+            // CPU 0: outer calling inner `calls` times; CPU 1: `calls` calls of other.
+            let mut cpu0 = vec![graph(0, 10, 1, 0x1000, 0, None)];
+            let mut cpu1 = Vec::new();
+            for i in 0..calls {
+                let t = 10 + 4 * i;
+                cpu0.push(graph(0, 10, t, 0x2000, 1, None));
+                cpu0.push(graph(0, 10, t + 1, 0x2000, 1, Some(t)));
+                cpu1.push(graph(1, 11, t, 0x3000, 0, None));
+                cpu1.push(graph(1, 11, t + 1, 0x3000, 0, Some(t)));
+            }
+            let end = 10 + 4 * calls;
+            cpu0.push(graph(0, 10, end, 0x1000, 0, Some(1)));
+            for (cpu, evs) in [cpu0, cpu1].iter().enumerate() {
+                let d = dir.join(format!("per_cpu/cpu{cpu}"));
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(
+                    d.join("trace_pipe_raw"),
+                    crate::capture::cpu_pages(evs).unwrap(),
+                )
+                .unwrap();
+            }
+            std::fs::write(
+                dir.join("kallsyms"),
+                "0000000000001000 t outer\n0000000000002000 t inner\n0000000000003000 t other\n",
+            )
+            .unwrap();
+            std::fs::write(dir.join("tracer"), "function_graph\n").unwrap();
+            let mut args = ReportArgs::new(&dir);
+            args.view.filter = vec!["outer".into(), "other".into()];
+            let text = String::from_utf8(report(&args).unwrap()).unwrap();
+            let others = text.lines().filter(|l| l.ends_with("|  other();")).count();
+            assert_eq!(others as u64, calls, "{calls}");
+            assert!(!text.contains("inner"));
+            if folded {
+                assert_eq!(text.matches("|  outer();").count(), 1, "{text}");
+            } else {
+                assert_eq!(text.matches("|  outer() {").count(), 1, "{calls}");
+                assert!(text.trim_end().ends_with("|  }"), "{calls}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// The report written a few events at a time is the report written in one window: leaves
     /// folded across window edges, holes, CPU order on equal timestamps.
     #[test]
