@@ -250,7 +250,25 @@ fn on_one_cpu<T>(f: impl FnOnce(u32) -> T) -> T {
 /// `stream_calls 1 4 1` recorded on one CPU: (the recording, the CPU, the worker's tid).
 /// Its worker calls leaf, mid (which calls leaf), leaf, mid.
 fn record_known(tag: &str, tracer: TracerKind) -> (PathBuf, u32, u32) {
-    let (dir, cpu) = on_one_cpu(|cpu| (record_streamed(tag, tracer, &["1", "4", "1"]), cpu));
+    record_known_with(tag, tracer, |_| {})
+}
+
+/// [`record_known`] with record-time options set by `set`.
+fn record_known_with(
+    tag: &str,
+    tracer: TracerKind,
+    set: impl FnOnce(&mut RecordOptions),
+) -> (PathBuf, u32, u32) {
+    let mut opts = RecordOptions {
+        tracer,
+        buffer_kb: 8192,
+        ..Default::default()
+    };
+    set(&mut opts);
+    let (dir, cpu) = on_one_cpu(|cpu| {
+        let r = common::record_stream_calls(&scratch(), tag, opts, &["1", "4", "1"]);
+        (r.dir, cpu)
+    });
     let rec = RecordingReader::open(&dir).unwrap().rec;
     let p = &rec.processes[0];
     let workers: Vec<u32> = p
@@ -492,5 +510,54 @@ fn bad_views_are_refused_before_anything_is_printed() {
         assert_eq!(got, code, "{args:?}: {err}");
         assert_eq!(out, "", "{args:?}: nothing printed");
         assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// A view of a complete recording is what a recording made with the same filters holds:
+/// the agent's record-time filters (`set_ftrace_filter`... in the program) are the oracle.
+#[test]
+fn report_views_equal_recordings_made_with_the_same_filters() {
+    let (whole, _, worker) = record_known("views-whole", TracerKind::FunctionGraph);
+    type Set = fn(&mut RecordOptions);
+    let cases: [(&str, &[&str], Set); 5] = [
+        ("views-rec-f", &["-F", "leaf"], |o| {
+            o.filter = vec!["leaf".into()]
+        }),
+        ("views-rec-fw", &["-F", "l?a*", "-F", "worker"], |o| {
+            o.filter = vec!["l?a*".into(), "worker".into()]
+        }),
+        ("views-rec-n", &["-N", "mid"], |o| {
+            o.notrace = vec!["mid".into()]
+        }),
+        ("views-rec-g", &["-G", "mid"], |o| {
+            o.graph_functions = vec!["mid".into()]
+        }),
+        (
+            "views-rec-d",
+            &["-G", "worker", "-N", "leaf", "--max-depth", "2"],
+            |o| {
+                o.graph_functions = vec!["worker".into()];
+                o.notrace = vec!["leaf".into()];
+                o.max_depth = 2;
+            },
+        ),
+    ];
+    for (tag, view, set) in cases {
+        let (dir, _, tid) = record_known_with(tag, TracerKind::FunctionGraph, set);
+        let tree = |dir: &Path, tid: u32, more: &[&str]| {
+            let tid = tid.to_string();
+            let args: Vec<&str> = TREE_ONLY
+                .iter()
+                .copied()
+                .chain(["--tid", tid.as_str()])
+                .chain(more.iter().copied())
+                .collect();
+            let (code, out, err) = cli_report(dir, &args);
+            assert_eq!(code, 0, "{view:?}: {err}");
+            body(&out).iter().map(|l| l.to_string()).collect::<Vec<_>>()
+        };
+        let recorded = tree(&dir, tid, &[]);
+        assert!(!recorded.is_empty(), "{view:?}");
+        assert_eq!(tree(&whole, worker, view), recorded, "{view:?}");
     }
 }
