@@ -335,6 +335,13 @@ fn report_views_of_a_function_graph_recording() {
     assert_eq!(view(&["--tid", &tid]), whole);
     let cpus = format!("{cpu},{cpu}");
     assert_eq!(view(&["--tid", &tid, "--cpu", &cpus]), whole, "--cpu C,C");
+    // One CPU is that CPU's file, through a view as well (every CPU is still read for -F).
+    let one = cpu.to_string();
+    assert_eq!(view(&["--tid", &tid, "--cpu", &one]), whole, "--cpu C");
+    assert_eq!(
+        view(&["--cpu", &one, "-G", "mid"]),
+        ["mid() {", "  leaf();", "}", "mid() {", "  leaf();", "}"]
+    );
     // -F: only leaf; mid's leaf is at depth 0 too (the kernel counts traced calls only).
     assert_eq!(view(&["--tid", &tid, "-F", "leaf"]), ["leaf();"; 4]);
     // A glob and a second -F: worker's only shown child is leaf, four times.
