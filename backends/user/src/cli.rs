@@ -3,7 +3,8 @@
 //! `ftrace report [-i DIR] [-O OPTION]... [--cpu N] [--stat]` prints what the kernel's
 //! `trace` file (or `per_cpu/cpuN/trace`, or with `--stat` `trace_stat/functionN`) would have
 //! printed for the raw pages or the recording in `DIR` (see
-//! [`crate::report`]). `ftrace record [OPTIONS] -- PROG [ARGS]...` runs a program under the
+//! [`crate::report`]), through a view chosen when reading (`-F`, `-N`, `-G`, `--max-depth`,
+//! `--tid`, `--cpu C,C`, `--time-range`: see [`crate::view`]). `ftrace record [OPTIONS] -- PROG [ARGS]...` runs a program under the
 //! agent and records into a directory (default `ftrace.data`, see [`crate::record`]), with the
 //! program's trace events `-e SYSTEM:EVENT` names (armed at start); `ftrace
 //! live` records and prints the report when the program exits. Invariant: the binary is a thin shell over [`run`], which tests drive
@@ -47,14 +48,38 @@ pub enum Command {
         /// `funcgraph-proc`...); may be repeated.
         #[arg(short = 'O', value_name = "OPTION")]
         options: Vec<String>,
-        /// Print only this CPU's buffer (`per_cpu/cpuN/trace`).
-        #[arg(long)]
-        cpu: Option<u32>,
+        /// Print only this CPU's buffer (`per_cpu/cpuN/trace`), or with several (`0,2`) those
+        /// CPUs' events merged.
+        #[arg(long, value_name = "CPU[,CPU]", value_delimiter = ',')]
+        cpu: Vec<u32>,
         /// Print the function profiler's table instead of the trace (`trace_stat/functionN`
         /// summed over the CPUs, or `--cpu`'s): hits per function and, for function_graph,
-        /// the total, average and s^2 of its durations.
+        /// the total, average and s^2 of its durations; of the events the view shows.
         #[arg(long)]
         stat: bool,
+        /// Show only functions matching this glob (`set_ftrace_filter`; under function_graph
+        /// their children that match still print); may be repeated.
+        #[arg(short = 'F', value_name = "GLOB")]
+        filter: Vec<String>,
+        /// Never show functions matching this glob (`set_ftrace_notrace`); may be repeated.
+        #[arg(short = 'N', value_name = "GLOB")]
+        notrace: Vec<String>,
+        /// function_graph: show only these functions and what they call
+        /// (`set_graph_function`); may be repeated.
+        #[arg(short = 'G', value_name = "GLOB")]
+        graph: Vec<String>,
+        /// function_graph: show only calls less deep than this (`max_graph_depth`; 0: all).
+        #[arg(long = "max-depth", value_name = "N", default_value_t = 0)]
+        max_depth: u32,
+        /// Show only these threads.
+        #[arg(long, value_name = "TID[,TID]", value_delimiter = ',')]
+        tid: Vec<i32>,
+        /// Show only this time: `START~END`, either left out; seconds as the trace prints
+        /// them (`1234.567890`) or the time since the first event with a unit (`100us`,
+        /// `2ms`, `1s`, `50ns`), as uftrace's `--time-range`.
+        #[arg(short = 'r', long = "time-range", value_name = "START~END",
+              value_parser = crate::view::TimeRange::parse)]
+        time_range: Option<crate::view::TimeRange>,
         /// The kernel release the latency header names.
         #[arg(
             long = "uts-release",
@@ -313,12 +338,32 @@ pub fn run(
             cpu,
             stat,
             uts_release,
+            filter,
+            notrace,
+            graph,
+            max_depth,
+            tid,
+            time_range,
         } => {
+            // One CPU is that CPU's file; several are a view of the merged one.
+            let (cpu, cpus) = match cpu.as_slice() {
+                [one] => (Some(*one), Vec::new()),
+                _ => (None, cpu),
+            };
             let args = ReportArgs {
                 raw_dir,
                 options,
                 cpu,
                 uts_release,
+                view: crate::view::ViewArgs {
+                    filter,
+                    notrace,
+                    graph,
+                    max_depth,
+                    tids: tid,
+                    cpus,
+                    time_range,
+                },
             };
             // Streamed as it is formatted; a reader that went away (`ftrace report | head`)
             // ends it quietly, as it would a `cat`.

@@ -4,6 +4,8 @@
 //! - [`cli`]: the `ftrace` tool's command line;
 //! - [`report`]: `ftrace report`, the offline reader of raw captures (a recording's capture
 //!   files, or pages taken from a kernel);
+//! - [`view`]: `report`'s views (`-F`, `-N`, `-G`, `--max-depth`, `--tid`, `--cpu`,
+//!   `--time-range`), chosen when reading;
 //! - [`launch`]: starting a program with the agent preloaded;
 //! - [`sitecheck`]: before it starts, the program's call sites and the `-F`/`-N`/`-G` globs
 //!   checked against them (refused, or a warning with `--force`);
@@ -38,3 +40,4 @@ mod ringmap;
 pub mod sitecheck;
 pub mod stream;
 pub mod tree;
+pub mod view;

@@ -30,9 +30,13 @@
 //! - a page whose header flags lost events prints `CPU:N [LOST M EVENTS]` (or `[LOST EVENTS]`)
 //!   before its first event, as `trace_pipe` does, and turns on the `annotate` notices.
 //!
+//! A view ([`crate::view`]: `-F`, `-N`, `-G`, `--max-depth`, `--tid`, `--cpu C,C`,
+//! `--time-range`) is applied as the events are read, in merged time order, between the
+//! per-CPU cursors and the formatter: it holds no events of its own beyond the window.
+//!
 //! Invariant: every error names the file and, for page data, the byte offset in that file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -53,6 +57,7 @@ use ftrace_tracers::{ClockId, EventRef, Missed, Options, TraceIter, TraceOptions
 use crate::capture::CaptureText;
 use crate::export::page_size_from_header;
 use crate::recording::{Census, CpuCensus, EventStream, RecordingReader};
+use crate::view::{View, ViewArgs};
 
 /// What `ftrace report` was asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +70,8 @@ pub struct ReportArgs {
     pub cpu: Option<u32>,
     /// The release the latency header names.
     pub uts_release: String,
+    /// Which events are shown ([`crate::view`]).
+    pub view: ViewArgs,
 }
 
 impl ReportArgs {
@@ -75,6 +82,7 @@ impl ReportArgs {
             options: Vec::new(),
             cpu: None,
             uts_release: "unknown".into(),
+            view: ViewArgs::default(),
         }
     }
 }
@@ -302,7 +310,7 @@ enum CpuEvents {
 /// One CPU's events, decoded as the report needs them.
 struct CpuCursor {
     source: CpuEvents,
-    events: std::collections::VecDeque<Decoded>,
+    events: VecDeque<Decoded>,
     eof: bool,
 }
 
@@ -352,6 +360,81 @@ impl CpuCursor {
 /// Events decoded per CPU ahead of the writer (the window; doubled when one CPU's events
 /// all share a timestamp, so that the report always moves on).
 const WINDOW: usize = 4096;
+
+/// The most shown events held back for the leaf check of a CPU whose next shown event is
+/// not read yet (see [`report_to`]).
+const SHOWN_HELD_MAX: usize = 16 * WINDOW;
+
+impl CpuCursor {
+    /// Whether every event of this CPU has been taken.
+    fn finished(&self) -> bool {
+        self.eof && self.events.is_empty()
+    }
+}
+
+/// The cursors a report reads: every CPU's, or `args.cpu`'s alone (every CPU's still when a
+/// function filter needs each thread's calls in order).
+fn open_cursors(input: &Input, args: &ReportArgs) -> Result<Vec<Option<CpuCursor>>, ReportError> {
+    let mut cursors: Vec<Option<CpuCursor>> = (0..input.nr_cpus).map(|_| None).collect();
+    let every = args.cpu.is_none() || args.view.filters_functions();
+    for &cpu in &input.cpus {
+        if every || args.cpu == Some(cpu) {
+            cursors[cpu as usize] = Some(input.open_cpu(cpu)?);
+        }
+    }
+    Ok(cursors)
+}
+
+/// The view a report applies: `args.view`, restricted to `args.cpu`'s events when given.
+fn view_args(args: &ReportArgs) -> ViewArgs {
+    let mut v = args.view.clone();
+    if let Some(cpu) = args.cpu {
+        v.cpus = vec![cpu];
+    }
+    v
+}
+
+/// The time before which every CPU's events are read: the earliest of the last buffered
+/// events of the CPUs with more to read (`None`: every CPU is read to its end).
+fn horizon(cursors: &[Option<CpuCursor>]) -> Option<u64> {
+    cursors
+        .iter()
+        .flatten()
+        .filter(|c| !c.eof)
+        .filter_map(|c| c.events.back().map(|e| e.0))
+        .min()
+}
+
+/// Takes the buffered events before `until` (all, for `None`) in merged order (timestamp,
+/// then the lower CPU, as [`TraceIter`] merges), passes each through `view`, and hands the
+/// shown ones to `shown`. Returns whether any event was taken.
+fn admit_until(
+    cursors: &mut [Option<CpuCursor>],
+    until: Option<u64>,
+    view: &mut View<'_>,
+    shown: &mut dyn FnMut(u32, Decoded),
+) -> bool {
+    let mut taken = false;
+    loop {
+        let mut best: Option<(usize, u64)> = None;
+        for (cpu, c) in cursors.iter().enumerate() {
+            if let Some(ts) = c.as_ref().and_then(|c| c.events.front()).map(|e| e.0) {
+                if until.is_none_or(|h| ts < h) && best.is_none_or(|(_, b)| ts < b) {
+                    best = Some((cpu, ts));
+                }
+            }
+        }
+        let Some((cpu, _)) = best else {
+            return taken;
+        };
+        let c = cursors[cpu].as_mut().expect("picked a cursor");
+        let (ts, mut data, mut missed) = c.events.pop_front().expect("picked an event");
+        taken = true;
+        if view.admit(cpu as u32, ts, &mut data, &mut missed) {
+            shown(cpu as u32, (ts, data, missed));
+        }
+    }
+}
 
 /// A [`ByteSink`](ftrace_tracers::output::ByteSink) over an [`std::io::Write`], keeping the
 /// first error.
@@ -403,6 +486,43 @@ fn capture_cpus(dir: &Path) -> Result<Vec<u32>, ReportError> {
         return Err(err(&pdir, None, "no cpu<N> directories"));
     }
     Ok(cpus)
+}
+
+/// Checks a report's view before anything is printed: its globs against the symbols, its
+/// threads against a recording's (`threads`: its `saved_cmdlines`, which names every thread;
+/// a kernel's is a cache, not checked), its CPUs against the capture's.
+fn check_view(
+    input: &Input,
+    args: &ReportArgs,
+    syms: &SortedSymbols,
+    threads: Option<&SavedCmdlines>,
+    graph: bool,
+) -> Result<(), ReportError> {
+    let dir = input.dir.as_path();
+    crate::view::check(&args.view, syms, graph).map_err(|e| err(dir, None, e))?;
+    if let Some(cmdlines) = threads {
+        if let Some(t) = args.view.tids.iter().find(|t| !cmdlines.0.contains_key(t)) {
+            let mut known: Vec<i32> = cmdlines.0.keys().copied().collect();
+            known.sort_unstable();
+            let known: Vec<String> = known.iter().map(i32::to_string).collect();
+            return Err(err(
+                dir,
+                None,
+                format!(
+                    "--tid {t}: no such thread in the recording (its threads: {})",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    if let Some(c) = args.view.cpus.iter().find(|c| !input.cpus.contains(c)) {
+        return Err(err(
+            &dir.join(format!("per_cpu/cpu{c}")),
+            None,
+            "no such CPU in the capture",
+        ));
+    }
+    Ok(())
 }
 
 /// The first pass over the pages: every page checked, events counted, losses summed, the
@@ -475,7 +595,12 @@ impl From<ReportError> for ReportFailure {
 
 /// Runs the report into `out` as it goes: the events are read twice (counted and checked for
 /// the header, then formatted), a window of 4096 events per CPU at a time, so memory
-/// does not grow with the capture or recording. A recording's damaged thread files (cut or
+/// does not grow with the capture or recording. The view (`args.view`, [`crate::view`]) is
+/// checked first (a bad one is an error before anything is written), then applied to the
+/// events in merged time order before they are formatted; the header's counts stay the
+/// recording's, as `per_cpu/cpuN/trace` repeats the global ones. A shown function_graph
+/// call whose next shown event on its CPU is more than 65 536 shown events away prints as
+/// `f() {` ... `}` rather than waiting for it to fold into `f();`. A recording's damaged thread files (cut or
 /// mutated inside a record, or with no valid header) are reported up to the damage, which is
 /// returned: the caller says what was damaged.
 pub fn report_to(
@@ -761,6 +886,8 @@ fn report_windowed(
             .into());
         }
     }
+    let threads = (texts.origin == TextOrigin::Recording).then_some(&cmdlines);
+    check_view(&input, args, &syms, threads, tracer == "function_graph")?;
     let scanned = input.scan()?;
     let formats = input.event_formats();
     let irq_text = match (
@@ -820,30 +947,55 @@ fn report_windowed(
         empty,
     )
     .map_err(|_| failed(&mut sink))?;
-    let mut cursors: Vec<Option<CpuCursor>> = (0..nr_cpus).map(|_| None).collect();
-    for &cpu in &input.cpus {
-        if args.cpu.is_none_or(|c| c == cpu) {
-            cursors[cpu as usize] = Some(input.open_cpu(cpu)?);
-        }
-    }
+    let mut cursors = open_cursors(&input, args)?;
+    let passthrough = args.view.is_everything();
+    let mut view = View::new(&view_args(args), &syms, scanned.time_start.unwrap_or(0));
+    // The events shown, per CPU, in the order the view admitted them.
+    let mut shown: Vec<VecDeque<Decoded>> = (0..nr_cpus).map(|_| VecDeque::new()).collect();
     let mut want = window;
     loop {
         for c in cursors.iter_mut().flatten() {
             c.fill(want, &input)?;
         }
-        // Safe to write: what comes before the last buffered event of every CPU that has more
-        // to read (a later page cannot hold anything earlier, nor the next event a leaf check
-        // looks at).
-        let horizon = cursors
-            .iter()
-            .flatten()
-            .filter(|c| !c.eof)
-            .filter_map(|c| c.events.back().map(|e| e.0))
-            .min();
+        // Read to: what comes before the last buffered event of every CPU that has more to
+        // read (a later page cannot hold anything earlier).
+        let read_to = horizon(&cursors);
+        let (admitted, write_to) = if passthrough {
+            // No view: the cursors' events are the ones shown, read to the same time (the
+            // next event a leaf check looks at is then buffered).
+            (false, read_to)
+        } else {
+            let admitted = admit_until(&mut cursors, read_to, &mut view, &mut |cpu, d| {
+                shown[cpu as usize].push_back(d)
+            });
+            // Safe to write: what comes before that, and before the last shown event of
+            // every CPU with more to read (the next shown event a leaf check looks at is
+            // then known). A CPU whose next shown event is far away (a call whose children
+            // the view hides all) is not waited for beyond a bound: its call then prints as
+            // trace_pipe prints one whose exit is not yet in the buffer, `f() {` ... `}`.
+            let held: usize = shown.iter().map(VecDeque::len).sum();
+            let write_to = read_to.map(|h| {
+                if held > SHOWN_HELD_MAX {
+                    return h;
+                }
+                cursors
+                    .iter()
+                    .zip(&shown)
+                    .filter(|(c, _)| c.as_ref().is_some_and(|c| !c.finished()))
+                    .filter_map(|(_, s)| s.back().map(|e| e.0))
+                    .fold(h, u64::min)
+            });
+            (admitted, write_to)
+        };
         let consumed = {
             let mut win = EventLists::new(nr_cpus);
-            for (cpu, c) in cursors.iter().enumerate() {
-                for (ts, data, missed) in c.iter().flat_map(|c| &c.events) {
+            for cpu in 0..nr_cpus as usize {
+                let queue = if passthrough {
+                    cursors[cpu].as_ref().map(|c| &c.events)
+                } else {
+                    Some(&shown[cpu])
+                };
+                for (ts, data, missed) in queue.into_iter().flatten() {
                     win.push(EventRef {
                         cpu: cpu as u32,
                         ts: *ts,
@@ -854,7 +1006,7 @@ fn report_windowed(
             }
             let mut it = TraceIter::new(&mut win, args.cpu);
             while let Some(ev) = it.peek_next() {
-                if horizon.is_some_and(|h| ev.ts >= h) {
+                if write_to.is_some_and(|h| ev.ts >= h) {
                     break;
                 }
                 it.next_event();
@@ -875,14 +1027,20 @@ fn report_windowed(
                 .map(|cpu| win.consumed(cpu))
                 .collect::<Vec<_>>()
         };
-        let mut moved = false;
-        for (c, n) in cursors.iter_mut().zip(consumed) {
-            if let Some(c) = c {
-                c.events.drain(..n);
-                moved |= n > 0;
-            }
+        let mut moved = admitted;
+        for (cpu, n) in consumed.into_iter().enumerate() {
+            let queue = if passthrough {
+                match cursors[cpu].as_mut() {
+                    Some(c) => &mut c.events,
+                    None => continue,
+                }
+            } else {
+                &mut shown[cpu]
+            };
+            queue.drain(..n);
+            moved |= n > 0;
         }
-        if horizon.is_none() {
+        if read_to.is_none() {
             break;
         }
         want = if moved {
@@ -899,8 +1057,9 @@ fn report_windowed(
 /// `ftrace report --stat`: the function profiler's table (`trace_stat/function<cpu>`) of
 /// the capture or recording, every CPU's counts summed (or one CPU's, `args.cpu`): hits per
 /// function, and for function_graph the total, average and `s^2` of its durations (the
-/// kernel's `graph-time` on: a call's time includes its children's). Read one CPU at a time,
-/// a window of events at a time: memory holds one row per function hit. Returns the damage
+/// kernel's `graph-time` on: a call's time includes its children's), of the events the view
+/// (`args.view`) shows. Read one CPU at a time without a view, every CPU merged with one, a
+/// window of events at a time: memory holds one row per function hit. Returns the damage
 /// read around, as [`report_to`] does.
 pub fn report_stat_to(
     args: &ReportArgs,
@@ -930,34 +1089,67 @@ pub fn report_stat_to(
             .into());
         }
     }
+    let cpath = texts.path(dir, "saved_cmdlines");
+    let cmdlines = match &texts.saved_cmdlines {
+        Some(t) => SavedCmdlines::parse(t)
+            .map_err(|(line, why)| err(&cpath, None, format!("line {line}: {why}")))?,
+        None => SavedCmdlines::default(),
+    };
+    let threads = (texts.origin == TextOrigin::Recording).then_some(&cmdlines);
+    check_view(&input, args, &syms, threads, mode == ProfileMode::Graph)?;
     let mut table = ProfileTable::default();
-    for &cpu in &input.cpus {
-        if args.cpu.is_some_and(|c| c != cpu) {
-            continue;
+    let mut count = |cpu: u32, (ts, data, missed): Decoded| match (EventRef {
+        cpu,
+        ts,
+        data: &data,
+        missed,
+    })
+    .entry()
+    {
+        Entry::Function(f) => table.hit(f.ip),
+        Entry::GraphEntry(e) => table.hit(e.func),
+        Entry::GraphReturn(r) => {
+            table.add_time(r.ret.func, r.ret.rettime.wrapping_sub(r.ret.calltime))
         }
-        let mut c = input.open_cpu(cpu)?;
-        loop {
-            c.fill(WINDOW, &input)?;
-            if c.events.is_empty() {
-                break;
+        _ => {}
+    };
+    if args.view.is_everything() {
+        // No view: one CPU at a time, in any order.
+        for &cpu in &input.cpus {
+            if args.cpu.is_some_and(|c| c != cpu) {
+                continue;
             }
-            for (ts, data, missed) in c.events.drain(..) {
-                match (EventRef {
-                    cpu,
-                    ts,
-                    data: &data,
-                    missed,
-                })
-                .entry()
-                {
-                    Entry::Function(f) => table.hit(f.ip),
-                    Entry::GraphEntry(e) => table.hit(e.func),
-                    Entry::GraphReturn(r) => {
-                        table.add_time(r.ret.func, r.ret.rettime.wrapping_sub(r.ret.calltime))
-                    }
-                    _ => {}
+            let mut c = input.open_cpu(cpu)?;
+            loop {
+                c.fill(WINDOW, &input)?;
+                if c.events.is_empty() {
+                    break;
+                }
+                for d in c.events.drain(..) {
+                    count(cpu, d);
                 }
             }
+        }
+    } else {
+        // A view takes each thread's events in order: every CPU at once, merged.
+        let first = input.scan()?.time_start.unwrap_or(0);
+        let mut view = View::new(&view_args(args), &syms, first);
+        let mut cursors = open_cursors(&input, args)?;
+        let mut want = WINDOW;
+        loop {
+            for c in cursors.iter_mut().flatten() {
+                c.fill(want, &input)?;
+            }
+            let read_to = horizon(&cursors);
+            let taken = admit_until(&mut cursors, read_to, &mut view, &mut count);
+            if read_to.is_none() {
+                break;
+            }
+            want = if taken {
+                WINDOW
+            } else {
+                want.saturating_mul(2)
+            };
         }
     }
     let mut text = String::new();
@@ -1058,6 +1250,79 @@ mod tests {
         }
     }
 
+    /// A view that hides every child of a call while another CPU shows many calls: the call
+    /// folds into a leaf while the other CPU's shown events fit the bound, and prints open
+    /// and closed beyond it (memory does not grow with the other CPU's events).
+    #[test]
+    fn a_call_whose_children_are_hidden_is_not_waited_for_beyond_the_bound() {
+        let dir = std::env::temp_dir().join(format!("ftrace-report-held-{}", std::process::id()));
+        for (calls, folded) in [(1000u64, true), (SHOWN_HELD_MAX as u64, false)] {
+            let _ = std::fs::remove_dir_all(&dir);
+            let graph = |cpu: u32, tid: u32, ts: u64, func: u64, depth: i32, exit: Option<u64>| {
+                let data = match exit {
+                    None => FtraceGraphEntEntry {
+                        ent: ent(EventId::FuncgraphEntry, tid),
+                        func,
+                        depth,
+                    }
+                    .as_bytes()
+                    .to_vec(),
+                    Some(t0) => FtraceGraphRetEntry {
+                        ent: ent(EventId::FuncgraphExit, tid),
+                        func,
+                        depth,
+                        calltime: t0,
+                        rettime: ts,
+                        ..Default::default()
+                    }
+                    .as_bytes()
+                    .to_vec(),
+                };
+                ev(cpu, ts, tid, &data, false)
+            };
+            // CPU 0: outer calling inner `calls` times; CPU 1: `calls` calls of other.
+            let mut cpu0 = vec![graph(0, 10, 1, 0x1000, 0, None)];
+            let mut cpu1 = Vec::new();
+            for i in 0..calls {
+                let t = 10 + 4 * i;
+                cpu0.push(graph(0, 10, t, 0x2000, 1, None));
+                cpu0.push(graph(0, 10, t + 1, 0x2000, 1, Some(t)));
+                cpu1.push(graph(1, 11, t, 0x3000, 0, None));
+                cpu1.push(graph(1, 11, t + 1, 0x3000, 0, Some(t)));
+            }
+            let end = 10 + 4 * calls;
+            cpu0.push(graph(0, 10, end, 0x1000, 0, Some(1)));
+            for (cpu, evs) in [cpu0, cpu1].iter().enumerate() {
+                let d = dir.join(format!("per_cpu/cpu{cpu}"));
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(
+                    d.join("trace_pipe_raw"),
+                    crate::capture::cpu_pages(evs).unwrap(),
+                )
+                .unwrap();
+            }
+            std::fs::write(
+                dir.join("kallsyms"),
+                "0000000000001000 t outer\n0000000000002000 t inner\n0000000000003000 t other\n",
+            )
+            .unwrap();
+            std::fs::write(dir.join("tracer"), "function_graph\n").unwrap();
+            let mut args = ReportArgs::new(&dir);
+            args.view.filter = vec!["outer".into(), "other".into()];
+            let text = String::from_utf8(report(&args).unwrap()).unwrap();
+            let others = text.lines().filter(|l| l.ends_with("|  other();")).count();
+            assert_eq!(others as u64, calls, "{calls}");
+            assert!(!text.contains("inner"));
+            if folded {
+                assert_eq!(text.matches("|  outer();").count(), 1, "{text}");
+            } else {
+                assert_eq!(text.matches("|  outer() {").count(), 1, "{calls}");
+                assert!(text.trim_end().ends_with("|  }"), "{calls}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// The report written a few events at a time is the report written in one window: leaves
     /// folded across window edges, holes, CPU order on equal timestamps.
     #[test]
@@ -1065,20 +1330,53 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ftrace-report-win-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         capture(&dir);
-        for options in [vec![], vec!["funcgraph-proc".to_string()]] {
+        let views = [
+            ViewArgs::default(),
+            ViewArgs {
+                filter: vec!["inner".into()],
+                ..Default::default()
+            },
+            ViewArgs {
+                graph: vec!["out*".into()],
+                max_depth: 1,
+                ..Default::default()
+            },
+            ViewArgs {
+                tids: vec![11],
+                ..Default::default()
+            },
+        ];
+        for (options, view) in [vec![], vec!["funcgraph-proc".to_string()]]
+            .into_iter()
+            .flat_map(|o| views.iter().map(move |v| (o.clone(), v.clone())))
+        {
             for cpu in [None, Some(1)] {
                 let mut args = ReportArgs::new(&dir);
                 args.options = options.clone();
                 args.cpu = cpu;
+                args.view = view.clone();
                 let mut whole = Vec::new();
                 report_windowed(&args, &mut whole, 1 << 30).unwrap();
                 let text = String::from_utf8_lossy(&whole);
-                assert!(text.contains("inner();"), "{text}");
-                assert!(text.contains("LOST 5 EVENTS"), "{text}");
+                let shown = |name: &str| text.contains(&format!("{name}();"));
+                assert!(text.contains("LOST 5 EVENTS"), "{view:?} {text}");
+                // What each view shows: inner as a leaf (but under outer at depth 1), outer
+                // folded into leaves at depth 0.
+                match (view.filter.is_empty(), view.graph.is_empty()) {
+                    (false, _) => assert!(shown("  inner") && !text.contains("outer"), "{text}"),
+                    (_, false) => assert!(shown("outer") && !text.contains("inner"), "{text}"),
+                    _ => assert!(shown("inner") && text.contains("outer() {"), "{text}"),
+                }
+                if !view.tids.is_empty() {
+                    assert!(!text.contains(" 0) "), "{text}");
+                }
                 for window in [1, 2, 3, 7, 100] {
                     let mut part = Vec::new();
                     report_windowed(&args, &mut part, window).unwrap();
-                    assert!(part == whole, "window {window}, cpu {cpu:?}, {options:?}");
+                    assert!(
+                        part == whole,
+                        "window {window}, cpu {cpu:?}, {options:?}, {view:?}"
+                    );
                 }
             }
         }

@@ -262,7 +262,7 @@ impl ProgramSites {
 }
 
 /// What a pattern is, when that explains why it matches nothing.
-fn pattern_hint(pattern: &str) -> &'static str {
+pub(crate) fn pattern_hint(pattern: &str) -> &'static str {
     let g = Glob::parse(pattern);
     if g.kind == MatchType::Index {
         return " (an index into available_filter_functions: give a name)";

@@ -2,15 +2,17 @@
 //! (events files cut or overwritten, headers, `meta`, `symbols`, directory names such as
 //! `per_cpu/cpu4000000000`), is reported without a panic and without allocating more than
 //! the input justifies (a counting allocator measures the peak); what the report cannot read
-//! it names, and a damaged events file is reported up to its damage.
+//! it names, and a damaged events file is reported up to its damage; half the cases through a
+//! report-time view (`-G`, `-F`, `-N`, `--max-depth`, `--time-range`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ftrace_agent::config::TracerKind;
-use ftrace_user::record::{RecordOptions, record};
+use ftrace_user::record::RecordOptions;
+
+mod common;
 
 /// The system allocator, counting the bytes live and their peak.
 struct Counting;
@@ -66,32 +68,13 @@ fn scratch() -> PathBuf {
 }
 
 fn recorded() -> PathBuf {
-    let exe = scratch().join("stream_calls");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
-        .args(["-fpatchable-function-entry=5", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    let dir = scratch().join("base.data");
     let opts = RecordOptions {
         tracer: TracerKind::FunctionGraph,
-        output: dir.clone(),
         buffer_kb: 8192,
         retval: true,
         ..Default::default()
     };
-    let args: Vec<String> = ["2", "3000", "1"].iter().map(|s| s.to_string()).collect();
-    let r = record(&opts, exe.to_str().unwrap(), &args).unwrap();
-    assert!(r.status.success());
-    dir
+    common::record_stream_calls(&scratch(), "base.data", opts, &["2", "3000", "1"]).dir
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -243,8 +226,16 @@ fn damaged_recordings_are_reported_as_far_as_they_can_be() {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let before = LIVE.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
+        // Half the cases through a report-time view, which keeps per-thread state.
+        let view: &[&str] = match case % 4 {
+            1 => &["-G", "mid", "--max-depth", "3"],
+            2 => &["-F", "l*", "-F", "worker", "-N", "mid", "-r", "1us~"],
+            _ => &[],
+        };
         let code = ftrace_user::cli::run(
-            ["ftrace", "report", "-i", work.to_str().unwrap()],
+            ["ftrace", "report", "-i", work.to_str().unwrap()]
+                .iter()
+                .chain(view),
             &mut out,
             &mut err,
         );
@@ -252,7 +243,7 @@ fn damaged_recordings_are_reported_as_far_as_they_can_be() {
         let err = String::from_utf8_lossy(&err);
         assert!(
             peak < PEAK_LIMIT,
-            "case {case} ({what:?}): the report held {peak} bytes at once"
+            "case {case} ({what:?}, {view:?}): the report held {peak} bytes at once"
         );
         match code {
             0 => {
@@ -279,7 +270,7 @@ fn damaged_recordings_are_reported_as_far_as_they_can_be() {
                     refused += 1;
                 }
             }
-            c => panic!("case {case} ({what:?}): exit {c}: {err}"),
+            c => panic!("case {case} ({what:?}, {view:?}): exit {c}: {err}"),
         }
     }
     eprintln!("clean {clean}, damaged {damaged}, refused {refused}");

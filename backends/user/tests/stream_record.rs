@@ -8,8 +8,10 @@ use std::process::Command;
 
 use ftrace_agent::config::TracerKind;
 use ftrace_core::EventId;
-use ftrace_user::record::{RecordOptions, record};
+use ftrace_user::record::RecordOptions;
 use ftrace_user::recording::Recording;
+
+mod common;
 
 fn scratch() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ftrace-stream");
@@ -18,26 +20,7 @@ fn scratch() -> PathBuf {
 }
 
 fn build() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_once).clone()
-}
-
-fn build_once() -> PathBuf {
-    let out = scratch().join("stream_calls");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
-        .args(["-fpatchable-function-entry=5", "-o"])
-        .arg(&out)
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    out
+    common::build_stream_calls(&scratch())
 }
 
 /// What the program says it did: (threads, leaf calls, mid calls).
@@ -50,27 +33,13 @@ fn own_counts(exe: &Path, args: &[&str]) -> (u64, u64, u64) {
     (threads, w[2].parse().unwrap(), w[4].parse().unwrap())
 }
 
-struct Run {
-    dir: PathBuf,
-    summary: String,
-}
-
-fn run(tag: &str, tracer: TracerKind, buffer_kb: u64, args: &[&str]) -> Run {
-    let dir = scratch().join(tag);
+fn run(tag: &str, tracer: TracerKind, buffer_kb: u64, args: &[&str]) -> common::Streamed {
     let opts = RecordOptions {
         tracer,
-        output: dir.clone(),
         buffer_kb,
         ..Default::default()
     };
-    assert!(!opts.overwrite, "streaming is the default");
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let r = record(&opts, build().to_str().unwrap(), &args).unwrap();
-    assert!(r.status.success());
-    Run {
-        dir,
-        summary: r.summary,
-    }
+    common::record_stream_calls(&scratch(), tag, opts, args)
 }
 
 /// Files of `dir`'s process directories whose names start with `prefix`.

@@ -71,3 +71,69 @@ pub fn build_kernel_names_lib(dir: &Path) -> PathBuf {
     );
     lib
 }
+
+/// Builds `tests/programs/stream_calls.c` into `dir/stream_calls` (gcc, non-PIE, one 5-byte
+/// patchable NOP per function), once per test binary: the program the streamed-recording
+/// tests record (`stream_calls THREADS CALLS ROUNDS [PAUSE_US]`).
+#[allow(dead_code)] // not every test binary uses it
+pub fn build_stream_calls(dir: &Path) -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = dir.join("stream_calls");
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
+            let st = Command::new("gcc")
+                .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
+                .args(["-fpatchable-function-entry=5", "-o"])
+                .arg(&out)
+                .arg(src)
+                .output()
+                .expect("gcc");
+            assert!(
+                st.status.success(),
+                "gcc: {}",
+                String::from_utf8_lossy(&st.stderr)
+            );
+            out
+        })
+        .clone()
+}
+
+/// A streamed recording a test made.
+#[allow(dead_code)] // not every test binary uses it
+pub struct Streamed {
+    /// The recording directory.
+    pub dir: PathBuf,
+    /// The end-of-recording lines the tool prints.
+    pub summary: String,
+}
+
+/// Records `stream_calls ARGS` (built into `scratch`) streamed, the default of `record`
+/// (the tool drains the rings while the program runs), with `opts` into `scratch/tag`; checks
+/// that the program succeeded and that the recording holds events files, not pages.
+#[allow(dead_code)] // not every test binary uses it
+pub fn record_stream_calls(
+    scratch: &Path,
+    tag: &str,
+    opts: ftrace_user::record::RecordOptions,
+    args: &[&str],
+) -> Streamed {
+    let dir = scratch.join(tag);
+    let opts = ftrace_user::record::RecordOptions {
+        output: dir.clone(),
+        ..opts
+    };
+    assert!(!opts.overwrite, "streaming is the default");
+    let exe = build_stream_calls(scratch);
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let r = ftrace_user::record::record(&opts, exe.to_str().unwrap(), &args).unwrap();
+    assert!(r.status.success(), "{}", r.summary);
+    assert!(
+        !dir.join("per_cpu").exists(),
+        "a streamed recording has no pages"
+    );
+    Streamed {
+        dir,
+        summary: r.summary,
+    }
+}
