@@ -9,6 +9,7 @@
 //! that a rejected write leaves all state as it was.
 
 use alloc::boxed::Box;
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -256,6 +257,13 @@ pub trait TraceBackend: Send {
     /// starts from it. `None` (the default): only the tree changes it.
     fn event_soft_disabled(&self, _event: &TraceEventFormat) -> Option<bool> {
         None
+    }
+
+    /// The events (`(system, name)`) the instance's `enable_event` / `disable_event`
+    /// function commands act on, for a backend that runs them: the tree holds each in soft
+    /// mode while a command names it. The default: none.
+    fn probe_event_targets(&self) -> Vec<(String, String)> {
+        Vec::new()
     }
 
     /// The remaining counts of the event's triggers, in the order of the last

@@ -197,6 +197,9 @@ struct Instance {
     pipe_readers: u32,
     /// The state of every registered trace event in this instance.
     events: EventSet,
+    /// The events this instance's `enable_event` / `disable_event` function commands hold in
+    /// soft mode (sorted ids).
+    probe_targets: Vec<u16>,
 }
 
 impl Instance {
@@ -302,6 +305,7 @@ impl Instance {
             open_files: 0,
             pipe_readers: 0,
             events: EventSet::default(),
+            probe_targets: Vec::new(),
         }
     }
 
@@ -728,8 +732,12 @@ impl<H: Host> Tracefs<H> {
     /// `close(fh)`: publishes a filter being written, frees `free_buffer`, drops readers.
     pub fn release(&mut self, fh: Fh) -> Result<(), Errno> {
         let of = self.files.remove(&fh.0).ok_or(Errno::EBADF)?;
-        let Ok(i) = self.inst_mut(&of.inst) else {
-            return Ok(());
+        let i = match &of.inst {
+            None => &mut self.top,
+            Some(n) => match self.instances.get_mut(n) {
+                Some(i) => i,
+                None => return Ok(()),
+            },
         };
         i.open_files = i.open_files.saturating_sub(1);
         match (of.file, of.state) {
@@ -743,7 +751,16 @@ impl<H: Host> Tracefs<H> {
                 }
                 Ok(())
             }
-            (File::Filter(_), OpenState::Filter(Some(edit))) => edit.release(),
+            (File::Filter(which), OpenState::Filter(Some(edit))) => {
+                let r = edit.release();
+                if which == crate::FilterFile::Filter {
+                    // The function commands may have changed even if the write failed.
+                    sync_soft_disabled(i, &self.events);
+                    hold_probe_targets(i, &self.events).and(r)
+                } else {
+                    r
+                }
+            }
             (File::FreeBuffer, _) if of.flags.write => {
                 if i.flags.contains(TraceOptions::DISABLE_ON_FREE) && i.is_on() {
                     i.backend.set_param(Param::TracingOn(false))?;
@@ -1770,6 +1787,44 @@ fn apply_filter(
             Err(e.errno)
         }
     }
+}
+
+/// `enable_event` / `disable_event` function commands hold their target events in soft mode
+/// (`event_enable_func`'s `__ftrace_event_enable_disable(file, 1, 1)`) while any of them
+/// names the event, and let go when the last one is removed (`event_enable_free`): the
+/// backend's function commands ([`TraceBackend::probe_event_targets`]) are compared with the
+/// targets this instance holds.
+fn hold_probe_targets(i: &mut Instance, registry: &[TraceEventFormat]) -> Result<(), Errno> {
+    let mut want: Vec<u16> = i
+        .backend
+        .probe_event_targets()
+        .iter()
+        .filter_map(|(sys, name)| {
+            registry
+                .iter()
+                .find(|e| e.system == sys && e.name == name)
+                .map(|e| e.id)
+        })
+        .collect();
+    want.sort_unstable();
+    want.dedup();
+    if want == i.probe_targets {
+        return Ok(());
+    }
+    let mut set = i.events.clone();
+    for id in want.iter().filter(|id| !i.probe_targets.contains(id)) {
+        if let Some(f) = set.files.get_mut(id) {
+            f.enable_disable(true, EnableMode::Soft);
+        }
+    }
+    for id in i.probe_targets.iter().filter(|id| !want.contains(id)) {
+        if let Some(f) = set.files.get_mut(id) {
+            f.enable_disable(false, EnableMode::Soft);
+        }
+    }
+    commit_events(i, registry, set)?;
+    i.probe_targets = want;
+    Ok(())
 }
 
 /// Registers a trigger on event `id`: an enable trigger puts its target in soft mode, the

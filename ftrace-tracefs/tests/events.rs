@@ -817,3 +817,73 @@ fn enable_event_trigger_turns_its_target_on_once() {
             .tracepoint(wakeup.0, wakeup.1 + 2, &wakeup.2)
     );
 }
+
+/// `f:enable_event:SYS:EV` in `set_ftrace_filter` holds the event in soft mode while the
+/// command exists (`0*`: armed, soft-disabled), and lets it go when the last command naming it
+/// is removed, as the kernel's `event_enable_func` / `event_enable_free` do.
+#[test]
+fn enable_event_function_command_holds_its_event_in_soft_mode() {
+    let mut fs = tracefs_with_sched();
+    let enable = "events/sched/sched_switch/enable";
+    let told = |fs: &mut ftrace_tracefs::Tracefs<common::ModelHost>| {
+        fs.host()
+            .state(None)
+            .borrow()
+            .event_states
+            .get(&SCHED_SWITCH.id)
+            .copied()
+    };
+    echo(
+        &mut fs,
+        "vfs_read:enable_event:sched:sched_switch",
+        "set_ftrace_filter",
+    )
+    .unwrap();
+    assert_eq!(cat(&mut fs, enable).unwrap(), "0*\n");
+    assert_eq!(
+        told(&mut fs),
+        Some(EventState {
+            enabled: true,
+            soft_disabled: true,
+            triggers: false
+        })
+    );
+    // A second command on the same event, then the first removed: still held.
+    echo_append(
+        &mut fs,
+        "vfs_read:disable_event:sched:sched_switch:2",
+        "set_ftrace_filter",
+    )
+    .unwrap();
+    echo_append(
+        &mut fs,
+        "!vfs_read:enable_event:sched:sched_switch",
+        "set_ftrace_filter",
+    )
+    .unwrap();
+    assert_eq!(cat(&mut fs, enable).unwrap(), "0*\n");
+    // The hard switch inside soft mode, then the last command gone: the event is left as
+    // the hard switch says (on).
+    echo(&mut fs, "1", enable).unwrap();
+    assert_eq!(cat(&mut fs, enable).unwrap(), "1*\n");
+    echo_append(
+        &mut fs,
+        "!vfs_read:disable_event:sched:sched_switch:2",
+        "set_ftrace_filter",
+    )
+    .unwrap();
+    assert_eq!(cat(&mut fs, enable).unwrap(), "1\n");
+    echo(&mut fs, "0", enable).unwrap();
+    assert_eq!(cat(&mut fs, enable).unwrap(), "0\n");
+    assert_eq!(told(&mut fs).map(|s| s.enabled), Some(false));
+    // An event that does not exist is refused and holds nothing.
+    assert_eq!(
+        echo(
+            &mut fs,
+            "vfs_read:enable_event:sched:nope",
+            "set_ftrace_filter"
+        ),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(cat(&mut fs, enable).unwrap(), "0\n");
+}

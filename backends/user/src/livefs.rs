@@ -40,16 +40,21 @@
 //! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
 //! (`ENODEV`), enabling a `sched` event or an event in an instance (`ENODEV`: see
 //! [`register_events`]; the program's own events record, [`crate::progevents`]), and function
-//! commands other than `traceon` / `traceoff` / `stacktrace` (`EINVAL`; none in an
-//! instance). Invariant: a refused write changes nothing, here or in the program.
+//! commands other than `traceon` / `traceoff` / `stacktrace` / `enable_event` /
+//! `disable_event` (`EINVAL`; none in an instance). Invariant: a refused write changes
+//! nothing, here or in the program.
 //!
-//! `f:traceon[:N]` / `f:traceoff[:N]` / `f:stacktrace[:N]` run in the program (the agent's
-//! probe ops; `stacktrace` records the thread's stack, walked by the program's unwinder from
-//! the traced call, as a `kernel_stack` record), which owns
+//! `f:traceon[:N]` / `f:traceoff[:N]` / `f:stacktrace[:N]` and `f:enable_event:SYS:EV[:N]` /
+//! `f:disable_event:SYS:EV[:N]` (on the program's own events, which the tree then holds in
+//! soft mode) run in the program (the agent's probe ops; `stacktrace` records the thread's
+//! stack, walked by the program's unwinder from the traced call, as a `kernel_stack` record;
+//! the event commands flip the event's soft-disabled bit, which the event's `enable` file
+//! reads back), which owns
 //! `tracing_on` and the counts while they run: the tree reads both back from the agent
 //! ([`TraceBackend::tracing_on`], the `set_ftrace_filter` read-back) and takes them before
-//! sending a new state. A probe that fires between that read and the new state's arrival
-//! (the span of one request) may be undone by it (the count restored, `tracing_on` set back).
+//! sending a new state. A new state never undoes a probe that fired after that read: the agent
+//! keeps the live count of a probe it already runs (the count sent is a new probe's start),
+//! and only a write of `tracing_on` sets the program's switch (other requests leave it).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -113,6 +118,15 @@ fn tracer_obj(name: &str) -> &'static dyn Tracer {
         "function_graph" => &GRAPH,
         _ => &NOP,
     }
+}
+
+/// Whether a state request sets the first process's `tracing_on` to the tree's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Switch {
+    /// Sets it (the first state, a write of `tracing_on`).
+    Set,
+    /// Leaves it: the program's function commands own it between writes of `tracing_on`.
+    Keep,
 }
 
 /// The program side of the top level: the link to the agent, its buffers and call sites.
@@ -413,26 +427,39 @@ impl State {
         let f = a.filters.set(FilterFile::Filter);
         let n = a.filters.set(FilterFile::Notrace);
         let g = a.filters.set(FilterFile::GraphFunction);
+        let event_id = |(system, name): (&str, &str)| {
+            a.events
+                .formats()
+                .iter()
+                .find(|f| f.system == system && f.name == name)
+                .map(|f| f.id)
+        };
         let probes = a
             .filters
             .probes()
             .entries()
-            .filter(|p| {
-                matches!(
-                    p.cmd,
-                    ProbeCommand::Traceon | ProbeCommand::Traceoff | ProbeCommand::Stacktrace
-                )
-            })
-            .map(|p| WantedProbe {
-                addr: p.ip,
-                cmd: p.cmd,
-                count: p.count,
+            .filter_map(|p| {
+                let event = match p.cmd {
+                    ProbeCommand::Traceon | ProbeCommand::Traceoff | ProbeCommand::Stacktrace => {
+                        None
+                    }
+                    ProbeCommand::EnableEvent | ProbeCommand::DisableEvent => {
+                        Some(event_id(p.event?)?)
+                    }
+                    _ => return None,
+                };
+                Some(WantedProbe {
+                    addr: p.ip,
+                    cmd: p.cmd,
+                    count: p.count,
+                    event,
+                })
             })
             .collect();
         Some(Wanted {
             probes,
             tracer: TracerKind::parse(self.tracer),
-            on: self.on,
+            on: Some(self.on),
             depth: self.depth,
             clock: self.clock,
             sel: a
@@ -513,14 +540,17 @@ impl State {
         Ok(())
     }
 
-    /// Takes the program's changes ([`State::sync`]), then sends the wanted state.
+    /// Takes the program's changes ([`State::sync`]), then sends the wanted state, leaving
+    /// the first process's `tracing_on` as it is: a function command of the program may
+    /// change it between that read and the request's arrival, and only a write of
+    /// `tracing_on` overrides the program's switch.
     fn push(&mut self) -> Result<(), Errno> {
         self.sync()?;
-        self.send()
+        self.send(Switch::Keep)
     }
 
     /// Sends the wanted state (top level only).
-    fn send(&mut self) -> Result<(), Errno> {
+    fn send(&mut self, switch: Switch) -> Result<(), Errno> {
         let Some(w) = self.wanted() else {
             return Ok(());
         };
@@ -528,6 +558,13 @@ impl State {
         let first = if a.link.is_broken() {
             Ok(())
         } else {
+            let w = match switch {
+                Switch::Set => w.clone(),
+                Switch::Keep => Wanted {
+                    on: None,
+                    ..w.clone()
+                },
+            };
             match a.link.set_state(&w) {
                 Err(_) if a.link.is_broken() && !a.others.pids().is_empty() => Ok(()),
                 r => r.map(|_| ()),
@@ -778,15 +815,33 @@ impl FilterStore for Filters {
     }
 }
 
-/// The filter language's environment here: the program's call sites, no trace events, no
-/// snapshot buffer, and only the function commands the agent runs (`traceon`, `traceoff`,
-/// `stacktrace`):
-/// any other is refused with `EINVAL`, changing nothing.
-struct LiveCommands(Arc<dyn SymbolTable + Send + Sync>);
+/// The filter language's environment here: the program's call sites, its own trace events
+/// (`(id, system, name)`: the targets of `enable_event` / `disable_event`), no snapshot
+/// buffer, and only the function commands the agent runs (`traceon`, `traceoff`,
+/// `stacktrace`, `enable_event`, `disable_event`): any other is refused with `EINVAL`,
+/// changing nothing.
+struct LiveCommands {
+    symbols: Arc<dyn SymbolTable + Send + Sync>,
+    events: Vec<(u16, &'static str, &'static str)>,
+}
+
+impl LiveCommands {
+    /// The id of program event `system:name`.
+    fn event_id(&self, system: &str, name: &str) -> Option<u16> {
+        self.events
+            .iter()
+            .find(|(_, s, n)| *s == system && *n == name)
+            .map(|e| e.0)
+    }
+}
 
 impl CommandEnv for LiveCommands {
     fn symbols(&self) -> &dyn SymbolTable {
-        &*self.0
+        &*self.symbols
+    }
+
+    fn event_exists(&self, system: &str, event: &str) -> bool {
+        self.event_id(system, event).is_some()
     }
 
     fn has_snapshot(&self) -> bool {
@@ -796,7 +851,11 @@ impl CommandEnv for LiveCommands {
     fn supports(&self, cmd: ProbeCommand) -> bool {
         matches!(
             cmd,
-            ProbeCommand::Traceon | ProbeCommand::Traceoff | ProbeCommand::Stacktrace
+            ProbeCommand::Traceon
+                | ProbeCommand::Traceoff
+                | ProbeCommand::Stacktrace
+                | ProbeCommand::EnableEvent
+                | ProbeCommand::DisableEvent
         )
     }
 }
@@ -935,7 +994,7 @@ impl TraceBackend for UserBackend {
                 st.sync()?;
                 let old = st.on;
                 st.on = on;
-                st.send().inspect_err(|_| st.on = old)
+                st.send(Switch::Set).inspect_err(|_| st.on = old)
             }
             Param::MaxGraphDepth(d) => {
                 let old = st.depth;
@@ -1208,6 +1267,19 @@ impl TraceBackend for UserBackend {
         a.events.current(&mut a.link, event.id).map(|c| c.0)
     }
 
+    fn probe_event_targets(&self) -> Vec<(String, String)> {
+        let mut st = lock(&self.state);
+        let Some(a) = st.agent.as_mut() else {
+            return Vec::new();
+        };
+        a.filters
+            .probes()
+            .entries()
+            .filter_map(|p| p.event)
+            .map(|(sys, name)| (sys.to_string(), name.to_string()))
+            .collect()
+    }
+
     fn event_trigger_counts(
         &self,
         event: &ftrace_core::format::TraceEventFormat,
@@ -1417,6 +1489,11 @@ impl UserHost {
         }
         syms.finish();
         let syms: Arc<dyn SymbolTable + Send + Sync> = Arc::new(syms);
+        let event_names = events
+            .formats()
+            .iter()
+            .map(|f| (f.id, f.system, f.name))
+            .collect();
         let instance_commands = Arc::new(InstanceCommands(syms.clone()));
         // SAFETY: no preconditions.
         let nr_cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as u32;
@@ -1427,7 +1504,10 @@ impl UserHost {
                 exe,
                 live,
                 sites,
-                filters: FilterState::new(Arc::new(LiveCommands(syms))),
+                filters: FilterState::new(Arc::new(LiveCommands {
+                    symbols: syms,
+                    events: event_names,
+                })),
                 events,
             }),
             clock,
@@ -1436,7 +1516,7 @@ impl UserHost {
         );
         st.tracer = tracer.name();
         // The program waits for its first state before its `main` ([`ftrace_agent::control`]).
-        st.send()
+        st.send(Switch::Set)
             .map_err(|e| format!("sending the first state: {e:?}"))?;
         let top = Arc::new(Mutex::new(st));
         Ok(UserHost {

@@ -74,10 +74,8 @@ impl ProgramEvents {
     ) -> Result<(), Errno> {
         let mut next = self.sent.get(&id).cloned().unwrap_or_default();
         edit(&mut next);
-        if self.sent.get(&id).is_some_and(|s| s.config == next.config) {
-            self.sent.insert(id, next);
-            return Ok(());
-        }
+        // Sent even when it equals the last one sent: the program's triggers and function
+        // commands may have flipped its soft bit since (`1*` back to `0*` is such a write).
         link.set_event(id, &next.config)?;
         self.sent.insert(id, next);
         Ok(())

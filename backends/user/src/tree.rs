@@ -235,6 +235,7 @@ mod tests {
                 addr: 0x10,
                 cmd: ProbeCommand::Traceoff,
                 count: Some(3),
+                event: None,
             }],
             pids: vec![5],
             ..Wanted::default()

@@ -1,7 +1,11 @@
 //! The kernel's own tracefs test suite, `ftracetest` (Linux 6.12's
 //! `tools/testing/selftests/ftrace`, from Debian's `linux-source-6.12`), run against the live
 //! mount (`ftrace record --mount`) of `tests/programs/kernel_names.c`, a program that defines
-//! and keeps calling the functions the tests name (`schedule`, the lock functions, ...), and of
+//! and keeps calling the functions the tests name (`schedule`, the lock functions, ...) and
+//! declares the kernel's events they enable or filter (`sched:sched_switch` and
+//! `sched:sched_wakeup`, fired by its workers as they block, and `signal:signal_generate`,
+//! with `ftrace/tracepoint.h` in Linux 6.12's layouts: the sched formats are checked against
+//! the 6.12 goldens), and of
 //! the suite itself: kernel_names runs the suite as its child, with
 //! `tests/programs/kernel_names_lib.c` preloaded after the agent, so the suite's own shell is a
 //! traced process of the tree whose forks, execs and writes go through functions named like the
@@ -40,6 +44,13 @@ const NOT_RUN: &[(&str, &str)] = &[
         "func_mod_trace.tc",
         "loads a module into the machine's kernel (modprobe)",
     ),
+];
+
+/// The kernel's events kernel_names.c declares that have a 6.12 format golden: (system,
+/// name, the golden's id). Their format files must equal the goldens but for the id line.
+const KERNEL_EVENTS: &[(&str, &str, u32)] = &[
+    ("sched", "sched_switch", 310),
+    ("sched", "sched_wakeup", 312),
 ];
 
 /// Tests whose feature the live mount lacks, so the test says UNSUPPORTED: (result line's
@@ -81,28 +92,16 @@ const ABSENT_FEATURES: &[(&str, &str)] = &[
 /// for the reason given.
 const KNOWN_FAILURES: &[(&str, &str)] = &[
     (
-        "ftrace - test for function event triggers",
-        "the sched events cannot be enabled: nothing records them (ENODEV)",
-    ),
-    (
-        "ftrace - test for function traceon/off triggers",
-        "the sched events cannot be enabled: nothing records them (ENODEV)",
-    ),
-    (
-        "ftrace - test tracing error log support",
-        "needs the `signal:signal_generate` event",
-    ),
-    (
         "(instance)  ftrace - stacktrace filter command",
         "function commands in instances (EINVAL)",
     ),
     (
         "(instance)  ftrace - test for function event triggers",
-        "the sched events cannot be enabled: nothing records them (ENODEV)",
+        "events in instances (ENODEV) and function commands in instances (EINVAL)",
     ),
     (
         "(instance)  ftrace - test for function traceon/off triggers",
-        "the sched events cannot be enabled: nothing records them (ENODEV)",
+        "events in instances (ENODEV) and function commands in instances (EINVAL)",
     ),
 ];
 
@@ -152,7 +151,7 @@ fn suite() -> PathBuf {
 /// the suite's processes (`tests/programs/kernel_names_lib.c`, with call sites).
 fn build_target(dir: &Path) -> (PathBuf, PathBuf) {
     (
-        common::build_kernel_style(dir, "kernel_names"),
+        common::build_kernel_names(dir),
         common::build_kernel_names_lib(dir),
     )
 }
@@ -213,6 +212,14 @@ fn run_suite_in_tree(suite: &Path, dir: &Path, groups: &[(&str, Vec<PathBuf>)]) 
             " > {} 2> {}\n",
             quoted(&out),
             quoted(&out.with_extension("stderr"))
+        ));
+    }
+    // The formats of the kernel's events kernel_names declares, for the goldens.
+    for (system, name, _) in KERNEL_EVENTS {
+        inner.push_str(&format!(
+            "cat {} > {}\n",
+            quoted(&mnt.join(format!("events/{system}/{name}/format"))),
+            quoted(&dir.join(format!("format-{name}")))
         ));
     }
     std::fs::write(dir.join("inner.sh"), inner).unwrap();
@@ -335,6 +342,22 @@ fn kernel_ftracetest_passes_on_the_live_mount() {
         })
         .collect();
     let outs = run_suite_in_tree(&suite, &dir, &groups);
+    for (system, name, golden_id) in KERNEL_EVENTS {
+        let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/reference/ftrace-6.12.117/02-files")
+            .join(format!("events__{system}__{name}__format.txt"));
+        let golden = std::fs::read_to_string(&golden).unwrap();
+        let served = std::fs::read_to_string(dir.join(format!("format-{name}"))).unwrap();
+        let id = served
+            .lines()
+            .find_map(|l| l.strip_prefix("ID: "))
+            .unwrap_or_else(|| panic!("{system}:{name}: no id in {served:?}"));
+        assert_eq!(
+            served,
+            golden.replace(&format!("ID: {golden_id}\n"), &format!("ID: {id}\n")),
+            "{system}:{name}'s format"
+        );
+    }
 
     let mut report = String::new();
     let mut bad = Vec::new();

@@ -175,7 +175,7 @@ fn a_shell_and_the_programs_it_starts_are_recorded_apart() {
 /// kernel_names_lib.so preloaded: it writes the control files and leaves what it read in
 /// `dir`. Returns the tool's stderr.
 fn run_script_in_tree(dir: &Path, script: &str) -> String {
-    let prog = common::build_kernel_style(dir, "kernel_names");
+    let prog = common::build_kernel_names(dir);
     let lib = common::build_kernel_names_lib(dir);
     let mnt = dir.join("tracing");
     std::fs::create_dir_all(&mnt).unwrap();

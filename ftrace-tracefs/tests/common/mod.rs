@@ -402,7 +402,7 @@ impl Host for ModelHost {
                 cpu: 0,
                 ts: 1_000_000_000,
             },
-            filters: FilterState::with_symbols(self.syms.clone()),
+            filters: FilterState::new(std::sync::Arc::new(ModelCommands(self.syms.clone()))),
             params: Vec::new(),
             comms,
             event_states: BTreeMap::new(),
@@ -748,6 +748,15 @@ impl TraceBackend for ModelBackend {
         st.trigger_runners
             .insert(event.id, Rc::new(TriggerRunner::new(event, triggers)));
     }
+    fn probe_event_targets(&self) -> Vec<(String, String)> {
+        let st = self.st.borrow();
+        st.filters
+            .probes()
+            .entries()
+            .filter_map(|p| p.event)
+            .map(|(sys, name)| (sys.to_string(), name.to_string()))
+            .collect()
+    }
     fn event_trigger_counts(&self, event: &TraceEventFormat) -> Option<Vec<i64>> {
         Some(self.st.borrow().trigger_runners.get(&event.id)?.counts())
     }
@@ -758,6 +767,21 @@ impl TraceBackend for ModelBackend {
     /// The ring buffers' record switch is the truth (a trigger may turn it off).
     fn tracing_on(&self) -> Option<bool> {
         Some(self.st.borrow().recording)
+    }
+}
+
+/// The model's filter language: its symbols, and the sched events as the targets of the
+/// `enable_event` / `disable_event` function commands.
+struct ModelCommands(std::sync::Arc<dyn SymbolTable + Send + Sync>);
+
+impl ftrace_tracefs::filter_edit::CommandEnv for ModelCommands {
+    fn symbols(&self) -> &dyn SymbolTable {
+        &*self.0
+    }
+    fn event_exists(&self, system: &str, event: &str) -> bool {
+        ftrace_core::format::sched::SCHED_EVENTS
+            .iter()
+            .any(|e| e.system == system && e.name == event)
     }
 }
 

@@ -19,11 +19,12 @@
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
 //! `STATE` carries the whole wanted state: the tracer (`nop`, `function`, `function_graph`),
-//! `tracing_on` (0/1), `max_graph_depth`, the trace clock (`local`, `mono`, `x86-tsc`), and
+//! `tracing_on` (0/1; `-` leaves the program's own, which its function commands change), `max_graph_depth`, the trace clock (`local`, `mono`, `x86-tsc`), and
 //! comma-separated hex site addresses (`-` for none):
 //! the sites to enable (the filter files resolved by the tool) and the function_graph roots
 //! (`set_graph_function`); then the function commands (`-`, or comma-separated
-//! `addr:traceon|traceoff:count`, `u` for no count), run in the program ([`crate::probe`]),
+//! `addr:traceon|traceoff|stacktrace:count`, or `addr:enable_event|disable_event=<event
+//! id>:count`, `u` for no count), run in the program ([`crate::probe`]),
 //! which `PROBES` reads back with the `tracing_on` they may have changed; then the pid filters
 //! ([`crate::pids`]): `set_ftrace_pid` and `set_ftrace_notrace_pid` as comma-separated decimal
 //! thread ids (`-` for none) and `function-fork` (0/1); last `tracing_cpumask`
@@ -56,8 +57,9 @@ use crate::{Agent, agent, apply, call_target, dispatch, handler};
 pub struct Wanted {
     /// The tracer; `None` is `nop` (every site disabled).
     pub tracer: Option<TracerKind>,
-    /// `tracing_on`: events are recorded.
-    pub on: bool,
+    /// `tracing_on`: events are recorded; `None` leaves the program's switch as it is (its
+    /// `traceon` / `traceoff` commands own it between the tree's writes of `tracing_on`).
+    pub on: Option<bool>,
     /// `max_graph_depth` (0: unlimited).
     pub depth: u32,
     /// The trace clock.
@@ -147,7 +149,7 @@ impl Wanted {
         format!(
             "STATE {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
-            u8::from(self.on),
+            self.on.map_or("-", |on| if on { "1" } else { "0" }),
             self.depth,
             self.clock.name(),
             fmt_addrs(&self.sel),
@@ -176,7 +178,12 @@ impl Wanted {
             "nop" => None,
             t => Some(TracerKind::parse(t)?),
         };
-        let on = it.next()? != "0";
+        let on = match it.next()? {
+            "-" => None,
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => return None,
+        };
         let depth = it.next()?.parse().ok()?;
         let clock = ClockKind::parse(it.next()?)?;
         let sel = parse_addrs(it.next()?)?;
@@ -502,7 +509,9 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
         w.tracer == Some(TracerKind::FunctionGraph) && !w.roots.is_empty(),
         Ordering::Relaxed,
     );
-    handler::TRACING_ON.store(w.on, Ordering::Relaxed);
+    if let Some(on) = w.on {
+        handler::TRACING_ON.store(on, Ordering::Relaxed);
+    }
     handler::CLOCK_TSC.store(w.clock.is_tsc(), Ordering::Relaxed);
     crate::pids::FOLLOW_FORK.store(w.follow_fork, Ordering::Relaxed);
     crate::pids::set_lists(&w.pids, &w.no_pids);
@@ -544,7 +553,7 @@ mod tests {
     fn state_request_round_trip() {
         let w = Wanted {
             tracer: Some(TracerKind::FunctionGraph),
-            on: true,
+            on: Some(true),
             depth: 3,
             clock: ClockKind::Mono,
             sel: [0x401000u64, 0x401100].into_iter().collect(),
@@ -554,11 +563,13 @@ mod tests {
                     addr: 0x401000,
                     cmd: ftrace_core::filter::ProbeCommand::Traceoff,
                     count: Some(1),
+                    event: None,
                 },
                 WantedProbe {
                     addr: 0x401100,
                     cmd: ftrace_core::filter::ProbeCommand::Traceon,
                     count: None,
+                    event: None,
                 },
             ],
             pids: vec![7, 12],
@@ -576,7 +587,11 @@ mod tests {
         );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
-        assert_eq!(nop.to_request(), "STATE nop 0 0 local - - - - - 0 - 0 0 0");
+        assert_eq!(nop.to_request(), "STATE nop - 0 local - - - - - 0 - 0 0 0");
+        assert_eq!(
+            Wanted::parse("STATE nop 2 0 local - - - - - 0 - 0 0 0"),
+            None
+        );
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
         assert_eq!(
             Wanted::parse("STATE bogus 1 0 local - - - - - 0 - 0 0 0"),

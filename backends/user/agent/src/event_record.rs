@@ -158,6 +158,9 @@ impl EventConfig {
 /// One armed event, compiled.
 struct Live {
     id: u16,
+    /// Its system and name (the function commands name their target so).
+    system: &'static str,
+    name: &'static str,
     soft_disabled: AtomicBool,
     filter: Option<EventFilter>,
     runner: Option<TriggerRunner>,
@@ -167,8 +170,10 @@ static LIVE: RcuCell<Vec<Live>> = RcuCell::empty();
 static LIVE_READERS: ReaderCount = ReaderCount::new();
 /// The configurations, by id (control thread only).
 static CONFIGS: Mutex<BTreeMap<u16, EventConfig>> = Mutex::new(BTreeMap::new());
+/// The events the function commands `enable_event` / `disable_event` flip ([`crate::probe`]).
+static PROBE_TARGETS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
-fn compile(format: &TraceEventFormat, c: &EventConfig) -> Result<Live, &'static str> {
+fn compile(format: &'static TraceEventFormat, c: &EventConfig) -> Result<Live, &'static str> {
     let filter = match c.filter.is_empty() {
         true => None,
         false => Some(event_filter::parse(format, &c.filter).map_err(|_| "bad filter")?),
@@ -195,6 +200,8 @@ fn compile(format: &TraceEventFormat, c: &EventConfig) -> Result<Live, &'static 
         .collect();
     Ok(Live {
         id: format.id,
+        system: format.system,
+        name: format.name,
         soft_disabled: AtomicBool::new(c.soft_disabled),
         filter,
         runner: (!triggers.is_empty()).then(|| TriggerRunner::new(format, &triggers)),
@@ -204,8 +211,32 @@ fn compile(format: &TraceEventFormat, c: &EventConfig) -> Result<Live, &'static 
 /// `EVENT_SET`: event `id` takes `config`; the set is republished and the call sites
 /// re-pointed. `Err` (nothing changed) for an unknown event or a filter that does not parse.
 pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
-    let mut configs = CONFIGS.lock().unwrap_or_else(|e| e.into_inner());
     event::find(id).ok_or("no such event")?;
+    republish(|next| {
+        next.insert(id, config);
+    })
+}
+
+/// The function commands now flip the soft bits of `ids`: those events are re-pointed at
+/// [`record_event`] (or back at the plain path). Called by the control thread.
+pub fn set_probe_targets(mut ids: Vec<u16>) {
+    ids.sort_unstable();
+    ids.dedup();
+    {
+        let mut t = PROBE_TARGETS.lock().unwrap_or_else(|e| e.into_inner());
+        if *t == ids {
+            return;
+        }
+        *t = ids;
+    }
+    // The configurations compiled before; nothing new to refuse.
+    let _ = republish(|_| {});
+}
+
+/// Publishes the configurations `edit` makes of the current ones, with the soft bits and
+/// counts the triggers and function commands changed here.
+fn republish(edit: impl FnOnce(&mut BTreeMap<u16, EventConfig>)) -> Result<(), &'static str> {
+    let mut configs = CONFIGS.lock().unwrap_or_else(|e| e.into_inner());
     let mut next = configs.clone();
     // The soft bits and counts the triggers changed here are the tool's to send back; a
     // config without this event keeps the live bits of the others.
@@ -221,14 +252,14 @@ pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
             }
         }
     });
-    next.insert(id, config);
+    edit(&mut next);
     let mut live = Vec::new();
     for (i, c) in next.iter().filter(|(_, c)| c.armed) {
         live.push(compile(format_of(*i).ok_or("no such event")?, c)?);
     }
     // An event nothing acts on (no filter, no trigger, not soft-disabled, no other event's
     // trigger flips it) records on the plain path, which reads no shared state.
-    let targets: Vec<u16> = next
+    let mut targets: Vec<u16> = next
         .values()
         .flat_map(|c| c.triggers.iter())
         .filter_map(|t| match t.action {
@@ -236,6 +267,12 @@ pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
             _ => None,
         })
         .collect();
+    targets.extend(
+        PROBE_TARGETS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter(),
+    );
     let probes: BTreeMap<u16, ProbeFn> = next
         .iter()
         .filter(|(_, c)| c.armed)
@@ -312,6 +349,30 @@ fn format_of(id: u16) -> Option<&'static TraceEventFormat> {
     let v: &'static TraceEventFormat = Box::leak(Box::new(event::find(id)?.format()));
     f.insert(id, v);
     Some(v)
+}
+
+/// The system and name of program event `id`.
+pub fn names_of(id: u16) -> Option<(&'static str, &'static str)> {
+    format_of(id).map(|f| (f.system, f.name))
+}
+
+/// The soft-disabled bit of the armed event `system:name` (a function command's check);
+/// `None` if it is not armed. Takes no lock and allocates nothing (runs in traced code).
+pub fn soft_disabled_by_name(system: &str, name: &str) -> Option<bool> {
+    with_live(|live| {
+        let l = live.iter().find(|l| l.system == system && l.name == name)?;
+        Some(l.soft_disabled.load(Ordering::Relaxed))
+    })
+}
+
+/// Sets the soft-disabled bit of the armed event `system:name` (`enable_event` /
+/// `disable_event` run as function commands); nothing if it is not armed.
+pub fn set_soft_disabled_by_name(system: &str, name: &str, disabled: bool) {
+    with_live(|live| {
+        if let Some(l) = live.iter().find(|l| l.system == system && l.name == name) {
+            l.soft_disabled.store(disabled, Ordering::Relaxed);
+        }
+    });
 }
 
 /// `EVENT_GET`: event `id`'s soft-disabled bit and its triggers' remaining counts now.

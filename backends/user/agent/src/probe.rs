@@ -1,15 +1,18 @@
 //! The function commands the live mount attaches (`f:traceon[:N]`, `f:traceoff[:N]`,
-//! `f:stacktrace[:N]`): the agent's probe ops, run by the full-save entry path
-//! ([`crate::handler::on_entry`]) before anything is recorded, flipping the agent's
-//! `tracing_on` ([`handler::TRACING_ON`]) or recording the thread's stack
-//! (`stack::record`).
+//! `f:stacktrace[:N]`, `f:enable_event:SYS:EV[:N]`, `f:disable_event:SYS:EV[:N]`): the agent's
+//! probe ops, run by the full-save entry path ([`crate::handler::on_entry`]) before anything
+//! is recorded, flipping the agent's `tracing_on` ([`handler::TRACING_ON`]), recording the
+//! thread's stack (`stack::record`) or flipping a program event's soft-disabled bit
+//! ([`crate::event_record`]).
 //!
 //! The control thread publishes a [`Probes`] in an [`RcuCell`]; the counts live here, in the
 //! program (the tool reads them back with the `PROBES` request). Invariant: a handler reads
 //! the published [`Probes`] inside a guard of `PROBE_READERS`, and a replaced one is freed
 //! only after that domain's grace period (waited for in place by the control thread), so no
-//! handler runs a freed one; it is replaced only when the set of probes changes (a count-only
-//! change is stored into the live counts).
+//! handler runs a freed one; it is replaced only when the set of probes changes. The counts are
+//! the program's: a probe the tool asks for again keeps its live count (shared with the
+//! replacement), whatever count the request carries, so a request built from a read-back that
+//! a probe hit has since overtaken cannot give that hit back.
 //!
 //! The domain is a [`ReaderCount`], not crossbeam-epoch's `EpochReclaim`: the entry handler
 //! runs in traced code, which may be the program's own signal handler, where an epoch pin (it
@@ -30,31 +33,35 @@ use crate::handler::{self, ThreadState};
 pub struct WantedProbe {
     /// The site address.
     pub addr: u64,
-    /// `traceon`, `traceoff` or `stacktrace`.
+    /// `traceon`, `traceoff`, `stacktrace`, `enable_event` or `disable_event`.
     pub cmd: ProbeCommand,
     /// The remaining count (`None`: unlimited).
     pub count: Option<i64>,
+    /// The id of the program event `enable_event` / `disable_event` act on (`None` for the
+    /// other commands).
+    pub event: Option<u16>,
 }
 
 impl WantedProbe {
-    /// `addr:cmd:count` (`count` is `u` for unlimited).
+    /// `addr:cmd:count`, or `addr:cmd=event id:count` for the event commands (`count` is
+    /// `u` for unlimited).
     pub fn to_field(&self) -> String {
-        match self.count {
-            Some(n) => format!("{:x}:{}:{n}", self.addr, self.cmd.name()),
-            None => format!("{:x}:{}:u", self.addr, self.cmd.name()),
+        let count = self.count.map_or("u".to_string(), |n| n.to_string());
+        match self.event {
+            Some(id) => format!("{:x}:{}={id}:{count}", self.addr, self.cmd.name()),
+            None => format!("{:x}:{}:{count}", self.addr, self.cmd.name()),
         }
     }
 
-    /// Parses [`WantedProbe::to_field`]'s text; only `traceon`, `traceoff` and `stacktrace`
-    /// are known.
+    /// Parses [`WantedProbe::to_field`]'s text; only `traceon`, `traceoff`, `stacktrace`
+    /// and (with an event id) `enable_event` and `disable_event` are known.
     pub fn parse(s: &str) -> Option<WantedProbe> {
         let mut it = s.split(':');
         let addr = u64::from_str_radix(it.next()?, 16).ok()?;
-        let cmd = match it.next()? {
-            "traceon" => ProbeCommand::Traceon,
-            "traceoff" => ProbeCommand::Traceoff,
-            "stacktrace" => ProbeCommand::Stacktrace,
-            _ => return None,
+        let cmd = it.next()?;
+        let (cmd, event) = match cmd.split_once('=') {
+            None => (plain_command(cmd)?, None),
+            Some((c, id)) => (event_command(c)?, Some(id.parse().ok()?)),
         };
         let count = match it.next()? {
             "u" => None,
@@ -63,8 +70,32 @@ impl WantedProbe {
         if it.next().is_some() {
             return None;
         }
-        Some(WantedProbe { addr, cmd, count })
+        Some(WantedProbe {
+            addr,
+            cmd,
+            count,
+            event,
+        })
     }
+}
+
+/// A command without an event.
+fn plain_command(name: &str) -> Option<ProbeCommand> {
+    Some(match name {
+        "traceon" => ProbeCommand::Traceon,
+        "traceoff" => ProbeCommand::Traceoff,
+        "stacktrace" => ProbeCommand::Stacktrace,
+        _ => return None,
+    })
+}
+
+/// A command that acts on an event.
+fn event_command(name: &str) -> Option<ProbeCommand> {
+    Some(match name {
+        "enable_event" => ProbeCommand::EnableEvent,
+        "disable_event" => ProbeCommand::DisableEvent,
+        _ => return None,
+    })
 }
 
 /// The published probes.
@@ -125,6 +156,14 @@ impl ProbeActions for Actions {
         }
         crate::stack::record(st, ip + 5, self.slot);
     }
+
+    fn event_soft_disabled(&self, system: &str, event: &str) -> Option<bool> {
+        crate::event_record::soft_disabled_by_name(system, event)
+    }
+
+    fn set_event_soft_disabled(&self, system: &str, event: &str, disabled: bool) {
+        crate::event_record::set_soft_disabled_by_name(system, event, disabled);
+    }
 }
 
 /// Runs the probes at `ip` (called from `parent`, its return address in `slot`); whether the
@@ -144,9 +183,12 @@ pub fn run(ip: u64, parent: u64, slot: *mut u64, st: &mut ThreadState) -> bool {
     })
 }
 
-/// Publishes `wanted` (`traced`: the sites a tracer selected). The same probes as now (site
-/// and command, in order) only get their counts stored; anything else publishes new ones.
-/// Serialised by the agent lock (the control thread).
+/// Publishes `wanted` (`traced`: the sites a tracer selected). A probe already published
+/// (the same site, command and counted form) keeps its live count: the count a request
+/// carries is only the starting count of a new probe, since the probes spend theirs here
+/// while the tool's copy, read back a moment ago, may already be stale. The same probes as
+/// now (in order, with the same probed-only sites) publish nothing. Serialised by the agent
+/// lock (the control thread).
 pub fn publish(wanted: &[WantedProbe], traced: &dyn Fn(u64) -> bool) {
     let mut untraced: Vec<u64> = wanted
         .iter()
@@ -155,30 +197,41 @@ pub fn publish(wanted: &[WantedProbe], traced: &dyn Fn(u64) -> bool) {
         .collect();
     untraced.sort_unstable();
     untraced.dedup();
-    let stored = with_current(|p| {
+    let same_probe = |a: &WantedProbe, b: &WantedProbe| {
+        a.addr == b.addr
+            && a.cmd == b.cmd
+            && a.event == b.event
+            && a.count.is_some() == b.count.is_some()
+    };
+    // Per wanted probe: the live count of the published one it continues, if any.
+    let (same, live) = with_current(|p| {
         let Some(p) = p else {
-            return wanted.is_empty();
+            return (wanted.is_empty(), vec![None; wanted.len()]);
         };
         let same = p.wanted.len() == wanted.len()
-            && p.wanted.iter().zip(wanted).all(|(a, b)| {
-                a.addr == b.addr && a.cmd == b.cmd && a.count.is_some() == b.count.is_some()
-            })
+            && p.wanted.iter().zip(wanted).all(|(a, b)| same_probe(a, b))
             && p.untraced == untraced;
-        if same {
-            for (c, w) in p.counts.iter().zip(wanted) {
-                if let (Some(c), Some(n)) = (c, w.count) {
-                    c.set(n);
-                }
-            }
-        }
-        same
+        let live = wanted
+            .iter()
+            .map(|w| {
+                p.wanted
+                    .iter()
+                    .position(|q| same_probe(q, w))
+                    .and_then(|i| p.counts[i].clone())
+            })
+            .collect::<Vec<_>>();
+        (same, live)
     });
-    if stored {
+    if same {
         return;
     }
     let counts: Vec<Option<Arc<ProbeCount>>> = wanted
         .iter()
-        .map(|w| w.count.map(|n| Arc::new(ProbeCount::new(n))))
+        .zip(live)
+        .map(|(w, live)| {
+            let n = w.count?;
+            Some(live.unwrap_or_else(|| Arc::new(ProbeCount::new(n))))
+        })
         .collect();
     let runner = ProbeRunner::new(
         wanted
@@ -188,10 +241,15 @@ pub fn publish(wanted: &[WantedProbe], traced: &dyn Fn(u64) -> bool) {
                 ip: w.addr,
                 cmd: w.cmd,
                 count: c.clone(),
-                event: None,
+                event: w
+                    .event
+                    .and_then(crate::event_record::names_of)
+                    .map(|(sys, name)| (sys.to_string(), name.to_string())),
             })
             .collect(),
     );
+    // The events the probes flip must take the path that reads their soft bits.
+    crate::event_record::set_probe_targets(wanted.iter().filter_map(|w| w.event).collect());
     let new = if wanted.is_empty() {
         Published::None
     } else {
@@ -223,12 +281,53 @@ pub fn counts() -> Vec<(WantedProbe, Option<i64>)> {
 mod tests {
     use super::*;
 
+    /// The count of the published probe at `i` (set by hand, as a hit would spend it).
+    fn set_live(i: usize, n: i64) {
+        with_current(|p| p.unwrap().counts[i].as_ref().unwrap().set(n));
+    }
+
+    #[test]
+    fn a_probe_asked_for_again_keeps_its_live_count() {
+        let off = |count| WantedProbe {
+            addr: 0x401000,
+            cmd: ProbeCommand::Traceoff,
+            count,
+            event: None,
+        };
+        let on = WantedProbe {
+            addr: 0x402000,
+            cmd: ProbeCommand::Traceon,
+            count: Some(5),
+            event: None,
+        };
+        let live = || counts().iter().map(|(_, c)| *c).collect::<Vec<_>>();
+        publish(&[off(Some(3))], &|_| false);
+        assert_eq!(live(), [Some(3)]);
+        // A hit spends one; the tool's next request still says 3 (its read-back was older).
+        set_live(0, 2);
+        publish(&[off(Some(3))], &|_| false);
+        assert_eq!(live(), [Some(2)], "the stale count must not be restored");
+        // Republished (another probe joins, the site becomes traced): the count goes along.
+        publish(&[off(Some(3)), on], &|a| a == 0x401000);
+        assert_eq!(live(), [Some(2), Some(5)]);
+        // Removed, then asked for anew: a new probe, with the request's count.
+        publish(&[on], &|_| false);
+        publish(&[off(Some(3)), on], &|_| false);
+        assert_eq!(live(), [Some(3), Some(5)]);
+        // The unlimited form is another probe.
+        publish(&[off(None)], &|_| false);
+        assert_eq!(live(), [None]);
+        publish(&[], &|_| false);
+        assert!(live().is_empty());
+    }
+
     #[test]
     fn probe_field_round_trip() {
         let p = WantedProbe {
             addr: 0x401000,
             cmd: ProbeCommand::Traceoff,
             count: Some(-1),
+            event: None,
         };
         assert_eq!(p.to_field(), "401000:traceoff:-1");
         assert_eq!(WantedProbe::parse(&p.to_field()), Some(p));
@@ -236,14 +335,26 @@ mod tests {
             addr: 0x10,
             cmd: ProbeCommand::Traceon,
             count: None,
+            event: None,
         };
         assert_eq!(WantedProbe::parse(&u.to_field()), Some(u));
         let st = WantedProbe {
             addr: 0x10,
             cmd: ProbeCommand::Stacktrace,
             count: Some(3),
+            event: None,
         };
         assert_eq!(WantedProbe::parse("10:stacktrace:3"), Some(st));
+        let ev = WantedProbe {
+            addr: 0x10,
+            cmd: ProbeCommand::EnableEvent,
+            count: None,
+            event: Some(1025),
+        };
+        assert_eq!(ev.to_field(), "10:enable_event=1025:u");
+        assert_eq!(WantedProbe::parse(&ev.to_field()), Some(ev));
+        assert_eq!(WantedProbe::parse("10:enable_event:u"), None);
+        assert_eq!(WantedProbe::parse("10:traceon=5:u"), None);
         assert_eq!(WantedProbe::parse("10:snapshot:u"), None);
         assert_eq!(WantedProbe::parse("10:traceon"), None);
         assert_eq!(WantedProbe::parse("zz:traceon:1"), None);

@@ -39,6 +39,15 @@ pub fn build_kernel_style_with(dir: &Path, name: &str, extra: &[&str]) -> PathBu
     out
 }
 
+/// Builds `tests/programs/kernel_names.c` (kernel-style, with the `ftrace/tracepoint.h` header
+/// for the kernel's events it declares) into `dir/kernel_names`.
+// Not every test crate that includes this module builds it.
+#[allow(dead_code)]
+pub fn build_kernel_names(dir: &Path) -> PathBuf {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    build_kernel_style_with(dir, "kernel_names", &[&format!("-I{}", include.display())])
+}
+
 /// Builds `tests/programs/kernel_names_lib.c` into `dir/libkernel_names.so`: the library a
 /// traced tree's shells preload after the agent, whose libc interposers route `fork`, `execve`
 /// and `write` through functions named like the kernel's. clang: its patchable entry is one

@@ -7,12 +7,49 @@
  * are trivial; what matters is that each is a real, instrumented function that keeps being
  * called while the suite runs. The names the shells' own calls go through
  * (kernel_names_lib.c) are defined here too, so that the tree's filter files (resolved against
- * this first process's sites) know them. */
+ * this first process's sites) know them. It also declares the kernel's events the suite
+ * enables and filters (sched_switch, sched_wakeup, signal_generate: below). */
+#define _GNU_SOURCE
+#include <sched.h>
 #include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ftrace/tracepoint.h>
+
 #include "workers.h"
+
+/* The kernel's events the suite enables and filters, with Linux 6.12's layouts and print
+ * formats (include/trace/events/sched.h and signal.h on x86_64): the workers fire the sched
+ * ones where a kernel would, around each block (worker()); signal_generate is declared for
+ * the filters the suite writes to it (nothing here sends a signal). */
+#define SCHED_SWITCH_FIELDS(F, S)                                                                  \
+    S(prev_comm, 16) F(pid_t, prev_pid) F(int, prev_prio) F(long, prev_state) S(next_comm, 16)   \
+    F(pid_t, next_pid) F(int, next_prio)
+FTRACE_EVENT(sched, sched_switch, SCHED_SWITCH_FIELDS,
+             (const char *prev_comm, pid_t prev_pid, int prev_prio, long prev_state,
+              const char *next_comm, pid_t next_pid, int next_prio),
+             FTRACE_PRINT("prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=%s next_pid=%d next_prio=%d", REC->prev_comm, REC->prev_pid, REC->prev_prio, (REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1)) ? __print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1), "|", { 0x00000001, "S" }, { 0x00000002, "D" }, { 0x00000004, "T" }, { 0x00000008, "t" }, { 0x00000010, "X" }, { 0x00000020, "Z" }, { 0x00000040, "P" }, { 0x00000080, "I" }) : "R", REC->prev_state & (((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) ? "+" : "", REC->next_comm, REC->next_pid, REC->next_prio))
+
+#define SCHED_WAKEUP_FIELDS(F, S) S(comm, 16) F(pid_t, pid) F(int, prio) F(int, target_cpu)
+FTRACE_EVENT(sched, sched_wakeup, SCHED_WAKEUP_FIELDS,
+             (const char *comm, pid_t pid, int prio, int target_cpu),
+             FTRACE_PRINT("comm=%s pid=%d prio=%d target_cpu=%03d", REC->comm, REC->pid,
+                          REC->prio, REC->target_cpu))
+
+#define SIGNAL_GENERATE_FIELDS(F, S)                                                               \
+    F(int, sig) F(int, errno) F(int, code) S(comm, 16) F(pid_t, pid) F(int, group) F(int, result)
+FTRACE_EVENT(signal, signal_generate, SIGNAL_GENERATE_FIELDS,
+             (int sig, int errno, int code, const char *comm, pid_t pid, int group, int result),
+             FTRACE_PRINT("sig=%d errno=%d code=%d comm=%s pid=%d grp=%d res=%d", REC->sig,
+                          REC->errno, REC->code, REC->comm, REC->pid, REC->group, REC->result))
+
+/* The task state a blocked worker leaves in: TASK_INTERRUPTIBLE ("S"). */
+#define TASK_INTERRUPTIBLE 1
+/* A task's default priority as the sched events print it (nice 0). */
+#define DEFAULT_PRIO 120
 
 static volatile long sink;
 
@@ -83,11 +120,25 @@ __attribute__((noinline)) void round_of_calls(long id) {
     io_schedule(id);
 }
 
+/* A worker blocks for a tick as a kernel task would: switched out (sched_switch to the CPU's
+ * idle task), then woken (sched_wakeup). */
+static inline __attribute__((always_inline)) void block_for_a_tick(const char *comm, pid_t tid) {
+    char idle[16];
+    int cpu = sched_getcpu();
+    snprintf(idle, sizeof idle, "swapper/%d", cpu < 0 ? 0 : cpu);
+    trace_sched_switch(comm, tid, DEFAULT_PRIO, TASK_INTERRUPTIBLE, idle, 0, DEFAULT_PRIO);
+    usleep(1000);
+    trace_sched_wakeup(comm, tid, DEFAULT_PRIO, sched_getcpu());
+}
+
 __attribute__((noinline)) void *worker(void *arg) {
     long id = (long)arg;
+    char comm[16] = "";
+    prctl(PR_GET_NAME, comm);
+    pid_t tid = gettid();
     for (;;) {
         round_of_calls(id);
-        usleep(1000);
+        block_for_a_tick(comm, tid);
     }
     return NULL;
 }
