@@ -10,10 +10,14 @@
 //! Needs gcc, rustc (`RUSTC_BOOTSTRAP=1`), uftrace and trace-cmd (`cargo xtask test`
 //! installs them); nothing is skipped when a tool is missing: it fails.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use ftrace_core::EventId;
 use ftrace_core::symbols::SymbolTable;
@@ -566,4 +570,126 @@ fn x86_tsc_recordings_export_nanoseconds() {
     std::fs::remove_dir_all(&rec).unwrap();
     std::fs::remove_dir_all(&data).unwrap();
     std::fs::remove_file(&json).unwrap();
+}
+
+/// Builds `tests/programs/events.c` (trace events declared with `ftrace/tracepoint.h`) in `dir`.
+fn events_prog(dir: &Path) -> PathBuf {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let inc = format!("-I{}", include.display());
+    common::build_kernel_style_with(dir, "events", &[&inc])
+}
+
+/// The lines the events program's `rounds` rounds give with every event on: per round
+/// `fire_values`'s entry, twenty `demo_value`, its `sched_wakeup` and its `demo_round`
+/// (bodies after the event name, as the kernel prints them; `pid` is the program's).
+fn events_program_lines(rounds: usize, pid: u32) -> Vec<String> {
+    let mut want = Vec::new();
+    for r in 1..=rounds {
+        want.push("fire_values <-main".to_string());
+        for v in 1..=20 {
+            want.push(format!("demo_value: value={v} delta={} label=v{v}", v - 10));
+        }
+        want.push(format!(
+            "sched_wakeup: comm=events pid={pid} prio=120 target_cpu=000"
+        ));
+        want.push(format!("demo_round: round={r}"));
+    }
+    want
+}
+
+/// Records the events program with the function tracer on the live mount (`record
+/// --mount`), every event of `demo` and `sched` enabled through the mount, for `rounds`
+/// rounds: a capture of pages. Returns it and the program's pid.
+fn record_events_mounted(tag: &str, rounds: usize) -> (PathBuf, u32) {
+    let dir = scratch().join(format!("mounted-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = events_prog(&dir);
+    let mnt = dir.join("tracing");
+    std::fs::create_dir(&mnt).unwrap();
+    let rec = dir.join("rec");
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .current_dir(&dir)
+        .args(["record", "-t", "function", "--mount"])
+        .arg(&mnt)
+        .arg("-o")
+        .arg(&rec)
+        .arg("--")
+        .arg(&prog)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !mnt.join("available_events").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for the mount"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for f in ["events/demo/enable", "events/sched/sched_wakeup/enable"] {
+        std::fs::write(mnt.join(f), "1\n").unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    let pid = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", tool.id()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut stdin = tool.stdin.take().unwrap();
+    for _ in 0..rounds {
+        stdin.write_all(b"round\n").unwrap();
+    }
+    drop(stdin);
+    let out = tool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "record --mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("rounds {rounds}\n")
+    );
+    (rec, pid)
+}
+
+/// The event bodies of a `trace` text after the context (`comm-pid [cpu] flags ts: `).
+fn trace_bodies(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (_, body) = l.split_once("]").unwrap();
+            let (_, body) = body.split_once(": ").unwrap();
+            body.to_string()
+        })
+        .collect()
+}
+
+/// A `record --mount` capture holds the program's trace events: `ftrace report` prints them
+/// through the formats the capture stores (it failed with "unknown event id" when the pages
+/// path had no formats for them).
+#[test]
+fn mounted_recording_with_program_events_reports_them() {
+    let (rec, pid) = record_events_mounted("report", 2);
+    assert!(rec.join("events/demo/demo_value/format").is_file());
+    let (code, out, err) = ftrace(&["report", "-i", rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = String::from_utf8(out).unwrap();
+    let lines = trace_bodies(&text);
+    // main's entry (and whatever the program calls before its first round) first.
+    let first = lines
+        .iter()
+        .position(|l| l == "fire_values <-main")
+        .unwrap_or_else(|| panic!("{text}"));
+    let got: Vec<&String> = lines[first..]
+        .iter()
+        .filter(|l| !l.contains(" <-") || l.starts_with("fire_values"))
+        .collect();
+    let want = events_program_lines(2, pid);
+    assert_eq!(got, want.iter().collect::<Vec<_>>(), "{text}");
+    std::fs::remove_dir_all(rec.parent().unwrap()).unwrap();
 }
