@@ -442,7 +442,7 @@ fn trace_cmd_reports_every_recorded_event() {
     }
     // What the pages hold (the recording's timestamps depend on the reader's TSC
     // calibration; the capture written at record time is what trace.dat embeds).
-    let cap = ftrace_user::export::Capture::read(&rec).unwrap();
+    let mut cap = ftrace_user::export::Capture::read(&rec).unwrap();
     let syms = cap.symbols().unwrap();
     let all = cap.events().unwrap();
     let mut want = Vec::new();
@@ -691,5 +691,165 @@ fn mounted_recording_with_program_events_reports_them() {
         .collect();
     let want = events_program_lines(2, pid);
     assert_eq!(got, want.iter().collect::<Vec<_>>(), "{text}");
+    std::fs::remove_dir_all(rec.parent().unwrap()).unwrap();
+}
+
+/// Records the events program with `tracer` (a streamed recording, `record -e` for every
+/// event it declares) for `rounds` rounds. Returns it and the program's pid.
+fn record_events_streamed(tracer: &str, tag: &str, rounds: usize) -> (PathBuf, u32) {
+    let dir = scratch().join(format!("streamed-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = events_prog(&dir);
+    let rec = dir.join("rec");
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .current_dir(&dir)
+        .args([
+            "record", "-t", tracer, "-e", "demo:*", "-e", "sched:*", "-o",
+        ])
+        .arg(&rec)
+        .arg("--")
+        .arg(&prog)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = tool.stdin.take().unwrap();
+    for _ in 0..rounds {
+        stdin.write_all(b"round\n").unwrap();
+    }
+    drop(stdin);
+    let out = tool.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record: {stderr}");
+    assert!(stderr.contains(", 0 lost"), "{stderr}");
+    let r = Recording::read(&rec).unwrap();
+    (rec, r.processes[0].pid)
+}
+
+/// `trace-cmd report` of a trace.dat exported from a recording with program events prints
+/// the function entries and the events with their fields (through the formats the file
+/// carries), in the order `ftrace report` prints them: from a streamed recording and from a
+/// `record --mount` capture.
+#[test]
+fn trace_cmd_reports_program_events_with_their_fields() {
+    for (rec, pid) in [
+        record_events_streamed("function", "tracedat", 2),
+        record_events_mounted("tracedat", 2),
+    ] {
+        for version in ["6", "7"] {
+            let dat = rec.with_extension(format!("v{version}.dat"));
+            let (code, _, err) = ftrace(&[
+                "export",
+                "-f",
+                "trace.dat",
+                "--file-version",
+                version,
+                "-i",
+                rec.to_str().unwrap(),
+                "-o",
+                dat.to_str().unwrap(),
+            ]);
+            assert_eq!(code, 0, "{err}");
+            let text = tool("trace-cmd", &["report", "-i", dat.to_str().unwrap()]);
+            // `comm-pid [cpu] ts: name: body`, the body padded after the name; trace-cmd's
+            // function plugin prints the function alone, its sched plugin its own
+            // `sched_wakeup` line.
+            let got: Vec<String> = text
+                .lines()
+                .filter_map(|l| {
+                    let (_, rest) = l.split_once("]")?;
+                    let (_, ev) = rest.split_once(": ")?;
+                    let (name, body) = ev.split_once(':')?;
+                    Some(format!("{}: {}", name.trim(), body.trim()))
+                })
+                .collect();
+            let first = got
+                .iter()
+                .position(|l| l == "function: fire_values")
+                .unwrap_or_else(|| panic!("{text}"));
+            let want: Vec<String> = events_program_lines(2, pid)
+                .into_iter()
+                .map(|l| match l.as_str() {
+                    "fire_values <-main" => "function: fire_values".to_string(),
+                    l if l.starts_with("sched_wakeup: ") => {
+                        format!("sched_wakeup: events:{pid} [120] CPU:000")
+                    }
+                    l => l.to_string(),
+                })
+                .collect();
+            assert_eq!(got[first..], want[..], "{text}");
+            std::fs::remove_file(&dat).unwrap();
+        }
+    }
+}
+
+/// uftrace.data carries the program's events as uftrace's user-event records (named in
+/// `events.txt`): `uftrace replay` shows each where it fired, inside the call that fired it.
+/// Chrome JSON carries them as instant events with the fields as `args`.
+#[test]
+fn uftrace_and_chrome_exports_carry_program_events() {
+    let (rec, pid) = record_events_streamed("function_graph", "uftrace", 2);
+    let data = rec.with_extension("uftrace.data");
+    let _ = std::fs::remove_dir_all(&data);
+    export(&rec, "uftrace", &data);
+    let events = std::fs::read_to_string(data.join("events.txt")).unwrap();
+    assert!(events.contains(" demo:demo_value\n"), "{events}");
+    let replay = tool("uftrace", &["replay", "-d", data.to_str().unwrap()]);
+    let lines: Vec<&str> = replay
+        .lines()
+        .filter_map(|l| l.split_once('|').map(|(_, r)| r.trim()))
+        .collect();
+    let want_round = std::iter::once("fire_values() {")
+        .chain(std::iter::repeat_n("/* demo:demo_value */", 20))
+        .chain([
+            "} /* fire_values */",
+            "/* sched:sched_wakeup */",
+            "/* demo:demo_round */",
+        ]);
+    let want: Vec<&str> = want_round.clone().chain(want_round).collect();
+    let first = lines
+        .iter()
+        .position(|l| *l == "fire_values() {")
+        .unwrap_or_else(|| panic!("{replay}"));
+    assert_eq!(lines[first..first + want.len()], want[..], "{replay}");
+
+    let json = rec.with_extension("json");
+    export(&rec, "chrome", &json);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let evs: Vec<&serde_json::Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] != "ftrace" && e["ph"] != "M")
+        .collect();
+    assert_eq!(evs.len(), 2 * 22, "{evs:?}");
+    for (i, e) in evs.iter().enumerate() {
+        assert_eq!(e["ph"], "i");
+        let (round, k) = (i / 22 + 1, i % 22);
+        match k {
+            0..20 => {
+                let v = k as i64 + 1;
+                assert_eq!(e["name"], "demo_value");
+                assert_eq!(e["cat"], "demo");
+                assert_eq!(
+                    e["args"],
+                    serde_json::json!({"value": v, "delta": v - 10, "label": format!("v{v}")})
+                );
+            }
+            20 => {
+                assert_eq!(e["name"], "sched_wakeup");
+                assert_eq!(
+                    e["args"],
+                    serde_json::json!({"comm": "events", "pid": pid, "prio": 120, "target_cpu": 0})
+                );
+            }
+            _ => {
+                assert_eq!(e["name"], "demo_round");
+                assert_eq!(e["args"], serde_json::json!({ "round": round }));
+            }
+        }
+    }
     std::fs::remove_dir_all(rec.parent().unwrap()).unwrap();
 }
