@@ -480,7 +480,8 @@ impl Capture {
     }
 
     /// Writes CPU `cpu`'s events as the kernel's raw pages into `out` (a capture's
-    /// `trace_pipe_raw` copied as it is; a recording's events turned into pages as they are
+    /// `trace_pipe_raw` copied as it is, each page checked on the way: a damaged one is an
+    /// error naming the file and offset; a recording's events turned into pages as they are
     /// read, [`crate::capture::write_cpu_pages`]); returns the bytes written. A recording
     /// damaged anywhere is an error before anything is written.
     pub fn write_cpu_pages(&mut self, cpu: u32, out: &mut dyn Write) -> Result<u64, ExportError> {
@@ -489,9 +490,7 @@ impl Capture {
                 if !cpus.contains(&cpu) {
                     return Ok(0);
                 }
-                let path = cpu_path(&self.dir, cpu);
-                let mut f = std::fs::File::open(&path).map_err(|e| io_err(&path, e))?;
-                std::io::copy(&mut f, out).map_err(|e| io_err(&path, e))
+                PageCursor::open(self, cpu)?.copy_checked(self, out)
             }
             Events::Recording { reader, census } => {
                 let census = take_census(reader, census)?;
@@ -589,10 +588,12 @@ fn capture_cpus(dir: &Path, page_size: usize) -> Result<Vec<u32>, ExportError> {
     for &cpu in &cpus {
         let p = cpu_path(dir, cpu);
         let len = std::fs::metadata(&p).map_err(|e| io_err(&p, e))?.len();
-        if len % page_size as u64 != 0 {
-            return Err(io_err(
+        let tail = len % page_size as u64;
+        if tail != 0 {
+            return Err(at_err(
                 &p,
-                format!("{len} bytes: not whole {page_size}-byte pages"),
+                len - tail,
+                format!("truncated page: {tail} bytes where a {page_size}-byte page starts"),
             ));
         }
     }
@@ -624,52 +625,80 @@ impl PageCursor {
         })
     }
 
-    /// The timestamp of the next event, decoding pages until one has some; `None` at the end.
-    fn peek_ts(&mut self, cap: &Capture) -> Result<Option<u64>, ExportError> {
+    /// Reads the next page into `page`; returns its offset in the file (`None` at the end).
+    fn read_page(&mut self) -> Result<Option<u64>, ExportError> {
         use std::io::Read;
-        while self.queue.is_empty() {
-            let mut n = 0;
-            while n < self.page.len() {
-                match self.input.read(&mut self.page[n..]) {
-                    Ok(0) => break,
-                    Ok(k) => n += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(at_err(&self.path, self.base, e)),
-                }
-            }
-            if n == 0 {
-                return Ok(None);
-            }
-            if n < self.page.len() {
-                return Err(at_err(
-                    &self.path,
-                    self.base,
-                    format!(
-                        "truncated page: {n} bytes where a {}-byte page starts",
-                        self.page.len()
-                    ),
-                ));
-            }
-            let base = self.base;
-            self.base += n as u64;
-            let page = Page::new(&self.page).map_err(|e| at_err(&self.path, base, e))?;
-            let mut missed = page.missed_events();
-            for ev in page.events() {
-                let ev = ev.map_err(|e| at_err(&self.path, base, e))?;
-                let at = base + ev.offset as u64;
-                let e = cap
-                    .decode(self.cpu, ev.ts, ev.payload.to_vec(), missed)
-                    .map_err(|id| match id {
-                        0 if ev.payload.len() < 8 => {
-                            at_err(&self.path, at, "event shorter than its 8-byte header")
-                        }
-                        id => at_err(&self.path, at, format!("event id {id} has no format")),
-                    })?;
-                missed = false;
-                self.queue.push_back(e);
+        let mut n = 0;
+        while n < self.page.len() {
+            match self.input.read(&mut self.page[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(at_err(&self.path, self.base, e)),
             }
         }
+        if n == 0 {
+            return Ok(None);
+        }
+        if n < self.page.len() {
+            return Err(at_err(
+                &self.path,
+                self.base,
+                format!(
+                    "truncated page: {n} bytes where a {}-byte page starts",
+                    self.page.len()
+                ),
+            ));
+        }
+        let base = self.base;
+        self.base += n as u64;
+        Ok(Some(base))
+    }
+
+    /// Decodes the page read at `base` into the queue.
+    fn decode_page(&mut self, cap: &Capture, base: u64) -> Result<(), ExportError> {
+        let page = Page::new(&self.page).map_err(|e| at_err(&self.path, base, e))?;
+        let mut missed = page.missed_events();
+        for ev in page.events() {
+            let ev = ev.map_err(|e| at_err(&self.path, base, e))?;
+            let at = base + ev.offset as u64;
+            let e = cap
+                .decode(self.cpu, ev.ts, ev.payload.to_vec(), missed)
+                .map_err(|id| match id {
+                    0 if ev.payload.len() < 8 => {
+                        at_err(&self.path, at, "event shorter than its 8-byte header")
+                    }
+                    id => at_err(&self.path, at, format!("event id {id} has no format")),
+                })?;
+            missed = false;
+            self.queue.push_back(e);
+        }
+        Ok(())
+    }
+
+    /// The timestamp of the next event, decoding pages until one has some; `None` at the end.
+    fn peek_ts(&mut self, cap: &Capture) -> Result<Option<u64>, ExportError> {
+        while self.queue.is_empty() {
+            let Some(base) = self.read_page()? else {
+                return Ok(None);
+            };
+            self.decode_page(cap, base)?;
+        }
         Ok(self.queue.front().map(|e| e.ts))
+    }
+
+    /// Copies the pages into `out` as they are, each checked first (it decodes, its ids have
+    /// formats); returns the bytes written.
+    fn copy_checked(&mut self, cap: &Capture, out: &mut dyn Write) -> Result<u64, ExportError> {
+        let mut n = 0;
+        while let Some(base) = self.read_page()? {
+            self.decode_page(cap, base)?;
+            self.queue.clear();
+            out.write_all(&self.page)
+                .map_err(|e| ExportError(format!("writing: {e}")))?;
+            n += self.page.len() as u64;
+        }
+        Ok(n)
     }
 }
 

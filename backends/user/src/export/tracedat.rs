@@ -399,7 +399,34 @@ mod tests {
     fn cpu_table_points_at_page_aligned_copies() {
         let dir = std::env::temp_dir().join(format!("ftrace-tracedat-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let pages = [vec![1u8; 4096], Vec::new(), vec![3u8; 8192]];
+        let function = |i: u64| {
+            let e = ftrace_core::entry::FtraceEntry {
+                ent: ftrace_core::entry::TraceEntry {
+                    type_: ftrace_core::EventId::Function.as_u16(),
+                    flags: 0,
+                    preempt_count: 0,
+                    pid: 1,
+                },
+                ip: 0xffff_ffff_8100_0000,
+                parent_ip: 0,
+            };
+            crate::recording::Event {
+                cpu: 0,
+                ts: 1000 + i,
+                pid: 1,
+                tid: 1,
+                data: ftrace_core::entry::Pod::as_bytes(&e).to_vec(),
+                missed: 0,
+                seq: i,
+                process: 0,
+            }
+        };
+        let events = |n: u64| (0..n).map(function).collect::<Vec<_>>();
+        let pages = [
+            crate::capture::cpu_pages(&events(10)).unwrap(),
+            Vec::new(),
+            crate::capture::cpu_pages(&events(200)).unwrap(),
+        ];
         for (cpu, p) in pages.iter().enumerate() {
             let d = dir.join(format!("per_cpu/cpu{cpu}"));
             std::fs::create_dir_all(&d).unwrap();
