@@ -5,11 +5,15 @@
 //! succeeds or fails with one error naming the file (and, for damaged event data, the byte
 //! offset in it) and leaves no output behind.
 //!
+//! Memory does not grow with the input: the same program recorded ten times longer is
+//! exported, in every format, holding no more at once (the outputs grow tenfold).
+//!
 //! Needs gcc (installed by `cargo xtask test`); nothing is skipped when it is missing.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ftrace_agent::config::TracerKind;
@@ -42,6 +46,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// One test at a time: the counters are the process's.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 /// The most an export may hold at once beyond what was held before it started, for an input
 /// of well under a megabyte: its buffers, page readers and symbol tables.
 const PEAK_LIMIT: usize = 32 << 20;
@@ -70,6 +77,23 @@ fn scratch() -> PathBuf {
 
 /// A small function_graph recording of `stream_calls` (two threads).
 fn recorded() -> PathBuf {
+    let exe = stream_calls();
+    let dir = scratch().join("base.data");
+    let opts = RecordOptions {
+        tracer: TracerKind::FunctionGraph,
+        output: dir.clone(),
+        buffer_kb: 8192,
+        retval: true,
+        ..Default::default()
+    };
+    let args: Vec<String> = ["2", "2000", "1"].iter().map(|s| s.to_string()).collect();
+    let r = record(&opts, exe.to_str().unwrap(), &args).unwrap();
+    assert!(r.status.success());
+    dir
+}
+
+/// `tests/programs/stream_calls.c`, built once per test.
+fn stream_calls() -> PathBuf {
     let exe = scratch().join("stream_calls");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
     let st = Command::new("gcc")
@@ -84,18 +108,7 @@ fn recorded() -> PathBuf {
         "{}",
         String::from_utf8_lossy(&st.stderr)
     );
-    let dir = scratch().join("base.data");
-    let opts = RecordOptions {
-        tracer: TracerKind::FunctionGraph,
-        output: dir.clone(),
-        buffer_kb: 8192,
-        retval: true,
-        ..Default::default()
-    };
-    let args: Vec<String> = ["2", "2000", "1"].iter().map(|s| s.to_string()).collect();
-    let r = record(&opts, exe.to_str().unwrap(), &args).unwrap();
-    assert!(r.status.success());
-    dir
+    exe
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -231,6 +244,7 @@ fn check_export(input: &Path, format: &str, out: &Path, what: &str) -> bool {
 
 #[test]
 fn damaged_input_is_refused_by_every_exporter_with_the_file_and_offset() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let base = recorded();
     let base_bytes: u64 = files(&base, "")
         .iter()
@@ -288,4 +302,80 @@ fn damaged_input_is_refused_by_every_exporter_with_the_file_and_offset() {
     // The cases reach both outcomes: some damage goes unnoticed by design (a changed
     // timestamp or address still decodes), the rest is refused.
     assert!(ok > 10 && refused > 10, "exported {ok}, refused {refused}");
+}
+
+/// Bytes of the files under `p` (or of `p`).
+fn size_of(p: &Path) -> u64 {
+    if p.is_dir() {
+        files(p, "")
+            .iter()
+            .map(|f| std::fs::metadata(f).unwrap().len())
+            .sum()
+    } else {
+        std::fs::metadata(p).unwrap().len()
+    }
+}
+
+#[test]
+fn export_memory_does_not_grow_with_the_recording() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = stream_calls();
+    let mut runs = Vec::new();
+    for calls in ["10000", "100000"] {
+        let dir = scratch().join(format!("size-{calls}.data"));
+        let opts = RecordOptions {
+            tracer: TracerKind::Function,
+            output: dir.clone(),
+            buffer_kb: 8192,
+            ..Default::default()
+        };
+        let args: Vec<String> = ["2", calls, "1"].iter().map(|s| s.to_string()).collect();
+        let r = record(&opts, exe.to_str().unwrap(), &args).unwrap();
+        assert!(r.status.success());
+        let mut run = Vec::new();
+        for (format, name) in [
+            ("trace.dat", "trace.dat"),
+            ("chrome", "trace.json"),
+            ("uftrace", "uftrace.data"),
+        ] {
+            let out = scratch().join(format!("size-{calls}-{name}"));
+            let _ = std::fs::remove_dir_all(&out);
+            let (mut stdout, mut err) = (Vec::new(), Vec::new());
+            let before = LIVE.load(Ordering::Relaxed);
+            PEAK.store(before, Ordering::Relaxed);
+            let code = ftrace_user::cli::run(
+                [
+                    "ftrace",
+                    "export",
+                    "-f",
+                    format,
+                    "-i",
+                    dir.to_str().unwrap(),
+                    "-o",
+                    out.to_str().unwrap(),
+                ],
+                &mut stdout,
+                &mut err,
+            );
+            let peak = PEAK.load(Ordering::Relaxed) - before;
+            assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+            run.push((format, peak, size_of(&out)));
+            let _ = std::fs::remove_dir_all(&out);
+            let _ = std::fs::remove_file(&out);
+        }
+        runs.push(run);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    for (small, large) in runs[0].iter().zip(&runs[1]) {
+        let (format, peak, bytes) = *small;
+        eprintln!(
+            "{format}: {bytes} -> {} bytes written, {peak} -> {} bytes held at most",
+            large.2, large.1
+        );
+        assert!(large.2 > 8 * bytes, "{format}: {small:?} {large:?}");
+        assert!(
+            large.1 < peak + (512 << 10),
+            "{format}: memory grew with the recording: {small:?} {large:?}"
+        );
+    }
 }
