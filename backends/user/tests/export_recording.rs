@@ -7,8 +7,14 @@
 //!   thread, and there is one B per recorded entry;
 //! - `ftrace export --format trace.dat` → `trace-cmd report` lists every recorded event.
 //!
-//! Needs gcc, rustc (`RUSTC_BOOTSTRAP=1`), uftrace and trace-cmd (`cargo xtask test`
-//! installs them); nothing is skipped when a tool is missing: it fails.
+//! And a program's trace events (`tests/programs/events.c`, `ftrace/tracepoint.h`), recorded
+//! streamed (`record -e`) and on the live mount (`record --mount`, a capture of pages):
+//! `ftrace report` of the mount's capture prints them; `trace-cmd report` prints them with
+//! their fields; `uftrace replay` shows them where they fired; the Chrome JSON has them as
+//! instant events with their fields as `args`.
+//!
+//! Needs gcc, rustc (`RUSTC_BOOTSTRAP=1`), uftrace, trace-cmd, `/dev/fuse` and `fusermount3`
+//! (`cargo xtask test` installs them); nothing is skipped when a tool is missing: it fails.
 
 mod common;
 
@@ -440,8 +446,8 @@ fn trace_cmd_reports_every_recorded_event() {
             other => panic!("{other}: {line}"),
         }
     }
-    // What the pages hold (the recording's timestamps depend on the reader's TSC
-    // calibration; the capture written at record time is what trace.dat embeds).
+    // What the exporter reads (the recording read where it is, its TSC calibrated from the
+    // agents' start and exit readings: the same times at every read).
     let mut cap = ftrace_user::export::Capture::read(&rec).unwrap();
     let syms = cap.symbols().unwrap();
     let all = cap.events().unwrap();

@@ -21,7 +21,8 @@
 //! (an SDT probe of `uftrace record -E`): an EVENT record whose address is the event's id
 //! (from `EVENT_ID_USER` on, named in `events.txt`), at the depth of the calls open around it.
 //! Its fields are not carried: uftrace's user events have no argument data (its `replay`
-//! prints their name only).
+//! prints their name only). With the function tracer no call is open around an event, and
+//! `uftrace replay` shows events outside functions only with `--event-full`.
 //!
 //! Invariant: every thread's records nest: an exit whose entry is not in the trace is left out,
 //! and an exit that skips unfinished calls (lost events) first closes them at its own time,
