@@ -859,3 +859,73 @@ fn uftrace_and_chrome_exports_carry_program_events() {
     }
     std::fs::remove_dir_all(rec.parent().unwrap()).unwrap();
 }
+
+/// Events lost in a thread's buffer are marked where they were lost: uftrace's LOST record
+/// (`uftrace replay` prints `/* LOST N records!! */`) and a Chrome `lost events` instant with
+/// the count, the same holes with the same counts in both, no more than the recording lost.
+#[test]
+fn lost_events_are_marked_in_uftrace_and_chrome_exports() {
+    let exe = scratch().join("stream_calls");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
+    let st = Command::new("gcc")
+        .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
+        .args(["-fpatchable-function-entry=5", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .output()
+        .expect("gcc");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let rec = scratch().join("rec-lossy");
+    let _ = std::fs::remove_dir_all(&rec);
+    // A 16 KiB buffer per thread cannot hold what two threads calling in a loop write
+    // between two drains.
+    let (code, _, err) = ftrace(&[
+        "record",
+        "-t",
+        "function_graph",
+        "--buffer-size",
+        "16",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "2",
+        "200000",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lost = Recording::read(&rec).unwrap().lost();
+    assert!(lost > 0, "nothing lost: {err}");
+    let data = rec.with_extension("uftrace.data");
+    let _ = std::fs::remove_dir_all(&data);
+    export(&rec, "uftrace", &data);
+    let replay = tool("uftrace", &["replay", "-d", data.to_str().unwrap()]);
+    let mut theirs: Vec<u64> = replay
+        .lines()
+        .filter_map(|l| l.split_once("/* LOST ")?.1.split_once(" records!! */"))
+        .map(|(n, _)| n.parse().unwrap())
+        .collect();
+    let json = rec.with_extension("json");
+    export(&rec, "chrome", &json);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mut ours: Vec<u64> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "lost events")
+        .map(|e| e["args"]["count"].as_u64().unwrap())
+        .collect();
+    assert!(!ours.is_empty());
+    theirs.sort_unstable();
+    ours.sort_unstable();
+    assert_eq!(theirs, ours);
+    // Drops after a thread's last event have no event to be marked before.
+    assert!(ours.iter().sum::<u64>() <= lost);
+    std::fs::remove_dir_all(&rec).unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::remove_file(&json).unwrap();
+}

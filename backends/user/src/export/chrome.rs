@@ -6,7 +6,9 @@
 //! `args.msg`, a trace event of another system (a program's, `ftrace/tracepoint.h`) → an
 //! instant named after the event, its system as `cat` and its fields in `args`
 //! ([`event_args`]); `"M"` metadata names every process and thread (at the end: the JSON is
-//! written as the capture is read). `ts` is in microseconds with three
+//! written as the capture is read). Events lost before an event (a page's missed-events
+//! flags, a thread file's counted drops) are an instant named `lost events` right before it,
+//! with the CPU and the count (`null` when the page does not store it) as `args`. `ts` is in microseconds with three
 //! decimals (nanosecond precision; an `x86-tsc` recording's cycles are converted with its
 //! calibration, another raw counter is written as if it counted nanoseconds). `pid` is the thread's process when the capture knows it (a recording), else the
 //! thread itself.
@@ -21,6 +23,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 
 use ftrace_core::format::{Field, FieldArray, TraceEventFormat};
+
+use ftrace_tracers::Missed;
 
 use super::{Call, Capture, ExportError, What, sym_name};
 
@@ -215,6 +219,18 @@ pub fn write(cap: &mut Capture, out: &mut dyn Write) -> Result<(), ExportError> 
         let st = open.entry(tid).or_insert((pid, Vec::new(), 0));
         st.2 = st.2.max(e.ts);
         let ts = cap.ns(e.ts);
+        if e.missed != Missed::None {
+            // The hole before this event, where the reader sees it.
+            w.event('i', "lost events", "ftrace", ts, pid, tid, |o| {
+                let _ = write!(o, ",\"s\":\"t\",\"args\":{{\"cpu\":{},\"count\":", e.cpu);
+                match e.missed {
+                    Missed::Count(n) => {
+                        let _ = write!(o, "{n}}}");
+                    }
+                    _ => o.push_str("null}"),
+                }
+            })?;
+        }
         match &e.what {
             What::Call(Call::Entry { func, .. }) => {
                 st.1.push(*func);

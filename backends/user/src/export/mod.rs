@@ -36,6 +36,7 @@ use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, Pod, TraceEntry};
 use ftrace_core::format::TraceEventFormat;
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_ringbuf::page::{DEFAULT_PAGE_SIZE, Page};
+use ftrace_tracers::Missed;
 
 use crate::capture::CaptureText;
 use crate::recording::{Census, MAX_CPUS, RecordingReader};
@@ -376,7 +377,7 @@ impl Capture {
 
     /// The record `data` (common header first) at `ts` on `cpu`, decoded; an id no format
     /// names is an error.
-    fn decode(&self, cpu: u32, ts: u64, data: Vec<u8>, missed: bool) -> Result<Ev, u16> {
+    fn decode(&self, cpu: u32, ts: u64, data: Vec<u8>, missed: Missed) -> Result<Ev, u16> {
         let raw = TraceEntry::read_from(&data).ok_or(0u16)?;
         let (id, what) = match self.kinds.get(&raw.type_) {
             Some(&Kind::Ftrace(id)) => (id.as_u16(), What::decode(id, &data)),
@@ -389,7 +390,7 @@ impl Capture {
             pid: raw.pid,
             id,
             what,
-            missed_before: missed,
+            missed,
         })
     }
 
@@ -451,7 +452,15 @@ impl Capture {
                     }
                     let tid = e.tid;
                     let ev = self
-                        .decode(e.cpu, e.ts, e.data, e.missed > 0)
+                        .decode(
+                            e.cpu,
+                            e.ts,
+                            e.data,
+                            match e.missed {
+                                0 => Missed::None,
+                                n => Missed::Count(n),
+                            },
+                        )
                         .map_err(|id| {
                             ExportError(format!(
                                 "{}: tid {tid}: event id {id} has no format",
@@ -658,7 +667,11 @@ impl PageCursor {
     /// Decodes the page read at `base` into the queue.
     fn decode_page(&mut self, cap: &Capture, base: u64) -> Result<(), ExportError> {
         let page = Page::new(&self.page).map_err(|e| at_err(&self.path, base, e))?;
-        let mut missed = page.missed_events();
+        let mut missed = match (page.missed_events(), page.missed_count()) {
+            (false, _) => Missed::None,
+            (true, Some(n)) => Missed::Count(n),
+            (true, None) => Missed::Unknown,
+        };
         for ev in page.events() {
             let ev = ev.map_err(|e| at_err(&self.path, base, e))?;
             let at = base + ev.offset as u64;
@@ -670,7 +683,7 @@ impl PageCursor {
                     }
                     id => at_err(&self.path, at, format!("event id {id} has no format")),
                 })?;
-            missed = false;
+            missed = Missed::None;
             self.queue.push_back(e);
         }
         Ok(())
@@ -716,8 +729,9 @@ pub struct Ev {
     pub id: u16,
     /// What the event says (decoded once: a capture may hold millions).
     pub what: What,
-    /// Events were lost on this CPU right before it.
-    pub missed_before: bool,
+    /// Events lost on this CPU (a recording: in this thread) right before it, as the page
+    /// (or the thread file) counts them.
+    pub missed: Missed,
 }
 
 /// What a function event says, by kind.

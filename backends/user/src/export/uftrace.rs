@@ -24,6 +24,9 @@
 //! prints their name only). With the function tracer no call is open around an event, and
 //! `uftrace replay` shows events outside functions only with `--event-full`.
 //!
+//! Events lost before an event become uftrace's LOST record (the count in its address field),
+//! which `uftrace replay` prints as `/* LOST N records!! */`.
+//!
 //! Invariant: every thread's records nest: an exit whose entry is not in the trace is left out,
 //! and an exit that skips unfinished calls (lost events) first closes them at its own time,
 //! so `uftrace replay` shows exactly the call tree the trace holds.
@@ -35,6 +38,8 @@ use std::path::Path;
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 
 use std::io::Write as _;
+
+use ftrace_tracers::Missed;
 
 use super::{Call, Capture, ExportError, What, io_err};
 
@@ -60,6 +65,8 @@ pub const RECORD_MAGIC: u64 = 5;
 pub const REC_ENTRY: u64 = 0;
 /// Record type: function exit.
 pub const REC_EXIT: u64 = 1;
+/// Record type: lost records (the address field holds how many; 0: unknown).
+pub const REC_LOST: u64 = 2;
 /// Record type: an event (`UFTRACE_EVENT`; the address field holds the event id).
 pub const REC_EVENT: u64 = 3;
 /// Feature bit: `events.txt` names the event records' ids (`EVENT`).
@@ -292,6 +299,15 @@ fn write_into(cap: &mut Capture, sess: &[Session], dir: &Path) -> Result<Vec<Str
             task_starts.entry((e.pid, img)).or_insert(ts);
         }
         let depth = t.stack.len() as u32;
+        if e.missed != Missed::None {
+            // uftrace's own form for a hole: a LOST record holding the count (0: unknown).
+            let n = match e.missed {
+                Missed::Count(n) => n,
+                _ => 0,
+            };
+            files.push(e.pid, ts, record_word(REC_LOST, depth, n))?;
+        }
+        let t = files.threads.get_mut(&e.pid).expect("entered above");
         match e.what {
             What::Call(Call::Entry { func, .. }) => {
                 t.stack.push(func);
