@@ -105,7 +105,8 @@ pub struct Capture {
     pub trace_clock: String,
     /// The tracer that recorded it.
     pub tracer: String,
-    /// CPUs (one more than the highest CPU number that has a buffer).
+    /// CPUs: a capture's one more than its highest `per_cpu/cpu<N>`, a recording's the
+    /// machine's (its `meta`); [`Capture::cpu_count`] also covers every CPU with events.
     pub nr_cpus: u32,
     /// Thread id to process id, from a recording's `<pid>.<n>/` directories (empty for a
     /// kernel capture: threads then count as their own process).
