@@ -146,7 +146,7 @@ fn trace_cmd_report_lists_the_same_events_as_ftrace_report() {
 #[test]
 fn trace_cmd_reads_the_pages_nanosecond_timestamps() {
     let (_s, cap, dat) = export("ns");
-    let c = ftrace_user::export::Capture::read(&cap).unwrap();
+    let mut c = ftrace_user::export::Capture::read(&cap).unwrap();
     let want: Vec<(u32, u64)> = c.events().unwrap().iter().map(|e| (e.cpu, e.ts)).collect();
     let text = trace_cmd(&["report", "-t", "-i", dat.to_str().unwrap()]);
     let got: Vec<(u32, u64)> = text

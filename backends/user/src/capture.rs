@@ -10,6 +10,7 @@
 //! | `saved_cmdlines` | `tid comm` lines |
 //! | `trace_clock` | the clock listing with the recording's clock in brackets |
 //! | `tracer` | `function` or `function_graph` |
+//! | `events/<system>/<name>/format` | the program's trace events the pages hold ([`crate::capture_formats`]) |
 //!
 //! Invariant: every event of the recording is in exactly one page, in timestamp order per CPU,
 //! and a page that starts after a hole in some thread's buffer carries the kernel's
@@ -208,6 +209,7 @@ pub fn write_capture_streamed(dir: &Path) -> Result<(), String> {
             None => drop(open_cpu(cpu)?.finish()?),
         }
     }
+    crate::capture_formats::write(dir, &reader.event_formats())?;
     write_info(&reader.rec, dir)
 }
 

@@ -23,6 +23,7 @@
 pub mod agentctl;
 pub mod attach;
 pub mod capture;
+pub mod capture_formats;
 pub mod cargo_build;
 pub mod cli;
 pub mod drain;

@@ -1627,8 +1627,15 @@ impl LiveHandle {
                 process: 0,
             });
         }
+        let formats = st
+            .agent
+            .as_ref()
+            .map(|a| a.events.formats().to_vec())
+            .unwrap_or_default();
         drop(st);
-        crate::capture::write_capture(&rec, dir)
+        crate::capture::write_capture(&rec, dir)?;
+        // The program's trace events the pages hold, so that the capture prints them.
+        crate::capture_formats::write(dir, &formats)
     }
 }
 

@@ -186,6 +186,25 @@ fn id_map(dir: &Path) -> Result<HashMap<u16, u16>, ReportError> {
     Ok(map)
 }
 
+/// The capture's trace events of other systems ([`crate::capture_formats`]), and `ids` with
+/// their ids added as they are (their records print through these formats). Without
+/// `events/ftrace` formats the ftrace events' ids are ours, added too.
+fn program_formats(
+    dir: &Path,
+    ids: &mut HashMap<u16, u16>,
+) -> Result<Vec<ftrace_core::format::TraceEventFormat>, ReportError> {
+    let formats = crate::capture_formats::read(dir).map_err(|e| err(dir, None, e))?;
+    if !formats.is_empty() && ids.is_empty() {
+        for f in ftrace_core::format::FORMATS {
+            ids.insert(f.id.as_u16(), f.id.as_u16());
+        }
+    }
+    for f in &formats {
+        ids.insert(f.id, f.id);
+    }
+    Ok(formats)
+}
+
 /// What the pages say was lost.
 #[derive(Clone, Copy, Debug, Default)]
 struct Lost {
@@ -238,7 +257,8 @@ fn decode_page(
                 )
             })?
         };
-        if EventId::from_u16(id).is_none() {
+        // (With format files, the map says which ids are known.)
+        if ids.is_empty() && EventId::from_u16(id).is_none() {
             return Err(err(path, Some(at), format!("unknown event id {kid}")));
         }
         let mut data = ev.payload.to_vec();
@@ -684,6 +704,8 @@ struct Input {
     events: Events,
     /// The capture's event ids mapped to ours (empty: ours).
     ids: HashMap<u16, u16>,
+    /// A capture's trace events of other systems (a recording's are its reader's).
+    formats: Vec<ftrace_core::format::TraceEventFormat>,
     page_size: usize,
     /// The CPUs that have a stream, ascending.
     cpus: Vec<u32>,
@@ -730,7 +752,7 @@ impl Input {
     /// The formats of the program trace events a recording holds (none for a capture).
     fn event_formats(&self) -> Vec<ftrace_core::format::TraceEventFormat> {
         match &self.events {
-            Events::Pages => Vec::new(),
+            Events::Pages => self.formats.clone(),
             Events::Recording { reader, .. } => reader.event_formats(),
         }
     }
@@ -773,6 +795,7 @@ fn open_input(dir: &Path) -> Result<(Input, Texts), ReportError> {
                 census,
             },
             ids: HashMap::new(),
+            formats: Vec::new(),
             page_size: ftrace_ringbuf::page::DEFAULT_PAGE_SIZE,
         };
         return Ok((input, texts));
@@ -797,11 +820,14 @@ fn open_input(dir: &Path) -> Result<(Input, Texts), ReportError> {
     }
     let cpus = capture_cpus(dir)?;
     let nr_cpus = *cpus.last().expect("capture_cpus has one") + 1;
+    let mut ids = id_map(dir)?;
+    let formats = program_formats(dir, &mut ids)?;
     let input = Input {
         damaged: Vec::new(),
         dir: dir.to_path_buf(),
         events: Events::Pages,
-        ids: id_map(dir)?,
+        ids,
+        formats,
         page_size,
         cpus,
         nr_cpus,

@@ -7,13 +7,23 @@
 //!   thread, and there is one B per recorded entry;
 //! - `ftrace export --format trace.dat` → `trace-cmd report` lists every recorded event.
 //!
-//! Needs gcc, rustc (`RUSTC_BOOTSTRAP=1`), uftrace and trace-cmd (`cargo xtask test`
-//! installs them); nothing is skipped when a tool is missing: it fails.
+//! And a program's trace events (`tests/programs/events.c`, `ftrace/tracepoint.h`), recorded
+//! streamed (`record -e`) and on the live mount (`record --mount`, a capture of pages):
+//! `ftrace report` of the mount's capture prints them; `trace-cmd report` prints them with
+//! their fields; `uftrace replay` shows them where they fired; the Chrome JSON has them as
+//! instant events with their fields as `args`.
+//!
+//! Needs gcc, rustc (`RUSTC_BOOTSTRAP=1`), uftrace, trace-cmd, `/dev/fuse` and `fusermount3`
+//! (`cargo xtask test` installs them); nothing is skipped when a tool is missing: it fails.
+
+mod common;
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use ftrace_core::EventId;
 use ftrace_core::symbols::SymbolTable;
@@ -436,9 +446,9 @@ fn trace_cmd_reports_every_recorded_event() {
             other => panic!("{other}: {line}"),
         }
     }
-    // What the pages hold (the recording's timestamps depend on the reader's TSC
-    // calibration; the capture written at record time is what trace.dat embeds).
-    let cap = ftrace_user::export::Capture::read(&rec).unwrap();
+    // What the exporter reads (the recording read where it is, its TSC calibrated from the
+    // agents' start and exit readings: the same times at every read).
+    let mut cap = ftrace_user::export::Capture::read(&rec).unwrap();
     let syms = cap.symbols().unwrap();
     let all = cap.events().unwrap();
     let mut want = Vec::new();
@@ -563,6 +573,358 @@ fn x86_tsc_recordings_export_nanoseconds() {
         &["report", "-d", data.to_str().unwrap(), "-s", "call"],
     );
     assert!(report.contains(" fib"), "{report}");
+    std::fs::remove_dir_all(&rec).unwrap();
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::remove_file(&json).unwrap();
+}
+
+/// Builds `tests/programs/events.c` (trace events declared with `ftrace/tracepoint.h`) in `dir`.
+fn events_prog(dir: &Path) -> PathBuf {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
+    let inc = format!("-I{}", include.display());
+    common::build_kernel_style_with(dir, "events", &[&inc])
+}
+
+/// The lines the events program's `rounds` rounds give with every event on: per round
+/// `fire_values`'s entry, twenty `demo_value`, its `sched_wakeup` and its `demo_round`
+/// (bodies after the event name, as the kernel prints them; `pid` is the program's).
+fn events_program_lines(rounds: usize, pid: u32) -> Vec<String> {
+    let mut want = Vec::new();
+    for r in 1..=rounds {
+        want.push("fire_values <-main".to_string());
+        for v in 1..=20 {
+            want.push(format!("demo_value: value={v} delta={} label=v{v}", v - 10));
+        }
+        want.push(format!(
+            "sched_wakeup: comm=events pid={pid} prio=120 target_cpu=000"
+        ));
+        want.push(format!("demo_round: round={r}"));
+    }
+    want
+}
+
+/// Records the events program with the function tracer on the live mount (`record
+/// --mount`), every event of `demo` and `sched` enabled through the mount, for `rounds`
+/// rounds: a capture of pages. Returns it and the program's pid.
+fn record_events_mounted(tag: &str, rounds: usize) -> (PathBuf, u32) {
+    let dir = scratch().join(format!("mounted-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = events_prog(&dir);
+    let mnt = dir.join("tracing");
+    std::fs::create_dir(&mnt).unwrap();
+    let rec = dir.join("rec");
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .current_dir(&dir)
+        .args(["record", "-t", "function", "--mount"])
+        .arg(&mnt)
+        .arg("-o")
+        .arg(&rec)
+        .arg("--")
+        .arg(&prog)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !mnt.join("available_events").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for the mount"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for f in ["events/demo/enable", "events/sched/sched_wakeup/enable"] {
+        std::fs::write(mnt.join(f), "1\n").unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    let pid = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", tool.id()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut stdin = tool.stdin.take().unwrap();
+    for _ in 0..rounds {
+        stdin.write_all(b"round\n").unwrap();
+    }
+    drop(stdin);
+    let out = tool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "record --mount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("rounds {rounds}\n")
+    );
+    (rec, pid)
+}
+
+/// The event bodies of a `trace` text after the context (`comm-pid [cpu] flags ts: `).
+fn trace_bodies(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (_, body) = l.split_once("]").unwrap();
+            let (_, body) = body.split_once(": ").unwrap();
+            body.to_string()
+        })
+        .collect()
+}
+
+/// A `record --mount` capture holds the program's trace events: `ftrace report` prints them
+/// through the formats the capture stores (it failed with "unknown event id" when the pages
+/// path had no formats for them).
+#[test]
+fn mounted_recording_with_program_events_reports_them() {
+    let (rec, pid) = record_events_mounted("report", 2);
+    assert!(rec.join("events/demo/demo_value/format").is_file());
+    let (code, out, err) = ftrace(&["report", "-i", rec.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = String::from_utf8(out).unwrap();
+    let lines = trace_bodies(&text);
+    // main's entry (and whatever the program calls before its first round) first.
+    let first = lines
+        .iter()
+        .position(|l| l == "fire_values <-main")
+        .unwrap_or_else(|| panic!("{text}"));
+    let got: Vec<&String> = lines[first..]
+        .iter()
+        .filter(|l| !l.contains(" <-") || l.starts_with("fire_values"))
+        .collect();
+    let want = events_program_lines(2, pid);
+    assert_eq!(got, want.iter().collect::<Vec<_>>(), "{text}");
+    std::fs::remove_dir_all(rec.parent().unwrap()).unwrap();
+}
+
+/// Records the events program with `tracer` (a streamed recording, `record -e` for every
+/// event it declares) for `rounds` rounds. Returns it and the program's pid.
+fn record_events_streamed(tracer: &str, tag: &str, rounds: usize) -> (PathBuf, u32) {
+    let dir = scratch().join(format!("streamed-{tag}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = events_prog(&dir);
+    let rec = dir.join("rec");
+    let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .current_dir(&dir)
+        .args([
+            "record", "-t", tracer, "-e", "demo:*", "-e", "sched:*", "-o",
+        ])
+        .arg(&rec)
+        .arg("--")
+        .arg(&prog)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = tool.stdin.take().unwrap();
+    for _ in 0..rounds {
+        stdin.write_all(b"round\n").unwrap();
+    }
+    drop(stdin);
+    let out = tool.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record: {stderr}");
+    assert!(stderr.contains(", 0 lost"), "{stderr}");
+    let r = Recording::read(&rec).unwrap();
+    (rec, r.processes[0].pid)
+}
+
+/// `trace-cmd report` of a trace.dat exported from a recording with program events prints
+/// the function entries and the events with their fields (through the formats the file
+/// carries), in the order `ftrace report` prints them: from a streamed recording and from a
+/// `record --mount` capture.
+#[test]
+fn trace_cmd_reports_program_events_with_their_fields() {
+    for (rec, pid) in [
+        record_events_streamed("function", "tracedat", 2),
+        record_events_mounted("tracedat", 2),
+    ] {
+        for version in ["6", "7"] {
+            let dat = rec.with_extension(format!("v{version}.dat"));
+            let (code, _, err) = ftrace(&[
+                "export",
+                "-f",
+                "trace.dat",
+                "--file-version",
+                version,
+                "-i",
+                rec.to_str().unwrap(),
+                "-o",
+                dat.to_str().unwrap(),
+            ]);
+            assert_eq!(code, 0, "{err}");
+            let text = tool("trace-cmd", &["report", "-i", dat.to_str().unwrap()]);
+            // `comm-pid [cpu] ts: name: body`, the body padded after the name; trace-cmd's
+            // function plugin prints the function alone, its sched plugin its own
+            // `sched_wakeup` line.
+            let got: Vec<String> = text
+                .lines()
+                .filter_map(|l| {
+                    let (_, rest) = l.split_once("]")?;
+                    let (_, ev) = rest.split_once(": ")?;
+                    let (name, body) = ev.split_once(':')?;
+                    Some(format!("{}: {}", name.trim(), body.trim()))
+                })
+                .collect();
+            let first = got
+                .iter()
+                .position(|l| l == "function: fire_values")
+                .unwrap_or_else(|| panic!("{text}"));
+            let want: Vec<String> = events_program_lines(2, pid)
+                .into_iter()
+                .map(|l| match l.as_str() {
+                    "fire_values <-main" => "function: fire_values".to_string(),
+                    l if l.starts_with("sched_wakeup: ") => {
+                        format!("sched_wakeup: events:{pid} [120] CPU:000")
+                    }
+                    l => l.to_string(),
+                })
+                .collect();
+            assert_eq!(got[first..], want[..], "{text}");
+            std::fs::remove_file(&dat).unwrap();
+        }
+    }
+}
+
+/// uftrace.data carries the program's events as uftrace's user-event records (named in
+/// `events.txt`): `uftrace replay` shows each where it fired, inside the call that fired it.
+/// Chrome JSON carries them as instant events with the fields as `args`.
+#[test]
+fn uftrace_and_chrome_exports_carry_program_events() {
+    let (rec, pid) = record_events_streamed("function_graph", "uftrace", 2);
+    let data = rec.with_extension("uftrace.data");
+    let _ = std::fs::remove_dir_all(&data);
+    export(&rec, "uftrace", &data);
+    let events = std::fs::read_to_string(data.join("events.txt")).unwrap();
+    assert!(events.contains(" demo:demo_value\n"), "{events}");
+    let replay = tool("uftrace", &["replay", "-d", data.to_str().unwrap()]);
+    let lines: Vec<&str> = replay
+        .lines()
+        .filter_map(|l| l.split_once('|').map(|(_, r)| r.trim()))
+        .collect();
+    let want_round = std::iter::once("fire_values() {")
+        .chain(std::iter::repeat_n("/* demo:demo_value */", 20))
+        .chain([
+            "} /* fire_values */",
+            "/* sched:sched_wakeup */",
+            "/* demo:demo_round */",
+        ]);
+    let want: Vec<&str> = want_round.clone().chain(want_round).collect();
+    let first = lines
+        .iter()
+        .position(|l| *l == "fire_values() {")
+        .unwrap_or_else(|| panic!("{replay}"));
+    assert_eq!(lines[first..first + want.len()], want[..], "{replay}");
+
+    let json = rec.with_extension("json");
+    export(&rec, "chrome", &json);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let evs: Vec<&serde_json::Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["cat"] != "ftrace" && e["ph"] != "M")
+        .collect();
+    assert_eq!(evs.len(), 2 * 22, "{evs:?}");
+    for (i, e) in evs.iter().enumerate() {
+        assert_eq!(e["ph"], "i");
+        let (round, k) = (i / 22 + 1, i % 22);
+        match k {
+            0..20 => {
+                let v = k as i64 + 1;
+                assert_eq!(e["name"], "demo_value");
+                assert_eq!(e["cat"], "demo");
+                assert_eq!(
+                    e["args"],
+                    serde_json::json!({"value": v, "delta": v - 10, "label": format!("v{v}")})
+                );
+            }
+            20 => {
+                assert_eq!(e["name"], "sched_wakeup");
+                assert_eq!(
+                    e["args"],
+                    serde_json::json!({"comm": "events", "pid": pid, "prio": 120, "target_cpu": 0})
+                );
+            }
+            _ => {
+                assert_eq!(e["name"], "demo_round");
+                assert_eq!(e["args"], serde_json::json!({ "round": round }));
+            }
+        }
+    }
+    std::fs::remove_dir_all(rec.parent().unwrap()).unwrap();
+}
+
+/// Events lost in a thread's buffer are marked where they were lost: uftrace's LOST record
+/// (`uftrace replay` prints `/* LOST N records!! */`) and a Chrome `lost events` instant with
+/// the count, the same holes with the same counts in both, no more than the recording lost.
+#[test]
+fn lost_events_are_marked_in_uftrace_and_chrome_exports() {
+    let exe = scratch().join("stream_calls");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
+    let st = Command::new("gcc")
+        .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
+        .args(["-fpatchable-function-entry=5", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .output()
+        .expect("gcc");
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let rec = scratch().join("rec-lossy");
+    let _ = std::fs::remove_dir_all(&rec);
+    // A 16 KiB buffer per thread cannot hold what two threads calling in a loop write
+    // between two drains.
+    let (code, _, err) = ftrace(&[
+        "record",
+        "-t",
+        "function_graph",
+        "--buffer-size",
+        "16",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "2",
+        "200000",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lost = Recording::read(&rec).unwrap().lost();
+    assert!(lost > 0, "nothing lost: {err}");
+    let data = rec.with_extension("uftrace.data");
+    let _ = std::fs::remove_dir_all(&data);
+    export(&rec, "uftrace", &data);
+    let replay = tool("uftrace", &["replay", "-d", data.to_str().unwrap()]);
+    let mut theirs: Vec<u64> = replay
+        .lines()
+        .filter_map(|l| l.split_once("/* LOST ")?.1.split_once(" records!! */"))
+        .map(|(n, _)| n.parse().unwrap())
+        .collect();
+    let json = rec.with_extension("json");
+    export(&rec, "chrome", &json);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let mut ours: Vec<u64> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "lost events")
+        .map(|e| e["args"]["count"].as_u64().unwrap())
+        .collect();
+    assert!(!ours.is_empty());
+    theirs.sort_unstable();
+    ours.sort_unstable();
+    assert_eq!(theirs, ours);
+    // Drops after a thread's last event have no event to be marked before.
+    assert!(ours.iter().sum::<u64>() <= lost);
     std::fs::remove_dir_all(&rec).unwrap();
     std::fs::remove_dir_all(&data).unwrap();
     std::fs::remove_file(&json).unwrap();

@@ -1,30 +1,45 @@
 //! Exporters: a capture (the tracefs-like directory `ftrace report` reads, see
-//! [`crate::report`]) written in other tools' formats.
+//! [`crate::report`]) or a recording written in other tools' formats.
 //!
-//! - [`tracedat`]: trace-cmd's `trace.dat` (version 6), read by `trace-cmd report` and
-//!   KernelShark; the raw pages go in as they are;
+//! - [`tracedat`]: trace-cmd's `trace.dat` (version 6 or 7), read by `trace-cmd report` and
+//!   KernelShark; the raw pages go in as they are, the trace events' formats beside ftrace's;
 //! - [`uftrace`]: a `uftrace.data` directory, read by `uftrace replay`/`report`/`dump`;
 //! - [`chrome`]: Chrome trace-event JSON, loaded by Perfetto UI and `chrome://tracing`.
 //!
-//! Both kinds of input are captures: a kernel's raw pages as `ftrace report --raw-dir` takes
-//! them, and a recording made by `ftrace record` (which writes the same capture files beside its
-//! per-thread buffers, and whose `<pid>.<n>/` directories also tell which process each thread
-//! belongs to). Invariant: an exporter never invents events: every event it writes is one
-//! decoded from the capture's pages (with the capture's own event ids mapped by name), in
-//! timestamp order per CPU.
+//! Inputs: a kernel's raw pages as `ftrace report --raw-dir` takes them; a recording of
+//! `ftrace record` turned into pages (the flight recorder, `record --mount`); and a streamed
+//! recording, read where it is as `ftrace report` reads it ([`RecordingReader`]: nothing is
+//! written into it). A recording's `<pid>.<n>/` directories also tell which process each
+//! thread belongs to. Program trace events (`ftrace/tracepoint.h`) come with their formats
+//! (a capture's `events/<system>/<name>/format` files, [`crate::capture_formats`]; a streamed
+//! recording's listings).
+//!
+//! Reading streams ([`Capture::for_each_event`], [`Capture::write_cpu_pages`]): memory holds a
+//! page per CPU or a buffered cursor per thread file, and what the format keeps per thread
+//! (open calls), never the events; the output is written beside its place and renamed there
+//! when complete, so a damaged input (an error naming the file and byte offset) leaves none.
+//!
+//! Invariant: an exporter never invents events: every event it writes is one decoded from the
+//! capture (with the capture's own event ids mapped by name), in timestamp order.
 
 pub mod chrome;
 pub mod tracedat;
 pub mod uftrace;
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ftrace_core::EventId;
 use ftrace_core::entry::{FtraceEntry, FtraceGraphEntEntry, Pod, TraceEntry};
+use ftrace_core::format::TraceEventFormat;
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 use ftrace_ringbuf::page::{DEFAULT_PAGE_SIZE, Page};
+use ftrace_tracers::Missed;
+
+use crate::capture::CaptureText;
+use crate::recording::{Census, MAX_CPUS, RecordingReader};
 
 /// An export failure, with the file it is about.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,8 +77,10 @@ pub struct FormatFile {
     pub text: String,
 }
 
-/// A capture directory loaded in memory: the files trace-cmd embeds, and the raw pages.
-#[derive(Clone, Debug)]
+/// A capture opened for export: the files trace-cmd embeds, read whole (their size is the
+/// symbols' and tasks', not the events'), and where the events are, read as they are needed
+/// ([`Capture::for_each_event`], [`Capture::write_cpu_pages`]).
+#[derive(Debug)]
 pub struct Capture {
     /// Where it was read from.
     pub dir: PathBuf,
@@ -76,6 +93,10 @@ pub struct Capture {
     /// The ftrace event formats: the capture's own, plus ftrace-core's for `function`,
     /// `funcgraph_entry`, `funcgraph_exit` and `print` when the capture has none of that name.
     pub formats: Vec<FormatFile>,
+    /// The trace events of other systems the records may be (a program's, declared with
+    /// `ftrace/tracepoint.h`; a kernel capture's `events/<system>/`), with the ids the
+    /// records carry.
+    pub event_formats: Vec<TraceEventFormat>,
     /// `kallsyms` text.
     pub kallsyms: String,
     /// `saved_cmdlines` text.
@@ -84,8 +105,9 @@ pub struct Capture {
     pub trace_clock: String,
     /// The tracer that recorded it.
     pub tracer: String,
-    /// Raw pages per CPU (index = CPU number; a CPU without a directory has none).
-    pub cpus: Vec<Vec<u8>>,
+    /// CPUs: a capture's one more than its highest `per_cpu/cpu<N>`, a recording's the
+    /// machine's (its `meta`); [`Capture::cpu_count`] also covers every CPU with events.
+    pub nr_cpus: u32,
     /// Thread id to process id, from a recording's `<pid>.<n>/` directories (empty for a
     /// kernel capture: threads then count as their own process).
     pub tgids: HashMap<i32, i32>,
@@ -94,6 +116,42 @@ pub struct Capture {
     /// For a recording with the `x86-tsc` clock: the TSC to CLOCK_MONOTONIC conversion its
     /// agents' start and exit readings calibrate (what [`Capture::ns`] applies).
     pub tsc: Option<ftrace_agent::clock::TscConversion>,
+    events: Events,
+    /// Record id to what it is.
+    kinds: HashMap<u16, Kind>,
+}
+
+/// Where a capture's events are.
+enum Events {
+    /// A capture's raw pages, `per_cpu/cpu<N>/trace_pipe_raw` (CPUs without a directory
+    /// have none).
+    Pages { cpus: Vec<u32> },
+    /// A recording not turned into pages: its thread files, read where they are (nothing is
+    /// written into it).
+    Recording {
+        reader: Box<RecordingReader>,
+        /// Which CPUs each thread file has events on: taken once, when a CPU's pages are
+        /// first asked for.
+        census: Option<Census>,
+    },
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Events::Pages { cpus } => write!(f, "Pages({cpus:?})"),
+            Events::Recording { .. } => f.write_str("Recording"),
+        }
+    }
+}
+
+/// What a record's id names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// One of ftrace's own events.
+    Ftrace(EventId),
+    /// [`Capture::event_formats`]`[n]`.
+    Event(usize),
 }
 
 /// The events `ftrace-core` supplies formats for when a capture has none.
@@ -103,6 +161,9 @@ const BUILTIN_FORMATS: [EventId; 4] = [
     EventId::FuncgraphExit,
     EventId::Print,
 ];
+
+/// The largest sub-buffer page a capture may say it has (a page is read into one buffer).
+const MAX_PAGE_SIZE: usize = 1 << 20;
 
 fn parse_format(text: &str) -> Option<(String, u16)> {
     let name = text.lines().find_map(|l| l.strip_prefix("name: "))?;
@@ -115,33 +176,41 @@ fn parse_format(text: &str) -> Option<(String, u16)> {
     Some((name.trim().to_string(), id))
 }
 
+/// An error about `path`, at byte `offset` of it (as `ftrace report` words it).
+fn at_err(path: &Path, offset: u64, e: impl std::fmt::Display) -> ExportError {
+    ExportError(format!(
+        "{}: offset {offset} ({offset:#x}): {e}",
+        path.display()
+    ))
+}
+
 impl Capture {
-    /// Reads the capture in `dir`.
+    /// Opens the capture or recording in `dir`: its text files are read, its events are not.
     pub fn read(dir: &Path) -> Result<Self, ExportError> {
         if !dir.is_dir() {
             return Err(io_err(dir, "not a directory (the capture to export)"));
         }
-        crate::capture::ensure_capture(dir).map_err(ExportError)?;
+        if !dir.join("per_cpu").is_dir() && crate::record::is_recording(dir) {
+            return Self::read_recording(dir);
+        }
         let text = |rel: &str| -> Result<Option<String>, ExportError> {
             Ok(read_opt(&dir.join(rel))?.map(|b| String::from_utf8_lossy(&b).into_owned()))
         };
         let header_page = match text("events/header_page")? {
             Some(t) => t,
-            None => {
-                let mut s = String::new();
-                let _ = ftrace_core::format::write_header_page(&mut s, DEFAULT_PAGE_SIZE);
-                s
-            }
+            None => default_header_page(),
         };
         let page_size = page_size_from_header(&header_page)
-            .ok_or_else(|| io_err(&dir.join("events/header_page"), "no \"data\" field"))?;
+            .filter(|n| (ftrace_ringbuf::page::PAGE_HEADER_SIZE + 8..=MAX_PAGE_SIZE).contains(n))
+            .ok_or_else(|| {
+                io_err(
+                    &dir.join("events/header_page"),
+                    format!("no \"data\" field giving a page size up to {MAX_PAGE_SIZE}"),
+                )
+            })?;
         let header_event = match text("events/header_event")? {
             Some(t) => t,
-            None => {
-                let mut s = String::new();
-                let _ = ftrace_core::format::write_header_event(&mut s);
-                s
-            }
+            None => default_header_event(),
         };
         let mut formats = Vec::new();
         if let Ok(rd) = std::fs::read_dir(dir.join("events/ftrace")) {
@@ -155,18 +224,7 @@ impl Capture {
                 formats.push(FormatFile { name, id, text: t });
             }
         }
-        for id in BUILTIN_FORMATS {
-            let f = ftrace_core::format::by_id(id).expect("built-in format");
-            if !formats.iter().any(|x| x.name == f.name) {
-                let mut t = String::new();
-                let _ = f.write_to(&mut t);
-                formats.push(FormatFile {
-                    name: f.name.to_string(),
-                    id: id.as_u16(),
-                    text: t,
-                });
-            }
-        }
+        let event_formats = crate::capture_formats::read(dir).map_err(ExportError)?;
         let kallsyms = text("kallsyms")?.ok_or_else(|| io_err(&dir.join("kallsyms"), "missing"))?;
         let cmdlines = text("saved_cmdlines")?.unwrap_or_default();
         let trace_clock = match text("trace_clock")? {
@@ -175,49 +233,101 @@ impl Capture {
             None => "[local]\n".into(),
         };
         let tracer = text("tracer")?.map_or_else(|| "function".into(), |t| t.trim().to_string());
-        let pdir = dir.join("per_cpu");
-        let rd = std::fs::read_dir(&pdir).map_err(|e| io_err(&pdir, e))?;
-        let mut nums: Vec<usize> = rd
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
-            .collect();
-        nums.sort_unstable();
-        let Some(&last) = nums.last() else {
-            return Err(io_err(&pdir, "no cpu<N> directories"));
-        };
-        let mut cpus = vec![Vec::new(); last + 1];
-        for n in nums {
-            let p = pdir.join(format!("cpu{n}/trace_pipe_raw"));
-            let b = std::fs::read(&p).map_err(|e| io_err(&p, e))?;
-            if b.len() % page_size != 0 {
-                return Err(io_err(
-                    &p,
-                    format!("{} bytes: not whole {page_size}-byte pages", b.len()),
-                ));
-            }
-            cpus[n] = b;
-        }
+        let cpus = capture_cpus(dir, page_size)?;
+        let nr_cpus = cpus.last().map_or(0, |&c| c + 1);
         let (tgids, exes) = recording_tasks(dir);
         let tsc = if trace_clock.contains("[x86-tsc]") {
             recording_tsc(dir)
         } else {
             None
         };
-        Ok(Capture {
+        Ok(Capture::assemble(Capture {
             dir: dir.to_path_buf(),
             page_size,
             header_page,
             header_event,
             formats,
+            event_formats,
             kallsyms,
             cmdlines,
             trace_clock,
             tracer,
-            cpus,
+            nr_cpus,
             tgids,
             exes,
             tsc,
-        })
+            events: Events::Pages { cpus },
+            kinds: HashMap::new(),
+        }))
+    }
+
+    /// A recording not turned into pages, read where it is ([`RecordingReader`]): its text
+    /// files made as `ftrace report` makes them ([`CaptureText`]).
+    fn read_recording(dir: &Path) -> Result<Self, ExportError> {
+        let reader = RecordingReader::open(dir).map_err(|e| ExportError(e.to_string()))?;
+        if let Some(e) = reader.damaged.first() {
+            return Err(ExportError(e.to_string()));
+        }
+        let text = CaptureText::of(&reader.rec);
+        let trace_clock = text.trace_clock;
+        let tsc = if trace_clock.contains("[x86-tsc]") {
+            recording_tsc(dir)
+        } else {
+            None
+        };
+        let (tgids, exes) = recording_tasks(dir);
+        Ok(Capture::assemble(Capture {
+            dir: dir.to_path_buf(),
+            page_size: DEFAULT_PAGE_SIZE,
+            header_page: default_header_page(),
+            header_event: default_header_event(),
+            formats: Vec::new(),
+            event_formats: reader.event_formats(),
+            kallsyms: text.kallsyms,
+            cmdlines: text.saved_cmdlines,
+            trace_clock,
+            tracer: text.tracer.trim().to_string(),
+            nr_cpus: reader.rec.nr_cpus,
+            tgids,
+            exes,
+            tsc,
+            events: Events::Recording {
+                reader: Box::new(reader),
+                census: None,
+            },
+            kinds: HashMap::new(),
+        }))
+    }
+
+    /// Adds ftrace-core's formats the capture lacks, and maps every record id to its kind.
+    fn assemble(mut cap: Capture) -> Capture {
+        for id in BUILTIN_FORMATS {
+            let f = ftrace_core::format::by_id(id).expect("built-in format");
+            if !cap.formats.iter().any(|x| x.name == f.name) {
+                let mut t = String::new();
+                let _ = f.write_to(&mut t);
+                cap.formats.push(FormatFile {
+                    name: f.name.to_string(),
+                    id: id.as_u16(),
+                    text: t,
+                });
+            }
+        }
+        let mut kinds: HashMap<u16, Kind> = cap
+            .formats
+            .iter()
+            .filter_map(|f| {
+                Some((
+                    f.id,
+                    Kind::Ftrace(ftrace_core::format::by_name(&f.name)?.id),
+                ))
+            })
+            .collect();
+        for (n, f) in cap.event_formats.iter().enumerate() {
+            kinds.entry(f.id).or_insert(Kind::Event(n));
+        }
+        cap.kinds = kinds;
+        cap
     }
 
     /// The selected clock's name (`local`, `x86-tsc`...).
@@ -266,50 +376,343 @@ impl Capture {
             .map_err(|e| io_err(&self.dir.join("kallsyms"), e))
     }
 
-    /// Decodes every CPU's pages into events (ids mapped to ftrace-core's by name), sorted by
-    /// timestamp, CPU order on ties.
-    pub fn events(&self) -> Result<Vec<Ev>, ExportError> {
-        let ids: HashMap<u16, EventId> = self
-            .formats
-            .iter()
-            .filter_map(|f| Some((f.id, ftrace_core::format::by_name(&f.name)?.id)))
-            .collect();
-        let mut out = Vec::new();
-        for (cpu, bytes) in self.cpus.iter().enumerate() {
-            let path = self.dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
-            for (n, chunk) in bytes.chunks(self.page_size).enumerate() {
-                let base = n * self.page_size;
-                let page = Page::new(chunk)
-                    .map_err(|e| io_err(&path, format!("page at offset {base}: {e}")))?;
-                let mut missed = page.missed_events();
-                for ev in page.events() {
-                    let ev = ev.map_err(|e| io_err(&path, format!("page at {base}: {e}")))?;
-                    let Some(ent) = TraceEntry::read_from(ev.payload) else {
-                        continue;
-                    };
-                    let Some(&id) = ids.get(&ent.type_) else {
-                        return Err(io_err(
-                            &path,
-                            format!(
-                                "offset {}: event id {} has no format",
-                                base + ev.offset,
-                                ent.type_
-                            ),
-                        ));
-                    };
-                    out.push(Ev {
-                        cpu: cpu as u32,
-                        ts: ev.ts,
-                        pid: ent.pid,
-                        id,
-                        what: What::decode(id, ev.payload),
-                        missed_before: std::mem::take(&mut missed),
-                    });
+    /// The record `data` (common header first) at `ts` on `cpu`, decoded; an id no format
+    /// names is an error.
+    fn decode(&self, cpu: u32, ts: u64, data: Vec<u8>, missed: Missed) -> Result<Ev, u16> {
+        let raw = TraceEntry::read_from(&data).ok_or(0u16)?;
+        let (id, what) = match self.kinds.get(&raw.type_) {
+            Some(&Kind::Ftrace(id)) => (id.as_u16(), What::decode(id, &data)),
+            Some(&Kind::Event(format)) => (raw.type_, What::Event { format, data }),
+            None => return Err(raw.type_),
+        };
+        Ok(Ev {
+            cpu,
+            ts,
+            pid: raw.pid,
+            id,
+            what,
+            missed,
+        })
+    }
+
+    /// Calls `f` with every event in timestamp order (CPU order on ties, then each CPU's
+    /// order), read as it goes: memory holds a page per CPU (a capture) or a buffered cursor
+    /// per thread file (a recording), not the events. Stops at the first error: a damaged
+    /// page or thread file (named with the byte offset), an id no format names, or `f`'s.
+    pub fn for_each_event(
+        &mut self,
+        f: &mut dyn FnMut(&Capture, Ev) -> Result<(), ExportError>,
+    ) -> Result<(), ExportError> {
+        let mut events = std::mem::replace(&mut self.events, Events::Pages { cpus: Vec::new() });
+        let result = self.each_event_of(&mut events, f);
+        self.events = events;
+        result
+    }
+
+    fn each_event_of(
+        &self,
+        events: &mut Events,
+        f: &mut dyn FnMut(&Capture, Ev) -> Result<(), ExportError>,
+    ) -> Result<(), ExportError> {
+        match events {
+            Events::Pages { cpus } => {
+                let mut cursors = Vec::with_capacity(cpus.len());
+                let mut heap = BinaryHeap::with_capacity(cpus.len());
+                for &cpu in cpus.iter() {
+                    let mut c = PageCursor::open(self, cpu)?;
+                    if let Some(ts) = c.peek_ts(self)? {
+                        heap.push(Reverse((ts, cpu, cursors.len())));
+                    }
+                    cursors.push(c);
                 }
+                while let Some(Reverse((_, _, i))) = heap.pop() {
+                    let c: &mut PageCursor = &mut cursors[i];
+                    let ev = c
+                        .queue
+                        .pop_front()
+                        .expect("a cursor in the heap has an event");
+                    if let Some(ts) = c.peek_ts(self)? {
+                        heap.push(Reverse((ts, c.cpu, i)));
+                    }
+                    f(self, ev)?;
+                }
+                Ok(())
+            }
+            Events::Recording { reader, .. } => {
+                let dir = self.dir.clone();
+                let mut stream = reader.stream().map_err(|e| ExportError(e.to_string()))?;
+                while let Some(e) = stream.next().map_err(|e| ExportError(e.to_string()))? {
+                    if e.cpu >= MAX_CPUS {
+                        return Err(ExportError(format!(
+                            "{}: tid {}: CPU {} out of range (the kernel's NR_CPUS is at most \
+                             {MAX_CPUS})",
+                            dir.display(),
+                            e.tid,
+                            e.cpu
+                        )));
+                    }
+                    let tid = e.tid;
+                    let ev = self
+                        .decode(
+                            e.cpu,
+                            e.ts,
+                            e.data,
+                            match e.missed {
+                                0 => Missed::None,
+                                n => Missed::Count(n),
+                            },
+                        )
+                        .map_err(|id| {
+                            ExportError(format!(
+                                "{}: tid {tid}: event id {id} has no format",
+                                dir.display()
+                            ))
+                        })?;
+                    f(self, ev)?;
+                }
+                Ok(())
             }
         }
-        out.sort_by_key(|e| (e.ts, e.cpu));
-        Ok(out)
+    }
+
+    /// The CPUs the pages cover: one more than the highest CPU number with a buffer (a
+    /// capture) or with events (a recording, whose thread files are then read once to see
+    /// which CPUs each has events on: a damaged one is an error).
+    pub fn cpu_count(&mut self) -> Result<u32, ExportError> {
+        let nr = self.nr_cpus;
+        Ok(match &mut self.events {
+            Events::Pages { .. } => nr,
+            Events::Recording { reader, census } => {
+                let c = take_census(reader, census)?;
+                nr.max(c.cpus.len() as u32)
+            }
+        })
+    }
+
+    /// Writes CPU `cpu`'s events as the kernel's raw pages into `out` (a capture's
+    /// `trace_pipe_raw` copied as it is, each page checked on the way: a damaged one is an
+    /// error naming the file and offset; a recording's events turned into pages as they are
+    /// read, [`crate::capture::write_cpu_pages`]); returns the bytes written. A recording
+    /// damaged anywhere is an error before anything is written.
+    pub fn write_cpu_pages(&mut self, cpu: u32, out: &mut dyn Write) -> Result<u64, ExportError> {
+        match &mut self.events {
+            Events::Pages { cpus } => {
+                if !cpus.contains(&cpu) {
+                    return Ok(0);
+                }
+                PageCursor::open(self, cpu)?.copy_checked(self, out)
+            }
+            Events::Recording { reader, census } => {
+                let census = take_census(reader, census)?;
+                if census.cpus.get(cpu as usize).is_none_or(|c| c.events == 0) {
+                    return Ok(0);
+                }
+                let mut counted = CountingWriter { out, n: 0 };
+                crate::capture::write_cpu_pages(reader, census, cpu, &mut counted)
+                    .map_err(|e| ExportError(format!("{}: {e}", self.dir.display())))?;
+                Ok(counted.n)
+            }
+        }
+    }
+
+    /// Every event, collected: [`Capture::for_each_event`] into a vector (memory grows with
+    /// the capture: for tests and small captures).
+    pub fn events(&mut self) -> Result<Vec<Ev>, ExportError> {
+        let mut all = Vec::new();
+        self.for_each_event(&mut |_, e| {
+            all.push(e);
+            Ok(())
+        })?;
+        Ok(all)
+    }
+}
+
+/// The recording's census, taken the first time: a damaged thread file is an error.
+fn take_census<'c>(
+    reader: &RecordingReader,
+    census: &'c mut Option<Census>,
+) -> Result<&'c Census, ExportError> {
+    if census.is_none() {
+        let c = reader.census().map_err(|e| ExportError(e.to_string()))?;
+        if let Some(e) = c.damaged.first() {
+            return Err(ExportError(e.to_string()));
+        }
+        *census = Some(c);
+    }
+    Ok(census.as_ref().expect("taken above"))
+}
+
+/// A writer that counts what goes through it.
+struct CountingWriter<'w> {
+    out: &'w mut dyn Write,
+    n: u64,
+}
+
+impl Write for CountingWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let k = self.out.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+fn default_header_page() -> String {
+    let mut s = String::new();
+    let _ = ftrace_core::format::write_header_page(&mut s, DEFAULT_PAGE_SIZE);
+    s
+}
+
+fn default_header_event() -> String {
+    let mut s = String::new();
+    let _ = ftrace_core::format::write_header_event(&mut s);
+    s
+}
+
+fn cpu_path(dir: &Path, cpu: u32) -> PathBuf {
+    dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"))
+}
+
+/// The CPUs of a capture (`per_cpu/cpu<N>` directories), checked: numbers below
+/// [`MAX_CPUS`], whole pages.
+fn capture_cpus(dir: &Path, page_size: usize) -> Result<Vec<u32>, ExportError> {
+    let pdir = dir.join("per_cpu");
+    let rd = std::fs::read_dir(&pdir).map_err(|e| io_err(&pdir, e))?;
+    let mut cpus: Vec<u32> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+        .collect();
+    cpus.sort_unstable();
+    if let Some(&big) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
+        return Err(io_err(
+            &pdir.join(format!("cpu{big}")),
+            format!("CPU number out of range (the kernel's NR_CPUS is at most {MAX_CPUS})"),
+        ));
+    }
+    if cpus.is_empty() {
+        return Err(io_err(&pdir, "no cpu<N> directories"));
+    }
+    for &cpu in &cpus {
+        let p = cpu_path(dir, cpu);
+        let len = std::fs::metadata(&p).map_err(|e| io_err(&p, e))?.len();
+        let tail = len % page_size as u64;
+        if tail != 0 {
+            return Err(at_err(
+                &p,
+                len - tail,
+                format!("truncated page: {tail} bytes where a {page_size}-byte page starts"),
+            ));
+        }
+    }
+    Ok(cpus)
+}
+
+/// One CPU's `trace_pipe_raw`, decoded a page at a time.
+struct PageCursor {
+    cpu: u32,
+    path: PathBuf,
+    input: std::io::BufReader<std::fs::File>,
+    page: Vec<u8>,
+    /// Offset of the next page in the file.
+    base: u64,
+    queue: VecDeque<Ev>,
+}
+
+impl PageCursor {
+    fn open(cap: &Capture, cpu: u32) -> Result<Self, ExportError> {
+        let path = cpu_path(&cap.dir, cpu);
+        let f = std::fs::File::open(&path).map_err(|e| io_err(&path, e))?;
+        Ok(PageCursor {
+            cpu,
+            input: std::io::BufReader::with_capacity(64 * 1024, f),
+            page: vec![0; cap.page_size],
+            base: 0,
+            queue: VecDeque::new(),
+            path,
+        })
+    }
+
+    /// Reads the next page into `page`; returns its offset in the file (`None` at the end).
+    fn read_page(&mut self) -> Result<Option<u64>, ExportError> {
+        use std::io::Read;
+        let mut n = 0;
+        while n < self.page.len() {
+            match self.input.read(&mut self.page[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(at_err(&self.path, self.base, e)),
+            }
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        if n < self.page.len() {
+            return Err(at_err(
+                &self.path,
+                self.base,
+                format!(
+                    "truncated page: {n} bytes where a {}-byte page starts",
+                    self.page.len()
+                ),
+            ));
+        }
+        let base = self.base;
+        self.base += n as u64;
+        Ok(Some(base))
+    }
+
+    /// Decodes the page read at `base` into the queue.
+    fn decode_page(&mut self, cap: &Capture, base: u64) -> Result<(), ExportError> {
+        let page = Page::new(&self.page).map_err(|e| at_err(&self.path, base, e))?;
+        let mut missed = match (page.missed_events(), page.missed_count()) {
+            (false, _) => Missed::None,
+            (true, Some(n)) => Missed::Count(n),
+            (true, None) => Missed::Unknown,
+        };
+        for ev in page.events() {
+            let ev = ev.map_err(|e| at_err(&self.path, base, e))?;
+            let at = base + ev.offset as u64;
+            let e = cap
+                .decode(self.cpu, ev.ts, ev.payload.to_vec(), missed)
+                .map_err(|id| match id {
+                    0 if ev.payload.len() < 8 => {
+                        at_err(&self.path, at, "event shorter than its 8-byte header")
+                    }
+                    id => at_err(&self.path, at, format!("event id {id} has no format")),
+                })?;
+            missed = Missed::None;
+            self.queue.push_back(e);
+        }
+        Ok(())
+    }
+
+    /// The timestamp of the next event, decoding pages until one has some; `None` at the end.
+    fn peek_ts(&mut self, cap: &Capture) -> Result<Option<u64>, ExportError> {
+        while self.queue.is_empty() {
+            let Some(base) = self.read_page()? else {
+                return Ok(None);
+            };
+            self.decode_page(cap, base)?;
+        }
+        Ok(self.queue.front().map(|e| e.ts))
+    }
+
+    /// Copies the pages into `out` as they are, each checked first (it decodes, its ids have
+    /// formats); returns the bytes written.
+    fn copy_checked(&mut self, cap: &Capture, out: &mut dyn Write) -> Result<u64, ExportError> {
+        let mut n = 0;
+        while let Some(base) = self.read_page()? {
+            self.decode_page(cap, base)?;
+            self.queue.clear();
+            out.write_all(&self.page)
+                .map_err(|e| ExportError(format!("writing: {e}")))?;
+            n += self.page.len() as u64;
+        }
+        Ok(n)
     }
 }
 
@@ -322,12 +725,14 @@ pub struct Ev {
     pub ts: u64,
     /// `common_pid` (the thread id).
     pub pid: i32,
-    /// What it is.
-    pub id: EventId,
+    /// Its id: ftrace-core's for ftrace's own events, the capture's for the others
+    /// ([`Capture::event_formats`]).
+    pub id: u16,
     /// What the event says (decoded once: a capture may hold millions).
     pub what: What,
-    /// Events were lost on this CPU right before it.
-    pub missed_before: bool,
+    /// Events lost on this CPU (a recording: in this thread) right before it, as the page
+    /// (or the thread file) counts them.
+    pub missed: Missed,
 }
 
 /// What a function event says, by kind.
@@ -367,12 +772,20 @@ pub enum What {
     Call(Call),
     /// A `print` event (`trace_marker`): its text, without the trailing newline.
     Print(String),
+    /// A trace event of another system: its format ([`Capture::event_formats`]`[format]`)
+    /// and the record (common header first).
+    Event {
+        /// Index in [`Capture::event_formats`].
+        format: usize,
+        /// The record.
+        data: Vec<u8>,
+    },
     /// Any other event (or a truncated one).
     Other,
 }
 
 impl What {
-    /// Decodes the payload (common header first) of an event of kind `id`.
+    /// Decodes the payload (common header first) of an ftrace event of kind `id`.
     pub fn decode(id: EventId, payload: &[u8]) -> What {
         let call = match id {
             EventId::Function => FtraceEntry::read_from(payload).map(|e| Call::Function {
@@ -547,28 +960,93 @@ pub struct ExportArgs {
 }
 
 /// Exports the capture in `input` as `format` into `output` (`trace_dat_version`: 6 or 7).
+/// The output appears whole or not at all: it is written beside its place and renamed there
+/// once complete (a damaged capture leaves nothing behind).
 pub fn export(
     input: &Path,
     format: Format,
     output: &Path,
     trace_dat_version: u32,
 ) -> Result<(), ExportError> {
-    let cap = Capture::read(input)?;
+    let mut cap = Capture::read(input)?;
     match format {
-        Format::Uftrace => uftrace::write(&cap, output),
+        Format::Uftrace => uftrace::write(&mut cap, output),
         f => {
-            let bytes = bytes(&cap, f, trace_dat_version)?;
-            std::fs::write(output, bytes).map_err(|e| io_err(output, e))
+            let tmp = partial_path(output);
+            let result = (|| {
+                let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+                let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
+                write_single(&mut cap, f, trace_dat_version, &mut w)?;
+                w.flush().map_err(|e| io_err(&tmp, e))?;
+                std::fs::rename(&tmp, output).map_err(|e| io_err(output, e))
+            })();
+            if result.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            result
         }
     }
 }
 
-/// The bytes of a single-file export (`trace.dat` or Chrome JSON).
-fn bytes(cap: &Capture, format: Format, trace_dat_version: u32) -> Result<Vec<u8>, ExportError> {
+/// Where an export to `output` is written until it is complete.
+pub(crate) fn partial_path(output: &Path) -> PathBuf {
+    let mut name = output.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".partial-{}", std::process::id()));
+    output.with_file_name(name)
+}
+
+/// Writes a single-file export (`trace.dat` or Chrome JSON) into `out`.
+fn write_single<W: Write + std::io::Seek>(
+    cap: &mut Capture,
+    format: Format,
+    trace_dat_version: u32,
+    out: &mut W,
+) -> Result<(), ExportError> {
     match format {
-        Format::TraceDat if trace_dat_version == 7 => tracedat::write_v7(cap),
-        Format::TraceDat => tracedat::write(cap),
-        Format::Chrome => chrome::write(cap),
+        Format::TraceDat => tracedat::write(cap, trace_dat_version, out),
+        Format::Chrome => chrome::write(cap, out),
+        Format::Uftrace => Err(ExportError(
+            "uftrace.data is a directory: give -o DIR".into(),
+        )),
+    }
+}
+
+/// Exports to `out` (standard output): Chrome JSON as it is made; trace.dat, whose CPU table
+/// is filled in after the pages, through a temporary file.
+fn export_to_stream(args: &ExportArgs, out: &mut dyn Write) -> Result<(), ExportError> {
+    let werr = |e: std::io::Error| ExportError(format!("writing: {e}"));
+    let mut cap = Capture::read(&args.input)?;
+    match args.format {
+        Format::Chrome => {
+            let mut w = std::io::BufWriter::with_capacity(256 * 1024, out);
+            chrome::write(&mut cap, &mut w)?;
+            w.flush().map_err(werr)
+        }
+        Format::TraceDat => {
+            let tmp =
+                std::env::temp_dir().join(format!("ftrace-export-{}.dat", std::process::id()));
+            let result = (|| {
+                let mut file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&tmp)
+                    .map_err(|e| io_err(&tmp, e))?;
+                // Gone from the directory at once: only this file handle holds it.
+                let _ = std::fs::remove_file(&tmp);
+                {
+                    let mut w = std::io::BufWriter::with_capacity(256 * 1024, &mut file);
+                    tracedat::write(&mut cap, args.file_version, &mut w)?;
+                    w.flush().map_err(|e| io_err(&tmp, e))?;
+                }
+                std::io::Seek::rewind(&mut file).map_err(|e| io_err(&tmp, e))?;
+                std::io::copy(&mut file, out).map_err(werr)?;
+                out.flush().map_err(werr)
+            })();
+            let _ = std::fs::remove_file(&tmp);
+            result
+        }
         Format::Uftrace => Err(ExportError(
             "uftrace.data is a directory: give -o DIR".into(),
         )),
@@ -582,13 +1060,7 @@ pub fn run_cli(args: &ExportArgs, out: &mut dyn Write, err: &mut dyn Write) -> u
         .clone()
         .unwrap_or_else(|| PathBuf::from(args.format.default_output()));
     let result = if output.as_os_str() == "-" {
-        Capture::read(&args.input)
-            .and_then(|c| bytes(&c, args.format, args.file_version))
-            .and_then(|b| {
-                out.write_all(&b)
-                    .and_then(|()| out.flush())
-                    .map_err(|e| ExportError(format!("writing: {e}")))
-            })
+        export_to_stream(args, out)
     } else {
         export(&args.input, args.format, &output, args.file_version)
     };

@@ -10,12 +10,22 @@
 //! | `sid-<SID>.map` | per process, one line per module: the span of its symbols |
 //! | `<module>.sym` | `addr type name` lines, addresses relative to the module's map start |
 //! | `<tid>.dat` | 16-byte records: `u64 time`, then `type:2 more:1 magic:3 depth:10 addr:48` |
+//! | `events.txt` | `EVENT: <id> <system>:<name>` per trace event the records name |
 //!
 //! Symbols and modules come from a recording's per-process `symbols` files, so the input must
 //! be a recording made by `ftrace record` (a kernel capture is refused with an error: its
 //! addresses do not fit uftrace's 48-bit user address field).
 //! `funcgraph_entry`/`funcgraph_exit` become ENTRY/EXIT records; a `function` event (the
 //! function tracer records no returns) becomes an ENTRY and an EXIT at the same time.
+//! A trace event of a program (`ftrace/tracepoint.h`) becomes uftrace's form for a user event
+//! (an SDT probe of `uftrace record -E`): an EVENT record whose address is the event's id
+//! (from `EVENT_ID_USER` on, named in `events.txt`), at the depth of the calls open around it.
+//! Its fields are not carried: uftrace's user events have no argument data (its `replay`
+//! prints their name only). With the function tracer no call is open around an event, and
+//! `uftrace replay` shows events outside functions only with `--event-full`.
+//!
+//! Events lost before an event become uftrace's LOST record (the count in its address field),
+//! which `uftrace replay` prints as `/* LOST N records!! */`.
 //!
 //! Invariant: every thread's records nest: an exit whose entry is not in the trace is left out,
 //! and an exit that skips unfinished calls (lost events) first closes them at its own time,
@@ -27,7 +37,11 @@ use std::path::Path;
 
 use ftrace_core::symbols::{SortedSymbols, SymbolTable};
 
-use super::{Call, Capture, ExportError, io_err};
+use std::io::Write as _;
+
+use ftrace_tracers::Missed;
+
+use super::{Call, Capture, ExportError, What, io_err};
 
 /// `"Ftrace!\0"`.
 pub const MAGIC: &[u8; 8] = b"Ftrace!\0";
@@ -51,6 +65,14 @@ pub const RECORD_MAGIC: u64 = 5;
 pub const REC_ENTRY: u64 = 0;
 /// Record type: function exit.
 pub const REC_EXIT: u64 = 1;
+/// Record type: lost records (the address field holds how many; 0: unknown).
+pub const REC_LOST: u64 = 2;
+/// Record type: an event (`UFTRACE_EVENT`; the address field holds the event id).
+pub const REC_EVENT: u64 = 3;
+/// Feature bit: `events.txt` names the event records' ids (`EVENT`).
+pub const FEAT_EVENT: u64 = 1 << 7;
+/// The first id of user-defined events (uftrace's `EVENT_ID_USER`, its SDT events).
+pub const EVENT_ID_USER: u64 = 1_000_000;
 
 /// The second word of a record.
 pub fn record_word(kind: u64, depth: u32, addr: u64) -> u64 {
@@ -151,29 +173,102 @@ fn sessions(cap: &Capture) -> Result<Vec<Session>, ExportError> {
     Ok(out)
 }
 
-/// Writes `cap` as a `uftrace.data` directory at `out` (replacing files of the same names).
-pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
-    std::fs::create_dir_all(out).map_err(|e| io_err(out, e))?;
-    let put = |name: &str, bytes: &[u8]| -> Result<(), ExportError> {
-        let p = out.join(name);
-        std::fs::write(&p, bytes).map_err(|e| io_err(&p, e))
-    };
-    // uftrace times are nanoseconds: an x86-tsc recording's cycles are converted.
-    let mut events = cap.events()?;
-    for e in &mut events {
-        e.ts = cap.ns(e.ts);
+/// The most `<tid>.dat` files kept open at once while writing (more threads: files are
+/// closed and reopened to append).
+const MAX_OPEN_FILES: usize = 128;
+
+/// One thread's `<tid>.dat` being written, and its open calls.
+#[derive(Default)]
+struct ThreadOut {
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    /// Whether the file exists (written before, maybe closed since).
+    created: bool,
+    /// Open calls (function addresses), outermost first.
+    stack: Vec<u64>,
+    /// Its current process image (an index of the sessions).
+    image: Option<Option<usize>>,
+    /// Its first timestamp.
+    first: u64,
+}
+
+/// The threads' record files.
+struct ThreadFiles<'d> {
+    dir: &'d Path,
+    threads: BTreeMap<i32, ThreadOut>,
+    open: usize,
+}
+
+impl ThreadFiles<'_> {
+    /// Appends one 16-byte record to `tid`'s file.
+    fn push(&mut self, tid: i32, ts: u64, word: u64) -> Result<(), ExportError> {
+        if self.threads.get(&tid).is_none_or(|t| t.file.is_none()) {
+            if self.open >= MAX_OPEN_FILES {
+                for t in self.threads.values_mut() {
+                    if let Some(mut f) = t.file.take() {
+                        f.flush().map_err(|e| io_err(self.dir, e))?;
+                    }
+                }
+                self.open = 0;
+            }
+            let p = self.dir.join(format!("{tid}.dat"));
+            let t = self.threads.entry(tid).or_default();
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(t.created)
+                .write(true)
+                .truncate(!t.created)
+                .open(&p)
+                .map_err(|e| io_err(&p, e))?;
+            t.file = Some(std::io::BufWriter::with_capacity(16 * 1024, f));
+            t.created = true;
+            self.open += 1;
+        }
+        let t = self.threads.get_mut(&tid).expect("opened above");
+        let f = t.file.as_mut().expect("opened above");
+        let mut rec = [0u8; 16];
+        rec[..8].copy_from_slice(&ts.to_ne_bytes());
+        rec[8..].copy_from_slice(&word.to_ne_bytes());
+        f.write_all(&rec)
+            .map_err(|e| io_err(&self.dir.join(format!("{tid}.dat")), e))
     }
 
-    // Threads and their first timestamps; the process of each.
-    let mut first: BTreeMap<i32, u64> = BTreeMap::new();
-    for e in &events {
-        first.entry(e.pid).or_insert(e.ts);
+    fn finish(&mut self) -> Result<(), ExportError> {
+        for (tid, t) in &mut self.threads {
+            if let Some(mut f) = t.file.take() {
+                f.flush()
+                    .map_err(|e| io_err(&self.dir.join(format!("{tid}.dat")), e))?;
+            }
+        }
+        Ok(())
     }
+}
+
+/// Writes `cap` as a `uftrace.data` directory at `out` (replacing files of the same names),
+/// reading its events as it goes: memory holds each thread's open calls, not the events. The
+/// files are written into a directory beside `out` and moved into it once all are complete.
+pub fn write(cap: &mut Capture, out: &Path) -> Result<(), ExportError> {
     let sess = sessions(cap)?;
+    let tmp = super::partial_path(out);
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| io_err(&tmp, e))?;
+    let result = write_into(cap, &sess, &tmp).and_then(|names| {
+        std::fs::create_dir_all(out).map_err(|e| io_err(out, e))?;
+        for name in names {
+            let to = out.join(&name);
+            std::fs::rename(tmp.join(&name), &to).map_err(|e| io_err(&to, e))?;
+        }
+        Ok(())
+    });
+    let _ = std::fs::remove_dir_all(&tmp);
+    result
+}
 
+/// Writes the files into `dir`; returns their names.
+fn write_into(cap: &mut Capture, sess: &[Session], dir: &Path) -> Result<Vec<String>, ExportError> {
+    let mut names = Vec::new();
     // The session (process image) an event of `tid` at `ts` belongs to: the latest of its
     // process started at or before `ts`.
-    let image = |tid: i32, ts: u64| -> Option<usize> {
+    let image = |cap: &Capture, tid: i32, ts: u64| -> Option<usize> {
         let pid = cap.tgid(tid);
         sess.iter()
             .enumerate()
@@ -181,64 +276,95 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
             .max_by_key(|(_, s)| s.start)
             .map(|(i, _)| i)
     };
-    // Per-thread records; per thread and image, the first timestamp (for TASK lines).
-    let mut recs: BTreeMap<i32, (Vec<u8>, Vec<u64>)> = BTreeMap::new();
-    let mut images: BTreeMap<i32, Option<usize>> = BTreeMap::new();
-    let mut task_starts: BTreeMap<(i32, Option<usize>), u64> = BTreeMap::new();
-    let push = |buf: &mut Vec<u8>, ts: u64, word: u64| {
-        buf.extend_from_slice(&ts.to_ne_bytes());
-        buf.extend_from_slice(&word.to_ne_bytes());
+    let mut files = ThreadFiles {
+        dir,
+        threads: BTreeMap::new(),
+        open: 0,
     };
-    for e in &events {
-        let (buf, stack) = recs.entry(e.pid).or_default();
+    // Per thread and image, the first timestamp (for TASK lines); the trace events seen, in
+    // the order of their uftrace ids.
+    let mut task_starts: BTreeMap<(i32, Option<usize>), u64> = BTreeMap::new();
+    let mut event_ids: BTreeMap<usize, u64> = BTreeMap::new();
+    cap.for_each_event(&mut |cap, e| {
+        // uftrace times are nanoseconds: an x86-tsc recording's cycles are converted.
+        let ts = cap.ns(e.ts);
+        let t = files.threads.entry(e.pid).or_default();
+        if t.image.is_none() {
+            t.first = ts;
+        }
         // A new image (exec): the old image's calls never return; the new one starts at depth 0.
-        let img = image(e.pid, e.ts);
-        if images.insert(e.pid, img) != Some(img) {
-            stack.clear();
-            task_starts.entry((e.pid, img)).or_insert(e.ts);
+        let img = image(cap, e.pid, ts);
+        if t.image.replace(img) != Some(img) {
+            t.stack.clear();
+            task_starts.entry((e.pid, img)).or_insert(ts);
         }
-        match e.call() {
-            Some(Call::Entry { func, .. }) => {
-                push(buf, e.ts, record_word(REC_ENTRY, stack.len() as u32, func));
-                stack.push(func);
+        let depth = t.stack.len() as u32;
+        if e.missed != Missed::None {
+            // uftrace's own form for a hole: a LOST record holding the count (0: unknown).
+            let n = match e.missed {
+                Missed::Count(n) => n,
+                _ => 0,
+            };
+            files.push(e.pid, ts, record_word(REC_LOST, depth, n))?;
+        }
+        let t = files.threads.get_mut(&e.pid).expect("entered above");
+        match e.what {
+            What::Call(Call::Entry { func, .. }) => {
+                t.stack.push(func);
+                files.push(e.pid, ts, record_word(REC_ENTRY, depth, func))
             }
-            Some(Call::Exit { func, .. }) => {
-                let Some(pos) = stack.iter().rposition(|&f| f == func) else {
-                    continue;
+            What::Call(Call::Exit { func, .. }) => {
+                let Some(pos) = t.stack.iter().rposition(|&f| f == func) else {
+                    return Ok(());
                 };
-                while stack.len() > pos {
-                    let f = stack.pop().expect("non-empty");
-                    push(buf, e.ts, record_word(REC_EXIT, stack.len() as u32, f));
+                let closed: Vec<u64> = t.stack.drain(pos..).rev().collect();
+                for (i, f) in closed.into_iter().enumerate() {
+                    let d = depth - 1 - i as u32;
+                    files.push(e.pid, ts, record_word(REC_EXIT, d, f))?;
                 }
+                Ok(())
             }
-            Some(Call::Function { func, .. }) => {
-                push(buf, e.ts, record_word(REC_ENTRY, 0, func));
-                push(buf, e.ts, record_word(REC_EXIT, 0, func));
+            What::Call(Call::Function { func, .. }) => {
+                files.push(e.pid, ts, record_word(REC_ENTRY, 0, func))?;
+                files.push(e.pid, ts, record_word(REC_EXIT, 0, func))
             }
-            None => {}
+            What::Event { format, .. } => {
+                let next = EVENT_ID_USER + event_ids.len() as u64;
+                let id = *event_ids.entry(format).or_insert(next);
+                files.push(e.pid, ts, record_word(REC_EVENT, depth, id))
+            }
+            What::Print(_) | What::Other => Ok(()),
         }
-    }
-    recs.retain(|_, (b, _)| !b.is_empty());
-    if recs.is_empty() {
+    })?;
+    files.finish()?;
+    files.threads.retain(|_, t| t.created);
+    if files.threads.is_empty() {
         return Err(ExportError(format!(
             "{}: no function events to export",
             cap.dir.display()
         )));
     }
-    for (tid, (buf, _)) in &recs {
-        put(&format!("{tid}.dat"), buf)?;
+    let threads = std::mem::take(&mut files.threads);
+    for tid in threads.keys() {
+        names.push(format!("{tid}.dat"));
     }
+    let mut put = |name: &str, bytes: &[u8]| -> Result<(), ExportError> {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).map_err(|e| io_err(&p, e))?;
+        names.push(name.to_string());
+        Ok(())
+    };
 
     // Sessions: maps and symbol files; task.txt (SESS and TASK lines in time order).
     let mut task: Vec<(u64, u8, String)> = Vec::new();
     let mut written_syms = BTreeSet::new();
     for (i, s) in sess.iter().enumerate() {
-        let tids: Vec<i32> = recs
-            .keys()
-            .copied()
-            .filter(|&t| cap.tgid(t) == s.pid)
-            .collect();
-        let Some(first_ts) = tids.iter().filter_map(|t| first.get(t)).min().copied() else {
+        let Some(first_ts) = threads
+            .iter()
+            .filter(|(t, _)| cap.tgid(**t) == s.pid)
+            .map(|(_, t)| t.first)
+            .min()
+        else {
             continue;
         };
         let start = s.start.unwrap_or(first_ts);
@@ -291,7 +417,7 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
     }
     // A TASK line per thread and image (uftrace writes one after each exec's SESS).
     for (&(tid, _), ts) in &task_starts {
-        if recs.contains_key(&tid) {
+        if threads.contains_key(&tid) {
             task.push((
                 *ts,
                 1,
@@ -307,6 +433,20 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
     let task: String = task.into_iter().map(|(_, _, l)| l + "\n").collect();
     put("task.txt", task.as_bytes())?;
 
+    // events.txt: the trace events the records name (`EVENT: <id> <system>:<name>`).
+    let mut features = FEAT_TASK_SESSION | FEAT_SYM_REL_ADDR;
+    if !event_ids.is_empty() {
+        let mut text = String::new();
+        let mut by_id: Vec<(u64, usize)> = event_ids.iter().map(|(&f, &id)| (id, f)).collect();
+        by_id.sort_unstable();
+        for (id, f) in by_id {
+            let f = &cap.event_formats[f];
+            let _ = writeln!(text, "EVENT: {id} {}:{}", f.system, f.name);
+        }
+        put("events.txt", text.as_bytes())?;
+        features |= FEAT_EVENT;
+    }
+
     // info: header + sections in bit order.
     let exe = sess
         .first()
@@ -317,12 +457,12 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
     info.extend_from_slice(&40u16.to_ne_bytes());
     info.push(if cfg!(target_endian = "little") { 1 } else { 2 });
     info.push(2); // 64-bit
-    info.extend_from_slice(&(FEAT_TASK_SESSION | FEAT_SYM_REL_ADDR).to_ne_bytes());
+    info.extend_from_slice(&features.to_ne_bytes());
     info.extend_from_slice(
         &(INFO_EXE_NAME | INFO_CMDLINE | INFO_CPUINFO | INFO_TASKINFO).to_ne_bytes(),
     );
     info.extend_from_slice(&[0u8; 8]);
-    let tids: Vec<String> = recs.keys().map(|t| t.to_string()).collect();
+    let tids: Vec<String> = threads.keys().map(|t| t.to_string()).collect();
     let mut text = String::new();
     let _ = writeln!(text, "exename:{exe}");
     let _ = writeln!(
@@ -330,7 +470,7 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
         "cmdline:ftrace export --format uftrace -i {}",
         cap.dir.display()
     );
-    let nr = cap.cpus.len();
+    let nr = cap.nr_cpus;
     let _ = writeln!(text, "cpuinfo:lines=2");
     let _ = writeln!(text, "cpuinfo:nr_cpus={nr} / {nr} (online/possible)");
     let _ = writeln!(text, "cpuinfo:desc=ftrace-rs capture ({})", cap.tracer);
@@ -339,7 +479,7 @@ pub fn write(cap: &Capture, out: &Path) -> Result<(), ExportError> {
     let _ = writeln!(text, "taskinfo:tids={}", tids.join(","));
     info.extend_from_slice(text.as_bytes());
     put("info", &info)?;
-    Ok(())
+    Ok(names)
 }
 
 #[cfg(test)]
