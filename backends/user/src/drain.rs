@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
+use crate::recording::is_event_of_its_own;
 use crate::ringmap::{Access, RingMapping};
 use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
 
@@ -53,7 +54,9 @@ struct Drained {
     map: RingMapping,
     cursor: Cursor,
     out: StreamWriter<File>,
-    /// Events moved (a return value's slot is part of its exit, no event of its own).
+    /// Events moved, each counted once: the slots that continue another record (a return
+    /// value, a stack record's frames, a trace event's data) and stack records (not carried
+    /// into recordings) are no events of their own (`recording::is_event_of_its_own`).
     events: u64,
     pid: u32,
     tid: u32,
@@ -116,13 +119,13 @@ impl Drained {
         let mut moved = 0;
         loop {
             let mut batch = self.out.batch(BATCH as usize);
-            let mut retvals = 0;
+            let mut events = 0;
             let n = ring.consume_at_most(&mut self.cursor, drain, BATCH, |ev, missed| {
-                retvals += u64::from(ev.kind() == ftrace_agent::buffer::KIND_GRAPH_RETVAL);
+                events += u64::from(is_event_of_its_own(&ev));
                 batch.event(&ev, missed);
             });
             drop(batch);
-            self.events += n - retvals;
+            self.events += events;
             moved += n;
             self.out
                 .flush_if_full()
@@ -341,5 +344,82 @@ fn run(dir: &Path, out: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, St
             }
             std::thread::sleep(IDLE_SLEEP);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftrace_agent::buffer::{self, SlotMode};
+    use ftrace_agent::event::{KIND_EVENT, KIND_EVENT_DATA};
+
+    /// The end-of-record count is one per event: a return value, a trace event's data slots
+    /// and a stack record's slots are parts of other records, never events of their own.
+    #[test]
+    fn the_printed_count_counts_records_not_slots() {
+        let rings = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let pid = std::process::id();
+        // SAFETY: no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let instance = format!("{pid}.0");
+        std::fs::create_dir(rings.path().join(&instance)).unwrap();
+        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let ring_file = rings.path().join(&instance).join(format!("buf-{tid}"));
+        let len = buffer::HEADER_SIZE + 64 * buffer::SLOT_SIZE;
+        let f = File::create_new(&ring_file).unwrap();
+        f.set_len(len as u64).unwrap();
+        let map = RingMapping::open(&ring_file, Access::ReadWrite);
+        assert!(map.is_none(), "a file without a header is no ring yet");
+        let mut mem = vec![0u64; len / 8];
+        // SAFETY: `mem` is zeroed, 8-aligned and `len` bytes long.
+        let w = unsafe {
+            buffer::init(
+                mem.as_mut_ptr().cast(),
+                len,
+                SlotMode::ProducerConsumer,
+                pid,
+                tid,
+                b"t",
+            )
+        };
+        let slots: [(u32, u32); 11] = [
+            (buffer::KIND_GRAPH_ENT, 0),
+            (buffer::KIND_GRAPH_RETVAL, 0),
+            (buffer::KIND_GRAPH_RET, 0),
+            // A trace event with two data slots.
+            (KIND_EVENT, 16),
+            (KIND_EVENT_DATA, 0),
+            (KIND_EVENT_DATA, 1),
+            // A stack record of five frames: two more-frames slots, then its head.
+            (buffer::KIND_STACK_MORE, 1),
+            (buffer::KIND_STACK_MORE, 2),
+            (buffer::KIND_STACK, 5),
+            (buffer::KIND_FUNC, 0),
+            (buffer::KIND_FUNC, 0),
+        ];
+        for (i, &(kind, depth)) in slots.iter().enumerate() {
+            // SAFETY: `w` describes `mem`, alive here.
+            unsafe { w.write(100 + i as u64, 0x1000, 7, kind, depth, 0) };
+        }
+        let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        std::fs::write(&ring_file, &bytes).unwrap();
+        let counts = Drainer::start(rings.path(), out.path()).finish().unwrap();
+        // The exit (its value), the event (its data), two function entries and the graph
+        // entry: five events of eleven slots; the stack record is not carried as an event.
+        assert_eq!(
+            counts,
+            [ThreadCount {
+                tid,
+                events: 5,
+                lost: 0
+            }]
+        );
+        let said = crate::record::summary_of(&counts, out.path());
+        assert!(
+            said.starts_with("ftrace: 5 events recorded, 0 lost, "),
+            "{said}"
+        );
+        assert!(!ring_file.exists(), "a drained ring is removed");
     }
 }

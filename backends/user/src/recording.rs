@@ -454,7 +454,7 @@ impl ThreadCursor {
 /// Whether slot `s` is an event of its own: not a return value (its exit's), a trace event's
 /// data slot (its head's), nor a stack record's slot (the live mount's `stacktrace` command:
 /// not carried into recordings, see [`entry_bytes`]).
-fn is_event_of_its_own(s: &SlotEvent) -> bool {
+pub(crate) fn is_event_of_its_own(s: &SlotEvent) -> bool {
     !buffer::continues_a_record(s.kind()) && s.kind() != buffer::KIND_STACK
 }
 

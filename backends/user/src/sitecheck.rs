@@ -87,7 +87,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 fn scan(path: &Path) -> Option<FileScan> {
-    let file = std::fs::read(path).ok()?;
+    let file = ftrace_agent::elf::MappedFile::open(path).ok()?;
     ftrace_agent::elf::scan_file(path, &file)
 }
 

@@ -12,7 +12,7 @@
 //! of the object's executable segments (a discarded function's zero, garbage) is dropped.
 
 use std::ffi::CStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
 
@@ -150,6 +150,70 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
+/// An object's file mapped read-only: the parser reads the pages it looks at (headers, symbol
+/// tables, the site sections) from the page cache, where a copy of the whole file would read
+/// its debug information too (a Rust binary's file is mostly that: ripgrep's is 60 MB).
+///
+/// Invariant: the file is not truncated while it is mapped (it is a loaded object or a
+/// program about to run; a file cut short under a mapping faults with `SIGBUS`, as the
+/// program running it would).
+#[derive(Debug)]
+pub struct MappedFile {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl MappedFile {
+    /// Maps the file at `path` (an empty file maps to no bytes).
+    pub fn open(path: &Path) -> std::io::Result<MappedFile> {
+        use std::os::fd::AsRawFd as _;
+        let f = std::fs::File::open(path)?;
+        let len = usize::try_from(f.metadata()?.len())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        if len == 0 {
+            return Ok(MappedFile {
+                ptr: core::ptr::NonNull::<u8>::dangling().as_ptr(),
+                len,
+            });
+        }
+        // SAFETY: a fresh private read-only mapping of a file we opened; nothing else refers
+        // to it; it is unmapped once, on drop.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(MappedFile { ptr: p.cast(), len })
+    }
+}
+
+impl core::ops::Deref for MappedFile {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes at `ptr` (our mapping, or none for an empty file),
+        // alive as long as `self`.
+        unsafe { core::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: our own mapping, unmapped once; no slice of it outlives `self`.
+            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        }
+    }
+}
+
 /// Reads an object's sites and symbols. `read_mem` reads the loaded image (the caller's own
 /// memory for the live process).
 pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Vec<u8>) -> Scanned {
@@ -271,7 +335,7 @@ const PF_X: u32 = 1;
 /// reads from a loaded image, with the image built from the file's `PT_LOAD` segments and its
 /// `R_X86_64_RELATIVE` relocations applied (what the dynamic linker does before [`scan`] runs
 /// in the program). `None` if `file` is not a 64-bit little-endian ELF object.
-pub fn scan_file(path: &std::path::Path, file: &[u8]) -> Option<FileScan> {
+pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
     use object::{ObjectSegment as _, RelocationFlags, SegmentFlags};
     let elf = object::File::parse(file).ok()?;
     if !matches!(elf, object::File::Elf64(_)) || !elf.is_little_endian() {
@@ -423,7 +487,7 @@ mod tests {
             .iter()
             .find(|o| o.module().starts_with("libc.so"))
             .unwrap();
-        let file = std::fs::read(&libc.path).unwrap();
+        let file = MappedFile::open(&libc.path).unwrap();
         let s = scan(libc, &file, read_own_memory);
         let getpid = libc::getpid as *const () as u64;
         assert_eq!(s.func_at(getpid).map(|f| f.name.as_str()), Some("getpid"));
@@ -434,7 +498,7 @@ mod tests {
     fn scans_own_file_as_loaded() {
         let objs = loaded_objects();
         let exe = &objs[0];
-        let file = std::fs::read(&exe.path).unwrap();
+        let file = MappedFile::open(&exe.path).unwrap();
         let s = scan_file(&exe.path, &file).expect("an ELF file");
         // Not instrumented: no sites, so no symbols read (the e2e tests scan programs with).
         assert!(s.scanned.sites.is_empty() && s.scanned.funcs.is_empty());
@@ -450,7 +514,7 @@ mod tests {
     #[test]
     fn a_shell_starts_programs() {
         let sh = std::path::Path::new("/bin/sh");
-        let s = scan_file(sh, &std::fs::read(sh).unwrap()).expect("an ELF file");
+        let s = scan_file(sh, &MappedFile::open(sh).unwrap()).expect("an ELF file");
         assert!(s.starts_programs);
         // libc itself defines them, it does not import them.
         let objs = loaded_objects();
@@ -458,7 +522,22 @@ mod tests {
             .iter()
             .find(|o| o.module().starts_with("libc.so"))
             .unwrap();
-        let l = scan_file(&libc.path, &std::fs::read(&libc.path).unwrap()).unwrap();
+        let l = scan_file(&libc.path, &MappedFile::open(&libc.path).unwrap()).unwrap();
         assert!(!l.starts_programs);
+    }
+
+    #[test]
+    fn a_mapped_file_holds_the_files_bytes() {
+        let dir = std::env::temp_dir().join(format!("ftrace-agent-map-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (full, empty) = (dir.join("full"), dir.join("empty"));
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        std::fs::write(&full, &bytes).unwrap();
+        std::fs::write(&empty, b"").unwrap();
+        assert_eq!(&*MappedFile::open(&full).unwrap(), &bytes[..]);
+        assert!(MappedFile::open(&empty).unwrap().is_empty());
+        let missing = MappedFile::open(&dir.join("missing")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

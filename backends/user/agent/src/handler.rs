@@ -481,37 +481,77 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
         return None;
     }
     let len = inst.buffer_bytes;
+    let mode = if inst.overwrite {
+        buffer::SlotMode::Overwrite
+    } else {
+        buffer::SlotMode::ProducerConsumer
+    };
     // SAFETY: `fd` is ours; the mapping is checked before use and the fd closed after.
     unsafe {
+        let p = map_ring_file(fd, len, mode);
+        libc::close(fd);
+        let p = p?;
+        let pid = libc::getpid() as u32;
+        Some(buffer::init(
+            p.cast(),
+            len,
+            mode,
+            pid,
+            tid,
+            &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
+        ))
+    }
+}
+
+/// Bytes of a drained ring (after its header page) mapped before the thread's first event:
+/// its first 64 pages. The rest is faulted in by the writer on the ring's first lap, page by
+/// page as it is reached: a short-lived thread pays for the pages it uses, not for the
+/// whole ring (about 4 us per 4 KiB page in a VM; 8.6 ms for 8 MiB).
+pub const PREFAULT_BYTES: usize = 256 << 10;
+
+/// Sizes the fresh ring file `fd` to `len` bytes and maps it shared, read-write. A flight
+/// recorder's ring (`Overwrite`, small, rewritten at once) is mapped whole before use; a
+/// drained ring's space is reserved whole (`fallocate`: a page the writer reaches later is a
+/// minor fault, never a `SIGBUS` on a full tmpfs; no space is a thread left untraced and
+/// counted) and only its header and first [`PREFAULT_BYTES`] are mapped before use.
+///
+/// # Safety
+/// `fd` must be a freshly created regular file opened read-write, not used by anyone else.
+unsafe fn map_ring_file(fd: libc::c_int, len: usize, mode: buffer::SlotMode) -> Option<*mut u8> {
+    let populate = match mode {
+        buffer::SlotMode::Overwrite => libc::MAP_POPULATE,
+        buffer::SlotMode::ProducerConsumer => 0,
+    };
+    // SAFETY: plain syscalls on the caller's descriptor; the mapping is ours and unmapped on
+    // every failure after it.
+    unsafe {
         if libc::ftruncate(fd, len as libc::off_t) != 0 {
-            libc::close(fd);
+            return None;
+        }
+        // A file system that cannot reserve (no `fallocate`) allocates as the writer goes.
+        if populate == 0
+            && libc::fallocate(fd, 0, 0, len as libc::off_t) != 0
+            && *libc::__errno_location() != libc::EOPNOTSUPP
+        {
             return None;
         }
         let p = libc::mmap(
             core::ptr::null_mut(),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
+            libc::MAP_SHARED | populate,
             fd,
             0,
         );
-        libc::close(fd);
         if p == libc::MAP_FAILED {
             return None;
         }
-        let pid = libc::getpid() as u32;
-        Some(buffer::init(
-            p.cast(),
-            len,
-            if inst.overwrite {
-                buffer::SlotMode::Overwrite
-            } else {
-                buffer::SlotMode::ProducerConsumer
-            },
-            pid,
-            tid,
-            &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
-        ))
+        if populate == 0 {
+            // Best effort (Linux 5.14+): a page it leaves out is faulted in when written.
+            let first = len.min(buffer::HEADER_SIZE + PREFAULT_BYTES);
+            libc::madvise(p, first, libc::MADV_POPULATE_WRITE);
+        }
+        Some(p.cast())
     }
 }
 
@@ -521,4 +561,65 @@ pub fn reset_current_thread() {
     let st = unsafe { &mut *current() };
     st.state = 0;
     st.guard = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A drained ring's space is reserved whole when it is mapped (a page reached later
+    /// cannot fail), and every byte of it is writable; a flight recorder's ring is mapped
+    /// whole.
+    #[test]
+    fn ring_files_are_reserved_whole_and_writable() {
+        use std::os::fd::AsRawFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile_dir();
+        let len = buffer::HEADER_SIZE + 2 * PREFAULT_BYTES;
+        for (i, mode) in [
+            buffer::SlotMode::ProducerConsumer,
+            buffer::SlotMode::Overwrite,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let path = dir.join(format!("buf-{i}"));
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .unwrap();
+            // SAFETY: a file just created, ours alone.
+            let p = unsafe { map_ring_file(f.as_raw_fd(), len, mode) }.expect("mapped");
+            let meta = std::fs::metadata(&path).unwrap();
+            assert_eq!(meta.len(), len as u64);
+            if mode == buffer::SlotMode::ProducerConsumer {
+                assert!(meta.blocks() * 512 >= len as u64, "{mode:?}: {meta:?}");
+            }
+            // SAFETY: `len` writable bytes at `p`, ours.
+            unsafe {
+                for at in (0..len).step_by(4096) {
+                    p.add(at).write_volatile(at as u8 | 1);
+                }
+                p.add(len - 1).write_volatile(7);
+                libc::munmap(p.cast(), len);
+            }
+            let bytes = std::fs::read(&path).unwrap();
+            assert_eq!(bytes[4096], 1);
+            assert_eq!(bytes[len - 1], 7);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            std::path::PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("ftrace-agent-ring-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
 }

@@ -223,7 +223,7 @@ fn scan_new_objects(a: &mut Agent) {
             a.objects.push(obj);
             continue;
         }
-        let Ok(file) = std::fs::read(&obj.path) else {
+        let Ok(file) = elf::MappedFile::open(&obj.path) else {
             a.objects.push(obj);
             continue;
         };
