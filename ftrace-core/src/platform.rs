@@ -75,7 +75,8 @@ pub enum ExecContext {
 /// # Safety
 /// An implementation must guarantee that a pointer passed to [`Reclaim::defer`] is not freed
 /// until every guard returned by [`Reclaim::pin`] that was live when `defer` was called has been
-/// dropped.
+/// dropped, and that [`Reclaim::synchronize`] returns only once every such guard live when it
+/// was called has been dropped.
 pub unsafe trait Reclaim {
     /// A read-side critical section (an epoch guard, `rcu_read_lock`...).
     type Guard<'a>

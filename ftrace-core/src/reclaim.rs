@@ -110,6 +110,23 @@ impl<T> RcuCell<T> {
 pub struct Retired<T>(*mut T);
 
 impl<T> Retired<T> {
+    /// Takes an owned value back after a grace period (`synchronize_rcu()`, then the caller
+    /// owns it alone: every reader that could have loaded it has left its section), for
+    /// values that are swapped out to be kept rather than freed (the snapshot buffer's
+    /// swap). `None` if the swapped-out value was not owned (nothing, or static data).
+    /// Must not be called from a read-side critical section.
+    #[cfg(feature = "alloc")]
+    pub fn into_owned<R: Reclaim + ?Sized>(self, reclaim: &R) -> Option<Box<T>> {
+        let old = self.0;
+        if old.addr() & OWNED == 0 {
+            return None;
+        }
+        reclaim.synchronize();
+        // SAFETY: `old` came from `Box::into_raw` (tagged owned), it was swapped out so no new
+        // reader reaches it, and the grace period above ended every section that loaded it.
+        Some(unsafe { Box::from_raw(old.map_addr(|a| a & !OWNED)) })
+    }
+
     /// Hands an owned value to `reclaim` to free after a grace period.
     pub fn retire<R: Reclaim + ?Sized>(self, reclaim: &R) {
         let old = self.0;

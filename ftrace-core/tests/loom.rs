@@ -419,6 +419,45 @@ fn rcu_cell_replace_under_readers() {
     });
 }
 
+/// [`Retired::into_owned`](ftrace_core::reclaim::Retired::into_owned) under [`ReaderCount`]:
+/// the writer swaps value 0 out for value 1 and takes 0 back to write into it again (as the
+/// snapshot buffer's swap keeps the old main buffer) while a reader loads the cell inside a
+/// guard. The reader never sees 0's payload change under it.
+///
+/// Fails (tried) with `into_owned` returning the box without its `synchronize` (loom reports
+/// the writer's refill racing the reader's read of the payload).
+#[test]
+fn rcu_cell_swap_and_keep_under_a_reader() {
+    builder().check(|| {
+        let rc = Arc::new(ReaderCount::new());
+        let freed = Arc::new([(); 3].map(|()| AtomicBool::new(false)));
+        let cell = Arc::new(RcuCell::<Tracked>::empty());
+        cell.replace(Published::Owned(Tracked::boxed(0, &freed)), &*rc);
+        let reader = {
+            let (rc, cell) = (rc.clone(), cell.clone());
+            thread::spawn(move || {
+                use ftrace_core::platform::Reclaim;
+                let _g = rc.pin();
+                // SAFETY: inside a guard of the domain the writer swaps through.
+                let v = unsafe { cell.load() }.expect("a value is always published");
+                // SAFETY: only read here; the writer refills a kept value only after a grace
+                // period.
+                let p = v.payload.with(|p| unsafe { *p });
+                assert_eq!(p, 100 + v.id, "saw a kept value refilled under a reader");
+            })
+        };
+        let kept = cell
+            .swap(Published::Owned(Tracked::boxed(1, &freed)))
+            .into_owned(&*rc)
+            .expect("value 0 was owned");
+        // SAFETY: `into_owned` returned: no reader reaches `kept`.
+        kept.payload.with_mut(|p| unsafe { *p = 0 });
+        reader.join().unwrap();
+        assert!(!freed[0].load(Ordering::Relaxed), "a kept value was freed");
+        drop(kept);
+    });
+}
+
 /// Static keys: an `inc` that returns, fast path or slow, sees the call sites updated by the
 /// 0 -> 1 transition (modelled as a relaxed flag the update sets). Fails when the count's
 /// release store after the update (or the fast path's acquire) is weakened to relaxed.

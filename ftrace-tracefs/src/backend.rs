@@ -110,6 +110,30 @@ pub struct TracerOption {
     pub value: bool,
 }
 
+/// What a write to `snapshot` (or `per_cpu/cpuN/snapshot`) asks, by the number written
+/// (`CONFIG_TRACER_SNAPSHOT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotCommand {
+    /// `0`: clear and free the snapshot buffer (all CPUs only: `EINVAL` per CPU).
+    Free,
+    /// `1`: allocate the snapshot buffer (the main buffer's size) if needed and swap it with
+    /// the main buffer; tracing continues in the other one.
+    Take,
+    /// Any other number: empty the snapshot buffer, neither allocating nor freeing it.
+    Clear,
+}
+
+impl SnapshotCommand {
+    /// The command a written number asks.
+    pub const fn from_value(v: u64) -> Self {
+        match v {
+            0 => SnapshotCommand::Free,
+            1 => SnapshotCommand::Take,
+            _ => SnapshotCommand::Clear,
+        }
+    }
+}
+
 /// A source of text (or raw pages) that a file's reads are served from.
 ///
 /// For `trace` it is a snapshot iterator (`false` = the end); for `trace_pipe` and
@@ -204,6 +228,19 @@ pub trait TraceBackend: Send {
 
     /// Opens the non-consuming `trace` text of one CPU (or all, merged by timestamp).
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader>;
+    /// Whether the backend has a snapshot buffer (`snapshot`, `per_cpu/cpuN/snapshot`).
+    fn has_snapshot(&self) -> bool {
+        false
+    }
+    /// A write to `snapshot` (`cpu`: `per_cpu/cpuN/snapshot`); an error changes nothing.
+    fn snapshot(&mut self, _cpu: Option<u32>, _cmd: SnapshotCommand) -> Result<(), Errno> {
+        Err(Errno::ENODEV)
+    }
+    /// Opens the `snapshot` text of one CPU (or all): the snapshot buffer as `trace` prints
+    /// the main one, or the snapshot help when it holds nothing.
+    fn open_snapshot(&mut self, _cpu: Option<u32>) -> Box<dyn Reader> {
+        Box::new(TextReader::empty())
+    }
     /// Opens a consuming `trace_pipe` text reader.
     fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader>;
     /// Opens a consuming `trace_pipe_raw` reader (whole sub-buffer pages).

@@ -19,7 +19,7 @@ use ftrace_core::Errno;
 use ftrace_core::event::EventId;
 use ftrace_core::format::{FORMATS, TraceEventFormat, write_header_event, write_header_page};
 
-use crate::backend::{FilterEdit, Host, Param, PidFile, Reader, TraceBackend};
+use crate::backend::{FilterEdit, Host, Param, PidFile, Reader, SnapshotCommand, TraceBackend};
 use crate::dynevent;
 use crate::error_log::ErrorLog;
 use crate::event_filter;
@@ -28,7 +28,7 @@ use crate::events::{
     set_event_matcher,
 };
 use crate::parse::{is_space, kstrtoul_from_user, parse_cpumask, short_name, write_cpumask};
-use crate::readme::{CallSiteFiles, write_readme};
+use crate::readme::{CallSiteFiles, SnapshotFiles, write_readme};
 use crate::tree::{self, Dir, DirEntry, File, ListCtx, Node};
 use crate::triggers::{self, Trigger, TriggerCmd, TriggerCtx, TriggerKind, TriggerType};
 use ftrace_tracers::TraceOptions;
@@ -490,6 +490,7 @@ impl<H: Host> Tracefs<H> {
             instances: &names,
             functions: functions.is_some(),
             profiler,
+            snapshot: i.backend.has_snapshot(),
             events: &self.events,
             systems: &self.systems,
         };
@@ -639,6 +640,13 @@ impl<H: Host> Tracefs<H> {
                         OpenState::Plain
                     }
                 }
+                File::Snapshot(cpu) if flags.read => OpenState::Snapshot {
+                    reader: i.backend.open_snapshot(cpu),
+                    buf: Vec::new(),
+                    base: 0,
+                    done: false,
+                },
+                File::Snapshot(_) => OpenState::Plain,
                 File::TracePipe(cpu) => {
                     i.pipe_readers += 1;
                     OpenState::Pipe {
@@ -835,10 +843,11 @@ impl<H: Host> Tracefs<H> {
             } => {
                 if offset < *base {
                     let i = self.inst_mut(&of.inst)?;
-                    let File::Trace(cpu) = of.file else {
-                        unreachable!()
+                    *reader = match of.file {
+                        File::Snapshot(cpu) => i.backend.open_snapshot(cpu),
+                        File::Trace(cpu) => i.backend.open_trace(cpu),
+                        _ => unreachable!("only trace and snapshot keep an iterator"),
                     };
-                    *reader = i.backend.open_trace(cpu);
                     text.clear();
                     *base = 0;
                     *done = false;
@@ -1074,6 +1083,11 @@ impl<H: Host> Tracefs<H> {
                     Some(_) => CallSiteFiles::Present,
                     None => CallSiteFiles::Absent,
                 },
+                if self.top.backend.has_snapshot() {
+                    SnapshotFiles::Present
+                } else {
+                    SnapshotFiles::Absent
+                },
             ),
             File::SavedCmdlines => self.top.backend.write_saved_cmdlines(w),
             File::SavedTgids => self.top.backend.write_saved_tgids(w),
@@ -1106,6 +1120,7 @@ impl<H: Host> Tracefs<H> {
             | File::TraceMarkerRaw
             | File::FreeBuffer
             | File::Trace(_)
+            | File::Snapshot(_)
             | File::TracePipe(_)
             | File::TracePipeRaw(_) => return Err(Errno::EINVAL),
         };
@@ -1171,6 +1186,18 @@ impl<H: Host> Tracefs<H> {
                 Ok(cnt)
             }
             File::Trace(_) => Ok(cnt),
+            File::Snapshot(cpu) => {
+                // `tracing_snapshot_write` expands the boot-minimum buffers before anything
+                // else; here a number that does not parse (base 10) is refused first, so that
+                // it changes nothing.
+                let cmd = SnapshotCommand::from_value(kstrtoul_from_user(data, 10)?);
+                if !i.expanded {
+                    i.expanded = true;
+                    i.backend.resize(None, trace_buf_size)?;
+                }
+                i.backend.snapshot(cpu, cmd)?;
+                Ok(cnt)
+            }
             File::TraceOptions => {
                 let opt = short_name(data, 64)?;
                 let (neg, name) = match opt.strip_prefix(b"no") {

@@ -66,7 +66,8 @@ pub mod triggers;
 #[cfg(feature = "alloc")]
 pub use backend::{
     EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader,
-    TRACE_BUF_SIZE_DEFAULT, TextReader, TraceBackend, TracerOption, ring_buffer_pages,
+    SnapshotCommand, TRACE_BUF_SIZE_DEFAULT, TextReader, TraceBackend, TracerOption,
+    ring_buffer_pages,
 };
 #[cfg(feature = "alloc")]
 pub use fs::{

@@ -135,6 +135,22 @@ pub const README_FUNCTIONS: &str =
   dyn_ftrace_total_info\t- number of call sites and pages of records
 ";
 
+/// The `snapshot` lines, as Linux 6.12 prints them, present only when the top level has a
+/// snapshot buffer.
+pub const README_SNAPSHOT: &str = "  snapshot\t\t- Like 'trace' but shows the content of the static
+\t\t\t  snapshot buffer. Read the contents for more
+\t\t\t  information
+";
+
+/// Whether the top level has the `snapshot` file (a snapshot buffer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotFiles {
+    /// No snapshot buffer: `README` omits [`README_SNAPSHOT`].
+    Absent,
+    /// A snapshot buffer: `README` describes `snapshot` where Linux does.
+    Present,
+}
+
 /// Whether a tree has the dynamic-ftrace call-site files (the platform has call-site records).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallSiteFiles {
@@ -144,12 +160,25 @@ pub enum CallSiteFiles {
     Present,
 }
 
-/// Writes `README` for a tree that has (or lacks) the call-site files.
-pub fn write_readme(w: &mut dyn core::fmt::Write, files: CallSiteFiles) -> core::fmt::Result {
+/// Writes `README` for a tree that has (or lacks) the call-site files and the snapshot file.
+pub fn write_readme(
+    w: &mut dyn core::fmt::Write,
+    files: CallSiteFiles,
+    snapshot: SnapshotFiles,
+) -> core::fmt::Result {
     let split = README.find("  set_ftrace_filter\t").unwrap_or(README.len());
+    // Linux prints `snapshot` in the paragraph after `max_graph_depth`.
+    let snap = README
+        .find("  available_events\t")
+        .unwrap_or(README.len())
+        .max(split);
     w.write_str(&README[..split])?;
     if files == CallSiteFiles::Present {
         w.write_str(README_FUNCTIONS)?;
     }
-    w.write_str(&README[split..])
+    w.write_str(&README[split..snap])?;
+    if snapshot == SnapshotFiles::Present {
+        w.write_str(README_SNAPSHOT)?;
+    }
+    w.write_str(&README[snap..])
 }

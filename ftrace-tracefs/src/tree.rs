@@ -52,6 +52,8 @@ pub enum File {
     TracingOn,
     /// `trace` or `per_cpu/cpuN/trace`.
     Trace(Option<u32>),
+    /// `snapshot` or `per_cpu/cpuN/snapshot` (with a snapshot buffer).
+    Snapshot(Option<u32>),
     /// `trace_pipe` or `per_cpu/cpuN/trace_pipe`.
     TracePipe(Option<u32>),
     /// `per_cpu/cpuN/trace_pipe_raw`.
@@ -201,6 +203,8 @@ pub struct ListCtx<'a> {
     pub functions: bool,
     /// A profiler exists (`function_profile_enabled`, `trace_stat/`).
     pub profiler: bool,
+    /// The instance has a snapshot buffer (`snapshot`, `per_cpu/cpuN/snapshot`).
+    pub snapshot: bool,
     /// The registered trace events.
     pub events: &'a [TraceEventFormat],
     /// The subsystems of registered events (a subsystem without events is not listed).
@@ -268,6 +272,9 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
                 dir("events", Dir::Events, MODE_EVENTS_DIR),
                 file("set_event", File::SetEvent, MODE_RW),
             ]);
+            if cx.snapshot {
+                v.push(file("snapshot", File::Snapshot(None), MODE_RW));
+            }
             if cx.top_level {
                 v.extend([
                     file("README", File::Readme, MODE_RO),
@@ -335,13 +342,18 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
                 v.push(dir(format!("cpu{cpu}"), Dir::Cpu(cpu), MODE_DIR));
             }
         }
-        Dir::Cpu(cpu) => v.extend([
-            file("buffer_size_kb", File::BufferSizeKb(Some(cpu)), MODE_RW),
-            file("stats", File::Stats(cpu), MODE_RO),
-            file("trace", File::Trace(Some(cpu)), MODE_RW),
-            file("trace_pipe", File::TracePipe(Some(cpu)), MODE_RO),
-            file("trace_pipe_raw", File::TracePipeRaw(cpu), MODE_RO),
-        ]),
+        Dir::Cpu(cpu) => {
+            v.extend([
+                file("buffer_size_kb", File::BufferSizeKb(Some(cpu)), MODE_RW),
+                file("stats", File::Stats(cpu), MODE_RO),
+                file("trace", File::Trace(Some(cpu)), MODE_RW),
+                file("trace_pipe", File::TracePipe(Some(cpu)), MODE_RO),
+                file("trace_pipe_raw", File::TracePipeRaw(cpu), MODE_RO),
+            ]);
+            if cx.snapshot {
+                v.push(file("snapshot", File::Snapshot(Some(cpu)), MODE_RW));
+            }
+        }
         Dir::Events => {
             v.extend([
                 file("header_page", File::HeaderPage, MODE_RO),

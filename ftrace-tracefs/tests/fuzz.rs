@@ -200,12 +200,13 @@ fn check_writes<H: Host>(fs: &mut Tracefs<H>, ops: Vec<WriteOp>) -> Result<(), T
                 // EDOM (a hist division by zero) is the one errno ftrace-core does not name.
                 prop_assert!(e.name().is_some(), "unnamed errno {e:?}");
                 for (p, old) in &before {
-                    // The kernel's own exception: a tracer switch expands the boot-minimum
-                    // buffers before it checks the name (and ftrace-ringbuf's resize
-                    // empties the buffer, so its contents and stats may change too).
+                    // The kernel's own exception: a tracer switch (or a snapshot command)
+                    // expands the boot-minimum buffers before it checks the name (or whether
+                    // the command is valid for the file; and ftrace-ringbuf's resize empties
+                    // the buffer, so its contents and stats may change too).
                     let buffer_file =
                         p.contains("size_kb") || p.ends_with("stats") || p.ends_with("trace");
-                    let expands = ["current_tracer", "set_event", "enable"]
+                    let expands = ["current_tracer", "set_event", "enable", "snapshot"]
                         .iter()
                         .any(|f| path.ends_with(f));
                     let expansion = expands && buffer_file;

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use crate::{root, status};
 
 mod events;
+mod snapshot;
 
 /// QEMU's status for a pass (`isa-debug-exit` value 0x10).
 const EXIT_PASS: i32 = 33;
@@ -744,10 +745,12 @@ fn script(vm: &mut Vm, expectation: Expectation) -> Result<u32, String> {
     sites.expect_enabled(vm, "enabled_functions", &[], 0)?;
     let refused = instance_files(vm, &sites)?;
     let refused_events = events::event_files(vm)?;
+    let refused_snapshot = snapshot::snapshot_files(vm)?;
     heap_reuse(vm)?;
     // four writes were meant to fail: the two unknown names, the marker with tracing off and
-    // the stacktrace command; and those of `instance_files` and `event_files`
-    Ok(4 + refused + refused_events)
+    // the stacktrace command; and those of `instance_files`, `event_files` and
+    // `snapshot_files`
+    Ok(4 + refused + refused_events + refused_snapshot)
 }
 
 /// What the shared tracing instance brings to bare metal: `buffer_size_kb` (whole and per CPU,

@@ -20,8 +20,8 @@ use super::profile::ArrayRecords;
 use super::sites::ArraySites;
 use super::{Platform, TRACE_CLOCKS, TraceArray, TracerKind, render};
 use crate::backend::{
-    EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader, TextReader,
-    TraceBackend, TracerOption, ring_buffer_pages,
+    EventState, FilterEdit, FilterFile, FunctionRecords, Host, Param, PidFile, Reader,
+    SnapshotCommand, TextReader, TraceBackend, TracerOption, ring_buffer_pages,
 };
 use crate::event_filter::EventFilter;
 use crate::filters::{FilterState, FilterStore, FilterWriter};
@@ -272,6 +272,9 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
                 if !a.buffer.is_empty() {
                     a.rebuild_buffer(&mut c, None)?;
                 }
+                // The snapshot's timestamps are of the old clock (`tracing_set_clock` resets
+                // the max buffer too).
+                a.clear_snapshot(None);
                 a.clock.store(idx as u8, Ordering::Relaxed);
             }
             Param::Pids(which, pids) => {
@@ -357,6 +360,17 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
         let mut c = self.ctl();
         render::save_cmdlines(self.0, &mut c);
         Box::new(TextReader::new(render::trace_text(self.0, &c, cpu)))
+    }
+    fn has_snapshot(&self) -> bool {
+        true
+    }
+    fn snapshot(&mut self, cpu: Option<u32>, cmd: SnapshotCommand) -> Result<(), Errno> {
+        let mut c = self.ctl();
+        self.0.snapshot_command(&mut c, cpu, cmd)
+    }
+    fn open_snapshot(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
+        let c = self.ctl();
+        Box::new(TextReader::new(self.0.snapshot_text(&c, cpu)))
     }
     fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
         Box::new(render::PipeReader::new(self.0, cpu))

@@ -28,7 +28,7 @@ use ftrace_patch::FtraceBug;
 
 use super::{ArrayBackend, ArrayKind, NoCallSites, Platform, TraceArray};
 use crate::backend::{
-    EventState, FilterEdit, FilterFile, Param, Reader, TraceBackend, TracerOption,
+    EventState, FilterEdit, FilterFile, Param, Reader, SnapshotCommand, TraceBackend, TracerOption,
 };
 use crate::event_filter::EventFilter;
 use crate::triggers::Trigger;
@@ -292,6 +292,15 @@ impl<P: Platform, const CPUS: usize> TraceBackend for InstanceBackend<P, CPUS> {
     }
     fn open_trace(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
         self.sub.open_trace(cpu)
+    }
+    fn has_snapshot(&self) -> bool {
+        self.sub.has_snapshot()
+    }
+    fn snapshot(&mut self, cpu: Option<u32>, cmd: SnapshotCommand) -> Result<(), Errno> {
+        self.sub.snapshot(cpu, cmd)
+    }
+    fn open_snapshot(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
+        self.sub.open_snapshot(cpu)
     }
     fn open_pipe(&mut self, cpu: Option<u32>) -> Box<dyn Reader> {
         self.sub.open_pipe(cpu)

@@ -60,6 +60,10 @@
 //! markers, pid filters), reached from the top level's dispatcher through a forwarding ops;
 //! an instance offers `nop` and `function` (see the `instances` module).
 //!
+//! `snapshot` swaps the main ring with a snapshot ring of the same geometry (Linux's
+//! `max_buffer`), per instance; `per_cpu/cpuN/snapshot` reads and clears one CPU's part (see
+//! the `snapshot` module).
+//!
 //! Trace events: the tracepoints the program declares (ftrace-core's `tracepoint!`),
 //! registered once with [`TraceArray::register_tracepoint`], are served under `events/` and
 //! recorded into the buffer while enabled, filtered and triggered, in the top level and in
@@ -67,7 +71,7 @@
 //!
 //! Not in the instance yet (each refused with an errno, never accepted and ignored):
 //! hist triggers' aggregation, the profiler's per-call times (it counts hits: see the `profile` module),
-//! snapshots, `function_graph` in an instance, and the function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
+//! the `snapshot` trigger and function command, `snapshot_raw`, `function_graph` in an instance, and the function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
 //! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
 //!
 //! ```
@@ -108,6 +112,7 @@ mod profile;
 mod render;
 mod ring;
 mod sites;
+mod snapshot;
 mod text;
 
 use alloc::boxed::Box;
@@ -217,6 +222,8 @@ pub struct TraceArray<P: Platform, const CPUS: usize> {
     kind: ArrayKind,
     dispatcher: Dispatcher<ReaderCount, Cx<P, CPUS>>,
     buffer: RcuCell<RingBuffer<P::Pages>>,
+    /// The snapshot ring (`max_buffer`), while allocated; only control paths reach it.
+    snapshot: SpinLock<Option<snapshot::SnapshotBuffer<P::Pages>>>,
     control: SpinLock<Option<Control>>,
     nop: NopTracer,
     function: FunctionTracer,
@@ -258,6 +265,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
                 },
             ),
             buffer: RcuCell::empty(),
+            snapshot: SpinLock::new(None),
             control: SpinLock::new(None),
             nop: NopTracer,
             function: FunctionTracer::new(),

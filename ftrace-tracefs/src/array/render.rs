@@ -14,6 +14,7 @@ use ftrace_tracers::output::{OutputEnv, TaskNames, TextToBytes};
 use ftrace_tracers::ringbuf::BufferedEvents;
 use ftrace_tracers::{TraceIter, TraceOptions, trace_event};
 
+use super::snapshot::Allocation;
 use super::{Control, Platform, TraceArray};
 use crate::backend::Reader;
 
@@ -63,18 +64,62 @@ fn env<'a, P: Platform, const CPUS: usize>(
     env
 }
 
+/// A ring's events copied out with its `entries-in-buffer/entries-written` pair (no ring:
+/// none).
+#[derive(Default)]
+pub(super) struct Copied {
+    events: BufferedEvents,
+    entries: u64,
+    written: u64,
+}
+
+impl Copied {
+    /// Copies `rb` without consuming it.
+    pub(super) fn of<Pg: ftrace_ringbuf::PageProvider + Clone>(
+        rb: &ftrace_ringbuf::RingBuffer<Pg>,
+    ) -> Self {
+        let (entries, written) = rb.entries_and_written();
+        Copied {
+            events: BufferedEvents::snapshot(rb),
+            entries,
+            written,
+        }
+    }
+}
+
+/// Which file a text is for: `trace` (the main ring) or `snapshot` (the snapshot ring, whose
+/// header is the snapshot help when it holds nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TextKind {
+    Trace,
+    Snapshot(Allocation),
+}
+
 /// The `trace` file of one CPU or all: header and every event, as the kernel prints them.
 pub(super) fn trace_text<P: Platform, const CPUS: usize>(
     a: &'static TraceArray<P, CPUS>,
     c: &Control,
     cpu: Option<u32>,
 ) -> Vec<u8> {
-    let events = snapshot(a);
+    let copied = a.with_buffer(Copied::of).unwrap_or_default();
+    text(a, c, copied, cpu, TextKind::Trace)
+}
+
+/// The text of `copied` as `trace` (or `snapshot`) prints it for one CPU or all.
+pub(super) fn text<P: Platform, const CPUS: usize>(
+    a: &'static TraceArray<P, CPUS>,
+    c: &Control,
+    copied: Copied,
+    cpu: Option<u32>,
+    kind: TextKind,
+) -> Vec<u8> {
+    let Copied {
+        events,
+        entries,
+        written,
+    } = copied;
     let nr = a.nr_cpus() as u32;
     let mut lists = events.lists();
-    let (entries, written) = a
-        .with_buffer(|rb| rb.entries_and_written())
-        .unwrap_or((0, 0));
     let info = HeaderInfo {
         tracer: c.registry.current().name(),
         entries,
@@ -94,8 +139,19 @@ pub(super) fn trace_text<P: Platform, const CPUS: usize>(
     let env = env(a, &names);
     let mut out = Vec::new();
     let empty = iter.is_empty();
-    // Writing into a Vec cannot fail; a formatter error would only truncate the text.
-    let _ = w.write_header(&mut TextToBytes(&mut out), &env, &info, empty);
+    match kind {
+        // `s_show`: an empty snapshot prints the tracer line and the help, not the header.
+        TextKind::Snapshot(allocation) if empty => {
+            out.extend_from_slice(b"# tracer: ");
+            out.extend_from_slice(info.tracer.as_bytes());
+            out.extend_from_slice(b"\n#\n");
+            out.extend_from_slice(super::snapshot::help(allocation, cpu).as_bytes());
+        }
+        _ => {
+            // Writing into a Vec cannot fail; a formatter error would only truncate the text.
+            let _ = w.write_header(&mut TextToBytes(&mut out), &env, &info, empty);
+        }
+    }
     let _ = write_events(&mut w, &mut out, &env, &mut iter, &a.event_formats());
     out
 }
