@@ -416,14 +416,7 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
             if record {
                 // SAFETY: registered: the writer describes this thread's live buffer.
                 let ring = unsafe { st.writer.ring() };
-                let payload = &full[8..];
-                let ts = handler::now();
-                if event::data_slots_for(payload.len()) <= SHORT_TAIL {
-                    let mut tail = [SlotEvent::default(); SHORT_TAIL];
-                    write_record(&ring, ts, cpu, id, payload, &mut tail);
-                } else {
-                    write_long_record(&ring, ts, cpu, id, payload);
-                }
+                write_record(&ring, handler::now(), cpu, id, &full[8..]);
             }
             if let Some(r) = &l.runner {
                 r.after_record(full, &cx, &actions);
@@ -460,13 +453,7 @@ pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const 
         let payload = rec.get(8..).unwrap_or(&[]);
         // SAFETY: registered: the writer describes this thread's live buffer.
         let ring = unsafe { st.writer.ring() };
-        let ts = handler::now();
-        if event::data_slots_for(payload.len()) <= SHORT_TAIL {
-            let mut tail = [SlotEvent::default(); SHORT_TAIL];
-            write_record(&ring, ts, cpu, id, payload, &mut tail);
-        } else {
-            write_long_record(&ring, ts, cpu, id, payload);
-        }
+        write_record(&ring, handler::now(), cpu, id, payload);
     }
     st.guard = 0;
 }
@@ -475,8 +462,31 @@ pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const 
 /// array on the stack stays small, so the common record does not clear 2 KiB per event.
 const SHORT_TAIL: usize = 8;
 
+/// Writes the record of `payload` into `ring`: one slot when the head holds it all (a
+/// record of up to 8 bytes of fields: no tail to build or clear), else one span through a
+/// tail on the stack ([`SHORT_TAIL`] slots, longer records on a cold path).
 #[inline(always)]
 fn write_record(
+    ring: &ftrace_ringbuf::slot::SlotRing<'_>,
+    ts: u64,
+    cpu: u32,
+    id: u16,
+    payload: &[u8],
+) {
+    match event::data_slots_for(payload.len()) {
+        0 => {
+            let _ = ring.write(event::head(ts, cpu, id, payload));
+        }
+        n if n <= SHORT_TAIL => {
+            let mut tail = [SlotEvent::default(); SHORT_TAIL];
+            write_span(ring, ts, cpu, id, payload, &mut tail);
+        }
+        _ => write_long_record(ring, ts, cpu, id, payload),
+    }
+}
+
+#[inline(always)]
+fn write_span(
     ring: &ftrace_ringbuf::slot::SlotRing<'_>,
     ts: u64,
     cpu: u32,
@@ -506,7 +516,7 @@ fn write_long_record(
     payload: &[u8],
 ) {
     let mut tail = [SlotEvent::default(); 63];
-    write_record(ring, ts, cpu, id, payload, &mut tail);
+    write_span(ring, ts, cpu, id, payload, &mut tail);
 }
 
 #[cfg(test)]
