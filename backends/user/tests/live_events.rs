@@ -36,9 +36,10 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn start() -> Mounted {
+    /// Mounts the program in a directory of the test's own (`name`).
+    fn start(name: &str) -> Mounted {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("ftrace-live-events-{}", std::process::id()));
+            .join(format!("ftrace-live-events-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
@@ -93,6 +94,14 @@ impl Mounted {
         s.flush().unwrap();
     }
 
+    /// Runs round `n` and waits until it is over (its `round_done` entry is in `trace`).
+    fn finish_round(&mut self, n: usize) {
+        self.round();
+        wait_for("the round to end", || {
+            (self.read("trace").matches(" round_done <-main").count() >= n).then_some(())
+        });
+    }
+
     /// The event lines of `trace`, as (event name, body).
     fn lines(&self) -> Vec<(String, String)> {
         self.read("trace")
@@ -126,7 +135,7 @@ impl Drop for Mounted {
 
 #[test]
 fn program_events_enable_filter_and_print() {
-    let mut m = Mounted::start();
+    let mut m = Mounted::start("print");
     let avail = m.read("available_events");
     assert!(avail.lines().any(|l| l == "demo:demo_value"), "{avail}");
     assert!(avail.lines().any(|l| l == "demo:demo_round"), "{avail}");
@@ -243,5 +252,49 @@ fn program_events_enable_filter_and_print() {
             ),
             ("demo_round".to_string(), "round=6".to_string())
         ]
+    );
+}
+
+#[test]
+fn set_event_pid_records_only_the_listed_threads_events() {
+    let mut m = Mounted::start("pid");
+    let pid = m.tool_child_pid();
+    // The main thread's id is the pid; 1 is a thread that never fires an event here.
+    assert_eq!(m.read("set_event_pid"), "");
+    m.write("events/demo/demo_round/enable", "1\n");
+    m.write("set_event_pid", "1\n");
+    m.finish_round(1);
+    assert!(m.lines().is_empty(), "{:?}", m.lines());
+
+    // Listed: recorded. The list reads back as written.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(m.mnt.join("set_event_pid"))
+        .and_then(|mut f| f.write_all(format!("{pid}\n").as_bytes()))
+        .unwrap();
+    let mut want = [1, pid];
+    want.sort_unstable();
+    assert_eq!(
+        m.read("set_event_pid"),
+        format!("{}\n{}\n", want[0], want[1])
+    );
+    m.finish_round(2);
+    assert_eq!(
+        m.lines(),
+        [("demo_round".to_string(), "round=2".to_string())]
+    );
+
+    // In set_event_notrace_pid too: left out. Both cleared: recorded again.
+    m.write("set_event_notrace_pid", &format!("{pid}\n"));
+    m.finish_round(3);
+    // Only set_event_notrace_pid: still left out.
+    m.write("set_event_pid", "\n");
+    m.finish_round(4);
+    assert_eq!(m.lines().len(), 1, "{:?}", m.lines());
+    m.write("set_event_notrace_pid", "\n");
+    m.finish_round(5);
+    assert_eq!(
+        m.lines()[1..],
+        [("demo_round".to_string(), "round=5".to_string())]
     );
 }

@@ -9,7 +9,11 @@
 //! a signal handler: no epoch pin, no allocation, no lock). A fired event runs its triggers before the record
 //! (or after it, when a trigger needs the record: `traceoff`, a trigger with a filter), then
 //! is written unless soft-disabled, filtered out or tracing is off, exactly the order of the
-//! kernel's `trace_trigger_soft_disabled` / `event_triggers_call`. `enable_event` and
+//! kernel's `trace_trigger_soft_disabled` / `event_triggers_call`. A thread that
+//! `set_event_pid` / `set_event_notrace_pid` ([`crate::event_pids`]) or `tracing_cpumask`
+//! leave out runs only the triggers that need no record (the kernel's
+//! `trace_event_ignore_this_pid` in `trace_event_buffer_reserve`); `set_ftrace_pid` does not
+//! filter events. `enable_event` and
 //! `disable_event` flip the target's soft-disabled bit here; the tool reads the bits and the
 //! trigger counts back (`EVENT_GET`). An event nothing acts on (no filter, trigger or soft
 //! mode) is pointed at [`record_plain_event`] instead, which reads no shared state. Invariant:
@@ -373,12 +377,12 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
     }
     st.guard = 1;
     let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
-    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
-    {
+    if registered {
         // SAFETY: caller's contract.
         let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
         // SAFETY: registered: the cpu pointer and the buffer header are live.
         let (cpu, comm) = unsafe { (*st.cpu, (*st.writer.header).comm) };
+        let admitted = admits(st.tid, cpu);
         let id = desc.id.load(Ordering::Relaxed) as u16;
         let n = rec.len().clamp(8, 8 + event::MAX_PAYLOAD);
         // The record with its common fields filled (type, pid), copied without zeroing the
@@ -409,6 +413,12 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
             let actions = Actions(live);
             if let Some(r) = &l.runner {
                 r.before_record(&actions);
+            }
+            // The kernel's `trace_event_ignore_this_pid`: the triggers that need no record
+            // have run; nothing else runs for a thread the event pid lists or the cpumask
+            // leave out.
+            if !admitted {
+                return;
             }
             let record = !l.soft_disabled.load(Ordering::Relaxed)
                 && handler::TRACING_ON.load(Ordering::Relaxed)
@@ -443,8 +453,8 @@ pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const 
     }
     st.guard = 1;
     let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
-    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
-    {
+    // SAFETY: registered: the cpu pointer is live.
+    if registered && admits(st.tid, unsafe { *st.cpu }) {
         // SAFETY: caller's contract.
         let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
         // SAFETY: registered: the cpu pointer is live.
@@ -456,6 +466,14 @@ pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const 
         write_record(&ring, handler::now(), cpu, id, payload);
     }
     st.guard = 0;
+}
+
+/// Whether thread `tid`, running on `cpu`, records events: the event pid lists
+/// ([`crate::event_pids`]) and `tracing_cpumask` ([`crate::cpumask`]) let it. The function
+/// tracer's pid lists do not filter events (Linux's `set_ftrace_pid` neither).
+#[inline(always)]
+fn admits(tid: u32, cpu: u32) -> bool {
+    crate::event_pids::admits(tid) && crate::cpumask::admits(cpu)
 }
 
 /// Data slots a record on the short path may take (payloads up to 232 bytes): the tail
