@@ -1241,6 +1241,29 @@ impl TraceBackend for UserBackend {
         a.events.current(&mut a.link, event.id).map(|c| c.0)
     }
 
+    fn write_event_hist(
+        &self,
+        event: &ftrace_core::format::TraceEventFormat,
+        w: &mut dyn fmt::Write,
+    ) -> fmt::Result {
+        let mut st = lock(&self.state);
+        match st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            Some(a) => w.write_str(&a.events.hist(&mut a.link, event.id)),
+            None => Ok(()),
+        }
+    }
+
+    fn clear_event_hist(
+        &mut self,
+        event: &ftrace_core::format::TraceEventFormat,
+        trigger: &ftrace_tracefs::triggers::Trigger,
+    ) {
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            a.events.clear_hist(&mut a.link, event.id, trigger);
+        }
+    }
+
     fn event_trigger_counts(
         &self,
         event: &ftrace_core::format::TraceEventFormat,

@@ -94,6 +94,15 @@ impl Mounted {
         s.flush().unwrap();
     }
 
+    /// Appends `text` to `f` (`>>`: no truncating open, which clears a trigger file).
+    fn append(&self, f: &str, text: &str) {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.mnt.join(f))
+            .and_then(|mut w| w.write_all(text.as_bytes()))
+            .unwrap_or_else(|e| panic!("appending to {f}: {e}"));
+    }
+
     /// Runs round `n` and waits until it is over (its `round_done` entry is in `trace`).
     fn finish_round(&mut self, n: usize) {
         self.round();
@@ -296,5 +305,65 @@ fn set_event_pid_records_only_the_listed_threads_events() {
     assert_eq!(
         m.lines()[1..],
         [("demo_round".to_string(), "round=5".to_string())]
+    );
+}
+
+#[test]
+fn hist_trigger_aggregates_program_events_into_the_hist_file() {
+    let mut m = Mounted::start("hist");
+    let hist = "events/demo/demo_value/hist";
+    assert_eq!(m.read(hist), "");
+    // On a disabled event the trigger arms it in soft mode: nothing in `trace`, every
+    // record aggregated (sorted by value: equal hitcounts would print in the kernel's
+    // heapsort order).
+    m.write(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value if value > 17\n",
+    );
+    assert_eq!(m.read("events/demo/demo_value/enable"), "0*\n");
+    m.finish_round(1);
+    m.finish_round(2);
+    let table = |state: &str, hits: u32| {
+        let row = |v: i32| {
+            format!(
+                "{{ value: {v:>10} }} hitcount: {hits:>10}  delta: {:>10}\n",
+                i64::from(hits) * i64::from(v - 10)
+            )
+        };
+        format!(
+            "# event histogram\n#\n# trigger info: \
+             hist:keys=value:vals=hitcount,delta:sort=value:size=2048 if value > 17 \
+             [{state}]\n#\n\n{}{}{}\nTotals:\n    Hits: {}\n    Entries: 3\n    Dropped: 0\n",
+            row(18),
+            row(19),
+            row(20),
+            3 * hits
+        )
+    };
+    assert_eq!(m.read(hist), table("active", 2));
+    assert!(m.lines().is_empty(), "{:?}", m.lines());
+
+    // Paused: round 3 is not counted; continued: round 4 is; cleared: empty (appended, as
+    // on Linux: `>` would remove the trigger and its table first).
+    m.append(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value:pause if value > 17\n",
+    );
+    m.finish_round(3);
+    assert_eq!(m.read(hist), table("paused", 2));
+    m.append(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value:cont if value > 17\n",
+    );
+    m.finish_round(4);
+    assert_eq!(m.read(hist), table("active", 3));
+    m.append(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value:clear if value > 17\n",
+    );
+    let cleared = m.read(hist);
+    assert!(
+        cleared.ends_with("#\n\n\nTotals:\n    Hits: 0\n    Entries: 0\n    Dropped: 0\n"),
+        "{cleared}"
     );
 }

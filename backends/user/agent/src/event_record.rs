@@ -16,22 +16,28 @@
 //! filter events. `enable_event` and
 //! `disable_event` flip the target's soft-disabled bit here; the tool reads the bits and the
 //! trigger counts back (`EVENT_GET`). An event nothing acts on (no filter, trigger or soft
-//! mode) is pointed at [`record_plain_event`] instead, which reads no shared state. Invariant:
+//! mode) is pointed at [`record_plain_event`] instead, which reads no shared state.
+//! A `hist` trigger's table lives here too: each record that passes its filter is aggregated
+//! into it (ftrace-tracefs's `HistMap`; a table busy with the control thread's print counts
+//! the record as dropped), and `EVENT_HIST` prints the tables as the event's `hist` file
+//! ([`hist`]). Invariant:
 //! an event's call site points at one of the two exactly while its state says armed (hard-
 //! or soft-enabled), at [`record_event`] whenever a filter, a trigger or a soft bit could
 //! act on it.
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ftrace_core::format::TraceEventFormat;
 use ftrace_core::platform::Reclaim;
 use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
+use ftrace_core::symbols::SymbolSlice;
 use ftrace_ringbuf::slot::SlotEvent;
 use ftrace_tracefs::event_filter::{self, EventFilter, RecordCtx};
+use ftrace_tracefs::hist::{Comm, HistDef, HistMap, HistNames, write_hist};
 use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
-use ftrace_tracefs::triggers::{Trigger, TriggerKind};
+use ftrace_tracefs::triggers::{Trigger, TriggerCmd, TriggerCtx, TriggerKind};
 
 use crate::event::{self, EventDesc, ProbeFn};
 use crate::handler;
@@ -62,7 +68,7 @@ pub struct WireTrigger {
 }
 
 /// The trigger commands run on program events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireAction {
     /// `traceon`.
     TraceOn,
@@ -72,11 +78,35 @@ pub enum WireAction {
     Enable(u16),
     /// `disable_event` of the event with this id.
     Disable(u16),
+    /// `hist`: its definition as the `trigger` file shows it (`hist:keys=...:size=2048`,
+    /// without filter and state) and whether it is paused; its table lives in the program.
+    Hist {
+        /// The definition.
+        spec: String,
+        /// `:pause`d.
+        paused: bool,
+    },
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 impl EventConfig {
     /// The `EVENT_SET` request's arguments: `armed\tsoft\tfilter|-\ttriggers|-`, triggers
-    /// `action,count,filter|-` joined by `;`.
+    /// `action,count,filter|-` joined by `;` (a hist trigger's action `hist=<hex>` or
+    /// `hist-paused=<hex>`: its definition's bytes in hex).
     pub fn to_args(&self) -> String {
         let dash = |s: &str| {
             if s.is_empty() {
@@ -89,11 +119,15 @@ impl EventConfig {
             .triggers
             .iter()
             .map(|t| {
-                let a = match t.action {
+                let a = match &t.action {
                     WireAction::TraceOn => "traceon".to_string(),
                     WireAction::TraceOff => "traceoff".to_string(),
                     WireAction::Enable(id) => format!("enable={id}"),
                     WireAction::Disable(id) => format!("disable={id}"),
+                    WireAction::Hist { spec, paused } => {
+                        let state = if *paused { "hist-paused" } else { "hist" };
+                        format!("{state}={}", hex(spec))
+                    }
                 };
                 format!("{a},{},{}", t.count, dash(&t.filter))
             })
@@ -140,6 +174,10 @@ impl EventConfig {
                     _ => match a.split_once('=')? {
                         ("enable", id) => WireAction::Enable(id.parse().ok()?),
                         ("disable", id) => WireAction::Disable(id.parse().ok()?),
+                        (state @ ("hist" | "hist-paused"), spec) => WireAction::Hist {
+                            spec: unhex(spec)?,
+                            paused: state == "hist-paused",
+                        },
                         _ => return None,
                     },
                 };
@@ -165,6 +203,41 @@ struct Live {
     soft_disabled: AtomicBool,
     filter: Option<EventFilter>,
     runner: Option<TriggerRunner>,
+    /// The hist triggers' tables, in `trigger` file order.
+    hists: Vec<HistTable>,
+}
+
+/// One hist trigger's table (the kernel's `hist_trigger_data`), filled in the program.
+struct HistTable {
+    trigger: Trigger,
+    def: HistDef,
+    filter: Option<EventFilter>,
+    map: Mutex<HistMap>,
+    /// Records that found the table busy (the control thread printing it, a nested
+    /// handler): added to its drops.
+    missed: AtomicU64,
+}
+
+impl HistTable {
+    /// `event_hist_trigger`: aggregates `rec` unless paused or filtered out; a busy table
+    /// counts the record as dropped rather than wait (a signal handler may run here).
+    fn update(&self, rec: &[u8], cx: &RecordCtx<'_>) {
+        if self.trigger.paused || !self.filter.as_ref().is_none_or(|f| f.matches(rec, cx)) {
+            return;
+        }
+        let comm = || {
+            let mut c: Comm = [0; 16];
+            let n = cx.comm.len().min(15);
+            c[..n].copy_from_slice(&cx.comm[..n]);
+            c
+        };
+        match self.map.try_lock() {
+            Ok(mut m) => m.update(&self.def, rec, cx.cpu, &comm),
+            Err(_) => {
+                self.missed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 static LIVE: RcuCell<Vec<Live>> = RcuCell::empty();
@@ -172,36 +245,106 @@ static LIVE_READERS: ReaderCount = ReaderCount::new();
 /// The configurations, by id (control thread only).
 static CONFIGS: Mutex<BTreeMap<u16, EventConfig>> = Mutex::new(BTreeMap::new());
 
-fn compile(format: &TraceEventFormat, c: &EventConfig) -> Result<Live, &'static str> {
+/// The hist trigger a wire definition names, parsed against `format` as the tree parsed it.
+fn hist_trigger(
+    format: &TraceEventFormat,
+    spec: &str,
+    paused: bool,
+    filter: &str,
+) -> Result<Trigger, &'static str> {
+    let cx = TriggerCtx {
+        event: format,
+        find_event: &|_, _| None,
+        existing: &[],
+        var_defined: &|_| false,
+        clocks: &[],
+    };
+    match ftrace_tracefs::triggers::parse(spec.as_bytes(), &cx, &mut |_, _, _, _| {}) {
+        Ok(TriggerCmd::Add(mut t)) => {
+            t.paused = paused;
+            t.filter = (!filter.is_empty()).then(|| filter.to_string());
+            Ok(t)
+        }
+        _ => Err("bad hist trigger"),
+    }
+}
+
+/// The tables of `c`'s hist triggers; one that `old` has already keeps its table (adding,
+/// removing, pausing another trigger clears nothing).
+fn hist_tables(
+    format: &TraceEventFormat,
+    c: &EventConfig,
+    old: &[HistTable],
+) -> Result<Vec<HistTable>, &'static str> {
+    let mut v = Vec::new();
+    for t in &c.triggers {
+        let WireAction::Hist { spec, paused } = &t.action else {
+            continue;
+        };
+        let trigger = hist_trigger(format, spec, *paused, &t.filter)?;
+        let TriggerKind::Hist(hs) = &trigger.kind else {
+            return Err("bad hist trigger");
+        };
+        let def = HistDef::compile(hs, format).map_err(|_| "hist trigger not supported")?;
+        let map = match old.iter().find(|o| o.trigger.same_as(&trigger)) {
+            Some(o) => o.map.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            None => HistMap::new(&def),
+        };
+        let filter = match &trigger.filter {
+            Some(f) => Some(event_filter::parse(format, f).map_err(|_| "bad filter")?),
+            None => None,
+        };
+        v.push(HistTable {
+            trigger,
+            def,
+            filter,
+            map: Mutex::new(map),
+            missed: AtomicU64::new(0),
+        });
+    }
+    Ok(v)
+}
+
+fn compile(
+    format: &TraceEventFormat,
+    c: &EventConfig,
+    old: &[HistTable],
+) -> Result<Live, &'static str> {
     let filter = match c.filter.is_empty() {
         true => None,
         false => Some(event_filter::parse(format, &c.filter).map_err(|_| "bad filter")?),
     };
-    let triggers: Vec<Trigger> = c
-        .triggers
-        .iter()
-        .map(|t| Trigger {
-            kind: match t.action {
-                WireAction::TraceOn => TriggerKind::TraceOn,
-                WireAction::TraceOff => TriggerKind::TraceOff,
-                WireAction::Enable(id) | WireAction::Disable(id) => TriggerKind::Enable {
-                    system: "",
-                    event: "",
-                    id,
-                    enable: matches!(t.action, WireAction::Enable(_)),
-                    hist: false,
-                },
+    let mut triggers: Vec<Trigger> = Vec::new();
+    for t in &c.triggers {
+        let kind = match &t.action {
+            WireAction::TraceOn => TriggerKind::TraceOn,
+            WireAction::TraceOff => TriggerKind::TraceOff,
+            WireAction::Enable(id) | WireAction::Disable(id) => TriggerKind::Enable {
+                system: "",
+                event: "",
+                id: *id,
+                enable: matches!(t.action, WireAction::Enable(_)),
+                hist: false,
             },
+            // Run by its table ([`hist_tables`]); in the runner (which leaves it alone) for
+            // its place in the counts.
+            WireAction::Hist { spec, paused } => {
+                hist_trigger(format, spec, *paused, &t.filter)?.kind
+            }
+        };
+        triggers.push(Trigger {
+            kind,
             count: t.count,
             filter: (!t.filter.is_empty()).then(|| t.filter.clone()),
             paused: false,
-        })
-        .collect();
+        });
+    }
     Ok(Live {
         id: format.id,
         soft_disabled: AtomicBool::new(c.soft_disabled),
         filter,
         runner: (!triggers.is_empty()).then(|| TriggerRunner::new(format, &triggers)),
+        hists: hist_tables(format, c, old)?,
     })
 }
 
@@ -226,10 +369,21 @@ pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
         }
     });
     next.insert(id, config);
-    let mut live = Vec::new();
-    for (i, c) in next.iter().filter(|(_, c)| c.armed) {
-        live.push(compile(format_of(*i).ok_or("no such event")?, c)?);
-    }
+    let live = with_live(|old| {
+        let mut live = Vec::new();
+        for (i, c) in next.iter().filter(|(_, c)| c.armed) {
+            let old_hists = old
+                .iter()
+                .find(|l| l.id == *i)
+                .map_or(&[][..], |l| &l.hists[..]);
+            live.push(compile(
+                format_of(*i).ok_or("no such event")?,
+                c,
+                old_hists,
+            )?);
+        }
+        Ok::<_, &'static str>(live)
+    })?;
     // An event nothing acts on (no filter, no trigger, not soft-disabled, no other event's
     // trigger flips it) records on the plain path, which reads no shared state.
     let targets: Vec<u16> = next
@@ -328,6 +482,40 @@ pub fn get(id: u16) -> Option<(bool, Vec<i64>)> {
             .map(TriggerRunner::counts)
             .unwrap_or_default();
         Some((l.soft_disabled.load(Ordering::Relaxed), counts))
+    })
+}
+
+/// `EVENT_HIST`: event `id`'s `hist` file (every hist trigger's table as Linux prints it;
+/// `.sym` keys print as addresses: the agent has no symbol table, `.syscall` keys as
+/// numbers). `None` for an event not armed.
+pub fn hist(id: u16) -> Option<String> {
+    with_live(|live| {
+        let l = live.iter().find(|l| l.id == id)?;
+        let names = HistNames {
+            symbols: &SymbolSlice(&[]),
+            syscall: &|_| None,
+        };
+        let mut out = String::new();
+        for (n, t) in l.hists.iter().enumerate() {
+            let mut map = t.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.add_drops(t.missed.swap(0, Ordering::Relaxed));
+            let _ = write_hist(&mut out, n, &t.trigger, &t.def, &map, &names);
+        }
+        Some(out)
+    })
+}
+
+/// `hist:...:clear`: empties hist table `n` (among the event's hist triggers) of event `id`.
+pub fn clear_hist(id: u16, n: usize) -> Result<(), &'static str> {
+    with_live(|live| {
+        let t = live
+            .iter()
+            .find(|l| l.id == id)
+            .and_then(|l| l.hists.get(n))
+            .ok_or("no such hist trigger")?;
+        t.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        t.missed.store(0, Ordering::Relaxed);
+        Ok(())
     })
 }
 
@@ -431,6 +619,7 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
             if let Some(r) = &l.runner {
                 r.after_record(full, &cx, &actions);
             }
+            l.hists.iter().for_each(|t| t.update(full, &cx));
         });
     }
     st.guard = 0;
@@ -558,6 +747,14 @@ mod tests {
                     count: -1,
                     filter: String::new(),
                 },
+                WireTrigger {
+                    action: WireAction::Hist {
+                        spec: "hist:keys=value,delta:vals=hitcount:sort=value:size=2048".into(),
+                        paused: true,
+                    },
+                    count: -1,
+                    filter: "value > 3".into(),
+                },
             ],
         };
         assert_eq!(EventConfig::parse_args(&c.to_args()), Some(c));
@@ -566,5 +763,6 @@ mod tests {
         assert_eq!(EventConfig::parse_args("0\t0\t-\t-"), Some(off));
         assert_eq!(EventConfig::parse_args("2\t0\t-\t-"), None);
         assert_eq!(EventConfig::parse_args("1\t0\t-\tbogus,1,-"), None);
+        assert_eq!(EventConfig::parse_args("1\t0\t-\thist=6,-1,-"), None);
     }
 }
