@@ -12,12 +12,14 @@
 //!
 //! Filters and triggers run in the program, when the event fires, as the kernel runs them
 //! ([`ftrace_agent::event_record`]): the tree's filter text and the triggers `traceon`,
-//! `traceoff`, `enable_event` and `disable_event` (with counts and `if` filters) go to the
-//! agent with the event's state (`EVENT_SET`), and the soft-disabled bits and counts they
-//! change are read back (`EVENT_GET`). `hist` triggers go as their definitions: the program
+//! `traceoff`, `enable_event`, `disable_event` and `stacktrace` (with counts and `if`
+//! filters) go to the agent with the event's state (`EVENT_SET`), and the soft-disabled
+//! bits and counts they change are read back (`EVENT_GET`). `hist` triggers go as their definitions: the program
 //! keeps their tables and aggregates each record into them, and the event's `hist` file is
-//! the program's print of them (`EVENT_HIST`). `stacktrace` and `snapshot` are kept by the
-//! tree but not run on program events yet (the live mount has no snapshot buffer).
+//! the program's print of them (`EVENT_HIST`). `stacktrace` records the thread's stack after
+//! the event, walked in the program (the function command's `kernel_stack` records, printed
+//! as `<stack trace>` and ` => func` lines). `snapshot` is kept by the tree but not run on
+//! program events (the live mount has no snapshot buffer).
 
 use std::collections::HashMap;
 
@@ -127,6 +129,7 @@ impl ProgramEvents {
                 }),
                 TriggerKind::TraceOn => Some(WireAction::TraceOn),
                 TriggerKind::TraceOff => Some(WireAction::TraceOff),
+                TriggerKind::Stacktrace => Some(WireAction::Stacktrace),
                 TriggerKind::Enable {
                     id,
                     enable,

@@ -367,3 +367,77 @@ fn hist_trigger_aggregates_program_events_into_the_hist_file() {
         "{cleared}"
     );
 }
+
+/// The `<stack trace>` blocks of `trace`: each block's previous line and its frame names
+/// (` => NAME`).
+fn stack_traces(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut open = false;
+    let mut prev = "";
+    for l in text.lines() {
+        if l.ends_with(": <stack trace>") {
+            out.push((prev.to_string(), Vec::new()));
+            open = true;
+        } else if let (true, Some(f)) = (open, l.strip_prefix(" => ")) {
+            out.last_mut().unwrap().1.push(f.to_string());
+        } else {
+            open = false;
+            prev = l;
+        }
+    }
+    out
+}
+
+#[test]
+fn stacktrace_trigger_records_the_stack_after_the_event() {
+    let mut m = Mounted::start("stacktrace");
+    let trigger = "events/demo/demo_value/trigger";
+    m.append(trigger, "stacktrace:2 if value == 5\n");
+    m.write("events/demo/demo_value/enable", "1\n");
+    m.finish_round(1);
+    let text = m.read("trace");
+    let st = stack_traces(&text);
+    // One per round (value 5 fires once), right after its event: the function that holds
+    // the call site first, then its callers into libc.
+    assert_eq!(st.len(), 1, "{text}");
+    let (event, frames) = &st[0];
+    assert!(
+        event.ends_with(" demo_value: value=5 delta=-5 label=v5"),
+        "{event}\n{text}"
+    );
+    assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
+    assert!(
+        frames.iter().any(|f| f == "__libc_start_main [libc.so.6]"),
+        "{frames:?}"
+    );
+    assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
+    m.finish_round(2);
+    assert_eq!(stack_traces(&m.read("trace")).len(), 2);
+    // The count is spent: a third round records its events and no stack.
+    m.finish_round(3);
+    let text = m.read("trace");
+    assert_eq!(stack_traces(&text).len(), 2, "{text}");
+    assert_eq!(text.matches(" demo_value: ").count(), 60, "{text}");
+    let shown = m.read(trigger);
+    assert!(
+        shown.contains("stacktrace:count=0 if value == 5"),
+        "{shown}"
+    );
+
+    // Under function_graph the traced frames' return addresses are the return trampoline:
+    // the walk still names the real callers.
+    m.write("current_tracer", "function_graph\n");
+    m.append(trigger, "!stacktrace:0 if value == 5\n");
+    m.append(trigger, "stacktrace:1 if value == 7\n");
+    m.write("events/demo/demo_round/enable", "1\n");
+    m.round();
+    let text = wait_for("a stack trace under function_graph", || {
+        let text = m.read("trace");
+        text.contains("demo_round: round=4").then_some(text)
+    });
+    let st = stack_traces(&text);
+    let (event, frames) = st.last().unwrap();
+    assert!(event.contains("demo_value: value=7 "), "{event}\n{text}");
+    assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
+    assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
+}

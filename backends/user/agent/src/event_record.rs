@@ -40,7 +40,7 @@ use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
 use ftrace_tracefs::triggers::{Trigger, TriggerCmd, TriggerCtx, TriggerKind};
 
 use crate::event::{self, EventDesc, ProbeFn};
-use crate::handler;
+use crate::handler::{self, ThreadState};
 
 /// One event's state as the tool sends it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -78,6 +78,8 @@ pub enum WireAction {
     Enable(u16),
     /// `disable_event` of the event with this id.
     Disable(u16),
+    /// `stacktrace`: the thread's stack after the record (walked by [`crate::stack`]).
+    Stacktrace,
     /// `hist`: its definition as the `trigger` file shows it (`hist:keys=...:size=2048`,
     /// without filter and state) and whether it is paused; its table lives in the program.
     Hist {
@@ -124,6 +126,7 @@ impl EventConfig {
                     WireAction::TraceOff => "traceoff".to_string(),
                     WireAction::Enable(id) => format!("enable={id}"),
                     WireAction::Disable(id) => format!("disable={id}"),
+                    WireAction::Stacktrace => "stacktrace".to_string(),
                     WireAction::Hist { spec, paused } => {
                         let state = if *paused { "hist-paused" } else { "hist" };
                         format!("{state}={}", hex(spec))
@@ -171,6 +174,7 @@ impl EventConfig {
                 let action = match a {
                     "traceon" => WireAction::TraceOn,
                     "traceoff" => WireAction::TraceOff,
+                    "stacktrace" => WireAction::Stacktrace,
                     _ => match a.split_once('=')? {
                         ("enable", id) => WireAction::Enable(id.parse().ok()?),
                         ("disable", id) => WireAction::Disable(id.parse().ok()?),
@@ -319,6 +323,7 @@ fn compile(
         let kind = match &t.action {
             WireAction::TraceOn => TriggerKind::TraceOn,
             WireAction::TraceOff => TriggerKind::TraceOff,
+            WireAction::Stacktrace => TriggerKind::Stacktrace,
             WireAction::Enable(id) | WireAction::Disable(id) => TriggerKind::Enable {
                 system: "",
                 event: "",
@@ -526,8 +531,9 @@ fn with_live<R>(f: impl FnOnce(&[Live]) -> R) -> R {
     f(unsafe { LIVE.load() }.map_or(&[][..], |v| v.as_slice()))
 }
 
-/// What the triggers act on: the agent's `tracing_on` and the events' soft bits.
-struct Actions<'a>(&'a [Live]);
+/// What the triggers act on: the agent's `tracing_on`, the events' soft bits (of `.0`) and
+/// the firing thread's buffer (`.1`, for `stacktrace`).
+struct Actions<'a>(&'a [Live], *mut ThreadState);
 
 impl TriggerActions for Actions<'_> {
     fn tracing_is_on(&self) -> bool {
@@ -536,6 +542,11 @@ impl TriggerActions for Actions<'_> {
     fn set_tracing_on(&self, on: bool) {
         handler::TRACING_ON.store(on, Ordering::SeqCst);
         handler::update_fast_path();
+    }
+    fn stacktrace(&self) {
+        // SAFETY: the firing thread's registered state, its guard held by [`record_event`],
+        // which does not touch it while the triggers run.
+        crate::stack::record_caller(unsafe { &mut *self.1 });
     }
     fn event_soft_disabled(&self, id: u16) -> Option<bool> {
         let l = self.0.iter().find(|l| l.id == id)?;
@@ -598,7 +609,7 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
             let Some(l) = live.iter().find(|l| l.id == id) else {
                 return;
             };
-            let actions = Actions(live);
+            let actions = Actions(live, &raw mut *st);
             if let Some(r) = &l.runner {
                 r.before_record(&actions);
             }
@@ -741,6 +752,11 @@ mod tests {
                     action: WireAction::TraceOff,
                     count: 1,
                     filter: "value == 18".into(),
+                },
+                WireTrigger {
+                    action: WireAction::Stacktrace,
+                    count: 2,
+                    filter: String::new(),
                 },
                 WireTrigger {
                     action: WireAction::Enable(1025),
