@@ -358,6 +358,13 @@ fn compile(
 pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
     let mut configs = CONFIGS.lock().unwrap_or_else(|e| e.into_inner());
     event::find(id).ok_or("no such event")?;
+    if config
+        .triggers
+        .iter()
+        .any(|t| t.action == WireAction::Stacktrace)
+    {
+        crate::stack::prepare_caller_walk();
+    }
     let mut next = configs.clone();
     // The soft bits and counts the triggers changed here are the tool's to send back; a
     // config without this event keeps the live bits of the others.

@@ -18,7 +18,7 @@
 //! them by time and index ([`frames_of`]).
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::buffer::{KIND_STACK, KIND_STACK_MORE, SlotEvent};
 use crate::handler::{self, ThreadState};
@@ -50,6 +50,28 @@ type TraceFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 
 static GET_IP: AtomicUsize = AtomicUsize::new(0);
 static BACKTRACE: AtomicUsize = AtomicUsize::new(0);
+/// The agent's own text, `[lo, hi)` (`hi` 0: not known yet), set by [`prepare_caller_walk`].
+static OWN_TEXT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Readies [`record_caller`] outside the event path (the control thread, when a
+/// `stacktrace` trigger is set): resolves the unwinder (which may load libgcc_s) and finds
+/// the agent's own text, so the walk neither loads nor allocates.
+pub(crate) fn prepare_caller_walk() {
+    real(c"_Unwind_GetIP", &GET_IP);
+    real(c"_Unwind_Backtrace", &BACKTRACE);
+    if OWN_TEXT[1].load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let me = prepare_caller_walk as *const () as u64;
+    if let Some((lo, hi)) = crate::elf::loaded_objects()
+        .into_iter()
+        .find(|o| o.is_exec(me))
+        .map(|o| o.text_span())
+    {
+        OWN_TEXT[0].store(lo, Ordering::Relaxed);
+        OWN_TEXT[1].store(hi, Ordering::Relaxed);
+    }
+}
 
 /// libgcc_s's `name` (the next definition after the agent's), cached in `cache`; 0 when the
 /// program has no libgcc_s.
@@ -87,7 +109,11 @@ unsafe extern "C" fn one_frame(ctx: *mut c_void, arg: *mut c_void) -> c_int {
         get_ip(ctx)
     } as u64;
     if let Skip::OwnFrames = w.skip {
-        if crate::in_own_text(ip) {
+        let (lo, hi) = (
+            OWN_TEXT[0].load(Ordering::Relaxed),
+            OWN_TEXT[1].load(Ordering::Relaxed),
+        );
+        if (lo..hi).contains(&ip) {
             return URC_NO_REASON;
         }
         w.skip = Skip::Frames(0);
@@ -224,8 +250,12 @@ pub(crate) fn record(st: &mut ThreadState, ret: u64, slot: *mut u64) {
 /// buffer as one record ([`write`]). The walk starts here, in the unwinder's own frame, and
 /// passes over the agent's frames (all of which have CFI); under function_graph the traced
 /// frames get their original return addresses for the walk, as in [`walk`]. Nothing is
-/// recorded when the program has no unwinder in reach. Called with the thread's guard held.
+/// recorded when the program has no unwinder in reach. Called with the thread's guard held,
+/// after [`prepare_caller_walk`] (else it prepares here, loading and allocating once).
 pub(crate) fn record_caller(st: &mut ThreadState) {
+    if OWN_TEXT[1].load(Ordering::Relaxed) == 0 {
+        prepare_caller_walk();
+    }
     let (get_ip, bt) = (
         real(c"_Unwind_GetIP", &GET_IP),
         real(c"_Unwind_Backtrace", &BACKTRACE),
