@@ -168,6 +168,7 @@ impl RingHeader {
     }
 
     /// The capacity recorded in the header (not validated: see [`SlotRing::new`]).
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.capacity.load(Ordering::Relaxed)
     }
@@ -310,7 +311,11 @@ pub struct SlotRing<'a> {
 }
 
 impl<'a> SlotRing<'a> {
-    /// The ring of `header` over `slots` (which may be longer than the capacity).
+    /// The ring of `header` over `slots` (which may be longer than the capacity). Inlined: a
+    /// writer that keeps only the header and slot pointers (the agent's per-thread state)
+    /// builds the view on every write, and an out-of-line call there cost more than the
+    /// write itself.
+    #[inline]
     pub fn new(header: &'a RingHeader, slots: &'a [Slot]) -> Result<SlotRing<'a>, SlotError> {
         let cap = header.capacity();
         if cap == 0 || !cap.is_power_of_two() {

@@ -67,6 +67,10 @@ pub enum PidFile {
     Ftrace,
     /// `set_ftrace_notrace_pid`: never trace these tasks.
     FtraceNotrace,
+    /// `set_event_pid`: record events of these tasks only.
+    Event,
+    /// `set_event_notrace_pid`: never record events of these tasks.
+    EventNotrace,
 }
 
 /// A value the tree parsed and validated and now hands to the backend.
@@ -85,7 +89,8 @@ pub enum Param<'a> {
     CpuMask(&'a [u64]),
     /// `trace_clock`: the clock to stamp events with (the buffers are cleared).
     Clock(&'a str),
-    /// `set_ftrace_pid` / `set_ftrace_notrace_pid`: the whole new sorted list.
+    /// `set_ftrace_pid` / `set_ftrace_notrace_pid` / `set_event_pid` /
+    /// `set_event_notrace_pid`: the whole new sorted list.
     Pids(PidFile, &'a [u32]),
     /// `tracing_max_latency`, in ns.
     MaxLatency(u64),

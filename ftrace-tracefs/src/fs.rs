@@ -188,7 +188,7 @@ struct Instance {
     clock: usize,
     cpumask: Vec<u64>,
     flags: TraceOptions,
-    pids: [Vec<u32>; 2],
+    pids: [Vec<u32>; 4],
     max_latency_ns: u64,
     error_log: ErrorLog,
     /// Open files (`tr->ref - 1`): an instance with open files cannot be removed.
@@ -299,7 +299,7 @@ impl Instance {
             clock,
             cpumask: all_cpus_mask(nr_cpus),
             flags,
-            pids: [Vec::new(), Vec::new()],
+            pids: [const { Vec::new() }; 4],
             max_latency_ns: 0,
             error_log: ErrorLog::default(),
             open_files: 0,
@@ -313,6 +313,8 @@ impl Instance {
         match which {
             PidFile::Ftrace => 0,
             PidFile::FtraceNotrace => 1,
+            PidFile::Event => 2,
+            PidFile::EventNotrace => 3,
         }
     }
 }
@@ -959,7 +961,8 @@ impl<H: Host> Tracefs<H> {
             File::Filter(which) => i.backend.write_filter(which, w),
             File::Pids(which) => {
                 let l = &i.pids[Instance::pid_slot(which)];
-                if l.is_empty() {
+                // `ftrace_pid_show` says so; the event pid files show an empty list empty.
+                if l.is_empty() && matches!(which, PidFile::Ftrace | PidFile::FtraceNotrace) {
                     w.write_str("no pid\n")
                 } else {
                     for p in l {

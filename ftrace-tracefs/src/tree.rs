@@ -271,6 +271,12 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
                 file("error_log", File::ErrorLog, MODE_RW),
                 dir("events", Dir::Events, MODE_EVENTS_DIR),
                 file("set_event", File::SetEvent, MODE_RW),
+                file("set_event_pid", File::Pids(PidFile::Event), MODE_RW),
+                file(
+                    "set_event_notrace_pid",
+                    File::Pids(PidFile::EventNotrace),
+                    MODE_RW,
+                ),
             ]);
             if cx.snapshot {
                 v.push(file("snapshot", File::Snapshot(None), MODE_RW));

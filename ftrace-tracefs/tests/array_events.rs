@@ -409,3 +409,72 @@ fn instances_record_events_of_their_own() {
     fs.rmdir("instances/foo").unwrap();
     assert!(!INST_VALUE.is_enabled());
 }
+
+tracepoint! {
+    /// `demo5:by_task`.
+    pub fn trace_by_task(n: u32 => "unsigned int");
+    record ByTask;
+    static BY_TASK = ("demo5", "by_task", 530, "\"n=%u\", REC->n");
+}
+
+#[test]
+fn set_event_pid_records_only_the_listed_tasks_events() {
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    A.register_tracepoint(&BY_TASK).unwrap();
+    let mut fs = A.tracefs().unwrap();
+    echo(&mut fs, "1", "events/demo5/by_task/enable").unwrap();
+    assert_eq!(cat(&mut fs, "set_event_pid"), "");
+    assert_eq!(cat(&mut fs, "set_event_notrace_pid"), "");
+    let fire = |pid: i32, n: u32| {
+        become_task(0, pid);
+        trace_by_task(n);
+    };
+    // set_event_pid: the listed tasks only (an appended pid joins the list).
+    echo(&mut fs, "7", "set_event_pid").unwrap();
+    fs.write_all("set_event_pid", b"9\n", WriteMode::Append)
+        .unwrap();
+    assert_eq!(cat(&mut fs, "set_event_pid"), "7\n9\n");
+    fire(7, 1);
+    fire(8, 2);
+    fire(9, 3);
+    // set_event_notrace_pid: every task but those listed; a task in both lists is left out.
+    echo(&mut fs, "", "set_event_pid").unwrap();
+    echo(&mut fs, "8", "set_event_notrace_pid").unwrap();
+    fire(7, 4);
+    fire(8, 5);
+    echo(&mut fs, "7", "set_event_pid").unwrap();
+    fire(7, 6);
+    fire(8, 7);
+    fire(9, 8);
+    // A refused write changes nothing (appended: a truncating open clears the list first,
+    // as on Linux).
+    assert_eq!(
+        fs.write_all("set_event_pid", b"9 x\n", WriteMode::Append),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(cat(&mut fs, "set_event_pid"), "7\n");
+    // Cleared: every task again. set_ftrace_pid does not filter events.
+    echo(&mut fs, "", "set_event_pid").unwrap();
+    echo(&mut fs, "", "set_event_notrace_pid").unwrap();
+    echo(&mut fs, "7", "set_ftrace_pid").unwrap();
+    fire(8, 9);
+    let pids: Vec<String> = cat(&mut fs, "trace")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (task, rest) = l.split_once(" [").unwrap();
+            let body = rest.split_once(": ").unwrap().1;
+            format!("{} {body}", task.trim())
+        })
+        .collect();
+    assert_eq!(
+        pids,
+        [
+            "<...>-7 by_task: n=1",
+            "<...>-9 by_task: n=3",
+            "<...>-7 by_task: n=4",
+            "<...>-7 by_task: n=6",
+            "<...>-8 by_task: n=9"
+        ]
+    );
+}

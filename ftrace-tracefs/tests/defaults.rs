@@ -25,6 +25,7 @@ const TREE_OWNED: &[&str] = &[
     "per_cpu/cpu1/buffer_size_kb",
     "saved_cmdlines_size",
     "set_event",
+    "set_event_pid",
     "set_ftrace_pid",
     "timestamp_mode",
     "trace_clock",
@@ -43,12 +44,11 @@ const BACKEND_OWNED: &[&str] = &[
     "set_graph_notrace",
 ];
 
-/// `02-files` entries for files ftrace-rs does not have (event pid filters, stack tracer,
+/// `02-files` entries for files ftrace-rs does not have (stack tracer,
 /// probes other than the rejecting `kprobe_events`/`dynamic_events`), and the `sched` events,
 /// which exist only once a host registers them.
 const ABSENT: &[&str] = &[
     "events/ftrace/enable",
-    "set_event_pid",
     "stack_max_size",
     "stack_trace",
     "synthetic_events",
@@ -145,8 +145,6 @@ fn root_listing_is_linux_minus_the_features_we_lack() {
         &[
             "kprobe_profile",
             "printk_formats",
-            "set_event_notrace_pid",
-            "set_event_pid",
             "snapshot",
             "stack_max_size",
             "stack_trace",

@@ -267,6 +267,42 @@ impl AgentLink {
         self.answer().map(|_| ())
     }
 
+    /// Trace event `id`'s `hist` file as the program aggregates it (`EVENT_HIST`).
+    pub fn event_hist(&mut self, id: u16) -> Result<String, Errno> {
+        self.send(format!("EVENT_HIST {id}\n").as_bytes())?;
+        let mut text = String::new();
+        loop {
+            let l = self.line()?;
+            if l == "." {
+                return Ok(text);
+            }
+            if text.is_empty() && l.starts_with("ERR ") {
+                return Err(Errno::ENODEV);
+            }
+            text.push_str(&l);
+            text.push('\n');
+        }
+    }
+
+    /// Empties hist table `n` of trace event `id` in the program (`EVENT_HIST_CLEAR`).
+    pub fn clear_event_hist(&mut self, id: u16, n: usize) -> Result<(), Errno> {
+        self.send(format!("EVENT_HIST_CLEAR {id} {n}\n").as_bytes())?;
+        self.answer().map(|_| ())
+    }
+
+    /// The program's event pid lists and `event-fork` (`EVENT_PIDS`,
+    /// [`ftrace_agent::event_pids`]).
+    pub fn set_event_pids(
+        &mut self,
+        pids: &[u32],
+        no_pids: &[u32],
+        follow_fork: bool,
+    ) -> Result<(), Errno> {
+        let args = ftrace_agent::event_pids::to_args(pids, no_pids, follow_fork);
+        self.send(format!("EVENT_PIDS {args}\n").as_bytes())?;
+        self.answer().map(|_| ())
+    }
+
     /// Trace event `id`'s soft-disabled bit and trigger counts in the program (`EVENT_GET`).
     pub fn event_state(&mut self, id: u16) -> Result<(bool, Vec<i64>), Errno> {
         self.send(format!("EVENT_GET {id}\n").as_bytes())?;

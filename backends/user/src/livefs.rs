@@ -10,6 +10,8 @@
 //!
 //! `set_ftrace_pid` / `set_ftrace_notrace_pid` (top level) go to the agent with the
 //! `function-fork` option: a pid there is a thread id of the program ([`ftrace_agent::pids`]).
+//! `set_event_pid` / `set_event_notrace_pid` (top level) go to the agent with `event-fork`
+//! and filter the program's trace events only ([`ftrace_agent::event_pids`]).
 //! `tracing_cpumask` goes to the agent too ([`ftrace_agent::cpumask`]: the program's events are
 //! recorded only on the CPUs of the mask); the markers this tool records are not masked (their
 //! CPU is the tool's, not the writer's).
@@ -275,6 +277,10 @@ struct State {
     pids: [Vec<u32>; 2],
     /// The children `function-fork` added to each pid list (removed when they exit).
     followed: [Vec<u32>; 2],
+    /// `set_event_pid`, `set_event_notrace_pid` (top level: sent to the agent, which
+    /// filters the program's events with them, and with `event-fork` adds a forked child of
+    /// a listed thread in the child's copy).
+    event_pids: [Vec<u32>; 2],
     /// `tracing_cpumask` when not all CPUs (top level: sent to the agent).
     cpumask: Option<Vec<u64>>,
     tracer_flags: HashMap<&'static str, u32>,
@@ -365,6 +371,11 @@ fn function_fork(flags: u64) -> bool {
     TraceOptions::from_bits_retain(flags).contains(TraceOptions::FUNCTION_FORK)
 }
 
+/// Whether the `event-fork` trace option is set in the flag word `flags`.
+fn event_fork(flags: u64) -> bool {
+    TraceOptions::from_bits_retain(flags).contains(TraceOptions::EVENT_FORK)
+}
+
 fn this_cpu() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::sched_getcpu() }.max(0) as u32
@@ -400,6 +411,7 @@ impl State {
             flags: 0,
             pids: [Vec::new(), Vec::new()],
             followed: [Vec::new(), Vec::new()],
+            event_pids: [Vec::new(), Vec::new()],
             cpumask: None,
             tracer_flags,
             markers: Markers::new(nr_cpus, buffer_bytes),
@@ -477,6 +489,17 @@ impl State {
             thresh_ns: self.thresh_ns,
             profile: self.profile.wanted(),
         })
+    }
+
+    /// Sends `set_event_pid`, `set_event_notrace_pid` and `event-fork` to the agent (no agent:
+    /// nothing to send).
+    fn push_event_pids(&mut self) -> Result<(), Errno> {
+        let fork = event_fork(self.flags);
+        let Some(a) = &mut self.agent else {
+            return Ok(());
+        };
+        a.link
+            .set_event_pids(&self.event_pids[0], &self.event_pids[1], fork)
     }
 
     /// Pid list `slot` as sent: the tree's, with the children `function-fork` added.
@@ -1004,6 +1027,9 @@ impl TraceBackend for UserBackend {
             Param::Flags(f) => {
                 let old = st.flags;
                 st.flags = f.bits();
+                if event_fork(old) != event_fork(f.bits()) {
+                    st.push_event_pids().inspect_err(|_| st.flags = old)?;
+                }
                 if function_fork(old) == function_fork(f.bits()) {
                     return Ok(());
                 }
@@ -1035,11 +1061,18 @@ impl TraceBackend for UserBackend {
                 st.push().inspect_err(|_| st.cpumask = old)
             }
             Param::Pids(_, []) if st.agent.is_none() => Ok(()),
-            Param::Pids(which, list) if st.agent.is_some() => {
-                let slot = match which {
-                    PidFile::Ftrace => 0,
-                    PidFile::FtraceNotrace => 1,
-                };
+            Param::Pids(which @ (PidFile::Event | PidFile::EventNotrace), list)
+                if st.agent.is_some() =>
+            {
+                let slot = usize::from(which == PidFile::EventNotrace);
+                let old = std::mem::replace(&mut st.event_pids[slot], list.to_vec());
+                st.push_event_pids()
+                    .inspect_err(|_| st.event_pids[slot] = old)
+            }
+            Param::Pids(which @ (PidFile::Ftrace | PidFile::FtraceNotrace), list)
+                if st.agent.is_some() =>
+            {
+                let slot = usize::from(which == PidFile::FtraceNotrace);
                 let old = std::mem::replace(&mut st.pids[slot], list.to_vec());
                 let followed = std::mem::take(&mut st.followed[slot]);
                 st.push().inspect_err(|_| {
@@ -1278,6 +1311,29 @@ impl TraceBackend for UserBackend {
             .filter_map(|p| p.event)
             .map(|(sys, name)| (sys.to_string(), name.to_string()))
             .collect()
+    }
+
+    fn write_event_hist(
+        &self,
+        event: &ftrace_core::format::TraceEventFormat,
+        w: &mut dyn fmt::Write,
+    ) -> fmt::Result {
+        let mut st = lock(&self.state);
+        match st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            Some(a) => w.write_str(&a.events.hist(&mut a.link, event.id)),
+            None => Ok(()),
+        }
+    }
+
+    fn clear_event_hist(
+        &mut self,
+        event: &ftrace_core::format::TraceEventFormat,
+        trigger: &ftrace_tracefs::triggers::Trigger,
+    ) {
+        let mut st = lock(&self.state);
+        if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
+            a.events.clear_hist(&mut a.link, event.id, trigger);
+        }
     }
 
     fn event_trigger_counts(

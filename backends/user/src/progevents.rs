@@ -12,10 +12,14 @@
 //!
 //! Filters and triggers run in the program, when the event fires, as the kernel runs them
 //! ([`ftrace_agent::event_record`]): the tree's filter text and the triggers `traceon`,
-//! `traceoff`, `enable_event` and `disable_event` (with counts and `if` filters) go to the
-//! agent with the event's state (`EVENT_SET`), and the soft-disabled bits and counts they
-//! change are read back (`EVENT_GET`). Other triggers (`hist`, `stacktrace`, `snapshot`) are
-//! kept by the tree but not run on program events yet.
+//! `traceoff`, `enable_event`, `disable_event` and `stacktrace` (with counts and `if`
+//! filters) go to the agent with the event's state (`EVENT_SET`), and the soft-disabled
+//! bits and counts they change are read back (`EVENT_GET`). `hist` triggers go as their definitions: the program
+//! keeps their tables and aggregates each record into them, and the event's `hist` file is
+//! the program's print of them (`EVENT_HIST`). `stacktrace` records the thread's stack after
+//! the event, walked in the program (the function command's `kernel_stack` records, printed
+//! as `<stack trace>` and ` => func` lines). `snapshot` is kept by the tree but not run on
+//! program events (the live mount has no snapshot buffer).
 
 use std::collections::HashMap;
 
@@ -117,8 +121,13 @@ impl ProgramEvents {
         let mut map = Vec::new();
         for t in triggers {
             let action = match t.kind {
+                TriggerKind::Hist(_) => Some(WireAction::Hist {
+                    spec: hist_spec(t),
+                    paused: t.paused,
+                }),
                 TriggerKind::TraceOn => Some(WireAction::TraceOn),
                 TriggerKind::TraceOff => Some(WireAction::TraceOff),
+                TriggerKind::Stacktrace => Some(WireAction::Stacktrace),
                 TriggerKind::Enable {
                     id,
                     enable,
@@ -148,6 +157,37 @@ impl ProgramEvents {
         })
     }
 
+    /// The event's `hist` file, from the tables the program fills (empty for an event not
+    /// armed: no table).
+    pub fn hist(&self, link: &mut AgentLink, id: u16) -> String {
+        match self.sent.get(&id).is_some_and(|s| s.config.armed) {
+            true => link.event_hist(id).unwrap_or_default(),
+            false => String::new(),
+        }
+    }
+
+    /// `hist:...:clear` of the event's hist trigger that is `trigger`: its table in the
+    /// program is emptied.
+    pub fn clear_hist(&self, link: &mut AgentLink, id: u16, trigger: &Trigger) {
+        let Some(sent) = self.sent.get(&id).filter(|s| s.config.armed) else {
+            return;
+        };
+        let spec = hist_spec(trigger);
+        let filter = trigger.filter.clone().unwrap_or_default();
+        let n = sent
+            .config
+            .triggers
+            .iter()
+            .filter(|t| matches!(t.action, WireAction::Hist { .. }))
+            .position(|t| {
+                matches!(&t.action, WireAction::Hist { spec: s, .. } if *s == spec)
+                    && t.filter == filter
+            });
+        if let Some(n) = n {
+            let _ = link.clear_event_hist(id, n);
+        }
+    }
+
     /// The event's soft-disabled bit and its triggers' counts (tree order) as the program
     /// has them now; `None` for an event not armed.
     pub fn current(&self, link: &mut AgentLink, id: u16) -> Option<(bool, Vec<i64>)> {
@@ -163,6 +203,19 @@ impl ProgramEvents {
             .collect();
         Some((soft, tree))
     }
+}
+
+/// A hist trigger's definition as the `trigger` file shows it, without its filter and state
+/// (`hist:keys=...:size=2048`): what the agent parses again.
+fn hist_spec(t: &Trigger) -> String {
+    let bare = Trigger {
+        filter: None,
+        paused: false,
+        ..t.clone()
+    };
+    let line = bare.to_string();
+    let line = line.trim_end();
+    line.strip_suffix(" [active]").unwrap_or(line).to_string()
 }
 
 #[cfg(test)]

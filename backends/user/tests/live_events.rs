@@ -36,9 +36,10 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn start() -> Mounted {
+    /// Mounts the program in a directory of the test's own (`name`).
+    fn start(name: &str) -> Mounted {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("ftrace-live-events-{}", std::process::id()));
+            .join(format!("ftrace-live-events-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
@@ -93,6 +94,23 @@ impl Mounted {
         s.flush().unwrap();
     }
 
+    /// Appends `text` to `f` (`>>`: no truncating open, which clears a trigger file).
+    fn append(&self, f: &str, text: &str) {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.mnt.join(f))
+            .and_then(|mut w| w.write_all(text.as_bytes()))
+            .unwrap_or_else(|e| panic!("appending to {f}: {e}"));
+    }
+
+    /// Runs round `n` and waits until it is over (its `round_done` entry is in `trace`).
+    fn finish_round(&mut self, n: usize) {
+        self.round();
+        wait_for("the round to end", || {
+            (self.read("trace").matches(" round_done <-main").count() >= n).then_some(())
+        });
+    }
+
     /// The event lines of `trace`, as (event name, body).
     fn lines(&self) -> Vec<(String, String)> {
         self.read("trace")
@@ -126,7 +144,7 @@ impl Drop for Mounted {
 
 #[test]
 fn program_events_enable_filter_and_print() {
-    let mut m = Mounted::start();
+    let mut m = Mounted::start("print");
     let avail = m.read("available_events");
     assert!(avail.lines().any(|l| l == "demo:demo_value"), "{avail}");
     assert!(avail.lines().any(|l| l == "demo:demo_round"), "{avail}");
@@ -244,4 +262,182 @@ fn program_events_enable_filter_and_print() {
             ("demo_round".to_string(), "round=6".to_string())
         ]
     );
+}
+
+#[test]
+fn set_event_pid_records_only_the_listed_threads_events() {
+    let mut m = Mounted::start("pid");
+    let pid = m.tool_child_pid();
+    // The main thread's id is the pid; 1 is a thread that never fires an event here.
+    assert_eq!(m.read("set_event_pid"), "");
+    m.write("events/demo/demo_round/enable", "1\n");
+    m.write("set_event_pid", "1\n");
+    m.finish_round(1);
+    assert!(m.lines().is_empty(), "{:?}", m.lines());
+
+    // Listed: recorded. The list reads back as written.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(m.mnt.join("set_event_pid"))
+        .and_then(|mut f| f.write_all(format!("{pid}\n").as_bytes()))
+        .unwrap();
+    let mut want = [1, pid];
+    want.sort_unstable();
+    assert_eq!(
+        m.read("set_event_pid"),
+        format!("{}\n{}\n", want[0], want[1])
+    );
+    m.finish_round(2);
+    assert_eq!(
+        m.lines(),
+        [("demo_round".to_string(), "round=2".to_string())]
+    );
+
+    // In set_event_notrace_pid too: left out. Both cleared: recorded again.
+    m.write("set_event_notrace_pid", &format!("{pid}\n"));
+    m.finish_round(3);
+    // Only set_event_notrace_pid: still left out.
+    m.write("set_event_pid", "\n");
+    m.finish_round(4);
+    assert_eq!(m.lines().len(), 1, "{:?}", m.lines());
+    m.write("set_event_notrace_pid", "\n");
+    m.finish_round(5);
+    assert_eq!(
+        m.lines()[1..],
+        [("demo_round".to_string(), "round=5".to_string())]
+    );
+}
+
+#[test]
+fn hist_trigger_aggregates_program_events_into_the_hist_file() {
+    let mut m = Mounted::start("hist");
+    let hist = "events/demo/demo_value/hist";
+    assert_eq!(m.read(hist), "");
+    // On a disabled event the trigger arms it in soft mode: nothing in `trace`, every
+    // record aggregated (sorted by value: equal hitcounts would print in the kernel's
+    // heapsort order).
+    m.write(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value if value > 17\n",
+    );
+    assert_eq!(m.read("events/demo/demo_value/enable"), "0*\n");
+    m.finish_round(1);
+    m.finish_round(2);
+    let table = |state: &str, hits: u32| {
+        let row = |v: i32| {
+            format!(
+                "{{ value: {v:>10} }} hitcount: {hits:>10}  delta: {:>10}\n",
+                i64::from(hits) * i64::from(v - 10)
+            )
+        };
+        format!(
+            "# event histogram\n#\n# trigger info: \
+             hist:keys=value:vals=hitcount,delta:sort=value:size=2048 if value > 17 \
+             [{state}]\n#\n\n{}{}{}\nTotals:\n    Hits: {}\n    Entries: 3\n    Dropped: 0\n",
+            row(18),
+            row(19),
+            row(20),
+            3 * hits
+        )
+    };
+    assert_eq!(m.read(hist), table("active", 2));
+    assert!(m.lines().is_empty(), "{:?}", m.lines());
+
+    // Paused: round 3 is not counted; continued: round 4 is; cleared: empty (appended, as
+    // on Linux: `>` would remove the trigger and its table first).
+    m.append(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value:pause if value > 17\n",
+    );
+    m.finish_round(3);
+    assert_eq!(m.read(hist), table("paused", 2));
+    m.append(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value:cont if value > 17\n",
+    );
+    m.finish_round(4);
+    assert_eq!(m.read(hist), table("active", 3));
+    m.append(
+        "events/demo/demo_value/trigger",
+        "hist:keys=value:vals=hitcount,delta:sort=value:clear if value > 17\n",
+    );
+    let cleared = m.read(hist);
+    assert!(
+        cleared.ends_with("#\n\n\nTotals:\n    Hits: 0\n    Entries: 0\n    Dropped: 0\n"),
+        "{cleared}"
+    );
+}
+
+/// The `<stack trace>` blocks of `trace`: each block's previous line and its frame names
+/// (` => NAME`).
+fn stack_traces(text: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut open = false;
+    let mut prev = "";
+    for l in text.lines() {
+        if l.ends_with(": <stack trace>") {
+            out.push((prev.to_string(), Vec::new()));
+            open = true;
+        } else if let (true, Some(f)) = (open, l.strip_prefix(" => ")) {
+            out.last_mut().unwrap().1.push(f.to_string());
+        } else {
+            open = false;
+            prev = l;
+        }
+    }
+    out
+}
+
+#[test]
+fn stacktrace_trigger_records_the_stack_after_the_event() {
+    let mut m = Mounted::start("stacktrace");
+    let trigger = "events/demo/demo_value/trigger";
+    m.append(trigger, "stacktrace:2 if value == 5\n");
+    m.write("events/demo/demo_value/enable", "1\n");
+    m.finish_round(1);
+    let text = m.read("trace");
+    let st = stack_traces(&text);
+    // One per round (value 5 fires once), right after its event: the function that holds
+    // the call site first, then its callers into libc.
+    assert_eq!(st.len(), 1, "{text}");
+    let (event, frames) = &st[0];
+    assert!(
+        event.ends_with(" demo_value: value=5 delta=-5 label=v5"),
+        "{event}\n{text}"
+    );
+    assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
+    assert!(
+        frames.iter().any(|f| f == "__libc_start_main [libc.so.6]"),
+        "{frames:?}"
+    );
+    assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
+    m.finish_round(2);
+    assert_eq!(stack_traces(&m.read("trace")).len(), 2);
+    // The count is spent: a third round records its events and no stack.
+    m.finish_round(3);
+    let text = m.read("trace");
+    assert_eq!(stack_traces(&text).len(), 2, "{text}");
+    assert_eq!(text.matches(" demo_value: ").count(), 60, "{text}");
+    let shown = m.read(trigger);
+    assert!(
+        shown.contains("stacktrace:count=0 if value == 5"),
+        "{shown}"
+    );
+
+    // Under function_graph the traced frames' return addresses are the return trampoline:
+    // the walk still names the real callers.
+    m.write("current_tracer", "function_graph\n");
+    m.append(trigger, "!stacktrace:0 if value == 5\n");
+    m.append(trigger, "stacktrace:1 if value == 7\n");
+    m.write("events/demo/demo_round/enable", "1\n");
+    m.round();
+    let text = wait_for("a stack trace under function_graph", || {
+        let text = m.read("trace");
+        text.contains("demo_round: round=4").then_some(text)
+    });
+    let st = stack_traces(&text);
+    let (event, frames) = st.last().unwrap();
+    assert!(event.contains("demo_value: value=7 "), "{event}\n{text}");
+    assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
+    assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
 }

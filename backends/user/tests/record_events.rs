@@ -104,6 +104,7 @@ fn recorded_events_print_with_their_formats_among_the_function_entries() {
         want.push(format!(
             "sched_wakeup: comm=events pid={pid} prio=120 target_cpu=000"
         ));
+        want.push("round_done <-main".to_string());
     }
     // main's entry comes first; demo_round (not armed) is absent.
     assert!(lines[0].starts_with("main <-"), "{report}");

@@ -286,6 +286,8 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
                 match which {
                     PidFile::Ftrace => a.pids.set_pids(list, a.reclaim()),
                     PidFile::FtraceNotrace => a.pids.set_no_pids(list, a.reclaim()),
+                    PidFile::Event => a.event_pids.set_pids(list, a.reclaim()),
+                    PidFile::EventNotrace => a.event_pids.set_no_pids(list, a.reclaim()),
                 }
             }
             Param::TracingThresh(ns) => a.graph.set_thresh_ns(ns),

@@ -438,6 +438,13 @@ impl<P: Platform, const CPUS: usize> EventSlot<P, CPUS> {
             cpu: cpu as u32,
             comm: a.platform().comm(pid).unwrap_or("").as_bytes(),
         };
+        // The kernel's `trace_event_ignore_this_pid`: the triggers that need no record have
+        // run; the events of a task `set_event_pid` leaves out are not recorded, and nothing
+        // that needs their record runs.
+        // SAFETY: inside the guard pinned above.
+        if !unsafe { a.event_pids.admits_pinned(pid as u32) } {
+            return;
+        }
         let record = !self.soft_disabled.load(Ordering::Relaxed)
             && a.tracing_on.load(Ordering::Relaxed)
             && filter.is_none_or(|f| f.matches(rec, &cx));

@@ -233,6 +233,8 @@ pub struct TraceArray<P: Platform, const CPUS: usize> {
     /// The registered tracepoints (see the `events` module).
     events: RcuCell<events::EventSlots<P, CPUS>>,
     pids: PidFilter,
+    /// `set_event_pid` / `set_event_notrace_pid`: whose events are recorded.
+    event_pids: PidFilter,
     graph_cpus: [CpuGraph; CPUS],
     profile: [profile::CpuProfile; CPUS],
     profile_missed: AtomicU64,
@@ -274,6 +276,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             probes: RcuCell::empty(),
             events: RcuCell::empty(),
             pids: PidFilter::new(),
+            event_pids: PidFilter::new(),
             graph_cpus: [const { CpuGraph::new() }; CPUS],
             profile: [const { profile::CpuProfile::new() }; CPUS],
             profile_missed: AtomicU64::new(0),

@@ -15,6 +15,9 @@
 //! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh> <profile>` | `OK <sites changed>` or `ERR <errno> <text>` |
 //! | `EVENTS` | one [`EventInfo::to_line`](crate::event::EventInfo::to_line) line per trace event the program declares, then `.` |
 //! | `EVENT_SET <id>\t<state>` | `OK 0` once the event has that [`EventConfig::to_args`](crate::event_record::EventConfig::to_args) state (armed, soft-disabled, filter, triggers), `ERR 19 ...` for no such event, `ERR 22 ...` for a bad filter |
+//! | `EVENT_PIDS <pids>\t<no pids>\t<fork>` | `OK 0` once `set_event_pid`, `set_event_notrace_pid` and `event-fork` are those ([`crate::event_pids::to_args`]'s form), `ERR 22 ...` for a malformed request |
+//! | `EVENT_HIST <id>` | the event's `hist` file text (its hist triggers' tables, aggregated in the program), then `.`; `ERR 19 ...` for an event not armed |
+//! | `EVENT_HIST_CLEAR <id> <n>` | `OK 0` once hist table `n` of the event is empty, `ERR 19 ...` for no such table |
 //! | `EVENT_GET <id>` | `OK <soft-disabled> <counts>` (the triggers' remaining counts, comma-separated, `-` for none) of an armed event, else `ERR 19 ...` |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
 //!
@@ -381,6 +384,39 @@ fn answer(req: &str) -> String {
                 Err(e @ "no such event") => format!("ERR {} {e}\n", libc::ENODEV),
                 Err(e) => format!("ERR {} {e}\n", libc::EINVAL),
             },
+        };
+    }
+    if let Some(id) = req.strip_prefix("EVENT_HIST ") {
+        return match id.parse().ok().and_then(crate::event_record::hist) {
+            None => format!("ERR {} event not armed\n", libc::ENODEV),
+            Some(text) => {
+                let mut out = text;
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str(".\n");
+                out
+            }
+        };
+    }
+    if let Some(rest) = req.strip_prefix("EVENT_HIST_CLEAR ") {
+        let cleared = rest
+            .split_once(' ')
+            .and_then(|(id, n)| Some((id.parse().ok()?, n.parse().ok()?)))
+            .map(|(id, n)| crate::event_record::clear_hist(id, n));
+        return match cleared {
+            Some(Ok(())) => "OK 0\n".into(),
+            Some(Err(e)) => format!("ERR {} {e}\n", libc::ENODEV),
+            None => format!("ERR {} bad request\n", libc::EINVAL),
+        };
+    }
+    if let Some(rest) = req.strip_prefix("EVENT_PIDS ") {
+        return match crate::event_pids::parse_args(rest) {
+            None => format!("ERR {} bad event pid lists\n", libc::EINVAL),
+            Some((pids, no_pids, fork)) => {
+                crate::event_pids::set_lists(&pids, &no_pids, fork);
+                "OK 0\n".into()
+            }
         };
     }
     if let Some(id) = req.strip_prefix("EVENT_GET ") {

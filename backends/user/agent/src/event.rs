@@ -389,12 +389,42 @@ pub fn find(id: u16) -> Option<EventInfo> {
 }
 
 /// How many data slots a payload of `len` bytes needs.
+#[inline]
 pub fn data_slots_for(len: usize) -> usize {
     len.saturating_sub(HEAD_BYTES).div_ceil(DATA_PER_SLOT)
 }
 
+/// Up to 8 bytes as a native-endian word, zero-padded (8 bytes, the common case: one load).
+#[inline(always)]
+fn word(b: &[u8]) -> u64 {
+    match <[u8; 8]>::try_from(b) {
+        Ok(a) => u64::from_ne_bytes(a),
+        Err(_) => {
+            let mut a = [0u8; 8];
+            a[..b.len()].copy_from_slice(b);
+            u64::from_ne_bytes(a)
+        }
+    }
+}
+
+/// The head slot of a record of `payload` (its first [`HEAD_BYTES`], the length and the
+/// number of data slots that follow; the payload no longer than [`MAX_PAYLOAD`]). A payload
+/// of at most [`HEAD_BYTES`] is the head alone: the whole record in one slot.
+#[inline(always)]
+pub fn head(ts: u64, cpu: u32, id: u16, payload: &[u8]) -> SlotEvent {
+    let first = &payload[..payload.len().min(HEAD_BYTES)];
+    SlotEvent {
+        ts,
+        ip: u64::from(id) | (payload.len() as u64) << 16,
+        arg: word(first),
+        kind: KIND_EVENT | (data_slots_for(payload.len()) as u32) << 8,
+        cpu,
+    }
+}
+
 /// The record's slots: the head and the data slots (`tail[..n]`, `n` returned); `None` if
 /// the payload is longer than [`MAX_PAYLOAD`] or `tail` too short for it.
+#[inline]
 pub fn encode(
     ts: u64,
     cpu: u32,
@@ -405,20 +435,9 @@ pub fn encode(
     if payload.len() > MAX_PAYLOAD || tail.len() < data_slots_for(payload.len()) {
         return None;
     }
-    let word = |b: &[u8]| {
-        let mut a = [0u8; 8];
-        a[..b.len()].copy_from_slice(b);
-        u64::from_ne_bytes(a)
-    };
-    let (first, rest) = payload.split_at(payload.len().min(HEAD_BYTES));
+    let rest = &payload[payload.len().min(HEAD_BYTES)..];
     let n = rest.len().div_ceil(DATA_PER_SLOT);
-    let head = SlotEvent {
-        ts,
-        ip: u64::from(id) | (payload.len() as u64) << 16,
-        arg: word(first),
-        kind: KIND_EVENT | (n as u32) << 8,
-        cpu,
-    };
+    let head = head(ts, cpu, id, payload);
     for (i, chunk) in rest.chunks(DATA_PER_SLOT).enumerate() {
         let part = |lo: usize, hi: usize| &chunk[lo.min(chunk.len())..hi.min(chunk.len())];
         let mut c = [0u8; 4];

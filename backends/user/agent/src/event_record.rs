@@ -9,28 +9,38 @@
 //! a signal handler: no epoch pin, no allocation, no lock). A fired event runs its triggers before the record
 //! (or after it, when a trigger needs the record: `traceoff`, a trigger with a filter), then
 //! is written unless soft-disabled, filtered out or tracing is off, exactly the order of the
-//! kernel's `trace_trigger_soft_disabled` / `event_triggers_call`. `enable_event` and
+//! kernel's `trace_trigger_soft_disabled` / `event_triggers_call`. A thread that
+//! `set_event_pid` / `set_event_notrace_pid` ([`crate::event_pids`]) or `tracing_cpumask`
+//! leave out runs only the triggers that need no record (the kernel's
+//! `trace_event_ignore_this_pid` in `trace_event_buffer_reserve`); `set_ftrace_pid` does not
+//! filter events. `enable_event` and
 //! `disable_event` flip the target's soft-disabled bit here; the tool reads the bits and the
 //! trigger counts back (`EVENT_GET`). An event nothing acts on (no filter, trigger or soft
-//! mode) is pointed at [`record_plain_event`] instead, which reads no shared state. Invariant:
+//! mode) is pointed at [`record_plain_event`] instead, which reads no shared state.
+//! A `hist` trigger's table lives here too: each record that passes its filter is aggregated
+//! into it (ftrace-tracefs's `HistMap`; a table busy with the control thread's print counts
+//! the record as dropped), and `EVENT_HIST` prints the tables as the event's `hist` file
+//! ([`hist`]). Invariant:
 //! an event's call site points at one of the two exactly while its state says armed (hard-
 //! or soft-enabled), at [`record_event`] whenever a filter, a trigger or a soft bit could
 //! act on it.
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use ftrace_core::format::TraceEventFormat;
 use ftrace_core::platform::Reclaim;
 use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
+use ftrace_core::symbols::SymbolSlice;
 use ftrace_ringbuf::slot::SlotEvent;
 use ftrace_tracefs::event_filter::{self, EventFilter, RecordCtx};
+use ftrace_tracefs::hist::{Comm, HistDef, HistMap, HistNames, write_hist};
 use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
-use ftrace_tracefs::triggers::{Trigger, TriggerKind};
+use ftrace_tracefs::triggers::{Trigger, TriggerCmd, TriggerCtx, TriggerKind};
 
 use crate::event::{self, EventDesc, ProbeFn};
-use crate::handler;
+use crate::handler::{self, ThreadState};
 
 /// One event's state as the tool sends it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -58,7 +68,7 @@ pub struct WireTrigger {
 }
 
 /// The trigger commands run on program events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireAction {
     /// `traceon`.
     TraceOn,
@@ -68,11 +78,37 @@ pub enum WireAction {
     Enable(u16),
     /// `disable_event` of the event with this id.
     Disable(u16),
+    /// `stacktrace`: the thread's stack after the record (walked by [`crate::stack`]).
+    Stacktrace,
+    /// `hist`: its definition as the `trigger` file shows it (`hist:keys=...:size=2048`,
+    /// without filter and state) and whether it is paused; its table lives in the program.
+    Hist {
+        /// The definition.
+        spec: String,
+        /// `:pause`d.
+        paused: bool,
+    },
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
 }
 
 impl EventConfig {
     /// The `EVENT_SET` request's arguments: `armed\tsoft\tfilter|-\ttriggers|-`, triggers
-    /// `action,count,filter|-` joined by `;`.
+    /// `action,count,filter|-` joined by `;` (a hist trigger's action `hist=<hex>` or
+    /// `hist-paused=<hex>`: its definition's bytes in hex).
     pub fn to_args(&self) -> String {
         let dash = |s: &str| {
             if s.is_empty() {
@@ -85,11 +121,16 @@ impl EventConfig {
             .triggers
             .iter()
             .map(|t| {
-                let a = match t.action {
+                let a = match &t.action {
                     WireAction::TraceOn => "traceon".to_string(),
                     WireAction::TraceOff => "traceoff".to_string(),
                     WireAction::Enable(id) => format!("enable={id}"),
                     WireAction::Disable(id) => format!("disable={id}"),
+                    WireAction::Stacktrace => "stacktrace".to_string(),
+                    WireAction::Hist { spec, paused } => {
+                        let state = if *paused { "hist-paused" } else { "hist" };
+                        format!("{state}={}", hex(spec))
+                    }
                 };
                 format!("{a},{},{}", t.count, dash(&t.filter))
             })
@@ -133,9 +174,14 @@ impl EventConfig {
                 let action = match a {
                     "traceon" => WireAction::TraceOn,
                     "traceoff" => WireAction::TraceOff,
+                    "stacktrace" => WireAction::Stacktrace,
                     _ => match a.split_once('=')? {
                         ("enable", id) => WireAction::Enable(id.parse().ok()?),
                         ("disable", id) => WireAction::Disable(id.parse().ok()?),
+                        (state @ ("hist" | "hist-paused"), spec) => WireAction::Hist {
+                            spec: unhex(spec)?,
+                            paused: state == "hist-paused",
+                        },
                         _ => return None,
                     },
                 };
@@ -164,6 +210,41 @@ struct Live {
     soft_disabled: AtomicBool,
     filter: Option<EventFilter>,
     runner: Option<TriggerRunner>,
+    /// The hist triggers' tables, in `trigger` file order.
+    hists: Vec<HistTable>,
+}
+
+/// One hist trigger's table (the kernel's `hist_trigger_data`), filled in the program.
+struct HistTable {
+    trigger: Trigger,
+    def: HistDef,
+    filter: Option<EventFilter>,
+    map: Mutex<HistMap>,
+    /// Records that found the table busy (the control thread printing it, a nested
+    /// handler): added to its drops.
+    missed: AtomicU64,
+}
+
+impl HistTable {
+    /// `event_hist_trigger`: aggregates `rec` unless paused or filtered out; a busy table
+    /// counts the record as dropped rather than wait (a signal handler may run here).
+    fn update(&self, rec: &[u8], cx: &RecordCtx<'_>) {
+        if self.trigger.paused || !self.filter.as_ref().is_none_or(|f| f.matches(rec, cx)) {
+            return;
+        }
+        let comm = || {
+            let mut c: Comm = [0; 16];
+            let n = cx.comm.len().min(15);
+            c[..n].copy_from_slice(&cx.comm[..n]);
+            c
+        };
+        match self.map.try_lock() {
+            Ok(mut m) => m.update(&self.def, rec, cx.cpu, &comm),
+            Err(_) => {
+                self.missed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 static LIVE: RcuCell<Vec<Live>> = RcuCell::empty();
@@ -173,31 +254,101 @@ static CONFIGS: Mutex<BTreeMap<u16, EventConfig>> = Mutex::new(BTreeMap::new());
 /// The events the function commands `enable_event` / `disable_event` flip ([`crate::probe`]).
 static PROBE_TARGETS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
-fn compile(format: &'static TraceEventFormat, c: &EventConfig) -> Result<Live, &'static str> {
+/// The hist trigger a wire definition names, parsed against `format` as the tree parsed it.
+fn hist_trigger(
+    format: &TraceEventFormat,
+    spec: &str,
+    paused: bool,
+    filter: &str,
+) -> Result<Trigger, &'static str> {
+    let cx = TriggerCtx {
+        event: format,
+        find_event: &|_, _| None,
+        existing: &[],
+        var_defined: &|_| false,
+        clocks: &[],
+    };
+    match ftrace_tracefs::triggers::parse(spec.as_bytes(), &cx, &mut |_, _, _, _| {}) {
+        Ok(TriggerCmd::Add(mut t)) => {
+            t.paused = paused;
+            t.filter = (!filter.is_empty()).then(|| filter.to_string());
+            Ok(t)
+        }
+        _ => Err("bad hist trigger"),
+    }
+}
+
+/// The tables of `c`'s hist triggers; one that `old` has already keeps its table (adding,
+/// removing, pausing another trigger clears nothing).
+fn hist_tables(
+    format: &TraceEventFormat,
+    c: &EventConfig,
+    old: &[HistTable],
+) -> Result<Vec<HistTable>, &'static str> {
+    let mut v = Vec::new();
+    for t in &c.triggers {
+        let WireAction::Hist { spec, paused } = &t.action else {
+            continue;
+        };
+        let trigger = hist_trigger(format, spec, *paused, &t.filter)?;
+        let TriggerKind::Hist(hs) = &trigger.kind else {
+            return Err("bad hist trigger");
+        };
+        let def = HistDef::compile(hs, format).map_err(|_| "hist trigger not supported")?;
+        let map = match old.iter().find(|o| o.trigger.same_as(&trigger)) {
+            Some(o) => o.map.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            None => HistMap::new(&def),
+        };
+        let filter = match &trigger.filter {
+            Some(f) => Some(event_filter::parse(format, f).map_err(|_| "bad filter")?),
+            None => None,
+        };
+        v.push(HistTable {
+            trigger,
+            def,
+            filter,
+            map: Mutex::new(map),
+            missed: AtomicU64::new(0),
+        });
+    }
+    Ok(v)
+}
+
+fn compile(
+    format: &TraceEventFormat,
+    c: &EventConfig,
+    old: &[HistTable],
+) -> Result<Live, &'static str> {
     let filter = match c.filter.is_empty() {
         true => None,
         false => Some(event_filter::parse(format, &c.filter).map_err(|_| "bad filter")?),
     };
-    let triggers: Vec<Trigger> = c
-        .triggers
-        .iter()
-        .map(|t| Trigger {
-            kind: match t.action {
-                WireAction::TraceOn => TriggerKind::TraceOn,
-                WireAction::TraceOff => TriggerKind::TraceOff,
-                WireAction::Enable(id) | WireAction::Disable(id) => TriggerKind::Enable {
-                    system: "",
-                    event: "",
-                    id,
-                    enable: matches!(t.action, WireAction::Enable(_)),
-                    hist: false,
-                },
+    let mut triggers: Vec<Trigger> = Vec::new();
+    for t in &c.triggers {
+        let kind = match &t.action {
+            WireAction::TraceOn => TriggerKind::TraceOn,
+            WireAction::TraceOff => TriggerKind::TraceOff,
+            WireAction::Stacktrace => TriggerKind::Stacktrace,
+            WireAction::Enable(id) | WireAction::Disable(id) => TriggerKind::Enable {
+                system: "",
+                event: "",
+                id: *id,
+                enable: matches!(t.action, WireAction::Enable(_)),
+                hist: false,
             },
+            // Run by its table ([`hist_tables`]); in the runner (which leaves it alone) for
+            // its place in the counts.
+            WireAction::Hist { spec, paused } => {
+                hist_trigger(format, spec, *paused, &t.filter)?.kind
+            }
+        };
+        triggers.push(Trigger {
+            kind,
             count: t.count,
             filter: (!t.filter.is_empty()).then(|| t.filter.clone()),
             paused: false,
-        })
-        .collect();
+        });
+    }
     Ok(Live {
         id: format.id,
         system: format.system,
@@ -205,6 +356,7 @@ fn compile(format: &'static TraceEventFormat, c: &EventConfig) -> Result<Live, &
         soft_disabled: AtomicBool::new(c.soft_disabled),
         filter,
         runner: (!triggers.is_empty()).then(|| TriggerRunner::new(format, &triggers)),
+        hists: hist_tables(format, c, old)?,
     })
 }
 
@@ -212,6 +364,13 @@ fn compile(format: &'static TraceEventFormat, c: &EventConfig) -> Result<Live, &
 /// re-pointed. `Err` (nothing changed) for an unknown event or a filter that does not parse.
 pub fn set(id: u16, config: EventConfig) -> Result<(), &'static str> {
     event::find(id).ok_or("no such event")?;
+    if config
+        .triggers
+        .iter()
+        .any(|t| t.action == WireAction::Stacktrace)
+    {
+        crate::stack::prepare_caller_walk();
+    }
     republish(|next| {
         next.insert(id, config);
     })
@@ -253,10 +412,21 @@ fn republish(edit: impl FnOnce(&mut BTreeMap<u16, EventConfig>)) -> Result<(), &
         }
     });
     edit(&mut next);
-    let mut live = Vec::new();
-    for (i, c) in next.iter().filter(|(_, c)| c.armed) {
-        live.push(compile(format_of(*i).ok_or("no such event")?, c)?);
-    }
+    let live = with_live(|old| {
+        let mut live = Vec::new();
+        for (i, c) in next.iter().filter(|(_, c)| c.armed) {
+            let old_hists = old
+                .iter()
+                .find(|l| l.id == *i)
+                .map_or(&[][..], |l| &l.hists[..]);
+            live.push(compile(
+                format_of(*i).ok_or("no such event")?,
+                c,
+                old_hists,
+            )?);
+        }
+        Ok::<_, &'static str>(live)
+    })?;
     // An event nothing acts on (no filter, no trigger, not soft-disabled, no other event's
     // trigger flips it) records on the plain path, which reads no shared state.
     let mut targets: Vec<u16> = next
@@ -388,6 +558,40 @@ pub fn get(id: u16) -> Option<(bool, Vec<i64>)> {
     })
 }
 
+/// `EVENT_HIST`: event `id`'s `hist` file (every hist trigger's table as Linux prints it;
+/// `.sym` keys print as addresses: the agent has no symbol table, `.syscall` keys as
+/// numbers). `None` for an event not armed.
+pub fn hist(id: u16) -> Option<String> {
+    with_live(|live| {
+        let l = live.iter().find(|l| l.id == id)?;
+        let names = HistNames {
+            symbols: &SymbolSlice(&[]),
+            syscall: &|_| None,
+        };
+        let mut out = String::new();
+        for (n, t) in l.hists.iter().enumerate() {
+            let mut map = t.map.lock().unwrap_or_else(|e| e.into_inner());
+            map.add_drops(t.missed.swap(0, Ordering::Relaxed));
+            let _ = write_hist(&mut out, n, &t.trigger, &t.def, &map, &names);
+        }
+        Some(out)
+    })
+}
+
+/// `hist:...:clear`: empties hist table `n` (among the event's hist triggers) of event `id`.
+pub fn clear_hist(id: u16, n: usize) -> Result<(), &'static str> {
+    with_live(|live| {
+        let t = live
+            .iter()
+            .find(|l| l.id == id)
+            .and_then(|l| l.hists.get(n))
+            .ok_or("no such hist trigger")?;
+        t.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        t.missed.store(0, Ordering::Relaxed);
+        Ok(())
+    })
+}
+
 fn with_live<R>(f: impl FnOnce(&[Live]) -> R) -> R {
     let _g = LIVE_READERS.pin();
     // SAFETY: inside a guard of the domain `LIVE` is replaced through; `f` cannot keep the
@@ -395,8 +599,9 @@ fn with_live<R>(f: impl FnOnce(&[Live]) -> R) -> R {
     f(unsafe { LIVE.load() }.map_or(&[][..], |v| v.as_slice()))
 }
 
-/// What the triggers act on: the agent's `tracing_on` and the events' soft bits.
-struct Actions<'a>(&'a [Live]);
+/// What the triggers act on: the agent's `tracing_on`, the events' soft bits (of `.0`) and
+/// the firing thread's buffer (`.1`, for `stacktrace`).
+struct Actions<'a>(&'a [Live], *mut ThreadState);
 
 impl TriggerActions for Actions<'_> {
     fn tracing_is_on(&self) -> bool {
@@ -405,6 +610,11 @@ impl TriggerActions for Actions<'_> {
     fn set_tracing_on(&self, on: bool) {
         handler::TRACING_ON.store(on, Ordering::SeqCst);
         handler::update_fast_path();
+    }
+    fn stacktrace(&self) {
+        // SAFETY: the firing thread's registered state, its guard held by [`record_event`],
+        // which does not touch it while the triggers run.
+        crate::stack::record_caller(unsafe { &mut *self.1 });
     }
     fn event_soft_disabled(&self, id: u16) -> Option<bool> {
         let l = self.0.iter().find(|l| l.id == id)?;
@@ -434,12 +644,12 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
     }
     st.guard = 1;
     let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
-    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
-    {
+    if registered {
         // SAFETY: caller's contract.
         let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
         // SAFETY: registered: the cpu pointer and the buffer header are live.
         let (cpu, comm) = unsafe { (*st.cpu, (*st.writer.header).comm) };
+        let admitted = admits(st.tid, cpu);
         let id = desc.id.load(Ordering::Relaxed) as u16;
         let n = rec.len().clamp(8, 8 + event::MAX_PAYLOAD);
         // The record with its common fields filled (type, pid), copied without zeroing the
@@ -467,9 +677,15 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
             let Some(l) = live.iter().find(|l| l.id == id) else {
                 return;
             };
-            let actions = Actions(live);
+            let actions = Actions(live, &raw mut *st);
             if let Some(r) = &l.runner {
                 r.before_record(&actions);
+            }
+            // The kernel's `trace_event_ignore_this_pid`: the triggers that need no record
+            // have run; nothing else runs for a thread the event pid lists or the cpumask
+            // leave out.
+            if !admitted {
+                return;
             }
             let record = !l.soft_disabled.load(Ordering::Relaxed)
                 && handler::TRACING_ON.load(Ordering::Relaxed)
@@ -477,18 +693,12 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
             if record {
                 // SAFETY: registered: the writer describes this thread's live buffer.
                 let ring = unsafe { st.writer.ring() };
-                let payload = &full[8..];
-                let ts = handler::now();
-                if event::data_slots_for(payload.len()) <= SHORT_TAIL {
-                    let mut tail = [SlotEvent::default(); SHORT_TAIL];
-                    write_record(&ring, ts, cpu, id, payload, &mut tail);
-                } else {
-                    write_long_record(&ring, ts, cpu, id, payload);
-                }
+                write_record(&ring, handler::now(), cpu, id, &full[8..]);
             }
             if let Some(r) = &l.runner {
                 r.after_record(full, &cx, &actions);
             }
+            l.hists.iter().for_each(|t| t.update(full, &cx));
         });
     }
     st.guard = 0;
@@ -511,8 +721,8 @@ pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const 
     }
     st.guard = 1;
     let registered = st.state == 1 || st.state == crate::unwind::UNWOUND || handler::register(st);
-    if registered && (!handler::TASK_FILTERS.load(Ordering::Relaxed) || handler::task_admitted(st))
-    {
+    // SAFETY: registered: the cpu pointer is live.
+    if registered && admits(st.tid, unsafe { *st.cpu }) {
         // SAFETY: caller's contract.
         let (desc, rec) = unsafe { (&*desc, core::slice::from_raw_parts(rec, len as usize)) };
         // SAFETY: registered: the cpu pointer is live.
@@ -521,23 +731,48 @@ pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const 
         let payload = rec.get(8..).unwrap_or(&[]);
         // SAFETY: registered: the writer describes this thread's live buffer.
         let ring = unsafe { st.writer.ring() };
-        let ts = handler::now();
-        if event::data_slots_for(payload.len()) <= SHORT_TAIL {
-            let mut tail = [SlotEvent::default(); SHORT_TAIL];
-            write_record(&ring, ts, cpu, id, payload, &mut tail);
-        } else {
-            write_long_record(&ring, ts, cpu, id, payload);
-        }
+        write_record(&ring, handler::now(), cpu, id, payload);
     }
     st.guard = 0;
+}
+
+/// Whether thread `tid`, running on `cpu`, records events: the event pid lists
+/// ([`crate::event_pids`]) and `tracing_cpumask` ([`crate::cpumask`]) let it. The function
+/// tracer's pid lists do not filter events (Linux's `set_ftrace_pid` neither).
+#[inline(always)]
+fn admits(tid: u32, cpu: u32) -> bool {
+    crate::event_pids::admits(tid) && crate::cpumask::admits(cpu)
 }
 
 /// Data slots a record on the short path may take (payloads up to 232 bytes): the tail
 /// array on the stack stays small, so the common record does not clear 2 KiB per event.
 const SHORT_TAIL: usize = 8;
 
+/// Writes the record of `payload` into `ring`: one slot when the head holds it all (a
+/// record of up to 8 bytes of fields: no tail to build or clear), else one span through a
+/// tail on the stack ([`SHORT_TAIL`] slots, longer records on a cold path).
 #[inline(always)]
 fn write_record(
+    ring: &ftrace_ringbuf::slot::SlotRing<'_>,
+    ts: u64,
+    cpu: u32,
+    id: u16,
+    payload: &[u8],
+) {
+    match event::data_slots_for(payload.len()) {
+        0 => {
+            let _ = ring.write(event::head(ts, cpu, id, payload));
+        }
+        n if n <= SHORT_TAIL => {
+            let mut tail = [SlotEvent::default(); SHORT_TAIL];
+            write_span(ring, ts, cpu, id, payload, &mut tail);
+        }
+        _ => write_long_record(ring, ts, cpu, id, payload),
+    }
+}
+
+#[inline(always)]
+fn write_span(
     ring: &ftrace_ringbuf::slot::SlotRing<'_>,
     ts: u64,
     cpu: u32,
@@ -567,7 +802,7 @@ fn write_long_record(
     payload: &[u8],
 ) {
     let mut tail = [SlotEvent::default(); 63];
-    write_record(ring, ts, cpu, id, payload, &mut tail);
+    write_span(ring, ts, cpu, id, payload, &mut tail);
 }
 
 #[cfg(test)]
@@ -587,9 +822,22 @@ mod tests {
                     filter: "value == 18".into(),
                 },
                 WireTrigger {
+                    action: WireAction::Stacktrace,
+                    count: 2,
+                    filter: String::new(),
+                },
+                WireTrigger {
                     action: WireAction::Enable(1025),
                     count: -1,
                     filter: String::new(),
+                },
+                WireTrigger {
+                    action: WireAction::Hist {
+                        spec: "hist:keys=value,delta:vals=hitcount:sort=value:size=2048".into(),
+                        paused: true,
+                    },
+                    count: -1,
+                    filter: "value > 3".into(),
                 },
             ],
         };
@@ -599,5 +847,6 @@ mod tests {
         assert_eq!(EventConfig::parse_args("0\t0\t-\t-"), Some(off));
         assert_eq!(EventConfig::parse_args("2\t0\t-\t-"), None);
         assert_eq!(EventConfig::parse_args("1\t0\t-\tbogus,1,-"), None);
+        assert_eq!(EventConfig::parse_args("1\t0\t-\thist=6,-1,-"), None);
     }
 }

@@ -36,6 +36,7 @@ pub mod cpumask;
 pub mod dispatch;
 pub mod elf;
 pub mod event;
+pub mod event_pids;
 pub mod event_record;
 pub mod got;
 pub mod handler;
@@ -523,6 +524,7 @@ extern "C" fn after_fork_child() {
     let parent_tid = FORKING_TID.with(|t| t.get());
     if parent_tid != 0 {
         pids::follow_fork(parent_tid);
+        event_pids::follow_fork(parent_tid);
     }
     handler::reset_current_thread();
     text::register_sync_core();

@@ -1,5 +1,6 @@
-//! The `stacktrace` function command's stack walk: the return addresses of the thread's
-//! stack at a traced call, recorded as one `kernel_stack` record ([`KIND_STACK`] and its
+//! The `stacktrace` function command's and event trigger's stack walk: the return addresses
+//! of the thread's stack at a traced call (`record`) or at a program event's call site
+//! (`record_caller`), recorded as one `kernel_stack` record ([`KIND_STACK`] and its
 //! [`KIND_STACK_MORE`] slots).
 //!
 //! The walk is libgcc_s's `_Unwind_Backtrace` (the functions' CFI, as a debugger reads it),
@@ -17,7 +18,7 @@
 //! them by time and index ([`frames_of`]).
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::buffer::{KIND_STACK, KIND_STACK_MORE, SlotEvent};
 use crate::handler::{self, ThreadState};
@@ -29,8 +30,16 @@ pub const MAX_FRAMES: usize = ftrace_core::entry::FTRACE_STACK_ENTRIES;
 struct Walk {
     frames: [u64; MAX_FRAMES],
     n: usize,
-    /// Frames still to pass over (the thunk's own).
-    skip: usize,
+    /// The frames to pass over first.
+    skip: Skip,
+}
+
+/// The frames a walk passes over before it collects.
+enum Skip {
+    /// This many (the thunk's own frame).
+    Frames(usize),
+    /// Those in the agent's own text (a walk started inside the agent).
+    OwnFrames,
 }
 
 const URC_NO_REASON: c_int = 0;
@@ -41,6 +50,28 @@ type TraceFn = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
 
 static GET_IP: AtomicUsize = AtomicUsize::new(0);
 static BACKTRACE: AtomicUsize = AtomicUsize::new(0);
+/// The agent's own text, `[lo, hi)` (`hi` 0: not known yet), set by [`prepare_caller_walk`].
+static OWN_TEXT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Readies [`record_caller`] outside the event path (the control thread, when a
+/// `stacktrace` trigger is set): resolves the unwinder (which may load libgcc_s) and finds
+/// the agent's own text, so the walk neither loads nor allocates.
+pub(crate) fn prepare_caller_walk() {
+    real(c"_Unwind_GetIP", &GET_IP);
+    real(c"_Unwind_Backtrace", &BACKTRACE);
+    if OWN_TEXT[1].load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let me = prepare_caller_walk as *const () as u64;
+    if let Some((lo, hi)) = crate::elf::loaded_objects()
+        .into_iter()
+        .find(|o| o.is_exec(me))
+        .map(|o| o.text_span())
+    {
+        OWN_TEXT[0].store(lo, Ordering::Relaxed);
+        OWN_TEXT[1].store(hi, Ordering::Relaxed);
+    }
+}
 
 /// libgcc_s's `name` (the next definition after the agent's), cached in `cache`; 0 when the
 /// program has no libgcc_s.
@@ -68,8 +99,8 @@ fn real(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
 unsafe extern "C" fn one_frame(ctx: *mut c_void, arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `Walk` [`walk`] passes; `GET_IP` was resolved before the walk.
     let w = unsafe { &mut *arg.cast::<Walk>() };
-    if w.skip > 0 {
-        w.skip -= 1;
+    if let Skip::Frames(n @ 1..) = w.skip {
+        w.skip = Skip::Frames(n - 1);
         return URC_NO_REASON;
     }
     // SAFETY: resolved (non-zero) before the walk started; `ctx` is the unwinder's.
@@ -77,6 +108,16 @@ unsafe extern "C" fn one_frame(ctx: *mut c_void, arg: *mut c_void) -> c_int {
         let get_ip: GetIp = core::mem::transmute(GET_IP.load(Ordering::Relaxed));
         get_ip(ctx)
     } as u64;
+    if let Skip::OwnFrames = w.skip {
+        let (lo, hi) = (
+            OWN_TEXT[0].load(Ordering::Relaxed),
+            OWN_TEXT[1].load(Ordering::Relaxed),
+        );
+        if (lo..hi).contains(&ip) {
+            return URC_NO_REASON;
+        }
+        w.skip = Skip::Frames(0);
+    }
     if ip == 0 || w.n == MAX_FRAMES {
         return URC_END_OF_STACK;
     }
@@ -144,7 +185,7 @@ pub(crate) fn walk(st: &mut ThreadState, ret: u64, slot: *mut u64) -> ([u64; MAX
     let mut w = Walk {
         frames: [0; MAX_FRAMES],
         n: 1,
-        skip: 1,
+        skip: Skip::Frames(1),
     };
     w.frames[0] = ret;
     let (get_ip, bt) = (
@@ -198,24 +239,77 @@ unsafe fn caller_rbp(slot: *mut u64, ret: u64) -> u64 {
 }
 
 /// Records the stack of the traced call (`ret`, `slot`: as for [`walk`]) into the thread's
-/// buffer as one record: the [`KIND_STACK_MORE`] slots (two frames each, `depth` their index
-/// from 1), then the [`KIND_STACK`] head (the first two frames, `depth` the frame count).
+/// buffer as one record ([`write`]).
 pub(crate) fn record(st: &mut ThreadState, ret: u64, slot: *mut u64) {
     let (frames, n) = walk(st, ret, slot);
+    write(st, &frames[..n]);
+}
+
+/// Records the stack of the agent's caller (a program event's `stacktrace` trigger: the
+/// function that holds the event's call site first, then its callers) into the thread's
+/// buffer as one record ([`write`]). The walk starts here, in the unwinder's own frame, and
+/// passes over the agent's frames (all of which have CFI); under function_graph the traced
+/// frames get their original return addresses for the walk, as in [`walk`]. Nothing is
+/// recorded when the program has no unwinder in reach. Called with the thread's guard held,
+/// after [`prepare_caller_walk`] (else it prepares here, loading and allocating once).
+pub(crate) fn record_caller(st: &mut ThreadState) {
+    if OWN_TEXT[1].load(Ordering::Relaxed) == 0 {
+        prepare_caller_walk();
+    }
+    let (get_ip, bt) = (
+        real(c"_Unwind_GetIP", &GET_IP),
+        real(c"_Unwind_Backtrace", &BACKTRACE),
+    );
+    if get_ip == 0 || bt == 0 {
+        return;
+    }
+    let mut w = Walk {
+        frames: [0; MAX_FRAMES],
+        n: 0,
+        skip: Skip::OwnFrames,
+    };
+    let sp: u64;
+    // SAFETY: reads the stack pointer; no memory is touched.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack)) };
+    let graph = st.state == 1 && st.depth > 0;
+    if graph {
+        // Every traced frame of the program lies above this frame's stack pointer.
+        crate::unwind::restore(st, sp);
+        st.guard = 1;
+    }
+    // SAFETY: `bt` is libgcc_s's `_Unwind_Backtrace`; `w` outlives the walk.
+    unsafe {
+        let backtrace: unsafe extern "C" fn(TraceFn, *mut c_void) -> c_int =
+            core::mem::transmute(bt);
+        backtrace(one_frame, (&mut w as *mut Walk).cast());
+    }
+    if graph {
+        crate::unwind::reconcile(st, sp);
+    }
+    if w.n > 0 {
+        write(st, &w.frames[..w.n]);
+    }
+}
+
+/// Writes `frames` (at least one) into the thread's buffer as one record: the
+/// [`KIND_STACK_MORE`] slots (two frames each, `depth` their index from 1), then the
+/// [`KIND_STACK`] head (the first two frames, `depth` the frame count).
+fn write(st: &mut ThreadState, frames: &[u64]) {
+    let n = frames.len();
+    let at = |k: usize| frames.get(k).copied().unwrap_or(0);
     let ts = handler::now();
     // SAFETY: the caller registered the thread (state 1 or UNWOUND).
     let cpu = unsafe { *st.cpu };
     let more = n.saturating_sub(1) / 2;
     for k in 1..=more {
-        let (a, b) = (frames[2 * k], frames.get(2 * k + 1).copied().unwrap_or(0));
         // SAFETY: as above.
-        unsafe { st.writer.write(ts, a, b, KIND_STACK_MORE, k as u32, cpu) };
+        unsafe {
+            st.writer
+                .write(ts, at(2 * k), at(2 * k + 1), KIND_STACK_MORE, k as u32, cpu)
+        };
     }
     // SAFETY: as above.
-    unsafe {
-        st.writer
-            .write(ts, frames[0], frames[1], KIND_STACK, n as u32, cpu)
-    };
+    unsafe { st.writer.write(ts, at(0), at(1), KIND_STACK, n as u32, cpu) };
 }
 
 /// The frames of the record whose head is `head` ([`KIND_STACK`]), given `before(k)`: the

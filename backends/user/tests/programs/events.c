@@ -2,7 +2,8 @@
  * ftrace/tracepoint.h and, for every line read on stdin, fires demo_value twenty times
  * (value 1..20, delta value - 10, label "v<value>") from a function of its own, then
  * sched_wakeup (declared with the kernel's layout: comm, pid, prio, target_cpu) for itself, then
- * demo_round once (the round number). Exits at end of file, printing how many rounds it ran. */
+ * demo_round once (the round number), then calls round_done (traced: its entry in trace says
+ * the round's events have fired). Exits at end of file, printing how many rounds it ran. */
 #include <stdio.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -32,6 +33,10 @@ __attribute__((noinline)) void fire_values(void) {
     }
 }
 
+__attribute__((noinline)) void round_done(int round) {
+    __asm__ volatile("" : : "r"(round) : "memory");
+}
+
 int main(void) {
     char line[64];
     int rounds = 0;
@@ -39,6 +44,7 @@ int main(void) {
         fire_values();
         trace_sched_wakeup("events", getpid(), 120, 0);
         trace_demo_round(++rounds);
+        round_done(rounds);
     }
     printf("rounds %d\n", rounds);
     return 0;
