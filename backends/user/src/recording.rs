@@ -144,7 +144,8 @@ fn pair(m: &BTreeMap<String, String>) -> Option<TscPair> {
     })
 }
 
-/// Parses a `symbols` file (`addr\tsize\tmodule\tname` lines).
+/// Parses a `symbols` file (`addr\tsize\tmodule\tname` lines; the names, as the objects spell
+/// them, are demangled here).
 pub fn parse_symbols(text: &str) -> SortedSymbols {
     let mut t = SortedSymbols::new();
     for line in text.lines() {
@@ -156,7 +157,13 @@ pub fn parse_symbols(text: &str) -> SortedSymbols {
         let (Ok(a), Ok(s)) = (u64::from_str_radix(a, 16), u64::from_str_radix(s, 16)) else {
             continue;
         };
-        t.push(n, a, s, (!m.is_empty()).then_some(m));
+        // The agent writes names as the objects spell them ([`ftrace_agent::elf::SymbolName`]).
+        t.push(
+            &ftrace_agent::elf::demangle(n),
+            a,
+            s,
+            (!m.is_empty()).then_some(m),
+        );
     }
     t.finish();
     t
@@ -986,6 +993,19 @@ mod tests {
         assert_eq!(t.lookup(0x1030).unwrap().name, "ns::f(int, char)");
         assert_eq!(t.lookup(0x2000).unwrap().module, Some("libc.so.6"));
         assert!(t.lookup(0x3000).is_none());
+    }
+
+    #[test]
+    fn symbols_file_names_are_demangled_when_read() {
+        let t = parse_symbols(
+            "1000\t20\trg\t_ZN13grep_searcher8searcher8Searcher11search_path17h0123456789abcdefE\n\
+             2000\t10\tlibfoo.so\t_ZN3foo3barEv\n",
+        );
+        assert_eq!(
+            t.lookup(0x1004).unwrap().name,
+            "grep_searcher::searcher::Searcher::search_path"
+        );
+        assert_eq!(t.lookup(0x2000).unwrap().name, "foo::bar()");
     }
 
     #[test]

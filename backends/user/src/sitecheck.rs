@@ -40,8 +40,8 @@ pub enum Force {
 pub struct ObjectSites {
     /// Its file.
     pub path: PathBuf,
-    /// The function name of each site (`0x...` where no symbol covers it), as the agent names
-    /// them.
+    /// The function name of each site (`0x...` where no symbol covers it), as the object
+    /// spells it (mangled: [`ProgramSites::matches`] demangles, as the agent does).
     pub names: Vec<String>,
 }
 
@@ -231,9 +231,11 @@ impl ProgramSites {
     /// Whether any site's function matches `pattern` (as the agent selects sites).
     pub fn matches(&self, pattern: &str) -> bool {
         let g = Glob::parse(pattern);
-        self.objects
-            .iter()
-            .any(|o| o.names.iter().any(|n| g.matches(n)))
+        self.objects.iter().any(|o| {
+            o.names
+                .iter()
+                .any(|n| g.matches(&ftrace_agent::elf::demangle(n)))
+        })
     }
 
     /// What was checked, for a message: "the 12 call sites of ./calls (and 3 of libplugin.so)".
@@ -407,6 +409,17 @@ mod tests {
 
     fn strings(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn globs_match_the_demangled_names_of_mangled_sites() {
+        let p = program(&[
+            "_ZN13grep_searcher8searcher8Searcher11search_path17h0123456789abcdefE",
+            "_ZN3foo3barEv",
+        ]);
+        assert!(p.matches("grep_searcher::*"));
+        assert!(p.matches("foo::bar()"));
+        assert!(!p.matches("_ZN*"), "a glob reads the name a user reads");
     }
 
     #[test]

@@ -271,6 +271,26 @@ fn rust_function_and_function_graph() {
     check_graph_pairs(&run.rec);
 }
 
+/// The agent keeps names mangled until a glob reads them: `-F 'calls::f*'` still selects by
+/// the demangled Rust names (`_ZN5calls3fib17h…E` is `calls::fib`).
+#[test]
+fn rust_filter_globs_match_demangled_names() {
+    let exe = build_rust("calls.rs");
+    let run = run_traced(&exe, &["3", "200"], |c| c.filter = vec!["calls::f*".into()]);
+    assert_result_ok(&run.out);
+    let own = own_counts(&run.out);
+    let traced = traced_counts(&run.rec, EventId::Function, "calls::");
+    for (name, n) in &own {
+        let want = if name.starts_with('f') { *n } else { 0 };
+        assert_eq!(
+            traced.get(name).copied().unwrap_or(0),
+            want,
+            "calls of {name} under -F 'calls::f*'"
+        );
+    }
+    assert!(traced.get("fib").is_some_and(|&n| n > 0), "{traced:?}");
+}
+
 #[test]
 fn clocks_and_cpus() {
     let exe = build_c("calls.c", "clang-pfe");

@@ -357,7 +357,8 @@ fn answer(req: &str) -> String {
             .collect();
         for s in &a.sites {
             let on = u8::from(enabled.contains(&s.addr));
-            let _ = writeln!(out, "{:x}\t{on}\t{}\t{}", s.addr, s.module, s.name);
+            let name = s.name.demangled();
+            let _ = writeln!(out, "{:x}\t{on}\t{}\t{name}", s.addr, s.module);
         }
         out.push_str(".\n");
         return out;

@@ -23,9 +23,9 @@
 //!
 //! Recording directory layout (`DIR`): one sub-directory per traced process image,
 //! `DIR/<pid>.<n>/`, holding `meta` (key=value lines), `symbols` (`addr\tsize\tmodule\tname`
-//! lines, runtime addresses) and one `buf-<tid>` file per thread ([`buffer`]); with a ring
-//! directory ([`config::ENV_RING_DIR`]) the `buf-<tid>` files go to `RING_DIR/<pid>.<n>/`
-//! instead.
+//! lines, runtime addresses, names as the objects spell them: the reader demangles) and one
+//! `buf-<tid>` file per thread ([`buffer`]); with a ring directory ([`config::ENV_RING_DIR`])
+//! the `buf-<tid>` files go to `RING_DIR/<pid>.<n>/` instead.
 
 pub mod attach;
 pub mod buffer;
@@ -69,8 +69,9 @@ use patch::Patcher;
 pub struct SiteInfo {
     /// Site address.
     pub addr: u64,
-    /// The function's (demangled) name.
-    pub name: String,
+    /// The function's name (mangled as its object spells it; demangled when a filter or a
+    /// listing reads it).
+    pub name: elf::SymbolName,
     /// Whether the filters select it.
     pub selected: bool,
     /// Whether it is a function_graph root (`set_graph_function`): its call goes to the root
@@ -249,29 +250,37 @@ fn scan_new_objects(a: &mut Agent) {
                 continue;
             };
             for &(addr, _) in &scanned.sites {
-                let name = scanned
-                    .func_at(addr)
-                    .map(|f| f.name.clone())
-                    .unwrap_or_else(|| format!("0x{addr:x}"));
+                let name = elf::SymbolName::new(
+                    scanned
+                        .func_at(addr)
+                        .map(|f| f.name.clone())
+                        .unwrap_or_else(|| format!("0x{addr:x}")),
+                );
                 let init = match patch::classify(addr) {
                     Ok(init) => init,
                     Err(bytes) => {
                         warn(&format!(
-                            "site {addr:#x} ({name}): unexpected bytes {bytes}"
+                            "site {addr:#x} ({}): unexpected bytes {bytes}",
+                            name.demangled()
                         ));
                         continue;
                     }
                 };
                 let addr = init.ip;
                 let cfg = &a.config;
-                let selected = (cfg.filter.is_empty()
-                    || config::glob_matches_any(&cfg.filter, &name))
-                    && !config::glob_matches_any(&cfg.notrace, &name);
-                let root = cfg.tracer == TracerKind::FunctionGraph
-                    && config::glob_matches_any(&cfg.graph_functions, &name);
+                // Globs match demangled names; without globs no name is demangled.
+                let matches = |globs: &[String]| {
+                    !globs.is_empty() && config::glob_matches_any(globs, name.demangled())
+                };
+                let selected =
+                    (cfg.filter.is_empty() || matches(&cfg.filter)) && !matches(&cfg.notrace);
+                let root = cfg.tracer == TracerKind::FunctionGraph && matches(&cfg.graph_functions);
                 let target = call_target(cfg.tracer, root, stubs);
                 let Ok(call) = tramp::site_bytes(&stubs, init.form, addr, target) else {
-                    warn(&format!("site {addr:#x} ({name}): stub out of reach"));
+                    warn(&format!(
+                        "site {addr:#x} ({}): stub out of reach",
+                        name.demangled()
+                    ));
                     continue;
                 };
                 new_sites.push((init, call));
@@ -438,7 +447,13 @@ fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
     apply(&mut a)?;
     let mut list = String::new();
     for s in &a.sites {
-        let _ = writeln!(list, "{:x} {} {}", s.addr, u8::from(s.selected), s.name);
+        let _ = writeln!(
+            list,
+            "{:x} {} {}",
+            s.addr,
+            u8::from(s.selected),
+            s.name.raw()
+        );
     }
     let _ = std::fs::write(a.dir.join("sites"), list);
     let control = a.config.control.clone();
