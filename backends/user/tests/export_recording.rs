@@ -599,6 +599,7 @@ fn events_program_lines(rounds: usize, pid: u32) -> Vec<String> {
             "sched_wakeup: comm=events pid={pid} prio=120 target_cpu=000"
         ));
         want.push(format!("demo_round: round={r}"));
+        want.push("round_done <-main".to_string());
     }
     want
 }
@@ -693,7 +694,7 @@ fn mounted_recording_with_program_events_reports_them() {
         .unwrap_or_else(|| panic!("{text}"));
     let got: Vec<&String> = lines[first..]
         .iter()
-        .filter(|l| !l.contains(" <-") || l.starts_with("fire_values"))
+        .filter(|l| !l.contains(" <-") || l.ends_with(" <-main") && !l.starts_with("main "))
         .collect();
     let want = events_program_lines(2, pid);
     assert_eq!(got, want.iter().collect::<Vec<_>>(), "{text}");
@@ -778,7 +779,9 @@ fn trace_cmd_reports_program_events_with_their_fields() {
             let want: Vec<String> = events_program_lines(2, pid)
                 .into_iter()
                 .map(|l| match l.as_str() {
-                    "fire_values <-main" => "function: fire_values".to_string(),
+                    l if l.ends_with(" <-main") => {
+                        format!("function: {}", l.trim_end_matches(" <-main"))
+                    }
                     l if l.starts_with("sched_wakeup: ") => {
                         format!("sched_wakeup: events:{pid} [120] CPU:000")
                     }
@@ -813,6 +816,7 @@ fn uftrace_and_chrome_exports_carry_program_events() {
             "} /* fire_values */",
             "/* sched:sched_wakeup */",
             "/* demo:demo_round */",
+            "round_done();",
         ]);
     let want: Vec<&str> = want_round.clone().chain(want_round).collect();
     let first = lines
