@@ -490,6 +490,7 @@ impl<H: Host> Tracefs<H> {
             instances: &names,
             functions: functions.is_some(),
             profiler,
+            function_tracer: i.backend.has_function_tracer(),
             events: &self.events,
             systems: &self.systems,
         };

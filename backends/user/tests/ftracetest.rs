@@ -79,31 +79,30 @@ const ABSENT_FEATURES: &[(&str, &str)] = &[
     ),
     (
         "(instance)  ftrace - function pid notrace filters",
-        "the function tracer in instances",
+        "the function tracer in instances (no `set_ftrace_notrace_pid` there)",
     ),
     (
         "(instance)  ftrace - function pid filters",
-        "the function tracer in instances",
+        "the function tracer in instances (no `set_ftrace_pid` there)",
+    ),
+    (
+        "(instance)  ftrace - stacktrace filter command",
+        "the function tracer in instances (no `set_ftrace_filter` there)",
+    ),
+    (
+        "(instance)  ftrace - test for function event triggers",
+        "the function tracer in instances (no `set_ftrace_filter` there)",
+    ),
+    (
+        "(instance)  ftrace - test for function traceon/off triggers",
+        "the function tracer in instances (no `set_ftrace_filter` there)",
     ),
 ];
 
 /// Tests that fail today, each with the missing piece (the backends/user README lists them
 /// too). Each is refused with an errno at the write the test needs, never pretended, or fails
 /// for the reason given.
-const KNOWN_FAILURES: &[(&str, &str)] = &[
-    (
-        "(instance)  ftrace - stacktrace filter command",
-        "function commands in instances (EINVAL)",
-    ),
-    (
-        "(instance)  ftrace - test for function event triggers",
-        "events in instances (ENODEV) and function commands in instances (EINVAL)",
-    ),
-    (
-        "(instance)  ftrace - test for function traceon/off triggers",
-        "events in instances (ENODEV) and function commands in instances (EINVAL)",
-    ),
-];
+const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 fn target_tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
