@@ -189,6 +189,15 @@ pub trait TraceBackend: Send {
         true
     }
 
+    /// Whether the registered trace events can be enabled in this instance. A backend that
+    /// cannot record them there answers `false`: the instance's `events/` then holds only
+    /// what it has (the headers, the `ftrace/` formats, an `enable` with nothing to switch),
+    /// so that `events/<system>/` is absent rather than present with an `enable` every write
+    /// of 1 to which fails, and `set_event` matches nothing (`EINVAL`). The default: they can.
+    fn has_events(&self) -> bool {
+        true
+    }
+
     /// Whether the ring buffer records now (`tracer_tracing_is_on()`), for a backend whose
     /// recording can change behind the tree: a `traceoff` function probe or event trigger
     /// turns it off without a write of `tracing_on`, and the file must read what the buffer

@@ -38,9 +38,10 @@
 //! instance's own `events/header_page`) and only the `nop` tracer (the agent has one set of
 //! call sites and one tracer), and serve none of the function tracer's files
 //! (`set_ftrace_filter`, `set_ftrace_notrace`, `set_ftrace_pid`, `set_ftrace_notrace_pid`), as
-//! a kernel built without it, rather than files that take a filter and do nothing. Enabling
-//! an event in an instance is refused (`ENODEV`: the program records its events into its own
-//! rings, which only the top level reads; turning them off succeeds). What the tree asks and this backend cannot do is refused
+//! a kernel built without it, rather than files that take a filter and do nothing. Nor do
+//! they list the program's or the `sched` events (the program records its events into its own
+//! rings, which only the top level reads): an instance's `events/` holds its marker events
+//! (`ftrace/`) and the headers, `set_event` matches nothing (`EINVAL`). What the tree asks and this backend cannot do is refused
 //! with an errno, never pretended: a function in `set_graph_notrace` (`ENODEV`), enabling a
 //! `sched` event (`ENODEV`: see [`register_events`]; the program's own events record,
 //! [`crate::progevents`]), and function commands other than `traceon` / `traceoff` /
@@ -1036,6 +1037,13 @@ impl TraceBackend for UserBackend {
     /// sites, and an instance's buffers are this tool's marker buffers, so an instance serves
     /// no function-filter or pid files (rather than files that take a filter and do nothing).
     fn has_function_tracer(&self) -> bool {
+        lock(&self.state).agent.is_some()
+    }
+
+    /// The top level only: the program records its events into its own rings, which an
+    /// instance does not read, and the `sched` events record nowhere, so an instance's
+    /// `events/` holds only its marker events (`ftrace/`) and headers.
+    fn has_events(&self) -> bool {
         lock(&self.state).agent.is_some()
     }
 

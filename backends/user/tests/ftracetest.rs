@@ -114,6 +114,14 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[];
 /// The `event` and `trigger` groups' tests whose feature the live mount lacks (UNSUPPORTED).
 const EVENT_ABSENT_FEATURES: &[(&str, &str)] = &[
     (
+        "(instance)  event tracing - enable/disable with event level files",
+        "events in instances (no `events/sched` there)",
+    ),
+    (
+        "(instance)  event tracing - enable/disable with subsystem level files",
+        "events in instances (no `events/sched` there)",
+    ),
+    (
         "event tracing - restricts events based on pid notrace filtering",
         "`set_event_notrace_pid`",
     ),
@@ -216,16 +224,7 @@ const EVENT_ABSENT_FEATURES: &[(&str, &str)] = &[
 ];
 
 /// The `event` and `trigger` groups' tests that fail today, each with the missing piece.
-const EVENT_KNOWN_FAILURES: &[(&str, &str)] = &[
-    (
-        "(instance)  event tracing - enable/disable with event level files",
-        "events in instances: enabling sched_switch there is refused (ENODEV)",
-    ),
-    (
-        "(instance)  event tracing - enable/disable with subsystem level files",
-        "events in instances: enabling sched:* there is refused (ENODEV)",
-    ),
-];
+const EVENT_KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 fn target_tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))

@@ -890,6 +890,19 @@ fn kernel_reset_writes_are_taken() {
         Err(std::io::ErrorKind::NotFound)
     );
     assert_eq!(m.read("set_ftrace_filter"), "tick_beta\n");
+    // Nor does it record the program's or the sched events: its events/ holds the marker
+    // events and the headers only; switching everything off has nothing to do.
+    assert!(m.path("instances/flt/events/ftrace/print/format").exists());
+    assert!(m.path("instances/flt/events/header_page").exists());
+    assert!(!m.path("instances/flt/events/sched").exists());
+    assert!(m.path("events/sched/sched_switch/enable").exists());
+    m.echo("0", "instances/flt/events/enable");
+    let e = err(format!(
+        "/bin/echo sched:sched_switch > {}",
+        m.path("instances/flt/set_event").display()
+    ));
+    assert!(e.contains("Invalid argument"), "{e}");
+    assert_eq!(m.read("instances/flt/set_event"), "");
     std::fs::remove_dir(m.path("instances/flt")).unwrap();
 
     // A 5000-byte marker: Linux takes what one event holds (4054 bytes in 4 KiB
