@@ -208,6 +208,25 @@ pub trait TraceBackend: Send {
     /// Applies a validated parameter.
     fn set_param(&mut self, param: Param<'_>) -> Result<(), Errno>;
 
+    /// Whether this instance runs the function tracer, whose files it then serves:
+    /// `set_ftrace_filter`, `set_ftrace_notrace` (Linux creates them with an instance's
+    /// function files, `ftrace_create_function_files`), `set_ftrace_pid` and
+    /// `set_ftrace_notrace_pid` (`ftrace_init_tracefs`). A backend whose instance has no
+    /// function tracer answers `false` and the files are absent, as on a kernel without it,
+    /// rather than present and filtering nothing. The default: it has.
+    fn has_function_tracer(&self) -> bool {
+        true
+    }
+
+    /// Whether the registered trace events can be enabled in this instance. A backend that
+    /// cannot record them there answers `false`: the instance's `events/` then holds only
+    /// what it has (the headers, the `ftrace/` formats, an `enable` with nothing to switch),
+    /// so that `events/<system>/` is absent rather than present with an `enable` every write
+    /// of 1 to which fails, and `set_event` matches nothing (`EINVAL`). The default: they can.
+    fn has_events(&self) -> bool {
+        true
+    }
+
     /// Whether the ring buffer records now (`tracer_tracing_is_on()`), for a backend whose
     /// recording can change behind the tree: a `traceoff` function probe or event trigger
     /// turns it off without a write of `tracing_on`, and the file must read what the buffer

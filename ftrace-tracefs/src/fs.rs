@@ -382,7 +382,9 @@ impl<H: Host> Tracefs<H> {
         }
         self.events.push(event);
         for inst in core::iter::once(&mut self.top).chain(self.instances.values_mut()) {
-            inst.events.files.insert(event.id, EventFile::default());
+            if inst.backend.has_events() {
+                inst.events.files.insert(event.id, EventFile::default());
+            }
         }
         Ok(())
     }
@@ -493,7 +495,12 @@ impl<H: Host> Tracefs<H> {
             functions: functions.is_some(),
             profiler,
             snapshot: i.backend.has_snapshot(),
-            events: &self.events,
+            function_tracer: i.backend.has_function_tracer(),
+            events: if i.backend.has_events() {
+                &self.events
+            } else {
+                &[]
+            },
             systems: &self.systems,
         };
         Ok(tree::entries(d, &cx))
@@ -572,8 +579,10 @@ impl<H: Host> Tracefs<H> {
         let clock = self.host.default_trace_clock();
         let mut inst = Instance::new(backend, flags, clock, nr, true);
         inst.backend.set_param(Param::Flags(flags))?;
-        for e in &self.events {
-            inst.events.files.insert(e.id, EventFile::default());
+        if inst.backend.has_events() {
+            for e in &self.events {
+                inst.events.files.insert(e.id, EventFile::default());
+            }
         }
         self.instances.insert((*name).to_owned(), inst);
         Ok(())
@@ -1418,6 +1427,10 @@ impl<H: Host> Tracefs<H> {
                     }
                     _ => None,
                 };
+                if sys.is_none() && !i.backend.has_events() {
+                    // No event to switch: `events/enable` holds nothing (what it reads, too).
+                    return Ok(cnt);
+                }
                 set_clr_event(
                     i,
                     &self.events,

@@ -205,6 +205,10 @@ pub struct ListCtx<'a> {
     pub profiler: bool,
     /// The instance has a snapshot buffer (`snapshot`, `per_cpu/cpuN/snapshot`).
     pub snapshot: bool,
+    /// The instance runs the function tracer (`set_ftrace_filter`, `set_ftrace_notrace`,
+    /// `set_ftrace_pid`, `set_ftrace_notrace_pid`:
+    /// [`TraceBackend::has_function_tracer`](crate::TraceBackend::has_function_tracer)).
+    pub function_tracer: bool,
     /// The registered trace events.
     pub events: &'a [TraceEventFormat],
     /// The subsystems of registered events (a subsystem without events is not listed).
@@ -240,22 +244,6 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
                 file("trace_pipe", File::TracePipe(None), MODE_RO),
                 file("trace_options", File::TraceOptions, MODE_RW),
                 dir("options", Dir::Options, MODE_DIR),
-                file(
-                    "set_ftrace_filter",
-                    File::Filter(FilterFile::Filter),
-                    MODE_RW,
-                ),
-                file(
-                    "set_ftrace_notrace",
-                    File::Filter(FilterFile::Notrace),
-                    MODE_RW,
-                ),
-                file("set_ftrace_pid", File::Pids(PidFile::Ftrace), MODE_RW),
-                file(
-                    "set_ftrace_notrace_pid",
-                    File::Pids(PidFile::FtraceNotrace),
-                    MODE_RW,
-                ),
                 file("buffer_size_kb", File::BufferSizeKb(None), MODE_RW),
                 file("buffer_total_size_kb", File::BufferTotalSizeKb, MODE_RO),
                 file("buffer_subbuf_size_kb", File::BufferSubbufSizeKb, MODE_RW),
@@ -280,6 +268,26 @@ pub fn entries(d: Dir, cx: &ListCtx<'_>) -> Vec<DirEntry> {
             ]);
             if cx.snapshot {
                 v.push(file("snapshot", File::Snapshot(None), MODE_RW));
+            }
+            if cx.function_tracer {
+                v.extend([
+                    file(
+                        "set_ftrace_filter",
+                        File::Filter(FilterFile::Filter),
+                        MODE_RW,
+                    ),
+                    file(
+                        "set_ftrace_notrace",
+                        File::Filter(FilterFile::Notrace),
+                        MODE_RW,
+                    ),
+                    file("set_ftrace_pid", File::Pids(PidFile::Ftrace), MODE_RW),
+                    file(
+                        "set_ftrace_notrace_pid",
+                        File::Pids(PidFile::FtraceNotrace),
+                        MODE_RW,
+                    ),
+                ]);
             }
             if cx.top_level {
                 v.extend([

@@ -36,14 +36,18 @@
 //!
 //! `trace_marker` / `trace_marker_raw` events are recorded here (stamped with the trace clock
 //! and the writer's pid) and merged with the program's events. Instances (`mkdir
-//! instances/x`) get their own buffers of marker events, their own function-filter files and
-//! only the `nop` tracer: the agent has one set of call sites and one tracer. What the tree asks and this backend cannot do is
-//! refused with an errno, never pretended: pid
-//! filters in an instance (`EINVAL`), a function in `set_graph_notrace`
-//! (`ENODEV`), enabling a `sched` event or an event in an instance (`ENODEV`: see
-//! [`register_events`]; the program's own events record, [`crate::progevents`]), and function
-//! commands other than `traceon` / `traceoff` / `stacktrace` / `enable_event` /
-//! `disable_event` (`EINVAL`; none in an instance). Invariant: a refused write changes
+//! instances/x`) get their own buffers of marker events (`events/ftrace/print`, with the
+//! instance's own `events/header_page`) and only the `nop` tracer (the agent has one set of
+//! call sites and one tracer), and serve none of the function tracer's files
+//! (`set_ftrace_filter`, `set_ftrace_notrace`, `set_ftrace_pid`, `set_ftrace_notrace_pid`), as
+//! a kernel built without it, rather than files that take a filter and do nothing. Nor do
+//! they list the program's or the `sched` events (the program records its events into its own
+//! rings, which only the top level reads): an instance's `events/` holds its marker events
+//! (`ftrace/`) and the headers, `set_event` matches nothing (`EINVAL`). What the tree asks and this backend cannot do is refused
+//! with an errno, never pretended: a function in `set_graph_notrace` (`ENODEV`), enabling a
+//! `sched` event (`ENODEV`: see [`register_events`]; the program's own events record,
+//! [`crate::progevents`]), and function commands other than `traceon` / `traceoff` /
+//! `stacktrace` / `enable_event` / `disable_event` (`EINVAL`). Invariant: a refused write changes
 //! nothing, here or in the program.
 //!
 //! `f:traceon[:N]` / `f:traceoff[:N]` / `f:stacktrace[:N]` and `f:enable_event:SYS:EV[:N]` /
@@ -260,11 +264,9 @@ impl Markers {
 
 /// One instance's state.
 struct State {
+    /// The program's agent (top level only: an instance records this tool's markers and has
+    /// no function tracer or function-filter files).
     agent: Option<AgentPart>,
-    /// An instance's own function-filter files (the top level's are the agent's): they
-    /// resolve against the program's sites and read back, and, as for an instance of the
-    /// kernel whose tracer is `nop`, filter nothing (instances have no function tracer).
-    instance_filters: Option<FilterState>,
     tracer: &'static str,
     on: bool,
     depth: u32,
@@ -383,16 +385,6 @@ fn this_cpu() -> u32 {
 
 impl State {
     fn new(agent: Option<AgentPart>, clock: ClockKind, nr_cpus: u32, buffer_bytes: u64) -> Self {
-        Self::with_filters(agent, None, clock, nr_cpus, buffer_bytes)
-    }
-
-    fn with_filters(
-        agent: Option<AgentPart>,
-        instance_filters: Option<FilterState>,
-        clock: ClockKind,
-        nr_cpus: u32,
-        buffer_bytes: u64,
-    ) -> Self {
         let tracer_flags = [&NOP as &dyn Tracer, &FUNCTION, &GRAPH]
             .iter()
             .map(|t| (t.name(), t.default_flags()))
@@ -402,7 +394,6 @@ impl State {
         marker_syms.finish();
         State {
             agent,
-            instance_filters,
             tracer: "nop",
             on: true,
             depth: 0,
@@ -425,12 +416,9 @@ impl State {
         }
     }
 
-    /// The function-filter files of this instance.
+    /// The function-filter files (the agent's: top level only).
     fn filters(&mut self) -> Option<&mut FilterState> {
-        match &mut self.agent {
-            Some(a) => Some(&mut a.filters),
-            None => self.instance_filters.as_mut(),
-        }
+        self.agent.as_mut().map(|a| &mut a.filters)
     }
 
     /// The state the agent must be in.
@@ -916,25 +904,6 @@ pub fn register_events(tree: &mut ftrace_tracefs::Tracefs<UserHost>) -> Result<(
     Ok(())
 }
 
-/// The filter language of an instance's filter files: the program's call sites and no
-/// function commands (nothing runs an instance's probes: it has no function tracer), so
-/// `f:traceoff` and the like are refused with `EINVAL`, changing nothing.
-struct InstanceCommands(Arc<dyn SymbolTable + Send + Sync>);
-
-impl CommandEnv for InstanceCommands {
-    fn symbols(&self) -> &dyn SymbolTable {
-        &*self.0
-    }
-
-    fn has_snapshot(&self) -> bool {
-        false
-    }
-
-    fn supports(&self, _cmd: ProbeCommand) -> bool {
-        false
-    }
-}
-
 /// The tracing machinery of one instance.
 pub struct UserBackend {
     state: Shared,
@@ -1096,6 +1065,20 @@ impl TraceBackend for UserBackend {
             Param::TracingThresh(0) | Param::ProfileEnabled(false) => Ok(()),
             _ => Err(Errno::EINVAL),
         }
+    }
+
+    /// The top level only: the agent runs one tracer over the program's one set of call
+    /// sites, and an instance's buffers are this tool's marker buffers, so an instance serves
+    /// no function-filter or pid files (rather than files that take a filter and do nothing).
+    fn has_function_tracer(&self) -> bool {
+        lock(&self.state).agent.is_some()
+    }
+
+    /// The top level only: the program records its events into its own rings, which an
+    /// instance does not read, and the `sched` events record nowhere, so an instance's
+    /// `events/` holds only its marker events (`ftrace/`) and headers.
+    fn has_events(&self) -> bool {
+        lock(&self.state).agent.is_some()
     }
 
     fn tracing_on(&self) -> Option<bool> {
@@ -1508,8 +1491,6 @@ impl FunctionRecords for SiteRecords {
 /// What only the server knows, and the top-level backend until the tree takes it.
 pub struct UserHost {
     top: Shared,
-    /// The filter language of the instances' filter files.
-    instance_commands: Arc<InstanceCommands>,
     taken: bool,
     records: SiteRecords,
     clock: ClockKind,
@@ -1550,7 +1531,6 @@ impl UserHost {
             .iter()
             .map(|f| (f.id, f.system, f.name))
             .collect();
-        let instance_commands = Arc::new(InstanceCommands(syms.clone()));
         // SAFETY: no preconditions.
         let nr_cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as u32;
         let mut st = State::new(
@@ -1576,7 +1556,6 @@ impl UserHost {
             .map_err(|e| format!("sending the first state: {e:?}"))?;
         let top = Arc::new(Mutex::new(st));
         Ok(UserHost {
-            instance_commands,
             records: SiteRecords { state: top.clone() },
             top,
             taken: false,
@@ -1733,9 +1712,8 @@ impl Host for UserHost {
             }
             None => Err(Errno::EBUSY),
             Some(_) => Ok(Box::new(UserBackend {
-                state: Arc::new(Mutex::new(State::with_filters(
+                state: Arc::new(Mutex::new(State::new(
                     None,
-                    Some(FilterState::new(self.instance_commands.clone())),
                     self.clock,
                     self.nr_cpus,
                     self.buffer_bytes,

@@ -2,8 +2,9 @@
 //! `tools/testing/selftests/ftrace`, from Debian's `linux-source-6.12`), run against the live
 //! mount (`ftrace record --mount`) of `tests/programs/kernel_names.c`, a program that defines
 //! and keeps calling the functions the tests name (`schedule`, the lock functions, ...) and
-//! declares the kernel's events they enable or filter (`sched:sched_switch` and
-//! `sched:sched_wakeup`, fired by its workers as they block, and `signal:signal_generate`,
+//! declares the kernel's events they enable or filter (`sched:sched_switch`,
+//! `sched:sched_waking` and `sched:sched_wakeup`, fired by its workers as they block, and
+//! `signal:signal_generate`,
 //! with `ftrace/tracepoint.h` in Linux 6.12's layouts: the sched formats are checked against
 //! the 6.12 goldens), and of
 //! the suite itself: kernel_names runs the suite as its child, with
@@ -12,11 +13,13 @@
 //! kernel's (`kernel_clone`, `do_execve`, `ksys_write`, `vfs_write`, `proc_reg_write`): the
 //! tests that filter on the shell's own pid (`read PID _ < /proc/self/stat`) run unmodified.
 //!
-//! The groups `test.d/00basic` and `test.d/ftrace` run in full but for the two tests that act
-//! on the machine's own kernel ([`NOT_RUN`]). Every result is checked against the lists below:
-//! a test outside [`KNOWN_FAILURES`] that fails, a test outside [`ABSENT_FEATURES`] that is
-//! UNSUPPORTED, or a listed test that now passes fails this test, so the lists only shrink and
-//! always say why. Needs root (ftracetest refuses otherwise), gcc, clang, FUSE and
+//! The groups `test.d/00basic` and `test.d/ftrace` run in full in one test, `test.d/event` and
+//! `test.d/trigger` in another (a mount of their own), but for the tests that act on the
+//! machine's own kernel ([`NOT_RUN`]). Every result is checked against the lists below
+//! ([`KNOWN_FAILURES`] and [`ABSENT_FEATURES`], [`EVENT_KNOWN_FAILURES`] and
+//! [`EVENT_ABSENT_FEATURES`]): a test outside the known failures that fails, a test outside
+//! the absent features that is UNSUPPORTED, or a listed test that now passes fails the test,
+//! so the lists only shrink and always say why. Needs root (ftracetest refuses otherwise), gcc, clang, FUSE and
 //! `/usr/src/linux-source-6.12.tar.xz` (`cargo xtask test` installs `linux-source-6.12`);
 //! nothing is skipped when they are missing: it fails. The suite is extracted once into the
 //! target directory.
@@ -43,6 +46,10 @@ const NOT_RUN: &[(&str, &str)] = &[
     (
         "func_mod_trace.tc",
         "loads a module into the machine's kernel (modprobe)",
+    ),
+    (
+        "trace_printk.tc",
+        "loads a module into the machine's kernel (modprobe trace-printk)",
     ),
 ];
 
@@ -79,31 +86,145 @@ const ABSENT_FEATURES: &[(&str, &str)] = &[
     ),
     (
         "(instance)  ftrace - function pid notrace filters",
-        "the function tracer in instances",
+        "the function tracer in instances (no `set_ftrace_notrace_pid` there)",
     ),
     (
         "(instance)  ftrace - function pid filters",
-        "the function tracer in instances",
+        "the function tracer in instances (no `set_ftrace_pid` there)",
+    ),
+    (
+        "(instance)  ftrace - stacktrace filter command",
+        "the function tracer in instances (no `set_ftrace_filter` there)",
+    ),
+    (
+        "(instance)  ftrace - test for function event triggers",
+        "the function tracer in instances (no `set_ftrace_filter` there)",
+    ),
+    (
+        "(instance)  ftrace - test for function traceon/off triggers",
+        "the function tracer in instances (no `set_ftrace_filter` there)",
     ),
 ];
 
 /// Tests that fail today, each with the missing piece (the backends/user README lists them
 /// too). Each is refused with an errno at the write the test needs, never pretended, or fails
 /// for the reason given.
-const KNOWN_FAILURES: &[(&str, &str)] = &[
+const KNOWN_FAILURES: &[(&str, &str)] = &[];
+
+/// The `event` and `trigger` groups' tests whose feature the live mount lacks (UNSUPPORTED).
+const EVENT_ABSENT_FEATURES: &[(&str, &str)] = &[
     (
-        "(instance)  ftrace - stacktrace filter command",
-        "function commands in instances (EINVAL)",
+        "(instance)  event tracing - enable/disable with event level files",
+        "events in instances (no `events/sched` there)",
     ),
     (
-        "(instance)  ftrace - test for function event triggers",
-        "events in instances (ENODEV) and function commands in instances (EINVAL)",
+        "(instance)  event tracing - enable/disable with subsystem level files",
+        "events in instances (no `events/sched` there)",
     ),
     (
-        "(instance)  ftrace - test for function traceon/off triggers",
-        "events in instances (ENODEV) and function commands in instances (EINVAL)",
+        "event tracing - restricts events based on pid notrace filtering",
+        "`set_event_notrace_pid`",
+    ),
+    (
+        "event tracing - restricts events based on pid",
+        "`set_event_pid`",
+    ),
+    (
+        "(instance)  event tracing - restricts events based on pid notrace filtering",
+        "`set_event_notrace_pid`",
+    ),
+    (
+        "(instance)  event tracing - restricts events based on pid",
+        "`set_event_pid`",
+    ),
+    (
+        "event trigger - test event enable/disable trigger",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test trigger filter",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test histogram expression parsing",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test histogram modifiers",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test histogram trigger",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test multiple histogram triggers",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test snapshot-trigger",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test stacktrace-trigger",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test traceon/off trigger",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "event trigger - test histogram parser errors",
+        "`events/kmem/kmalloc` (no kmem events)",
+    ),
+    (
+        "trace_marker trigger - test histogram trigger",
+        "`events/ftrace/print/trigger` (no triggers on the trace_marker event)",
+    ),
+    (
+        "trace_marker trigger - test snapshot trigger",
+        "`events/ftrace/print/trigger` (no triggers on the trace_marker event)",
+    ),
+    (
+        "trace_marker trigger - test histogram with synthetic event against kernel event",
+        "`events/ftrace/print/trigger` (no triggers on the trace_marker event)",
+    ),
+    (
+        "trace_marker trigger - test histogram with synthetic event",
+        "`events/ftrace/print/trigger` (no triggers on the trace_marker event)",
+    ),
+    (
+        "(instance)  event trigger - test event enable/disable trigger",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "(instance)  event trigger - test trigger filter",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "(instance)  event trigger - test histogram modifiers",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "(instance)  event trigger - test histogram trigger",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "(instance)  event trigger - test multiple histogram triggers",
+        "`events/sched/sched_process_fork` (nothing fires it at the shells' forks yet)",
+    ),
+    (
+        "(instance)  trace_marker trigger - test histogram trigger",
+        "`events/ftrace/print/trigger` (no triggers on the trace_marker event)",
+    ),
+    (
+        "(instance)  trace_marker trigger - test snapshot trigger",
+        "`events/ftrace/print/trigger` (no triggers on the trace_marker event)",
     ),
 ];
+
+/// The `event` and `trigger` groups' tests that fail today, each with the missing piece.
+const EVENT_KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 fn target_tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
@@ -317,17 +438,19 @@ fn listed(list: &[(&str, &str)], name: &str) -> bool {
     list.iter().any(|(n, _)| *n == name)
 }
 
-#[test]
-fn kernel_ftracetest_passes_on_the_live_mount() {
-    // SAFETY: no preconditions.
-    assert_eq!(unsafe { libc::geteuid() }, 0, "ftracetest must run as root");
-    let suite = suite();
-    let dir = target_tmp().join(format!("ftracetest-run-{}", std::process::id()));
+/// A fresh run directory for one test function.
+fn run_dir(name: &str) -> PathBuf {
+    let dir = target_tmp().join(format!("ftracetest-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let groups: Vec<(&str, Vec<PathBuf>)> = ["00basic", "ftrace"]
-        .into_iter()
-        .map(|group| {
+    dir
+}
+
+/// The test files of `groups` (but for [`NOT_RUN`]), sorted, per group.
+fn group_cases<'a>(suite: &Path, groups: &[&'a str]) -> Vec<(&'a str, Vec<PathBuf>)> {
+    groups
+        .iter()
+        .map(|&group| {
             let mut cases: Vec<PathBuf> = std::fs::read_dir(suite.join("test.d").join(group))
                 .unwrap()
                 .map(|e| e.unwrap().path())
@@ -340,7 +463,56 @@ fn kernel_ftracetest_passes_on_the_live_mount() {
             cases.sort();
             (group, cases)
         })
-        .collect();
+        .collect()
+}
+
+/// Checks every group's results against the lists: a PASS must be on neither, an
+/// UNSUPPORTED on `absent`, anything else on `known`. Panics with every mismatch; removes
+/// `dir` when all hold.
+fn check_results(
+    groups: &[(&str, Vec<PathBuf>)],
+    outs: &[String],
+    absent: &[(&str, &str)],
+    known: &[(&str, &str)],
+    dir: &Path,
+) {
+    let mut report = String::new();
+    let mut bad = Vec::new();
+    for ((group, _), out) in groups.iter().zip(outs) {
+        let res = results(out);
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for (name, r) in &res {
+            *counts.entry(r.as_str()).or_default() += 1;
+            let ok = match r.as_str() {
+                "PASS" => !listed(known, name) && !listed(absent, name),
+                "UNSUPPORTED" => listed(absent, name),
+                _ => listed(known, name),
+            };
+            if !ok {
+                bad.push(format!("{group}: {name}: {r}"));
+            }
+        }
+        report.push_str(&format!("{group}: {counts:?}\n"));
+        assert!(!res.is_empty(), "{group}: no results in {out}");
+    }
+    eprintln!("{report}");
+    assert!(
+        bad.is_empty(),
+        "unexpected results (a pass of a listed test: shorten the list):\n{}\n{report}\nlogs in {}",
+        bad.join("\n"),
+        dir.display()
+    );
+    // Kept only when something failed.
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn kernel_ftracetest_passes_on_the_live_mount() {
+    // SAFETY: no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "ftracetest must run as root");
+    let suite = suite();
+    let dir = run_dir("run");
+    let groups = group_cases(&suite, &["00basic", "ftrace"]);
     let outs = run_suite_in_tree(&suite, &dir, &groups);
     for (system, name, golden_id) in KERNEL_EVENTS {
         let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -358,33 +530,22 @@ fn kernel_ftracetest_passes_on_the_live_mount() {
             "{system}:{name}'s format"
         );
     }
+    check_results(&groups, &outs, ABSENT_FEATURES, KNOWN_FAILURES, &dir);
+}
 
-    let mut report = String::new();
-    let mut bad = Vec::new();
-    for ((group, _), out) in groups.iter().zip(&outs) {
-        let res = results(out);
-        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-        for (name, r) in &res {
-            *counts.entry(r.as_str()).or_default() += 1;
-            let ok = match r.as_str() {
-                "PASS" => !listed(KNOWN_FAILURES, name) && !listed(ABSENT_FEATURES, name),
-                "UNSUPPORTED" => listed(ABSENT_FEATURES, name),
-                _ => listed(KNOWN_FAILURES, name),
-            };
-            if !ok {
-                bad.push(format!("{group}: {name}: {r}"));
-            }
-        }
-        report.push_str(&format!("{group}: {counts:?}\n"));
-        assert!(!res.is_empty(), "{group}: no results in {out}");
-    }
-    eprintln!("{report}");
-    assert!(
-        bad.is_empty(),
-        "unexpected results (a pass of a listed test: shorten the list):\n{}\n{report}\nlogs in {}",
-        bad.join("\n"),
-        dir.display()
+#[test]
+fn kernel_ftracetest_event_and_trigger_groups_on_the_live_mount() {
+    // SAFETY: no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "ftracetest must run as root");
+    let suite = suite();
+    let dir = run_dir("events");
+    let groups = group_cases(&suite, &["event", "trigger"]);
+    let outs = run_suite_in_tree(&suite, &dir, &groups);
+    check_results(
+        &groups,
+        &outs,
+        EVENT_ABSENT_FEATURES,
+        EVENT_KNOWN_FAILURES,
+        &dir,
     );
-    // Kept only when something failed.
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -860,20 +860,49 @@ fn kernel_reset_writes_are_taken() {
         "#### no functions disabled ####\n"
     );
 
-    // An instance's filter files are its own, resolved against the program's sites; function
-    // commands are refused there (nothing would run them).
+    // An instance has no function tracer: it serves none of its files (as a kernel built
+    // without it), while the top level keeps its own.
     m.echo("tick_beta", "set_ftrace_filter");
     std::fs::create_dir(m.path("instances/flt")).unwrap();
-    m.echo("", "instances/flt/set_ftrace_filter");
-    m.echo("tick_alpha", "instances/flt/set_ftrace_filter");
-    assert_eq!(m.read("instances/flt/set_ftrace_filter"), "tick_alpha\n");
+    for f in [
+        "set_ftrace_filter",
+        "set_ftrace_notrace",
+        "set_ftrace_pid",
+        "set_ftrace_notrace_pid",
+    ] {
+        assert!(!m.path(&format!("instances/flt/{f}")).exists(), "{f}");
+        assert!(m.path(f).exists(), "{f} at the top level");
+    }
+    let listed: Vec<String> = std::fs::read_dir(m.path("instances/flt"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !listed.iter().any(|n| n.starts_with("set_ftrace")),
+        "{listed:?}"
+    );
+    assert!(listed.iter().any(|n| n == "trace_marker"), "{listed:?}");
+    let open = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("instances/flt/set_ftrace_filter"));
+    assert_eq!(
+        open.map(|_| ()).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::NotFound)
+    );
     assert_eq!(m.read("set_ftrace_filter"), "tick_beta\n");
+    // Nor does it record the program's or the sched events: its events/ holds the marker
+    // events and the headers only; switching everything off has nothing to do.
+    assert!(m.path("instances/flt/events/ftrace/print/format").exists());
+    assert!(m.path("instances/flt/events/header_page").exists());
+    assert!(!m.path("instances/flt/events/sched").exists());
+    assert!(m.path("events/sched/sched_switch/enable").exists());
+    m.echo("0", "instances/flt/events/enable");
     let e = err(format!(
-        "/bin/echo 'tick_alpha:traceoff' >> {}",
-        m.path("instances/flt/set_ftrace_filter").display()
+        "/bin/echo sched:sched_switch > {}",
+        m.path("instances/flt/set_event").display()
     ));
     assert!(e.contains("Invalid argument"), "{e}");
-    assert_eq!(m.read("instances/flt/set_ftrace_filter"), "tick_alpha\n");
+    assert_eq!(m.read("instances/flt/set_event"), "");
     std::fs::remove_dir(m.path("instances/flt")).unwrap();
 
     // A 5000-byte marker: Linux takes what one event holds (4054 bytes in 4 KiB
