@@ -14,6 +14,7 @@ use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ftrace_core::EventId;
@@ -83,8 +84,21 @@ fn sh_ok(cmd: &str) {
 struct Mounted {
     tool: Child,
     stdin: Option<ChildStdin>,
+    /// The tool's stdout and stderr, read as it writes them: `ftrace live` prints the whole
+    /// trace when the program ends, more than a pipe holds once a slow machine has let the
+    /// program run a while, and a pipe nobody reads would stop the tool from exiting.
+    output: Option<[JoinHandle<Vec<u8>>; 2]>,
     mnt: PathBuf,
     rec: PathBuf,
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        pipe.read_to_end(&mut bytes).unwrap();
+        bytes
+    })
 }
 
 impl Mounted {
@@ -120,9 +134,14 @@ impl Mounted {
             .spawn()
             .unwrap();
         let stdin = tool.stdin.take();
+        let output = Some([
+            drain(tool.stdout.take().unwrap()),
+            drain(tool.stderr.take().unwrap()),
+        ]);
         let m = Mounted {
             tool,
             stdin,
+            output,
             mnt,
             rec,
         };
@@ -155,24 +174,9 @@ impl Mounted {
     fn wait_exit(mut self) -> (Output, PathBuf, PathBuf) {
         let mnt = self.mnt.clone();
         let rec = self.rec.clone();
-        wait_for("the tool to exit", || {
-            self.tool.try_wait().unwrap().map(|_| ())
-        });
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        self.tool
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_end(&mut stdout)
-            .unwrap();
-        self.tool
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_end(&mut stderr)
-            .unwrap();
-        let status = self.tool.wait().unwrap();
+        let status = wait_for("the tool to exit", || self.tool.try_wait().unwrap());
+        // The pipes end once the tool and the program (which shares stdout) have exited.
+        let [stdout, stderr] = self.output.take().unwrap().map(|h| h.join().unwrap());
         (
             Output {
                 status,
