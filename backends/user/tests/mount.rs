@@ -31,16 +31,18 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Polls `f` until it answers, for at most a minute (a loaded CI machine is slow, never this
 /// slow); the panic names what never happened.
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_up_to(Duration::from_secs(60), what, f)
+}
+
+/// [`wait_for`] with its own bound.
+fn wait_up_to<T>(bound: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}"
-        );
+        assert!(start.elapsed() < bound, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -174,7 +176,13 @@ impl Mounted {
     fn wait_exit(mut self) -> (Output, PathBuf, PathBuf) {
         let mnt = self.mnt.clone();
         let rec = self.rec.clone();
-        let status = wait_for("the tool to exit", || self.tool.try_wait().unwrap());
+        // Exiting, the tool unmounts, waits for the program and writes the whole capture (the
+        // rings, every object's symbols), in a debug build: on a loaded machine (load 14 on two
+        // cores) stop_signal_unmounts_and_stops_the_program once waited here over a minute.
+        // A tool that never exits still fails.
+        let status = wait_up_to(Duration::from_secs(300), "the tool to exit", || {
+            self.tool.try_wait().unwrap()
+        });
         // The pipes end once the tool and the program (which shares stdout) have exited.
         let [stdout, stderr] = self.output.take().unwrap().map(|h| h.join().unwrap());
         (
