@@ -14,6 +14,7 @@ use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ftrace_core::EventId;
@@ -30,16 +31,18 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Polls `f` until it answers, for at most a minute (a loaded CI machine is slow, never this
 /// slow); the panic names what never happened.
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_up_to(Duration::from_secs(60), what, f)
+}
+
+/// [`wait_for`] with its own bound.
+fn wait_up_to<T>(bound: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}"
-        );
+        assert!(start.elapsed() < bound, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -83,8 +86,21 @@ fn sh_ok(cmd: &str) {
 struct Mounted {
     tool: Child,
     stdin: Option<ChildStdin>,
+    /// The tool's stdout and stderr, read as it writes them: `ftrace live` prints the whole
+    /// trace when the program ends, more than a pipe holds once a slow machine has let the
+    /// program run a while, and a pipe nobody reads would stop the tool from exiting.
+    output: Option<[JoinHandle<Vec<u8>>; 2]>,
     mnt: PathBuf,
     rec: PathBuf,
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        pipe.read_to_end(&mut bytes).unwrap();
+        bytes
+    })
 }
 
 impl Mounted {
@@ -120,9 +136,14 @@ impl Mounted {
             .spawn()
             .unwrap();
         let stdin = tool.stdin.take();
+        let output = Some([
+            drain(tool.stdout.take().unwrap()),
+            drain(tool.stderr.take().unwrap()),
+        ]);
         let m = Mounted {
             tool,
             stdin,
+            output,
             mnt,
             rec,
         };
@@ -155,24 +176,15 @@ impl Mounted {
     fn wait_exit(mut self) -> (Output, PathBuf, PathBuf) {
         let mnt = self.mnt.clone();
         let rec = self.rec.clone();
-        wait_for("the tool to exit", || {
-            self.tool.try_wait().unwrap().map(|_| ())
+        // Exiting, the tool unmounts, waits for the program and writes the whole capture (the
+        // rings, every object's symbols), in a debug build: on a loaded machine (load 14 on two
+        // cores) stop_signal_unmounts_and_stops_the_program once waited here over a minute.
+        // A tool that never exits still fails.
+        let status = wait_up_to(Duration::from_secs(300), "the tool to exit", || {
+            self.tool.try_wait().unwrap()
         });
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        self.tool
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_end(&mut stdout)
-            .unwrap();
-        self.tool
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_end(&mut stderr)
-            .unwrap();
-        let status = self.tool.wait().unwrap();
+        // The pipes end once the tool and the program (which shares stdout) have exited.
+        let [stdout, stderr] = self.output.take().unwrap().map(|h| h.join().unwrap());
         (
             Output {
                 status,
