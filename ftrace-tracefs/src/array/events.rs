@@ -35,7 +35,7 @@
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use ftrace_core::Errno;
 use ftrace_core::format::TraceEventFormat;
@@ -44,13 +44,12 @@ use ftrace_core::reclaim::{Published, RcuCell};
 use ftrace_core::tracepoint::Tracepoint;
 use ftrace_tracers::tracer::EntrySink;
 
-use super::lock::SpinLock;
 use super::{ArrayKind, Platform, TraceArray};
 use crate::backend::EventState;
 use crate::event_filter::{EventFilter, RecordCtx};
-use crate::hist::{Comm, HistDef, HistMap, HistNames, write_hist};
+use crate::hist::{HistNames, HistTable};
 use crate::trigger_run::{TriggerActions, TriggerRunner};
-use crate::triggers::{Trigger, TriggerKind};
+use crate::triggers::Trigger;
 
 /// One registered tracepoint's state in its instance (the kernel's `trace_event_file`).
 pub(super) struct EventSlot<P: Platform, const CPUS: usize> {
@@ -67,38 +66,6 @@ pub(super) struct EventSlot<P: Platform, const CPUS: usize> {
     runner: RcuCell<TriggerRunner>,
     /// The hist triggers' tables, in `trigger` file order.
     hists: RcuCell<Vec<HistTable>>,
-}
-
-/// One hist trigger's table (the kernel's `hist_trigger_data`).
-struct HistTable {
-    trigger: Trigger,
-    def: HistDef,
-    filter: Option<EventFilter>,
-    map: SpinLock<HistMap>,
-    /// Records that found the table busy (a reader, another CPU): added to its drops.
-    missed: AtomicU64,
-}
-
-impl HistTable {
-    /// `event_hist_trigger`: aggregates `rec` unless paused or filtered out; a busy table
-    /// counts the record as dropped rather than wait.
-    fn update(&self, rec: &[u8], cx: &RecordCtx<'_>) {
-        if self.trigger.paused || !self.filter.as_ref().is_none_or(|f| f.matches(rec, cx)) {
-            return;
-        }
-        let comm = || {
-            let mut c: Comm = [0; 16];
-            let n = cx.comm.len().min(15);
-            c[..n].copy_from_slice(&cx.comm[..n]);
-            c
-        };
-        match self.map.try_lock() {
-            Some(mut m) => m.update(&self.def, rec, cx.cpu, &comm),
-            None => {
-                self.missed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
 }
 
 /// The registered tracepoints of an instance, published for the probes.
@@ -301,9 +268,8 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
         let _guard = self.reclaim().pin();
         // SAFETY: inside the guard.
         let hists = unsafe { slot.hists.load() };
-        if let Some(t) = hists.and_then(|h| h.iter().find(|t| t.trigger.same_as(trigger))) {
-            t.map.lock().clear();
-            t.missed.store(0, Ordering::Relaxed);
+        if let Some(t) = hists.and_then(|h| h.iter().find(|t| t.trigger().same_as(trigger))) {
+            t.clear();
         }
     }
 
@@ -326,9 +292,7 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             return Ok(());
         };
         for (n, t) in hists.iter().enumerate() {
-            let mut map = t.map.lock();
-            map.add_drops(t.missed.swap(0, Ordering::Relaxed));
-            write_hist(w, n, &t.trigger, &t.def, &map, &names)?;
+            t.write(w, n, &names)?;
         }
         Ok(())
     }
@@ -471,27 +435,7 @@ fn hist_tables(
 ) -> Vec<HistTable> {
     triggers
         .iter()
-        .filter_map(|t| {
-            let TriggerKind::Hist(spec) = &t.kind else {
-                return None;
-            };
-            let def = HistDef::compile(spec, event).ok()?;
-            let map = match old.iter().find(|o| o.trigger.same_as(t)) {
-                Some(o) => o.map.lock().clone(),
-                None => HistMap::new(&def),
-            };
-            let filter = match t.filter.as_deref() {
-                Some(f) => Some(crate::event_filter::parse(event, f).ok()?),
-                None => None,
-            };
-            Some(HistTable {
-                trigger: t.clone(),
-                def,
-                filter,
-                map: SpinLock::new(map),
-                missed: AtomicU64::new(0),
-            })
-        })
+        .filter_map(|t| HistTable::compile(t, event, old).ok())
         .collect()
 }
 

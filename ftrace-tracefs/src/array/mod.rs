@@ -106,7 +106,7 @@ mod commands;
 mod entry;
 mod events;
 mod instances;
-mod lock;
+pub(crate) mod lock;
 mod platform;
 mod profile;
 mod render;

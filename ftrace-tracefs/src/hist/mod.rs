@@ -47,6 +47,7 @@ mod def;
 mod map;
 mod print;
 mod sort;
+mod table;
 
 pub use def::{
     FieldSource, HistDef, HistError, KeyCmp, KeyDisplay, KeyField, SortField, SortKey, ValDisplay,
@@ -55,6 +56,7 @@ pub use def::{
 pub use map::{Comm, HistMap};
 pub use print::{HistNames, write_hist};
 pub use sort::{heapsort, sorted_entries};
+pub use table::{HistTable, HistTableError};
 
 #[cfg(test)]
 mod tests {

@@ -25,7 +25,7 @@
 //! or soft-enabled), at [`record_event`] whenever a filter, a trigger or a soft bit could
 //! act on it.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -35,7 +35,7 @@ use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
 use ftrace_core::symbols::SymbolSlice;
 use ftrace_ringbuf::slot::SlotEvent;
 use ftrace_tracefs::event_filter::{self, EventFilter, RecordCtx};
-use ftrace_tracefs::hist::{Comm, HistDef, HistMap, HistNames, write_hist};
+use ftrace_tracefs::hist::{HistNames, HistTable, HistTableError};
 use ftrace_tracefs::trigger_run::{TriggerActions, TriggerRunner};
 use ftrace_tracefs::triggers::{Trigger, TriggerCmd, TriggerCtx, TriggerKind};
 
@@ -214,39 +214,6 @@ struct Live {
     hists: Vec<HistTable>,
 }
 
-/// One hist trigger's table (the kernel's `hist_trigger_data`), filled in the program.
-struct HistTable {
-    trigger: Trigger,
-    def: HistDef,
-    filter: Option<EventFilter>,
-    map: Mutex<HistMap>,
-    /// Records that found the table busy (the control thread printing it, a nested
-    /// handler): added to its drops.
-    missed: AtomicU64,
-}
-
-impl HistTable {
-    /// `event_hist_trigger`: aggregates `rec` unless paused or filtered out; a busy table
-    /// counts the record as dropped rather than wait (a signal handler may run here).
-    fn update(&self, rec: &[u8], cx: &RecordCtx<'_>) {
-        if self.trigger.paused || !self.filter.as_ref().is_none_or(|f| f.matches(rec, cx)) {
-            return;
-        }
-        let comm = || {
-            let mut c: Comm = [0; 16];
-            let n = cx.comm.len().min(15);
-            c[..n].copy_from_slice(&cx.comm[..n]);
-            c
-        };
-        match self.map.try_lock() {
-            Ok(mut m) => m.update(&self.def, rec, cx.cpu, &comm),
-            Err(_) => {
-                self.missed.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
 static LIVE: RcuCell<Vec<Live>> = RcuCell::empty();
 static LIVE_READERS: ReaderCount = ReaderCount::new();
 /// The configurations, by id (control thread only).
@@ -291,25 +258,14 @@ fn hist_tables(
             continue;
         };
         let trigger = hist_trigger(format, spec, *paused, &t.filter)?;
-        let TriggerKind::Hist(hs) = &trigger.kind else {
-            return Err("bad hist trigger");
-        };
-        let def = HistDef::compile(hs, format).map_err(|_| "hist trigger not supported")?;
-        let map = match old.iter().find(|o| o.trigger.same_as(&trigger)) {
-            Some(o) => o.map.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            None => HistMap::new(&def),
-        };
-        let filter = match &trigger.filter {
-            Some(f) => Some(event_filter::parse(format, f).map_err(|_| "bad filter")?),
-            None => None,
-        };
-        v.push(HistTable {
-            trigger,
-            def,
-            filter,
-            map: Mutex::new(map),
-            missed: AtomicU64::new(0),
-        });
+        v.push(
+            HistTable::compile(&trigger, format, old).map_err(|e| match e {
+                HistTableError::BadFilter => "bad filter",
+                HistTableError::NotHist | HistTableError::Unsupported => {
+                    "hist trigger not supported"
+                }
+            })?,
+        );
     }
     Ok(v)
 }
@@ -570,9 +526,7 @@ pub fn hist(id: u16) -> Option<String> {
         };
         let mut out = String::new();
         for (n, t) in l.hists.iter().enumerate() {
-            let mut map = t.map.lock().unwrap_or_else(|e| e.into_inner());
-            map.add_drops(t.missed.swap(0, Ordering::Relaxed));
-            let _ = write_hist(&mut out, n, &t.trigger, &t.def, &map, &names);
+            let _ = t.write(&mut out, n, &names);
         }
         Some(out)
     })
@@ -586,8 +540,7 @@ pub fn clear_hist(id: u16, n: usize) -> Result<(), &'static str> {
             .find(|l| l.id == id)
             .and_then(|l| l.hists.get(n))
             .ok_or("no such hist trigger")?;
-        t.map.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        t.missed.store(0, Ordering::Relaxed);
+        t.clear();
         Ok(())
     })
 }
