@@ -249,8 +249,12 @@ fn target_tmp() -> &'static Path {
     Path::new(env!("CARGO_TARGET_TMPDIR"))
 }
 
-/// The suite, extracted from the kernel tarball once (kept in the target directory).
+/// The suite, extracted from the kernel tarball once (kept in the target directory). The
+/// tests of this binary run in parallel: one extracts while the others wait for it (they
+/// would share the process id the partial directory is named after).
 fn suite() -> PathBuf {
+    static EXTRACTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = EXTRACTING.lock().unwrap_or_else(|e| e.into_inner());
     let root = target_tmp().join("ftracetest-linux-6.12");
     let dir = root.join(SUITE);
     if dir.join("ftracetest").exists() {
