@@ -86,6 +86,20 @@ impl HistMap {
 
     /// `tracing_map_insert`: the element of `key`, created if there is room.
     fn insert(&mut self, key: &[u8], comm: &dyn Fn() -> Comm) -> Option<usize> {
+        match self.element(key, comm) {
+            Some(e) => {
+                self.hits += 1;
+                Some(e)
+            }
+            None => {
+                self.drops += 1;
+                None
+            }
+        }
+    }
+
+    /// The element of `key`, created (with `comm`'s name) if there is room; counts nothing.
+    fn element(&mut self, key: &[u8], comm: &dyn Fn() -> Comm) -> Option<usize> {
         let mask = self.slots.len() - 1;
         let mut i = hash(key) as usize & mask;
         loop {
@@ -94,7 +108,6 @@ impl HistMap {
                 s => {
                     let e = s as usize - 1;
                     if self.key(e) == key {
-                        self.hits += 1;
                         return Some(e);
                     }
                 }
@@ -102,7 +115,6 @@ impl HistMap {
             i = (i + 1) & mask;
         }
         if self.len == self.max_entries {
-            self.drops += 1;
             return None;
         }
         let e = self.len;
@@ -112,8 +124,50 @@ impl HistMap {
         if !self.comms.is_empty() {
             self.comms[e] = comm();
         }
-        self.hits += 1;
         Some(e)
+    }
+
+    /// Adds what a map of the same definition aggregated elsewhere (another process's, in a
+    /// backend whose events fire in several): its `hits` and `drops`, and each of its
+    /// elements' sums to the element of the same key here (created with its task name if
+    /// there is room; else its records count as dropped). `None` (nothing changed) when a
+    /// key or sums do not have this map's sizes.
+    pub fn merge<'a>(
+        &mut self,
+        hits: u64,
+        drops: u64,
+        elements: impl IntoIterator<Item = (&'a [u8], &'a [u64], &'a [u8])> + Clone,
+    ) -> Option<()> {
+        if elements
+            .clone()
+            .into_iter()
+            .any(|(k, s, _)| k.len() != self.key_size || s.len() != self.n_sums)
+        {
+            return None;
+        }
+        self.hits += hits;
+        self.drops += drops;
+        for (key, sums, name) in elements {
+            let comm = || {
+                let mut c: Comm = [0; 16];
+                let n = name.len().min(15);
+                c[..n].copy_from_slice(&name[..n]);
+                c
+            };
+            match self.element(key, &comm) {
+                Some(e) => {
+                    let mine = &mut self.sums[e * self.n_sums..(e + 1) * self.n_sums];
+                    for (m, s) in mine.iter_mut().zip(sums) {
+                        *m = m.wrapping_add(*s);
+                    }
+                }
+                None => {
+                    self.hits -= sums[0].min(self.hits);
+                    self.drops += sums[0];
+                }
+            }
+        }
+        Some(())
     }
 
     /// `tracing_map_clear` (`:clear`): no elements, hits and drops back to 0.

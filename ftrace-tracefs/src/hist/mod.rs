@@ -125,6 +125,46 @@ mod tests {
     }
 
     #[test]
+    fn maps_merged_print_as_one_map_of_every_record() {
+        let (t, def) = trigger(
+            &SCHED_SWITCH,
+            "hist:keys=common_pid.execname,next_pid:vals=prev_pid",
+        );
+        let recs: Vec<_> = (0..30)
+            .map(|i| switch(i % 4, 0, ["a", "b"][i as usize % 2], i % 5))
+            .collect();
+        let mut whole = HistMap::new(&def);
+        let (mut one, mut two) = (HistMap::new(&def), HistMap::new(&def));
+        for (i, r) in recs.iter().enumerate() {
+            let comm = || *b"worker\0\0\0\0\0\0\0\0\0\0";
+            whole.update(&def, r, 0, &comm);
+            match i % 3 {
+                0 => one.update(&def, r, 0, &comm),
+                _ => two.update(&def, r, 0, &comm),
+            }
+        }
+        let mut merged = HistMap::new(&def);
+        for m in [&one, &two] {
+            let elements: Vec<_> = (0..m.len())
+                .map(|e| (m.key(e), m.sums(e), m.comm(e)))
+                .collect();
+            merged.merge(m.hits(), m.drops(), elements).unwrap();
+        }
+        assert_eq!(show(&t, &def, &merged, &[]), show(&t, &def, &whole, &[]));
+        assert_eq!(
+            (merged.hits(), merged.drops()),
+            (whole.hits(), whole.drops())
+        );
+        // Sizes of another definition are refused, and change nothing.
+        assert!(
+            merged
+                .merge(1, 0, [(&[0u8][..], &[1u64][..], &[][..])])
+                .is_none()
+        );
+        assert_eq!(merged.hits(), whole.hits());
+    }
+
+    #[test]
     fn modifiers_print_as_the_kernel_does() {
         let (t, def) = trigger(
             &SCHED_SWITCH,

@@ -72,6 +72,11 @@ impl HistTable {
         &self.trigger
     }
 
+    /// The trigger's compiled definition: its keys' slots and displays, its values.
+    pub fn def(&self) -> &HistDef {
+        &self.def
+    }
+
     /// `event_hist_trigger`: aggregates `rec` unless the trigger is paused or its filter
     /// leaves the record out; a busy table counts the record as dropped rather than wait.
     pub fn update(&self, rec: &[u8], cx: &RecordCtx<'_>) {
@@ -98,6 +103,14 @@ impl HistTable {
         let mut map = self.map.lock();
         map.add_drops(self.missed.swap(0, Ordering::Relaxed));
         write_hist(w, n, &self.trigger, &self.def, &map, names)
+    }
+
+    /// Runs `f` on the table's map (the records dropped since the last print added to its
+    /// drops first, as [`HistTable::write`] does).
+    pub fn with_map<R>(&self, f: impl FnOnce(&mut HistMap) -> R) -> R {
+        let mut map = self.map.lock();
+        map.add_drops(self.missed.swap(0, Ordering::Relaxed));
+        f(&mut map)
     }
 
     /// `hist:...:clear`: empties the table.
