@@ -267,21 +267,25 @@ impl AgentLink {
         self.answer().map(|_| ())
     }
 
-    /// Trace event `id`'s `hist` file as the program aggregates it (`EVENT_HIST`).
-    pub fn event_hist(&mut self, id: u16) -> Result<String, Errno> {
+    /// Trace event `id`'s hist tables as the program aggregates them (`EVENT_HIST`).
+    pub fn event_hist(
+        &mut self,
+        id: u16,
+    ) -> Result<Vec<ftrace_agent::event_record::HistDump>, Errno> {
         self.send(format!("EVENT_HIST {id}\n").as_bytes())?;
-        let mut text = String::new();
+        let mut lines = Vec::new();
         loop {
             let l = self.line()?;
             if l == "." {
-                return Ok(text);
+                break;
             }
-            if text.is_empty() && l.starts_with("ERR ") {
+            if lines.is_empty() && l.starts_with("ERR ") {
                 return Err(Errno::ENODEV);
             }
-            text.push_str(&l);
-            text.push('\n');
+            lines.push(l);
         }
+        ftrace_agent::event_record::HistDump::parse_lines(lines.iter().map(String::as_str))
+            .ok_or(Errno::EIO)
     }
 
     /// Empties hist table `n` of trace event `id` in the program (`EVENT_HIST_CLEAR`).

@@ -30,6 +30,8 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 struct Mounted {
+    /// The traced program's file.
+    prog: PathBuf,
     tool: Child,
     stdin: Option<ChildStdin>,
     mnt: PathBuf,
@@ -61,7 +63,12 @@ impl Mounted {
             .spawn()
             .unwrap();
         let stdin = tool.stdin.take();
-        let m = Mounted { tool, stdin, mnt };
+        let m = Mounted {
+            prog,
+            tool,
+            stdin,
+            mnt,
+        };
         wait_for("the tracefs mount", || {
             m.mnt.join("available_events").exists().then_some(())
         });
@@ -366,6 +373,49 @@ fn hist_trigger_aggregates_program_events_into_the_hist_file() {
         cleared.ends_with("#\n\n\nTotals:\n    Hits: 0\n    Entries: 0\n    Dropped: 0\n"),
         "{cleared}"
     );
+}
+
+/// `nm -S`: the address and size of function `name` of the program at `prog`.
+fn nm_function(prog: &Path, name: &str) -> (u64, u64) {
+    let out = Command::new("nm").arg("-S").arg(prog).output().expect("nm");
+    assert!(out.status.success(), "nm failed");
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f[..] {
+                [addr, size, "T" | "t", n] if n == name => Some((
+                    u64::from_str_radix(addr, 16).unwrap(),
+                    u64::from_str_radix(size, 16).unwrap(),
+                )),
+                _ => None,
+            }
+        })
+        .unwrap_or_else(|| panic!("no {name} in nm's listing:\n{text}"))
+}
+
+#[test]
+fn hist_sym_keys_print_the_programs_function_names() {
+    let mut m = Mounted::start("hist-sym");
+    let trigger = "events/calls/demo_call/trigger";
+    m.write(trigger, "hist:keys=fn.sym\n");
+    m.append(trigger, "hist:keys=fn.sym-offset\n");
+    m.finish_round(1);
+    m.finish_round(2);
+    // The oracle is binutils' reading of the program's symbol table (the program's own
+    // functions are not dynamic symbols: the agent reads its file's `.symtab`).
+    let (addr, size) = nm_function(&m.prog, "round_done");
+    let hist = m.read("events/calls/demo_call/hist");
+    let sym = format!(
+        "{{ fn: [{addr:x}] {:<45} }} hitcount:          2\n",
+        "round_done"
+    );
+    let sym_offset = format!(
+        "{{ fn: [{addr:x}] {:<55} }} hitcount:          2\n",
+        format!("round_done+0x0/{size:#x}")
+    );
+    assert!(hist.contains(&sym), "{hist}");
+    assert!(hist.contains(&sym_offset), "{hist}");
 }
 
 /// The `<stack trace>` blocks of `trace`: each block's previous line and its frame names

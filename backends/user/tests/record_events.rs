@@ -158,7 +158,7 @@ fn events_not_armed_are_absent() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(
             "ftrace: -e demo:nope: the program declares no such event (it declares: \
-             sched:sched_wakeup demo:demo_round demo:demo_value)\n"
+             calls:demo_call sched:sched_wakeup demo:demo_round demo:demo_value)\n"
         ),
         "{}",
         String::from_utf8_lossy(&out.stderr)

@@ -16,7 +16,7 @@
 //! | `EVENTS` | one [`EventInfo::to_line`](crate::event::EventInfo::to_line) line per trace event the program declares, then `.` |
 //! | `EVENT_SET <id>\t<state>` | `OK 0` once the event has that [`EventConfig::to_args`](crate::event_record::EventConfig::to_args) state (armed, soft-disabled, filter, triggers), `ERR 19 ...` for no such event, `ERR 22 ...` for a bad filter |
 //! | `EVENT_PIDS <pids>\t<no pids>\t<fork>` | `OK 0` once `set_event_pid`, `set_event_notrace_pid` and `event-fork` are those ([`crate::event_pids::to_args`]'s form), `ERR 22 ...` for a malformed request |
-//! | `EVENT_HIST <id>` | the event's `hist` file text (its hist triggers' tables, aggregated in the program), then `.`; `ERR 19 ...` for an event not armed |
+//! | `EVENT_HIST <id>` | the event's hist tables as aggregated in the program ([`HistDump::to_lines`](crate::event_record::HistDump::to_lines) each), then `.`; `ERR 19 ...` for an event not armed |
 //! | `EVENT_HIST_CLEAR <id> <n>` | `OK 0` once hist table `n` of the event is empty, `ERR 19 ...` for no such table |
 //! | `EVENT_GET <id>` | `OK <soft-disabled> <counts>` (the triggers' remaining counts, comma-separated, `-` for none) of an armed event, else `ERR 19 ...` |
 //! | `PROBES` | `ON <tracing_on>`, one `addr\tcommand\tcount` line per counted probe, then `.` |
@@ -270,15 +270,55 @@ pub const FIRST_STATE_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// before it connects on its own ([`reconnect_after_fork`]).
 static CONTROL_FD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
 
-/// Set by the control thread when it has answered a `STATE` (what [`FirstState::Wait`]
-/// waits for).
-static STATE_SEEN: (std::sync::Mutex<bool>, std::sync::Condvar) =
-    (std::sync::Mutex::new(false), std::sync::Condvar::new());
+/// How far this process's link is: what [`FirstState::Wait`] waits on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LinkState {
+    /// Connected, no `STATE` yet.
+    Waiting,
+    /// A `STATE` was answered.
+    StateSeen,
+    /// The tool closed the link before any `STATE`.
+    Closed,
+}
+
+/// Set by the control thread when it has answered a `STATE`, or when the tool closed the
+/// link before one.
+static LINK_STATE: (std::sync::Mutex<LinkState>, std::sync::Condvar) = (
+    std::sync::Mutex::new(LinkState::Waiting),
+    std::sync::Condvar::new(),
+);
+
+fn set_link_state(to: LinkState, only_from: Option<LinkState>) {
+    let (m, cv) = &LINK_STATE;
+    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+    if only_from.is_none_or(|f| *g == f) {
+        *g = to;
+    }
+    cv.notify_all();
+}
+
+/// How [`start`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Started {
+    /// Registered: the first `STATE` was applied (or not waited for,
+    /// [`FirstState::DontWait`]).
+    Ready,
+    /// No `STATE` came within [`FIRST_STATE_TIMEOUT`] (a later one still applies).
+    TimedOut,
+    /// The tool closed the link before sending a `STATE`: it refused this process (not of
+    /// its tree) or was stopping. Nothing will come.
+    Closed,
+}
 
 /// Connects to the tool's socket, says `HELLO <pid> <parent tid or 0> <dir>` and starts the
-/// control thread. With [`FirstState::Wait`], returns once the first `STATE` was applied
-/// (`Ok(true)`), or `Ok(false)` when none came within [`FIRST_STATE_TIMEOUT`].
-pub fn start(path: &Path, dir: &Path, origin: Origin, first: FirstState) -> std::io::Result<bool> {
+/// control thread. With [`FirstState::Wait`], returns once the first `STATE` was applied,
+/// the tool closed the link, or [`FIRST_STATE_TIMEOUT`] passed.
+pub fn start(
+    path: &Path,
+    dir: &Path,
+    origin: Origin,
+    first: FirstState,
+) -> std::io::Result<Started> {
     use std::os::fd::AsRawFd;
     let mut sock = UnixStream::connect(path)?;
     let parent = match origin {
@@ -293,19 +333,24 @@ pub fn start(path: &Path, dir: &Path, origin: Origin, first: FirstState) -> std:
     )?;
     let reader = sock.try_clone()?;
     CONTROL_FD.store(sock.as_raw_fd(), Ordering::Relaxed);
-    *STATE_SEEN.0.lock().unwrap_or_else(|e| e.into_inner()) = false;
+    set_link_state(LinkState::Waiting, None);
     crate::own_thread::spawn("ftrace-control", move || {
-        serve(BufReader::new(reader), sock)
+        serve(BufReader::new(reader), sock);
+        set_link_state(LinkState::Closed, Some(LinkState::Waiting));
     })?;
     if first == FirstState::DontWait {
-        return Ok(true);
+        return Ok(Started::Ready);
     }
-    let (m, cv) = &STATE_SEEN;
+    let (m, cv) = &LINK_STATE;
     let g = m.lock().unwrap_or_else(|e| e.into_inner());
     let (g, _) = cv
-        .wait_timeout_while(g, FIRST_STATE_TIMEOUT, |seen| !*seen)
+        .wait_timeout_while(g, FIRST_STATE_TIMEOUT, |s| *s == LinkState::Waiting)
         .unwrap_or_else(|e| e.into_inner());
-    Ok(*g)
+    Ok(match *g {
+        LinkState::Waiting => Started::TimedOut,
+        LinkState::StateSeen => Started::Ready,
+        LinkState::Closed => Started::Closed,
+    })
 }
 
 /// In a forked child: closes the parent's control socket (its thread did not survive the
@@ -390,11 +435,8 @@ fn answer(req: &str) -> String {
     if let Some(id) = req.strip_prefix("EVENT_HIST ") {
         return match id.parse().ok().and_then(crate::event_record::hist) {
             None => format!("ERR {} event not armed\n", libc::ENODEV),
-            Some(text) => {
-                let mut out = text;
-                if !out.is_empty() && !out.ends_with('\n') {
-                    out.push('\n');
-                }
+            Some(tables) => {
+                let mut out: String = tables.iter().map(|t| t.to_lines()).collect();
                 out.push_str(".\n");
                 out
             }
@@ -451,9 +493,7 @@ fn answer(req: &str) -> String {
     match Wanted::parse(req) {
         Some(w) => match apply_wanted(a, &w) {
             Ok(n) => {
-                let (m, cv) = &STATE_SEEN;
-                *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
-                cv.notify_all();
+                set_link_state(LinkState::StateSeen, None);
                 format!("OK {n}\n")
             }
             Err(e) => format!("ERR {} {e}\n", e.raw_os_error().unwrap_or(libc::EIO)),

@@ -32,7 +32,6 @@ use std::sync::Mutex;
 use ftrace_core::format::TraceEventFormat;
 use ftrace_core::platform::Reclaim;
 use ftrace_core::reclaim::{Published, RcuCell, ReaderCount};
-use ftrace_core::symbols::SymbolSlice;
 use ftrace_ringbuf::slot::SlotEvent;
 use ftrace_tracefs::event_filter::{self, EventFilter, RecordCtx};
 use ftrace_tracefs::hist::{HistNames, HistTable, HistTableError};
@@ -41,6 +40,7 @@ use ftrace_tracefs::triggers::{Trigger, TriggerCmd, TriggerCtx, TriggerKind};
 
 use crate::event::{self, EventDesc, ProbeFn};
 use crate::handler::{self, ThreadState};
+use crate::hist_symbols::{KeySymbol, KeySymbols, key_symbols};
 
 /// One event's state as the tool sends it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -222,7 +222,7 @@ static CONFIGS: Mutex<BTreeMap<u16, EventConfig>> = Mutex::new(BTreeMap::new());
 static PROBE_TARGETS: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
 /// The hist trigger a wire definition names, parsed against `format` as the tree parsed it.
-fn hist_trigger(
+pub fn hist_trigger(
     format: &TraceEventFormat,
     spec: &str,
     paused: bool,
@@ -514,22 +514,148 @@ pub fn get(id: u16) -> Option<(bool, Vec<i64>)> {
     })
 }
 
-/// `EVENT_HIST`: event `id`'s `hist` file (every hist trigger's table as Linux prints it;
-/// `.sym` keys print as addresses: the agent has no symbol table, `.syscall` keys as
-/// numbers). `None` for an event not armed.
-pub fn hist(id: u16) -> Option<String> {
-    with_live(|live| {
-        let l = live.iter().find(|l| l.id == id)?;
-        let names = HistNames {
-            symbols: &SymbolSlice(&[]),
-            syscall: &|_| None,
-        };
-        let mut out = String::new();
-        for (n, t) in l.hists.iter().enumerate() {
-            let _ = t.write(&mut out, n, &names);
+/// One hist table's aggregation as `EVENT_HIST` carries it to the tool, which merges the
+/// tables of every process of a tree into the event's `hist` file ([`write_hists`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistDump {
+    /// Records that found or created their element.
+    pub hits: u64,
+    /// Records dropped (a full table, or one busy when they came).
+    pub drops: u64,
+    /// Each element: its compound key, its sums (`hitcount` first), its task name.
+    pub elements: Vec<(Vec<u8>, Vec<u64>, Vec<u8>)>,
+    /// The symbols of the `.sym` / `.sym-offset` key values, as the process named them.
+    pub symbols: Vec<KeySymbol>,
+}
+
+fn unhex_bytes(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl HistDump {
+    /// The table's lines: `T\t<hits>\t<drops>`, then `E\t<key hex>\t<sums,>\t<comm hex|->`
+    /// per element, then `S\t<addr>\t<name hex>\t<start>\t<size>` (numbers in hex) per
+    /// named key address.
+    pub fn to_lines(&self) -> String {
+        let hexb = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let mut out = format!("T\t{}\t{}\n", self.hits, self.drops);
+        for (k, sums, comm) in &self.elements {
+            let sums: Vec<String> = sums.iter().map(u64::to_string).collect();
+            let comm = match comm.is_empty() {
+                true => "-".to_string(),
+                false => hexb(comm),
+            };
+            out.push_str(&format!("E\t{}\t{}\t{comm}\n", hexb(k), sums.join(",")));
+        }
+        for s in &self.symbols {
+            let name = hexb(s.name.as_bytes());
+            out.push_str(&format!(
+                "S\t{:x}\t{name}\t{:x}\t{:x}\n",
+                s.addr, s.start, s.size
+            ));
+        }
+        out
+    }
+
+    /// Parses the tables of [`HistDump::to_lines`] lines.
+    pub fn parse_lines<'a>(lines: impl IntoIterator<Item = &'a str>) -> Option<Vec<HistDump>> {
+        let mut out: Vec<HistDump> = Vec::new();
+        for l in lines {
+            let mut p = l.split('\t');
+            match p.next()? {
+                "T" => out.push(HistDump {
+                    hits: p.next()?.parse().ok()?,
+                    drops: p.next()?.parse().ok()?,
+                    elements: Vec::new(),
+                    symbols: Vec::new(),
+                }),
+                "E" => {
+                    let key = unhex_bytes(p.next()?)?;
+                    let sums = p
+                        .next()?
+                        .split(',')
+                        .map(|n| n.parse().ok())
+                        .collect::<Option<Vec<u64>>>()?;
+                    let comm = match p.next()? {
+                        "-" => Vec::new(),
+                        c => unhex_bytes(c)?,
+                    };
+                    out.last_mut()?.elements.push((key, sums, comm));
+                }
+                "S" => {
+                    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+                    let addr = hex(p.next()?)?;
+                    let name = String::from_utf8(unhex_bytes(p.next()?)?).ok()?;
+                    let (start, size) = (hex(p.next()?)?, hex(p.next()?)?);
+                    let sym = KeySymbol {
+                        addr,
+                        name,
+                        start,
+                        size,
+                    };
+                    out.last_mut()?.symbols.push(sym);
+                }
+                _ => return None,
+            }
         }
         Some(out)
+    }
+}
+
+/// `EVENT_HIST`: event `id`'s hist tables as aggregated here, in `trigger` file order, their
+/// `.sym` key addresses named ([`key_symbols`], after the table is copied: records are not
+/// held up by the lookups). `None` for an event not armed.
+pub fn hist(id: u16) -> Option<Vec<HistDump>> {
+    with_live(|live| {
+        let l = live.iter().find(|l| l.id == id)?;
+        let dumps = l
+            .hists
+            .iter()
+            .map(|t| {
+                let mut d = t.with_map(|m| HistDump {
+                    hits: m.hits(),
+                    drops: m.drops(),
+                    elements: (0..m.len())
+                        .map(|e| (m.key(e).to_vec(), m.sums(e).to_vec(), m.comm(e).to_vec()))
+                        .collect(),
+                    symbols: Vec::new(),
+                });
+                d.symbols = key_symbols(t.def(), d.elements.iter().map(|e| &e.0[..]));
+                d
+            })
+            .collect();
+        Some(dumps)
     })
+}
+
+/// An event's `hist` file: its hist triggers' tables as Linux prints them, `.sym` keys named
+/// from `symbols` (the names the processes gave, [`KeySymbols`]; `.syscall` keys print as
+/// numbers: no system call table here).
+pub fn write_hists(tables: &[HistTable], symbols: &KeySymbols) -> String {
+    let names = HistNames {
+        symbols,
+        syscall: &|_| None,
+    };
+    let mut out = String::new();
+    for (n, t) in tables.iter().enumerate() {
+        let _ = t.write(&mut out, n, &names);
+    }
+    out
+}
+
+/// The tables of event `format`'s hist triggers in `config`, empty: what [`HistDump`]s of the
+/// processes are merged into. `None` if one does not compile.
+pub fn empty_hist_tables(
+    format: &TraceEventFormat,
+    config: &EventConfig,
+) -> Option<Vec<HistTable>> {
+    hist_tables(format, config, &[]).ok()
 }
 
 /// `hist:...:clear`: empties hist table `n` (among the event's hist triggers) of event `id`.
@@ -761,6 +887,23 @@ fn write_long_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hist_dumps_round_trip_with_their_key_symbols() {
+        let d = HistDump {
+            hits: 3,
+            drops: 1,
+            elements: vec![(vec![0x10, 0x20, 0, 0, 0, 0, 0, 0], vec![3], b"sh".to_vec())],
+            symbols: vec![KeySymbol {
+                addr: 0x2010,
+                name: "a b\tc".into(),
+                start: 0x2000,
+                size: 0x40,
+            }],
+        };
+        let text = d.to_lines();
+        assert_eq!(HistDump::parse_lines(text.lines()), Some(vec![d]));
+    }
 
     #[test]
     fn configs_round_trip() {

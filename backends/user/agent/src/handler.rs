@@ -82,6 +82,9 @@ pub struct Instance {
     /// Where this instance's ring files go (NUL-terminated path): the instance directory, or
     /// its namesake under the configuration's `ring_dir`.
     pub ring_dir: CString,
+    /// A spare buffer file the tool may have made ([`buffer::SPARE_FILE`]; streamed
+    /// recordings only).
+    pub spare: Option<CString>,
     /// Bytes per buffer file.
     pub buffer_bytes: usize,
     /// Overwrite mode.
@@ -456,6 +459,23 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
         comm[..n].copy_from_slice(&c[..n]);
     }
     let dir = inst.ring_dir.to_str().ok()?;
+    let len = inst.buffer_bytes;
+    // SAFETY: the spare's path and `buf-<tid>` are valid paths; a file taken is ours.
+    if let Some(fd) = unsafe { take_spare(inst, &format!("{dir}/buf-{tid}"), len) } {
+        // SAFETY: `fd` is ours, a zero-filled buffer file of `len` bytes.
+        unsafe {
+            let p = map_sized_ring_file(fd, len, buffer::SlotMode::ProducerConsumer);
+            libc::close(fd);
+            return Some(buffer::init(
+                p?.cast(),
+                len,
+                buffer::SlotMode::ProducerConsumer,
+                libc::getpid() as u32,
+                tid,
+                &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
+            ));
+        }
+    }
     let mut fd = -1;
     for n in 0..1000 {
         let path = if n == 0 {
@@ -480,7 +500,6 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
     if fd < 0 {
         return None;
     }
-    let len = inst.buffer_bytes;
     let mode = if inst.overwrite {
         buffer::SlotMode::Overwrite
     } else {
@@ -509,6 +528,37 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
 /// whole ring (about 4 us per 4 KiB page in a VM; 8.6 ms for 8 MiB).
 pub const PREFAULT_BYTES: usize = 256 << 10;
 
+/// Takes the tool's spare buffer file (streamed recordings: [`Instance::spare`]) as `path`,
+/// opened read-write: `None` when there is none (another thread took it, or the tool made
+/// none), when `path` exists, or when it is not `len` bytes (then it is removed).
+///
+/// # Safety
+/// Plain syscalls; the descriptor returned is the caller's.
+unsafe fn take_spare(inst: &Instance, path: &str, len: usize) -> Option<libc::c_int> {
+    if inst.overwrite {
+        return None;
+    }
+    let spare = inst.spare.as_ref()?;
+    let to = CString::new(path).ok()?;
+    // SAFETY: valid paths; the rename is atomic, so one thread at most gets the spare.
+    unsafe {
+        let at = libc::AT_FDCWD;
+        if libc::renameat2(at, spare.as_ptr(), at, to.as_ptr(), libc::RENAME_NOREPLACE) != 0 {
+            return None;
+        }
+        let fd = libc::open(to.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        let mut st: libc::stat = core::mem::zeroed();
+        if fd >= 0 && libc::fstat(fd, &mut st) == 0 && st.st_size as usize == len {
+            return Some(fd);
+        }
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        libc::unlink(to.as_ptr());
+        None
+    }
+}
+
 /// Sizes the fresh ring file `fd` to `len` bytes and maps it shared, read-write. A flight
 /// recorder's ring (`Overwrite`, small, rewritten at once) is mapped whole before use; a
 /// drained ring's space is reserved whole (`fallocate`: a page the writer reaches later is a
@@ -518,23 +568,38 @@ pub const PREFAULT_BYTES: usize = 256 << 10;
 /// # Safety
 /// `fd` must be a freshly created regular file opened read-write, not used by anyone else.
 unsafe fn map_ring_file(fd: libc::c_int, len: usize, mode: buffer::SlotMode) -> Option<*mut u8> {
-    let populate = match mode {
-        buffer::SlotMode::Overwrite => libc::MAP_POPULATE,
-        buffer::SlotMode::ProducerConsumer => 0,
-    };
-    // SAFETY: plain syscalls on the caller's descriptor; the mapping is ours and unmapped on
-    // every failure after it.
+    // SAFETY: plain syscalls on the caller's descriptor.
     unsafe {
         if libc::ftruncate(fd, len as libc::off_t) != 0 {
             return None;
         }
         // A file system that cannot reserve (no `fallocate`) allocates as the writer goes.
-        if populate == 0
+        if mode == buffer::SlotMode::ProducerConsumer
             && libc::fallocate(fd, 0, 0, len as libc::off_t) != 0
             && *libc::__errno_location() != libc::EOPNOTSUPP
         {
             return None;
         }
+        map_sized_ring_file(fd, len, mode)
+    }
+}
+
+/// Maps the ring file `fd`, already `len` bytes (and reserved, for a drained ring), shared and
+/// read-write, as [`map_ring_file`] says.
+///
+/// # Safety
+/// `fd` must be a regular file of `len` bytes opened read-write, not used by anyone else.
+unsafe fn map_sized_ring_file(
+    fd: libc::c_int,
+    len: usize,
+    mode: buffer::SlotMode,
+) -> Option<*mut u8> {
+    let populate = match mode {
+        buffer::SlotMode::Overwrite => libc::MAP_POPULATE,
+        buffer::SlotMode::ProducerConsumer => 0,
+    };
+    // SAFETY: a plain mapping of the caller's descriptor.
+    unsafe {
         let p = libc::mmap(
             core::ptr::null_mut(),
             len,
@@ -609,6 +674,49 @@ mod tests {
             assert_eq!(bytes[4096], 1);
             assert_eq!(bytes[len - 1], 7);
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A streamed recording's thread takes the tool's spare buffer file when it has the
+    /// size the instance expects (renamed to the thread's name: one thread gets it), and
+    /// removes one of another size; without a spare, or in overwrite mode, it takes nothing.
+    #[test]
+    fn a_thread_takes_the_tools_spare_buffer_file_of_its_size() {
+        let dir = tempfile_dir().join("spare");
+        std::fs::create_dir_all(&dir).unwrap();
+        let spare = dir.join(buffer::SPARE_FILE);
+        let len = buffer::HEADER_SIZE + 64 * buffer::SLOT_SIZE;
+        let c = |p: &std::path::Path| CString::new(p.to_str().unwrap()).unwrap();
+        let inst = |overwrite| Instance {
+            ring_dir: c(&dir),
+            spare: Some(c(&spare)),
+            buffer_bytes: len,
+            overwrite,
+            rseq_offset: None,
+        };
+        let take = |overwrite: bool, to: &str| {
+            // SAFETY: plain paths in a directory of this test's own; a descriptor taken is
+            // closed here.
+            unsafe {
+                let fd = take_spare(&inst(overwrite), to, len)?;
+                libc::close(fd);
+                Some(())
+            }
+        };
+        let to = dir.join("buf-1");
+        let to = to.to_str().unwrap();
+        assert_eq!(take(false, to), None, "no spare");
+        std::fs::write(&spare, vec![0u8; len]).unwrap();
+        assert_eq!(take(true, to), None, "overwrite");
+        assert_eq!(take(false, to), Some(()), "taken");
+        assert!(!spare.exists(), "renamed");
+        assert_eq!(std::fs::metadata(to).unwrap().len(), len as u64);
+        assert_eq!(take(false, to), None, "taken once");
+        std::fs::write(&spare, vec![0u8; len / 2]).unwrap();
+        let other = dir.join("buf-2");
+        let other = other.to_str().unwrap();
+        assert_eq!(take(false, other), None, "wrong size");
+        assert!(!spare.exists() && !std::path::Path::new(other).exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -40,6 +40,7 @@ pub mod event_pids;
 pub mod event_record;
 pub mod got;
 pub mod handler;
+pub mod hist_symbols;
 pub mod mcount;
 pub mod own_thread;
 pub mod patch;
@@ -180,11 +181,15 @@ fn instance_ring_dir(cfg: &Config, dir: &Path) -> std::io::Result<PathBuf> {
 }
 
 fn install_instance(cfg: &Config, dir: &Path) -> std::io::Result<()> {
-    let slots_bytes = (cfg.buffer_kb * 1024).max(4096) as usize;
     let ring_dir = instance_ring_dir(cfg, dir)?;
+    let cstr = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default();
     let inst = handler::Instance {
-        ring_dir: CString::new(ring_dir.as_os_str().as_encoded_bytes()).unwrap_or_default(),
-        buffer_bytes: buffer::HEADER_SIZE + slots_bytes,
+        ring_dir: cstr(&ring_dir),
+        spare: match (&cfg.ring_dir, cfg.overwrite) {
+            (Some(root), false) => Some(cstr(&root.join(buffer::SPARE_FILE))),
+            _ => None,
+        },
+        buffer_bytes: cfg.ring_file_bytes(),
         overwrite: cfg.overwrite,
         rseq_offset: rseq_offset(),
     };
@@ -467,14 +472,19 @@ fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
             Arrival::Attached => control::FirstState::DontWait,
         };
         match control::start(&path, &dir, control::Origin::Image, first) {
-            Ok(true) => {}
+            Ok(control::Started::Ready) => {}
             // Connected, but the tool sent nothing: the image stays quiet (every site a NOP)
             // rather than trace what the tree did not ask for; a later state still applies.
-            Ok(false) => warn(&format!(
+            Ok(control::Started::TimedOut) => warn(&format!(
                 "live control {}: no state from the tool within {:?}; not tracing until it \
                  sends one",
                 path.display(),
                 control::FIRST_STATE_TIMEOUT
+            )),
+            Ok(control::Started::Closed) => warn(&format!(
+                "live control {}: the tool closed the link before sending a state (this \
+                 process is not of its tree, or it is stopping); not tracing",
+                path.display()
             )),
             // No tool to ask: the start-up configuration.
             Err(e) => {

@@ -59,14 +59,23 @@ impl Drop for MaskSaved {
     }
 }
 
-/// Starts an agent thread named `name` running `f`, with the program's signals blocked on it.
+/// Starts an agent thread named `name` running `f`, with the program's signals blocked on it
+/// and its handler guard held for good: nothing it does is recorded, not even a trace event
+/// fired by a library the program preloads around a call the agent makes (a `nanosleep`
+/// interposed to fire `sched_switch`).
 pub fn spawn<F, T>(name: &str, f: F) -> std::io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
     let _saved = MaskSaved::block_the_programs();
-    std::thread::Builder::new().name(name.into()).spawn(f)
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            // SAFETY: the new thread's own state block, before anything of it runs.
+            unsafe { (*crate::handler::current()).guard = 1 };
+            f()
+        })
 }
 
 #[cfg(test)]

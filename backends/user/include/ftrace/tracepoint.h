@@ -26,6 +26,12 @@
  * program not traced) the pointer stays NULL forever. The record is built only when the
  * event is on.
  *
+ * An event fired from several objects (a program and the library it links) is defined in one
+ * of them with FTRACE_EVENT and declared in the others with FTRACE_EVENT_EXTERN(system, name,
+ * FIELDS, proto), which gives the same trace_<name>() over the one definition (the kernel's
+ * TRACE_EVENT with CREATE_TRACE_POINTS in one file): an event defined twice is two events of
+ * the same name, and the agent keeps only the first it finds.
+ *
  * The declarations reach the agent through the "ftrace_events" ELF section (one pointer per
  * event, relocated by the dynamic linker like __patchable_function_entries), which the agent
  * reads for every loaded object; no call is needed at start-up, and an event of a library
@@ -112,12 +118,33 @@ struct ftrace_trace_entry {
 #define FTRACE_ONE_F_(type, field) +1
 #define FTRACE_ONE_S_(field, n) +1
 
-/* Declares event `system:name` and its call site trace_<name>(proto). */
-#define FTRACE_EVENT(system, name, FIELDS, proto, print)                                   \
+/* The record type of event `name` and its call site trace_<name>(proto), over the event's
+ * descriptor ftrace_event_<name> (defined by FTRACE_EVENT, here or in another object). */
+#define FTRACE_EVENT_CALL_(name, FIELDS, proto)                                            \
 	struct ftrace_rec_##name {                                                         \
 		struct ftrace_trace_entry ent;                                             \
 		FIELDS(FTRACE_REC_F_, FTRACE_REC_S_)                                        \
 	};                                                                                 \
+	extern struct ftrace_event ftrace_event_##name;                                   \
+	static inline __attribute__((always_inline)) void trace_##name proto               \
+	{                                                                                  \
+		ftrace_event_probe p_ =                                                    \
+			__atomic_load_n(&ftrace_event_##name.probe, __ATOMIC_RELAXED);     \
+		if (__builtin_expect(p_ != 0, 0)) {                                        \
+			struct ftrace_rec_##name ftrace_rec_;                              \
+			memset(&ftrace_rec_, 0, sizeof(ftrace_rec_));                      \
+			FIELDS(FTRACE_ASSIGN_F_, FTRACE_ASSIGN_S_)                          \
+			p_(&ftrace_event_##name, &ftrace_rec_, sizeof(ftrace_rec_));       \
+		}                                                                          \
+	}
+
+/* Declares event `system:name`, fired with trace_<name>(proto) here, defined in another
+ * object of the program (with FTRACE_EVENT and the same fields). */
+#define FTRACE_EVENT_EXTERN(system, name, FIELDS, proto) FTRACE_EVENT_CALL_(name, FIELDS, proto)
+
+/* Defines event `system:name` and declares its call site trace_<name>(proto). */
+#define FTRACE_EVENT(system, name, FIELDS, proto, print)                                   \
+	FTRACE_EVENT_CALL_(name, FIELDS, proto)                                            \
 	/* A function, so that the record type has a block-scope name for offsetof. */     \
 	static FTRACE_NOTRACE_ const struct ftrace_event_field *ftrace_fields_##name(void) \
 	{                                                                                  \
@@ -138,18 +165,7 @@ struct ftrace_trace_entry {
 		0};                                                                        \
 	static struct ftrace_event *const ftrace_event_ptr_##name                         \
 		__attribute__((section("ftrace_events"), used, aligned(8))) =             \
-			&ftrace_event_##name;                                              \
-	static inline __attribute__((always_inline)) void trace_##name proto               \
-	{                                                                                  \
-		ftrace_event_probe p_ =                                                    \
-			__atomic_load_n(&ftrace_event_##name.probe, __ATOMIC_RELAXED);     \
-		if (__builtin_expect(p_ != 0, 0)) {                                        \
-			struct ftrace_rec_##name ftrace_rec_;                              \
-			memset(&ftrace_rec_, 0, sizeof(ftrace_rec_));                      \
-			FIELDS(FTRACE_ASSIGN_F_, FTRACE_ASSIGN_S_)                          \
-			p_(&ftrace_event_##name, &ftrace_rec_, sizeof(ftrace_rec_));       \
-		}                                                                          \
-	}
+			&ftrace_event_##name;
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,8 @@
  * (value 1..20, delta value - 10, label "v<value>") from a function of its own, then
  * sched_wakeup (declared with the kernel's layout: comm, pid, prio, target_cpu) for itself, then
  * demo_round once (the round number), then calls round_done (traced: its entry in trace says
- * the round's events have fired). Exits at end of file, printing how many rounds it ran. */
+ * the round's events have fired), after calls:demo_call (round_done's address, for
+ * `.sym` hist keys). Exits at end of file, printing how many rounds it ran. */
 #include <stdio.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -25,6 +26,10 @@ FTRACE_EVENT(sched, sched_wakeup, SCHED_WAKEUP_FIELDS,
              FTRACE_PRINT("comm=%s pid=%d prio=%d target_cpu=%03d", REC->comm, REC->pid,
                           REC->prio, REC->target_cpu))
 
+#define DEMO_CALL_FIELDS(F, S) F(unsigned long, fn)
+FTRACE_EVENT(calls, demo_call, DEMO_CALL_FIELDS, (unsigned long fn),
+             FTRACE_PRINT("fn=%lx", REC->fn))
+
 __attribute__((noinline)) void fire_values(void) {
     char label[16];
     for (unsigned long v = 1; v <= 20; v++) {
@@ -44,6 +49,7 @@ int main(void) {
         fire_values();
         trace_sched_wakeup("events", getpid(), 120, 0);
         trace_demo_round(++rounds);
+        trace_demo_call((unsigned long)round_done);
         round_done(rounds);
     }
     printf("rounds %d\n", rounds);

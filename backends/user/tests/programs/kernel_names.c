@@ -7,55 +7,27 @@
  * exits with the command's status. The bodies are trivial; what matters is that each is a
  * real, instrumented function that keeps being called while the suite runs. The names the
  * shells' own calls go through (kernel_names_lib.c) are defined here too, so that the tree's
- * filter files (resolved against this first process's sites) know them. It also declares the
- * kernel's events the suite enables and filters (sched_switch, sched_waking, sched_wakeup,
- * signal_generate: below). */
+ * filter files (resolved against this first process's sites) know them. The kernel's events
+ * the suite enables and filters (kernel_events.h) are defined in kernel_names_lib.c, which it
+ * links (so every process of the tree, this one too, has them from the one library, under
+ * the same ids); the workers fire the sched ones as they block (worker()) and signal_generate
+ * as each signals the other. */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <ftrace/tracepoint.h>
-
+#include "kernel_events.h"
 #include "workers.h"
 
-/* The kernel's events the suite enables and filters, with Linux 6.12's layouts and print
- * formats (include/trace/events/sched.h and signal.h on x86_64): the workers fire the sched
- * ones where a kernel would, around each block (worker()); signal_generate is declared for
- * the filters the suite writes to it (nothing here sends a signal). */
-#define SCHED_SWITCH_FIELDS(F, S)                                                                  \
-    S(prev_comm, 16) F(pid_t, prev_pid) F(int, prev_prio) F(long, prev_state) S(next_comm, 16)   \
-    F(pid_t, next_pid) F(int, next_prio)
-FTRACE_EVENT(sched, sched_switch, SCHED_SWITCH_FIELDS,
-             (const char *prev_comm, pid_t prev_pid, int prev_prio, long prev_state,
-              const char *next_comm, pid_t next_pid, int next_prio),
-             FTRACE_PRINT("prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=%s next_pid=%d next_prio=%d", REC->prev_comm, REC->prev_pid, REC->prev_prio, (REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1)) ? __print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1), "|", { 0x00000001, "S" }, { 0x00000002, "D" }, { 0x00000004, "T" }, { 0x00000008, "t" }, { 0x00000010, "X" }, { 0x00000020, "Z" }, { 0x00000040, "P" }, { 0x00000080, "I" }) : "R", REC->prev_state & (((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) ? "+" : "", REC->next_comm, REC->next_pid, REC->next_prio))
-
-/* sched_waking and sched_wakeup share the kernel's sched_wakeup_template. */
-#define SCHED_WAKEUP_FIELDS(F, S) S(comm, 16) F(pid_t, pid) F(int, prio) F(int, target_cpu)
-FTRACE_EVENT(sched, sched_wakeup, SCHED_WAKEUP_FIELDS,
-             (const char *comm, pid_t pid, int prio, int target_cpu),
-             FTRACE_PRINT("comm=%s pid=%d prio=%d target_cpu=%03d", REC->comm, REC->pid,
-                          REC->prio, REC->target_cpu))
-FTRACE_EVENT(sched, sched_waking, SCHED_WAKEUP_FIELDS,
-             (const char *comm, pid_t pid, int prio, int target_cpu),
-             FTRACE_PRINT("comm=%s pid=%d prio=%d target_cpu=%03d", REC->comm, REC->pid,
-                          REC->prio, REC->target_cpu))
-
-#define SIGNAL_GENERATE_FIELDS(F, S)                                                               \
-    F(int, sig) F(int, errno) F(int, code) S(comm, 16) F(pid_t, pid) F(int, group) F(int, result)
-FTRACE_EVENT(signal, signal_generate, SIGNAL_GENERATE_FIELDS,
-             (int sig, int errno, int code, const char *comm, pid_t pid, int group, int result),
-             FTRACE_PRINT("sig=%d errno=%d code=%d comm=%s pid=%d grp=%d res=%d", REC->sig,
-                          REC->errno, REC->code, REC->comm, REC->pid, REC->group, REC->result))
-
-/* The task state a blocked worker leaves in: TASK_INTERRUPTIBLE ("S"). */
-#define TASK_INTERRUPTIBLE 1
-/* A task's default priority as the sched events print it (nice 0). */
-#define DEFAULT_PRIO 120
+/* The signal the workers send each other (blocked in this process, taken with sigtimedwait;
+ * unblocked again in the suite's child). */
+#define WORKER_SIGNAL SIGUSR1
 
 static volatile long sink;
 
@@ -127,6 +99,25 @@ __attribute__((noinline)) void round_of_calls(long id) {
     io_schedule(id);
 }
 
+/* The workers' threads and thread ids (signal_other). */
+static pthread_t workers[2];
+static volatile pid_t worker_tids[2];
+
+/* A worker signals the other (a real signal, generated here: signal_generate, as the kernel's
+ * tgkill records it), then takes the one the other sent it, if it came. */
+static inline __attribute__((always_inline)) void signal_other(long id, const char *comm) {
+    pid_t other = worker_tids[1 - id];
+    if (other != 0) {
+        trace_signal_generate(WORKER_SIGNAL, 0, SI_TKILL, comm, other, 0, TRACE_SIGNAL_DELIVERED);
+        pthread_kill(workers[1 - id], WORKER_SIGNAL);
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, WORKER_SIGNAL);
+    struct timespec now = {0, 0};
+    sigtimedwait(&set, NULL, &now);
+}
+
 /* A worker blocks for a tick as a kernel task would: switched out (sched_switch to the CPU's
  * idle task), then woken (sched_waking in the waker's context, then sched_wakeup). */
 static inline __attribute__((always_inline)) void block_for_a_tick(const char *comm, pid_t tid) {
@@ -144,23 +135,29 @@ __attribute__((noinline)) void *worker(void *arg) {
     char comm[16] = "";
     prctl(PR_GET_NAME, comm);
     pid_t tid = gettid();
+    worker_tids[id] = tid;
     for (;;) {
         round_of_calls(id);
         block_for_a_tick(comm, tid);
+        signal_other(id, comm);
     }
     return NULL;
 }
 
 int main(int argc, char **argv) {
-    pthread_t t[2];
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, WORKER_SIGNAL);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
     if (argc < 2) {
-        run_workers_until_eof(t, worker);
+        run_workers_until_eof(workers, worker);
         return 0;
     }
     for (long i = 0; i < 2; i++)
-        pthread_create(&t[i], NULL, worker, (void *)i);
+        pthread_create(&workers[i], NULL, worker, (void *)i);
     pid_t child = fork();
     if (child == 0) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
         execvp(argv[1], argv + 1);
         perror(argv[1]);
         _exit(127);
