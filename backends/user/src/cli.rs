@@ -402,6 +402,7 @@ pub fn run(
 pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let args: Vec<OsString> = args.into_iter().collect();
     let stdout = std::io::stdout();
-    let stderr = std::io::stderr();
-    ExitCode::from(run(args, &mut stdout.lock(), &mut stderr.lock()))
+    // Not locked for the whole run (stdout is): the tool's other threads (the tree's
+    // acceptor, the FUSE server, the drain) write to stderr too, and would wait for good.
+    ExitCode::from(run(args, &mut stdout.lock(), &mut std::io::stderr()))
 }

@@ -101,7 +101,7 @@ use crate::agentctl::{AgentLink, SiteLine};
 use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
 use crate::profile::TreeProfile;
 use crate::progevents::ProgramEvents;
-use crate::tree::Members;
+use crate::tree::{EventIds, Members, Registration};
 
 /// The pid of the process whose request the server is handling (set by the FUSE layer under
 /// the tree's lock): `trace_marker` events carry it, as the kernel records `current`.
@@ -283,6 +283,9 @@ struct State {
     /// filters the program's events with them, and with `event-fork` adds a forked child of
     /// a listed thread in the child's copy).
     event_pids: [Vec<u32>; 2],
+    /// The children `event-fork` added to each event pid list (removed when they exit), for
+    /// the images they exec.
+    event_followed: [Vec<u32>; 2],
     /// `tracing_cpumask` when not all CPUs (top level: sent to the agent).
     cpumask: Option<Vec<u64>>,
     tracer_flags: HashMap<&'static str, u32>,
@@ -378,6 +381,14 @@ fn event_fork(flags: u64) -> bool {
     TraceOptions::from_bits_retain(flags).contains(TraceOptions::EVENT_FORK)
 }
 
+/// The pids of `a` and `b`, sorted, each once.
+fn sorted_union(a: &[u32], b: &[u32]) -> Vec<u32> {
+    let mut v: Vec<u32> = a.iter().chain(b).copied().collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 fn this_cpu() -> u32 {
     // SAFETY: no preconditions.
     unsafe { libc::sched_getcpu() }.max(0) as u32
@@ -403,6 +414,7 @@ impl State {
             pids: [Vec::new(), Vec::new()],
             followed: [Vec::new(), Vec::new()],
             event_pids: [Vec::new(), Vec::new()],
+            event_followed: [Vec::new(), Vec::new()],
             cpumask: None,
             tracer_flags,
             markers: Markers::new(nr_cpus, buffer_bytes),
@@ -479,33 +491,46 @@ impl State {
         })
     }
 
-    /// Sends `set_event_pid`, `set_event_notrace_pid` and `event-fork` to the agent (no agent:
-    /// nothing to send).
+    /// Sends `set_event_pid`, `set_event_notrace_pid` and `event-fork` to every process (no
+    /// agent: nothing to send).
     fn push_event_pids(&mut self) -> Result<(), Errno> {
         let fork = event_fork(self.flags);
+        let lists = [self.event_pid_list(0), self.event_pid_list(1)];
         let Some(a) = &mut self.agent else {
             return Ok(());
         };
-        a.link
-            .set_event_pids(&self.event_pids[0], &self.event_pids[1], fork)
+        let first = match a.link.set_event_pids(&lists[0], &lists[1], fork) {
+            Err(_) if a.link.is_broken() => Ok(()),
+            r => r,
+        };
+        let others = a
+            .others
+            .each_with_tree_events(|l| l.set_event_pids(&lists[0], &lists[1], fork));
+        first.and(others)
+    }
+
+    /// Event pid list `slot` as sent: the tree's, with the children `event-fork` added.
+    fn event_pid_list(&self, slot: usize) -> Vec<u32> {
+        sorted_union(&self.event_pids[slot], &self.event_followed[slot])
     }
 
     /// Pid list `slot` as sent: the tree's, with the children `function-fork` added.
     fn pid_list(&self, slot: usize) -> Vec<u32> {
-        let mut v: Vec<u32> = self.pids[slot]
-            .iter()
-            .chain(&self.followed[slot])
-            .copied()
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
+        sorted_union(&self.pids[slot], &self.followed[slot])
     }
 
     /// A process of the tree registered: `pid`, forked by thread `forked_by` (`None`: a new
     /// image). With `function-fork`, a child of a listed thread joins that list (the kernel's
     /// `ftrace_pid_follow_sched_process_fork`), and listed children that exited leave it.
     fn follow_fork(&mut self, pid: u32, forked_by: Option<u32>) {
+        if event_fork(self.flags) {
+            for slot in 0..2 {
+                self.event_followed[slot].retain(|&p| !crate::tree::has_exited(p));
+                if forked_by.is_some_and(|t| self.event_pid_list(slot).binary_search(&t).is_ok()) {
+                    self.event_followed[slot].push(pid);
+                }
+            }
+        }
         if !function_fork(self.flags) {
             return;
         }
@@ -525,18 +550,30 @@ impl State {
             .any(|o| o.name == name && flags & o.bit != 0)
     }
 
-    /// Takes what the program's function commands changed: its `tracing_on` and the
-    /// probes' remaining counts (top level only).
+    /// Takes what the program's function commands and event triggers changed: `tracing_on`
+    /// and the probes' remaining counts (top level only). A process that flipped its switch
+    /// flipped the tree's (one switch, as the kernel's): every process is then sent it.
     fn sync(&mut self) -> Result<(), Errno> {
         let Some(a) = &mut self.agent else {
             return Ok(());
         };
+        let tree_on = self.on;
+        let mut flipped = false;
+        let _ = a.others.each(|l| {
+            flipped |= l.probes()?.0 != tree_on;
+            Ok(())
+        });
         if a.link.is_broken() {
             // The first image is gone: its counts went with it.
+            if flipped {
+                self.on = !tree_on;
+                return self.send(Switch::Set);
+            }
             return Ok(());
         }
         let (on, counts) = a.link.probes()?;
-        self.on = on;
+        flipped |= on != tree_on;
+        self.on = tree_on ^ flipped;
         let runner = a.filters.probes().runner();
         for l in counts {
             if let Some(c) = runner
@@ -548,7 +585,10 @@ impl State {
                 c.set(l.count);
             }
         }
-        Ok(())
+        match flipped {
+            true => self.send(Switch::Set),
+            false => Ok(()),
+        }
     }
 
     /// Takes the program's changes ([`State::sync`]), then sends the wanted state, leaving
@@ -581,7 +621,7 @@ impl State {
                 r => r.map(|_| ()),
             }
         };
-        let others = a.others.send(&w, &a.sites, None);
+        let others = a.others.send(&w, &a.sites);
         first.and(others)
     }
 
@@ -1035,8 +1075,12 @@ impl TraceBackend for UserBackend {
             {
                 let slot = usize::from(which == PidFile::EventNotrace);
                 let old = std::mem::replace(&mut st.event_pids[slot], list.to_vec());
-                st.push_event_pids()
-                    .inspect_err(|_| st.event_pids[slot] = old)
+                // The list written replaces the children `event-fork` added too.
+                let followed = std::mem::take(&mut st.event_followed[slot]);
+                st.push_event_pids().inspect_err(|_| {
+                    st.event_pids[slot] = old;
+                    st.event_followed[slot] = followed;
+                })
             }
             Param::Pids(which @ (PidFile::Ftrace | PidFile::FtraceNotrace), list)
                 if st.agent.is_some() =>
@@ -1245,7 +1289,9 @@ impl TraceBackend for UserBackend {
     ) -> Result<(), Errno> {
         let mut st = lock(&self.state);
         if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
-            return a.events.set_state(&mut a.link, event.id, state);
+            return a
+                .events
+                .set_state(&mut a.link, &mut a.others, event.id, state);
         }
         // Nothing records the other events (see `register_events`).
         if state.enabled || state.triggers {
@@ -1262,7 +1308,9 @@ impl TraceBackend for UserBackend {
         let mut st = lock(&self.state);
         if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
             // The tree parsed it against the same format: the agent parses it too.
-            let _ = a.events.set_filter(&mut a.link, event.id, filter);
+            let _ = a
+                .events
+                .set_filter(&mut a.link, &mut a.others, event.id, filter);
         }
     }
 
@@ -1273,14 +1321,18 @@ impl TraceBackend for UserBackend {
     ) {
         let mut st = lock(&self.state);
         if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
-            let _ = a.events.set_triggers(&mut a.link, event.id, triggers);
+            let _ = a
+                .events
+                .set_triggers(&mut a.link, &mut a.others, event.id, triggers);
         }
     }
 
     fn event_soft_disabled(&self, event: &ftrace_core::format::TraceEventFormat) -> Option<bool> {
         let mut st = lock(&self.state);
         let a = st.agent.as_mut().filter(|a| a.events.has(event.id))?;
-        a.events.current(&mut a.link, event.id).map(|c| c.0)
+        a.events
+            .current(&mut a.link, &mut a.others, event.id)
+            .map(|c| c.0)
     }
 
     fn probe_event_targets(&self) -> Vec<(String, String)> {
@@ -1303,7 +1355,7 @@ impl TraceBackend for UserBackend {
     ) -> fmt::Result {
         let mut st = lock(&self.state);
         match st.agent.as_mut().filter(|a| a.events.has(event.id)) {
-            Some(a) => w.write_str(&a.events.hist(&mut a.link, event.id)),
+            Some(a) => w.write_str(&a.events.hist(&mut a.link, &mut a.others, event.id)),
             None => Ok(()),
         }
     }
@@ -1315,7 +1367,8 @@ impl TraceBackend for UserBackend {
     ) {
         let mut st = lock(&self.state);
         if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
-            a.events.clear_hist(&mut a.link, event.id, trigger);
+            a.events
+                .clear_hist(&mut a.link, &mut a.others, event.id, trigger);
         }
     }
 
@@ -1325,7 +1378,9 @@ impl TraceBackend for UserBackend {
     ) -> Option<Vec<i64>> {
         let mut st = lock(&self.state);
         let a = st.agent.as_mut().filter(|a| a.events.has(event.id))?;
-        a.events.current(&mut a.link, event.id).map(|c| c.1)
+        a.events
+            .current(&mut a.link, &mut a.others, event.id)
+            .map(|c| c.1)
     }
 
     fn open_filter(
@@ -1586,23 +1641,41 @@ pub struct LiveHandle(Shared);
 
 impl LiveHandle {
     /// Registers another process of the traced tree ([`crate::tree`]) and sends it the
-    /// tree's state (a new image waits for it before its program runs).
-    pub fn add_process(&self, mut link: AgentLink) {
+    /// tree's state (a new image waits for it before its program runs). Its call sites are
+    /// listed before the tree's lock is taken (a reader of `trace` may hold it for long).
+    /// [`Registration::Gone`] when its link broke first: it exited, or exec'd (the new image
+    /// registers by itself).
+    pub fn add_process(&self, mut link: AgentLink) -> Registration {
+        let sites = link.sites();
+        let events = link.events();
         let mut st = lock(&self.0);
         if st.agent.is_none() {
-            return;
+            return Registration::Gone;
         }
         // Followed first: a forked child that has exec'd already (its link gone) still joins
         // the lists, which its new image gets when it registers.
-        let pid = link.pid;
-        st.follow_fork(pid, link.forked_by);
-        let Ok(sites) = link.sites() else { return };
+        st.follow_fork(link.pid, link.forked_by);
+        let (Ok(sites), Ok(events)) = (sites, events) else {
+            return Registration::Gone;
+        };
         let w = st.wanted();
+        let fork = event_fork(st.flags);
+        let lists = [st.event_pid_list(0), st.event_pid_list(1)];
         let a = st.agent.as_mut().expect("checked above");
-        a.others.add(link, &sites);
-        if let Some(w) = w {
-            let _ = a.others.send(&w, &a.sites, Some(pid));
+        // The tree's event state before the first state, which lets a new image run. A
+        // process declaring events under ids of its own gets none (its events stay off; no
+        // message here: this runs under the tree's lock, where a write to stderr may wait).
+        let ids = a.events.ids_of(&events);
+        if ids == EventIds::Tree && !events.is_empty() {
+            // A refusal leaves that process's events as they were; it still gets the state.
+            let _ = a.events.send_all(&mut link, &events).and_then(|()| {
+                match lists.iter().all(Vec::is_empty) && !fork {
+                    true => Ok(()),
+                    false => link.set_event_pids(&lists[0], &lists[1], fork),
+                }
+            });
         }
+        a.others.register(link, &sites, ids, w.as_ref(), &a.sites)
     }
 
     /// The current tracer.

@@ -23,6 +23,18 @@ use crate::agentctl::{AgentLink, SiteLine};
 pub struct Member {
     link: AgentLink,
     by_name: HashMap<String, Vec<u64>>,
+    events: EventIds,
+}
+
+/// Whether a process's trace events carry the tree's ids (the first process's), so that the
+/// tree's event state can be sent to it by id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventIds {
+    /// Every event it declares has the id the first process gives the same event (the same
+    /// library declares them in both, or it declares none).
+    Tree,
+    /// It declares events under other ids: none of the tree's event state is sent to it.
+    Own,
 }
 
 /// The registered processes besides the first.
@@ -30,13 +42,79 @@ pub struct Member {
 pub struct Members(Vec<Member>);
 
 impl Members {
-    /// Adds the process behind `link`, whose call sites are `sites`.
-    pub fn add(&mut self, link: AgentLink, sites: &[SiteLine]) {
+    /// Adds the process behind `link`, whose call sites are `sites` and whose trace events are
+    /// numbered as `events` says, once it has taken `w` (the tree's state, resolved against
+    /// `primary`, the first process's sites; `None`: nothing to send).
+    /// [`Registration::Gone`] when its link broke first (it exited or exec'd): it is not
+    /// added.
+    pub fn register(
+        &mut self,
+        mut link: AgentLink,
+        sites: &[SiteLine],
+        events: EventIds,
+        w: Option<&Wanted>,
+        primary: &[SiteLine],
+    ) -> Registration {
         let mut by_name: HashMap<String, Vec<u64>> = HashMap::new();
         for s in sites {
             by_name.entry(s.name.clone()).or_default().push(s.addr);
         }
-        self.0.push(Member { link, by_name });
+        if let Some(w) = w {
+            let names = names_of(primary);
+            // A refusal by a live agent leaves it registered, as [`Members::send`] does.
+            let _ = link.set_state(&resolve(w, &names, &by_name));
+            if link.is_broken() {
+                return Registration::Gone;
+            }
+        }
+        self.0.push(Member {
+            link,
+            by_name,
+            events,
+        });
+        Registration::Registered
+    }
+
+    /// Runs `f` on the link of every process whose events carry the tree's ids, dropping
+    /// those whose link broke; returns the first refusal of a live one (the others still
+    /// get theirs).
+    pub fn each_with_tree_events(
+        &mut self,
+        mut f: impl FnMut(&mut AgentLink) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        self.each_where(|m| m.events == EventIds::Tree, |m| f(&mut m.link))
+    }
+
+    /// [`Members::each_with_tree_events`] over every process.
+    pub fn each(
+        &mut self,
+        mut f: impl FnMut(&mut AgentLink) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        self.each_where(|_| true, |m| f(&mut m.link))
+    }
+
+    /// Runs `f` on every process `which` selects, dropping those whose link broke; returns
+    /// the first refusal of a live one (the others still get theirs).
+    fn each_where(
+        &mut self,
+        which: impl Fn(&Member) -> bool,
+        mut f: impl FnMut(&mut Member) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        let mut first_err = None;
+        self.0.retain_mut(|m| {
+            if !which(m) {
+                return true;
+            }
+            let r = f(m);
+            if m.link.is_broken() {
+                return false;
+            }
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+            true
+        });
+        first_err.map_or(Ok(()), Err)
     }
 
     /// The call sites of the first process still linked, as it lists them now (enabled
@@ -56,32 +134,25 @@ impl Members {
         self.0.iter().map(|m| m.link.pid).collect()
     }
 
-    /// Sends `w` (resolved against `primary`, the first process's sites) to every process,
-    /// or, with `only`, to the process of that pid. A process whose link is broken is
-    /// dropped; the first refusal of a live one is returned (the others still get it).
-    pub fn send(
-        &mut self,
-        w: &Wanted,
-        primary: &[SiteLine],
-        only: Option<u32>,
-    ) -> Result<(), Errno> {
-        let names: HashMap<u64, &str> = primary.iter().map(|s| (s.addr, s.name.as_str())).collect();
-        let mut first_err = None;
-        self.0.retain_mut(|m| {
-            if only.is_some_and(|p| p != m.link.pid) {
-                return true;
-            }
-            let r = m.link.set_state(&resolve(w, &names, &m.by_name));
-            if m.link.is_broken() {
-                return false;
-            }
-            if let Err(e) = r {
-                first_err.get_or_insert(e);
-            }
-            true
-        });
-        first_err.map_or(Ok(()), Err)
+    /// Sends `w` (resolved against `primary`, the first process's sites) to every process.
+    /// A process whose link is broken is dropped; the first refusal of a live one is
+    /// returned (the others still get it).
+    pub fn send(&mut self, w: &Wanted, primary: &[SiteLine]) -> Result<(), Errno> {
+        let names = names_of(primary);
+        self.each_where(
+            |_| true,
+            |m| {
+                m.link
+                    .set_state(&resolve(w, &names, &m.by_name))
+                    .map(|_| ())
+            },
+        )
     }
+}
+
+/// The function name of each of `sites`' addresses.
+fn names_of(sites: &[SiteLine]) -> HashMap<u64, &str> {
+    sites.iter().map(|s| (s.addr, s.name.as_str())).collect()
 }
 
 /// `w` with its site addresses (the first process's) turned into those of the sites of the
@@ -127,19 +198,47 @@ fn parent_of(pid: u32) -> Option<u32> {
         .ok()
 }
 
-/// Whether `pid` is `root` or a descendant of it.
-pub fn is_in_tree(pid: u32, root: u32) -> bool {
-    let mut p = pid;
-    for _ in 0..4096 {
-        if p == root {
-            return true;
+/// Where a process stands relative to a traced tree ([`lineage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lineage {
+    /// One of the tree's roots or a descendant of one.
+    InTree,
+    /// Alive, and none of its ancestors is a root.
+    Outside,
+    /// Exited (gone, or a zombie) before it could be checked: nothing says where it stood.
+    Gone,
+}
+
+/// Where process `pid` stands relative to the tree of `roots` (each root and its
+/// descendants), from the parent links in `/proc`. An ancestor that exits during the walk
+/// breaks the chain for a moment (its children pass to the reaper of the tree, a root): the
+/// walk is taken again; a process that is itself gone is [`Lineage::Gone`], never
+/// [`Lineage::Outside`].
+pub fn lineage(pid: u32, roots: &[u32]) -> Lineage {
+    for _ in 0..8 {
+        let mut p = pid;
+        let mut complete = true;
+        for _ in 0..4096 {
+            if roots.contains(&p) {
+                return Lineage::InTree;
+            }
+            match parent_of(p) {
+                Some(q) if q > 1 && q != p => p = q,
+                Some(_) => break,
+                None => {
+                    complete = false;
+                    break;
+                }
+            }
         }
-        match parent_of(p) {
-            Some(q) if q > 1 && q != p => p = q,
-            _ => return false,
+        if has_exited(pid) {
+            return Lineage::Gone;
+        }
+        if complete {
+            return Lineage::Outside;
         }
     }
-    false
+    Lineage::Outside
 }
 
 /// Whether process `pid` has exited (no `/proc/<pid>`, or a zombie).
@@ -153,14 +252,37 @@ pub fn has_exited(pid: u32) -> bool {
     }
 }
 
-/// What the acceptor of a tree saw: connections refused because the process was not of the
-/// tree, and greetings that failed (a process that exited or exec'd before it said hello).
+/// What became of one connection to a tree's control socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registration {
+    /// A process of the tree, registered: every control write reaches it.
+    Registered,
+    /// The process was gone before it could be registered: it exited (its events are in
+    /// the recording all the same), or it exec'd (the new image registers by itself).
+    Gone,
+    /// A live process outside the tree: refused (its agent keeps the state it has).
+    Refused,
+}
+
+/// What the acceptor of a tree saw, one count per connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AcceptCounts {
-    /// Processes outside the tree.
+    /// Processes registered.
+    pub registered: u64,
+    /// Processes gone (exited or exec'd) before they could be registered.
+    pub gone: u64,
+    /// Live processes outside the tree, refused.
     pub refused: u64,
-    /// Connections closed before the greeting.
-    pub ungreeted: u64,
+}
+
+impl AcceptCounts {
+    fn count(&mut self, r: Registration) {
+        *match r {
+            Registration::Registered => &mut self.registered,
+            Registration::Gone => &mut self.gone,
+            Registration::Refused => &mut self.refused,
+        } += 1;
+    }
 }
 
 /// Makes the tool the reaper of the tree's orphans (`PR_SET_CHILD_SUBREAPER`): a process
@@ -172,43 +294,52 @@ pub fn adopt_orphans() {
 }
 
 /// Accepts the agents of the tree of `root` (or of this tool, the reaper of its orphans,
-/// [`adopt_orphans`]) on `listener` until `stop` is set, handing each link to `register`; a
-/// process outside the tree is refused. Returns what was refused.
+/// [`adopt_orphans`]) on `listener` until `stop` is set, handing each link to `register`,
+/// which says whether the process could be registered; a live process outside the tree is
+/// refused. The connections still queued when `stop` is set are taken too, so that every
+/// process that connected is counted once. Returns the counts.
 pub fn accept_members(
     listener: UnixListener,
     root: u32,
     stop: Arc<AtomicBool>,
-    mut register: impl FnMut(AgentLink) + Send + 'static,
+    mut register: impl FnMut(AgentLink) -> Registration + Send + 'static,
 ) -> std::io::Result<std::thread::JoinHandle<AcceptCounts>> {
     listener.set_nonblocking(true)?;
-    let tool = std::process::id();
+    let roots = [root, std::process::id()];
     std::thread::Builder::new()
         .name("ftrace-tree".into())
         .spawn(move || {
             let mut counts = AcceptCounts::default();
-            while !stop.load(Ordering::Relaxed) {
+            loop {
+                // Read before the accept: once set, the queue is drained to its end.
+                let stopping = stop.load(Ordering::Relaxed);
                 let sock = match listener.accept() {
                     Ok((s, _)) => s,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if stopping {
+                            break;
+                        }
                         std::thread::sleep(Duration::from_millis(2));
                         continue;
                     }
+                    // A connection reset before it was accepted: its process is gone.
                     Err(_) => {
-                        counts.ungreeted += 1;
+                        counts.count(Registration::Gone);
                         continue;
                     }
                 };
-                match crate::agentctl::peer_pid(&sock) {
-                    Ok(pid) if is_in_tree(pid, root) || is_in_tree(pid, tool) => {}
-                    _ => {
-                        counts.refused += 1;
-                        continue;
-                    }
-                }
-                match AgentLink::greeted(sock) {
-                    Ok(link) => register(link),
-                    Err(_) => counts.ungreeted += 1,
-                }
+                let lineage = match crate::agentctl::peer_pid(&sock) {
+                    Ok(pid) => lineage(pid, &roots),
+                    Err(_) => Lineage::Gone,
+                };
+                counts.count(match lineage {
+                    Lineage::Outside => Registration::Refused,
+                    Lineage::Gone => Registration::Gone,
+                    Lineage::InTree => match AgentLink::greeted(sock) {
+                        Ok(link) => register(link),
+                        Err(_) => Registration::Gone,
+                    },
+                });
             }
             counts
         })
@@ -249,19 +380,25 @@ mod tests {
     }
 
     #[test]
-    fn this_process_is_in_its_parents_tree() {
+    fn a_process_is_in_its_ancestors_tree_and_an_exited_one_is_gone() {
         let me = std::process::id();
-        assert!(is_in_tree(me, me));
+        assert_eq!(lineage(me, &[me]), Lineage::InTree);
         let parent = parent_of(me).unwrap();
-        assert!(is_in_tree(me, parent));
-        assert!(!is_in_tree(parent, me));
+        assert_eq!(lineage(me, &[parent]), Lineage::InTree);
+        assert_eq!(lineage(me, &[0, parent]), Lineage::InTree);
+        assert_eq!(lineage(parent, &[me]), Lineage::Outside);
         assert!(!has_exited(me));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         while !has_exited(pid) {
             std::thread::sleep(Duration::from_millis(1));
         }
+        // A zombie still names its parent.
+        assert_eq!(lineage(pid, &[me]), Lineage::InTree);
         child.wait().unwrap();
         assert!(has_exited(pid));
+        // Reaped: where it stood cannot be known, and it is not called outside.
+        assert_eq!(lineage(pid, &[me]), Lineage::Gone);
+        assert_eq!(lineage(pid, &[parent]), Lineage::Gone);
     }
 }

@@ -936,23 +936,6 @@ fn kernel_reset_writes_are_taken() {
     m.finish();
 }
 
-/// A small deterministic generator for the fuzz test (splitmix64).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Every file under `dir` (recursively) with its mode.
 fn files_under(dir: &Path) -> Vec<(PathBuf, u32)> {
     let mut out = Vec::new();
@@ -1044,7 +1027,7 @@ fn random_writes_on_the_live_mount_never_panic_and_errors_change_nothing() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x5eed_f00d_u64);
-    let mut rng = Rng(seed);
+    let mut rng = common::fuzz::Rng(seed);
     let m = Mounted::start("fuzz", "function");
     std::fs::create_dir(m.path("instances/fz")).unwrap();
     let writable: Vec<PathBuf> = files_under(&m.mnt)

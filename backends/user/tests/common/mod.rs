@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod fuzz;
+
 /// Builds `tests/programs/<name>.c` into `dir/<name>` with the kernel-style gcc flags
 /// (`-pg -mfentry -mrecord-mcount -mnop-mcount`, non-PIE): the build whose NOP sites the agent
 /// patches, and whose function names the tests write into the mount's filter files.
@@ -40,12 +42,22 @@ pub fn build_kernel_style_with(dir: &Path, name: &str, extra: &[&str]) -> PathBu
 }
 
 /// Builds `tests/programs/kernel_names.c` (kernel-style, with the `ftrace/tracepoint.h` header
-/// for the kernel's events it declares) into `dir/kernel_names`.
+/// for the kernel's events it fires) into `dir/kernel_names`, linked with
+/// [`build_kernel_names_lib`]'s library (by its path), which defines those events.
 // Not every test crate that includes this module builds it.
 #[allow(dead_code)]
 pub fn build_kernel_names(dir: &Path) -> PathBuf {
     let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
-    build_kernel_style_with(dir, "kernel_names", &[&format!("-I{}", include.display())])
+    let lib = build_kernel_names_lib(dir);
+    build_kernel_style_with(
+        dir,
+        "kernel_names",
+        &[
+            &format!("-I{}", include.display()),
+            "-Wl,--no-as-needed",
+            &lib.display().to_string(),
+        ],
+    )
 }
 
 /// Builds `tests/programs/kernel_names_lib.c` into `dir/libkernel_names.so`: the library a
@@ -59,6 +71,7 @@ pub fn build_kernel_names(dir: &Path) -> PathBuf {
 pub fn build_kernel_names_lib(dir: &Path) -> PathBuf {
     let lib = dir.join("libkernel_names.so");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/kernel_names_lib.c");
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("include");
     let st = Command::new("clang")
         .args([
             "-O2",
@@ -67,6 +80,7 @@ pub fn build_kernel_names_lib(dir: &Path) -> PathBuf {
             "-shared",
             "-fpatchable-function-entry=5",
         ])
+        .arg(format!("-I{}", include.display()))
         .arg("-o")
         .arg(&lib)
         .arg(src)
