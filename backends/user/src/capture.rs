@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ftrace_agent::config::ClockKind;
 use ftrace_core::symbols::SymbolTable;
@@ -310,6 +310,30 @@ fn write_info(rec: &Recording, dir: &Path) -> Result<(), String> {
         std::fs::write(&f, body).map_err(|e| io(&f, e))?;
     }
     Ok(())
+}
+
+/// The CPUs of a capture in `dir` (its `per_cpu/cpu<N>` directories), sorted; each below
+/// [`crate::recording::MAX_CPUS`], at least one. An error names the path it is about and what
+/// is wrong with it.
+pub fn capture_cpus(dir: &Path) -> Result<Vec<u32>, (PathBuf, String)> {
+    use crate::recording::MAX_CPUS;
+    let pdir = dir.join("per_cpu");
+    let rd = std::fs::read_dir(&pdir).map_err(|e| (pdir.clone(), e.to_string()))?;
+    let mut cpus: Vec<u32> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+        .collect();
+    cpus.sort_unstable();
+    if let Some(&big) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
+        return Err((
+            pdir.join(format!("cpu{big}")),
+            format!("CPU number out of range (the kernel's NR_CPUS is at most {MAX_CPUS})"),
+        ));
+    }
+    if cpus.is_empty() {
+        return Err((pdir, "no cpu<N> directories".into()));
+    }
+    Ok(cpus)
 }
 
 #[cfg(test)]

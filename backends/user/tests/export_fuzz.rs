@@ -10,64 +10,21 @@
 //!
 //! Needs gcc (installed by `cargo xtask test`); nothing is skipped when it is missing.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ftrace_agent::config::TracerKind;
-use ftrace_user::record::{RecordOptions, record};
+use ftrace_user::record::RecordOptions;
 
-/// The system allocator, counting the bytes live and their peak.
-struct Counting;
+mod common;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; the counters only observe.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use common::fuzz::{Counting, PEAK_LIMIT, Rng, copy_dir, held_at_most};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
 /// One test at a time: the counters are the process's.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// The most an export may hold at once beyond what was held before it started, for an input
-/// of well under a megabyte: its buffers, page readers and symbol tables.
-const PEAK_LIMIT: usize = 32 << 20;
-
-/// splitmix64: a small deterministic generator (the same cases on every run).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn scratch() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ftrace-export-fuzz");
@@ -77,51 +34,13 @@ fn scratch() -> PathBuf {
 
 /// A small function_graph recording of `stream_calls` (two threads).
 fn recorded() -> PathBuf {
-    let exe = stream_calls();
-    let dir = scratch().join("base.data");
     let opts = RecordOptions {
         tracer: TracerKind::FunctionGraph,
-        output: dir.clone(),
         buffer_kb: 8192,
         retval: true,
         ..Default::default()
     };
-    let args: Vec<String> = ["2", "2000", "1"].iter().map(|s| s.to_string()).collect();
-    let r = record(&opts, exe.to_str().unwrap(), &args).unwrap();
-    assert!(r.status.success());
-    dir
-}
-
-/// `tests/programs/stream_calls.c`, built once per test.
-fn stream_calls() -> PathBuf {
-    let exe = scratch().join("stream_calls");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/stream_calls.c");
-    let st = Command::new("gcc")
-        .args(["-O2", "-pthread", "-fno-pie", "-no-pie"])
-        .args(["-fpatchable-function-entry=5", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    exe
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    let _ = std::fs::remove_dir_all(to);
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let t = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), t).unwrap();
-        }
-    }
+    common::record_stream_calls(&scratch(), "base.data", opts, &["2", "2000", "1"]).dir
 }
 
 /// Every file under `dir` whose name starts with `prefix`, sorted.
@@ -177,14 +96,9 @@ fn mutate(targets: &[PathBuf], rng: &mut Rng) -> String {
     }
 }
 
-/// Exports `input` as `format` to `out`; checks the outcome. Returns whether it succeeded.
-fn check_export(input: &Path, format: &str, out: &Path, what: &str) -> bool {
-    let _ = std::fs::remove_dir_all(out);
-    let _ = std::fs::remove_file(out);
-    let (mut stdout, mut err) = (Vec::new(), Vec::new());
-    let before = LIVE.load(Ordering::Relaxed);
-    PEAK.store(before, Ordering::Relaxed);
-    let code = ftrace_user::cli::run(
+/// `ftrace export -f FORMAT -i INPUT -o OUT`, in this process; its exit code.
+fn export(input: &Path, format: &str, out: &Path, stdout: &mut Vec<u8>, err: &mut Vec<u8>) -> u8 {
+    ftrace_user::cli::run(
         [
             "ftrace",
             "export",
@@ -195,10 +109,17 @@ fn check_export(input: &Path, format: &str, out: &Path, what: &str) -> bool {
             "-o",
             out.to_str().unwrap(),
         ],
-        &mut stdout,
-        &mut err,
-    );
-    let peak = PEAK.load(Ordering::Relaxed) - before;
+        stdout,
+        err,
+    )
+}
+
+/// Exports `input` as `format` to `out`; checks the outcome. Returns whether it succeeded.
+fn check_export(input: &Path, format: &str, out: &Path, what: &str) -> bool {
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_file(out);
+    let (mut stdout, mut err) = (Vec::new(), Vec::new());
+    let (code, peak) = held_at_most(|| export(input, format, out, &mut stdout, &mut err));
     let err = String::from_utf8_lossy(&err);
     assert!(
         peak < PEAK_LIMIT,
@@ -319,19 +240,15 @@ fn size_of(p: &Path) -> u64 {
 #[test]
 fn export_memory_does_not_grow_with_the_recording() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let exe = stream_calls();
     let mut runs = Vec::new();
     for calls in ["10000", "100000"] {
-        let dir = scratch().join(format!("size-{calls}.data"));
         let opts = RecordOptions {
             tracer: TracerKind::Function,
-            output: dir.clone(),
             buffer_kb: 8192,
             ..Default::default()
         };
-        let args: Vec<String> = ["2", calls, "1"].iter().map(|s| s.to_string()).collect();
-        let r = record(&opts, exe.to_str().unwrap(), &args).unwrap();
-        assert!(r.status.success());
+        let tag = format!("size-{calls}.data");
+        let dir = common::record_stream_calls(&scratch(), &tag, opts, &["2", calls, "1"]).dir;
         let mut run = Vec::new();
         for (format, name) in [
             ("trace.dat", "trace.dat"),
@@ -341,23 +258,7 @@ fn export_memory_does_not_grow_with_the_recording() {
             let out = scratch().join(format!("size-{calls}-{name}"));
             let _ = std::fs::remove_dir_all(&out);
             let (mut stdout, mut err) = (Vec::new(), Vec::new());
-            let before = LIVE.load(Ordering::Relaxed);
-            PEAK.store(before, Ordering::Relaxed);
-            let code = ftrace_user::cli::run(
-                [
-                    "ftrace",
-                    "export",
-                    "-f",
-                    format,
-                    "-i",
-                    dir.to_str().unwrap(),
-                    "-o",
-                    out.to_str().unwrap(),
-                ],
-                &mut stdout,
-                &mut err,
-            );
-            let peak = PEAK.load(Ordering::Relaxed) - before;
+            let (code, peak) = held_at_most(|| export(&dir, format, &out, &mut stdout, &mut err));
             assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
             run.push((format, peak, size_of(&out)));
             let _ = std::fs::remove_dir_all(&out);

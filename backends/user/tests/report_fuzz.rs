@@ -5,61 +5,17 @@
 //! it names, and a damaged events file is reported up to its damage; half the cases through a
 //! report-time view (`-G`, `-F`, `-N`, `--max-depth`, `--time-range`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ftrace_agent::config::TracerKind;
 use ftrace_user::record::RecordOptions;
 
 mod common;
 
-/// The system allocator, counting the bytes live and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; the counters only observe.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use common::fuzz::{Counting, PEAK_LIMIT, Rng, copy_dir, held_at_most};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-/// The most the report may hold at once beyond what it held before it started, for a
-/// recording of well under a megabyte: its windows, buffers and symbol tables.
-const PEAK_LIMIT: usize = 32 << 20;
-
-/// splitmix64: a small deterministic generator (the same cases on every run).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn scratch() -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ftrace-report-fuzz");
@@ -75,19 +31,6 @@ fn recorded() -> PathBuf {
         ..Default::default()
     };
     common::record_stream_calls(&scratch(), "base.data", opts, &["2", "3000", "1"]).dir
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    let _ = std::fs::remove_dir_all(to);
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let t = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), t).unwrap();
-        }
-    }
 }
 
 /// The files of the recording's process directories whose names start with `prefix`.
@@ -224,22 +167,21 @@ fn damaged_recordings_are_reported_as_far_as_they_can_be() {
             .map(|_| mutate(&work, &mut rng))
             .collect();
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let before = LIVE.load(Ordering::Relaxed);
-        PEAK.store(before, Ordering::Relaxed);
         // Half the cases through a report-time view, which keeps per-thread state.
         let view: &[&str] = match case % 4 {
             1 => &["-G", "mid", "--max-depth", "3"],
             2 => &["-F", "l*", "-F", "worker", "-N", "mid", "-r", "1us~"],
             _ => &[],
         };
-        let code = ftrace_user::cli::run(
-            ["ftrace", "report", "-i", work.to_str().unwrap()]
-                .iter()
-                .chain(view),
-            &mut out,
-            &mut err,
-        );
-        let peak = PEAK.load(Ordering::Relaxed) - before;
+        let (code, peak) = held_at_most(|| {
+            ftrace_user::cli::run(
+                ["ftrace", "report", "-i", work.to_str().unwrap()]
+                    .iter()
+                    .chain(view),
+                &mut out,
+                &mut err,
+            )
+        });
         let err = String::from_utf8_lossy(&err);
         assert!(
             peak < PEAK_LIMIT,

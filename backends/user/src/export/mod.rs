@@ -579,22 +579,7 @@ fn cpu_path(dir: &Path, cpu: u32) -> PathBuf {
 /// The CPUs of a capture (`per_cpu/cpu<N>` directories), checked: numbers below
 /// [`MAX_CPUS`], whole pages.
 fn capture_cpus(dir: &Path, page_size: usize) -> Result<Vec<u32>, ExportError> {
-    let pdir = dir.join("per_cpu");
-    let rd = std::fs::read_dir(&pdir).map_err(|e| io_err(&pdir, e))?;
-    let mut cpus: Vec<u32> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
-        .collect();
-    cpus.sort_unstable();
-    if let Some(&big) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
-        return Err(io_err(
-            &pdir.join(format!("cpu{big}")),
-            format!("CPU number out of range (the kernel's NR_CPUS is at most {MAX_CPUS})"),
-        ));
-    }
-    if cpus.is_empty() {
-        return Err(io_err(&pdir, "no cpu<N> directories"));
-    }
+    let cpus = crate::capture::capture_cpus(dir).map_err(|(path, e)| io_err(&path, e))?;
     for &cpu in &cpus {
         let p = cpu_path(dir, cpu);
         let len = std::fs::metadata(&p).map_err(|e| io_err(&p, e))?.len();
