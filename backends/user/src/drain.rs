@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ftrace_agent::buffer::SPARE_FILE;
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
 use crate::recording::is_event_of_its_own;
@@ -238,6 +239,32 @@ impl RingDir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Puts a spare ring file of `bytes` here ([`SPARE_FILE`]), when this is a private tmpfs
+    /// directory: sized and its space reserved (`fallocate`, 1-2 ms for 8 MiB on a VM), then
+    /// renamed into place whole, for the program's first thread to take instead of reserving
+    /// its ring itself. Made while the program starts (exec, loading, the agent's start-up),
+    /// so that this cost leaves the program's path. Best effort: a thread that finds no spare
+    /// makes its file itself. (The drainer looks for rings only in the process directories:
+    /// a spare is never drained.)
+    pub fn make_spare(&self, bytes: usize) {
+        use std::os::fd::AsRawFd as _;
+        if !self.private {
+            return;
+        }
+        let tmp = self.path.join(format!("{SPARE_FILE}.new"));
+        let made = File::create_new(&tmp).and_then(|f| {
+            f.set_len(bytes as u64)?;
+            // SAFETY: a plain syscall on a file of ours.
+            if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            std::fs::rename(&tmp, self.path.join(SPARE_FILE))
+        });
+        if made.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
 }
 
 impl Drop for RingDir {
@@ -285,6 +312,8 @@ impl Drainer {
     /// recorded, in the order the threads were found.
     pub fn finish(self) -> Result<Vec<ThreadCount>, String> {
         self.stop.store(true, Ordering::Release);
+        // Wakes it if it waits for events: the program is gone, nothing more will come.
+        self.thread.thread().unpark();
         self.thread
             .join()
             .map_err(|_| "the drain thread panicked".to_string())?
@@ -329,7 +358,7 @@ fn run(dir: &Path, out: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, St
         }
         idle = moved == 0;
         if !idle && !busy {
-            std::thread::sleep(BATCH_SLEEP);
+            pause(BATCH_SLEEP, stop);
         }
         if idle {
             if last_exit_check.elapsed() >= EXIT_CHECK_EVERY {
@@ -342,8 +371,16 @@ fn run(dir: &Path, out: &Path, stop: &AtomicBool) -> Result<Vec<ThreadCount>, St
                     done.push(r.finish()?);
                 }
             }
-            std::thread::sleep(IDLE_SLEEP);
+            pause(IDLE_SLEEP, stop);
         }
+    }
+}
+
+/// Waits `d` between two passes, or less when [`Drainer::finish`] asks the drainer to end (it
+/// unparks the thread after setting `stop`: the wait is cut short, not slept out).
+fn pause(d: Duration, stop: &AtomicBool) {
+    if !stop.load(Ordering::Acquire) {
+        std::thread::park_timeout(d);
     }
 }
 
@@ -352,6 +389,29 @@ mod tests {
     use super::*;
     use ftrace_agent::buffer::{self, SlotMode};
     use ftrace_agent::event::{KIND_EVENT, KIND_EVENT_DATA};
+
+    /// A private ring directory gets a spare ring file of the size asked, its space reserved
+    /// and nothing half-made left beside it; a recording directory used for rings gets none.
+    #[test]
+    fn a_private_ring_dir_is_stocked_with_a_whole_spare() {
+        use std::os::unix::fs::MetadataExt as _;
+        let out = tempfile::tempdir().unwrap();
+        let rings = RingDir::create(out.path());
+        let len = buffer::HEADER_SIZE + (256 << 10);
+        rings.make_spare(len);
+        if rings.private {
+            let meta = std::fs::metadata(rings.path().join(SPARE_FILE)).unwrap();
+            assert_eq!(meta.len(), len as u64);
+            assert!(meta.blocks() * 512 >= len as u64, "{meta:?}");
+            assert!(!rings.path().join(format!("{SPARE_FILE}.new")).exists());
+        }
+        let fallback = RingDir {
+            path: out.path().to_path_buf(),
+            private: false,
+        };
+        fallback.make_spare(len);
+        assert!(!out.path().join(SPARE_FILE).exists());
+    }
 
     /// The end-of-record count is one per event: a return value, a trace event's data slots
     /// and a stack record's slots are parts of other records, never events of their own.

@@ -234,7 +234,9 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
         ..cfg
     };
     let drainer = crate::drain::Drainer::start(rings.path(), out);
-    let status = crate::launch::run(&cfg, prog, args);
+    // The first thread's ring is reserved here, while the program starts.
+    let spare = || rings.make_spare(cfg.ring_file_bytes());
+    let status = crate::launch::run_with(&cfg, prog, args, spare);
     let drained = drainer.finish();
     let status = status?;
     let threads = drained?;
@@ -450,18 +452,31 @@ fn run_mounted(
     }
     stop_tree.store(true, std::sync::atomic::Ordering::Relaxed);
     if let Ok(c) = acceptor.join() {
-        if c.refused > 0 {
-            eprintln!(
-                "ftrace: {} processes outside the traced tree connected to its control socket: \
-                 refused (not traced)",
-                c.refused
-            );
-        }
+        report_registrations(c);
     }
     remove_sock();
     drop(signals);
     handle.write_capture(&opts.output)?;
     Ok(status)
+}
+
+/// Says on stderr what became of the processes that connected to the tree's control socket
+/// besides the first ([`crate::tree::accept_members`]); nothing when none did.
+fn report_registrations(c: crate::tree::AcceptCounts) {
+    if c.registered + c.gone > 0 {
+        eprintln!(
+            "ftrace: {} more processes of the tree registered; {} exited or exec'd before they \
+             could (their events are recorded; an exec'd image registers anew)",
+            c.registered, c.gone
+        );
+    }
+    if c.refused > 0 {
+        eprintln!(
+            "ftrace: {} live processes outside the traced tree connected to its control \
+             socket: refused (the tree's control writes do not reach them)",
+            c.refused
+        );
+    }
 }
 
 /// Writes the command line's `-F`, `-N`, `-G` and `--max-depth` into the tree's files, so that

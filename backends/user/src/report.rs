@@ -484,28 +484,9 @@ fn page_error(path: &Path, base: u64, e: &PageError) -> ReportError {
     err(path, Some(base + off as u64), e.to_string())
 }
 
-use crate::recording::MAX_CPUS;
-
 /// The CPUs of a capture (`per_cpu/cpu<N>` directories), checked.
 fn capture_cpus(dir: &Path) -> Result<Vec<u32>, ReportError> {
-    let pdir = dir.join("per_cpu");
-    let rd = std::fs::read_dir(&pdir).map_err(|e| err(&pdir, None, e.to_string()))?;
-    let mut cpus: Vec<u32> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
-        .collect();
-    cpus.sort_unstable();
-    if let Some(&big) = cpus.iter().find(|&&c| c >= MAX_CPUS) {
-        return Err(err(
-            &pdir.join(format!("cpu{big}")),
-            None,
-            format!("CPU number out of range (the kernel's NR_CPUS is at most {MAX_CPUS})"),
-        ));
-    }
-    if cpus.is_empty() {
-        return Err(err(&pdir, None, "no cpu<N> directories"));
-    }
-    Ok(cpus)
+    crate::capture::capture_cpus(dir).map_err(|(path, e)| err(&path, None, e))
 }
 
 /// Checks a report's view before anything is printed: its globs against the symbols, its
@@ -1245,6 +1226,17 @@ mod tests {
                 }
             }
         }
+        write_graph_capture(
+            dir,
+            &per_cpu,
+            "0000000000001000 t outer\n0000000000002000 t inner\n",
+        );
+        std::fs::write(dir.join("saved_cmdlines"), "10 ten\n11 eleven\n").unwrap();
+    }
+
+    /// Writes a function_graph capture into `dir`: each CPU's events as its
+    /// `per_cpu/cpuN/trace_pipe_raw` pages, `kallsyms` and `tracer`.
+    fn write_graph_capture(dir: &Path, per_cpu: &[Vec<Event>], kallsyms: &str) {
         for (cpu, evs) in per_cpu.iter().enumerate() {
             let d = dir.join(format!("per_cpu/cpu{cpu}"));
             std::fs::create_dir_all(&d).unwrap();
@@ -1254,12 +1246,7 @@ mod tests {
             )
             .unwrap();
         }
-        std::fs::write(
-            dir.join("kallsyms"),
-            "0000000000001000 t outer\n0000000000002000 t inner\n",
-        )
-        .unwrap();
-        std::fs::write(dir.join("saved_cmdlines"), "10 ten\n11 eleven\n").unwrap();
+        std::fs::write(dir.join("kallsyms"), kallsyms).unwrap();
         std::fs::write(dir.join("tracer"), "function_graph\n").unwrap();
     }
 
@@ -1318,21 +1305,11 @@ mod tests {
             }
             let end = 10 + 4 * calls;
             cpu0.push(graph(0, 10, end, 0x1000, 0, Some(1)));
-            for (cpu, evs) in [cpu0, cpu1].iter().enumerate() {
-                let d = dir.join(format!("per_cpu/cpu{cpu}"));
-                std::fs::create_dir_all(&d).unwrap();
-                std::fs::write(
-                    d.join("trace_pipe_raw"),
-                    crate::capture::cpu_pages(evs).unwrap(),
-                )
-                .unwrap();
-            }
-            std::fs::write(
-                dir.join("kallsyms"),
+            write_graph_capture(
+                &dir,
+                &[cpu0, cpu1],
                 "0000000000001000 t outer\n0000000000002000 t inner\n0000000000003000 t other\n",
-            )
-            .unwrap();
-            std::fs::write(dir.join("tracer"), "function_graph\n").unwrap();
+            );
             let mut args = ReportArgs::new(&dir);
             args.view.filter = vec!["outer".into(), "other".into()];
             let text = String::from_utf8(report(&args).unwrap()).unwrap();

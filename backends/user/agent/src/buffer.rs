@@ -29,6 +29,13 @@ pub const VERSION: u32 = 3;
 pub const HEADER_SIZE: usize = 4096;
 /// Where the ring's [`RingHeader`] sits in the file (its own two cache lines).
 pub const RING_OFFSET: usize = 64;
+/// The name of a spare buffer file in a configuration's ring directory
+/// ([`Config::ring_dir`](crate::config::Config::ring_dir)): made by the tool before the
+/// program starts (sized, its space reserved, zero-filled: what a fresh buffer file is), and
+/// taken (renamed to `buf-<tid>`) by the first thread of a streamed recording that needs a
+/// buffer, which then skips reserving its ring itself, the tool having done it on another CPU
+/// while the program was starting.
+pub const SPARE_FILE: &str = "spare";
 
 /// A `function` event: `arg` is the parent ip.
 pub const KIND_FUNC: u32 = 1;

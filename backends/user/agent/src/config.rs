@@ -197,6 +197,11 @@ pub fn check_buffer_kb(kb: u64) -> Result<(), String> {
 }
 
 impl Config {
+    /// Bytes of each thread's buffer file: the header page, then `buffer_kb` of slots.
+    pub fn ring_file_bytes(&self) -> usize {
+        crate::buffer::HEADER_SIZE + (self.buffer_kb * 1024).max(4096) as usize
+    }
+
     /// A configuration recording `tracer` into `output` with every other knob at its default.
     pub fn new(output: impl Into<PathBuf>, tracer: TracerKind) -> Self {
         Config {

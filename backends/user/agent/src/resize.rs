@@ -84,6 +84,8 @@ pub fn request(bytes: usize) -> Result<(), Refused> {
     let cur = unsafe { &*cur };
     let next = Instance {
         ring_dir: cur.ring_dir.clone(),
+        // (The tool's spare has the size the recording started with.)
+        spare: None,
         buffer_bytes: bytes,
         overwrite: cur.overwrite,
         rseq_offset: cur.rseq_offset,
@@ -199,6 +201,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let inst = Instance {
             ring_dir: CString::new(dir.to_str().unwrap()).unwrap(),
+            spare: None,
             buffer_bytes: HEADER_SIZE + 8 * SLOT_SIZE,
             overwrite: false,
             rseq_offset: None,
