@@ -103,13 +103,56 @@ impl<T> RcuCell<T> {
         };
         Retired(self.ptr.swap(raw, Ordering::AcqRel))
     }
+
+    /// Publishes again a value swapped out before (of this cell or of another cell read
+    /// under the same [`Reclaim`]), returning the value it replaces. No grace period is
+    /// needed: a retired value is freed only by consuming its [`Retired`], which this does
+    /// without freeing; the value is freed after a grace period that starts when it is
+    /// swapped out for the last time. What a tracepoint uses to exchange two buffers it may
+    /// not wait for (a `snapshot` trigger swapping the main and the snapshot buffer).
+    pub fn swap_retired(&self, value: Retired<T>) -> Retired<T> {
+        Retired(self.ptr.swap(value.0, Ordering::AcqRel))
+    }
 }
 
 /// A value swapped out of a cell, still visible to readers that loaded it before.
 #[must_use = "an owned value leaks unless retired"]
 pub struct Retired<T>(*mut T);
 
+// SAFETY: a `Retired<T>` is a `Box<T>` (or a `&'static T`) that readers on other threads may
+// still share: sending it needs what sending a `Box<T>` needs, plus `Sync` for those readers.
+unsafe impl<T: Send + Sync> Send for Retired<T> {}
+// SAFETY: `&Retired<T>` only gives `&T` ([`Retired::get`]).
+unsafe impl<T: Sync> Sync for Retired<T> {}
+
 impl<T> Retired<T> {
+    /// The swapped-out value (`None`: nothing was published). It stays alive while this
+    /// `Retired` is held: only consuming it ([`retire`](Retired::retire),
+    /// [`into_owned`](Retired::into_owned)) frees it. Readers that loaded it before the swap
+    /// may still use it too, so it is shared, never exclusive.
+    pub fn get(&self) -> Option<&T> {
+        // SAFETY: a non-null pointer was published from a live `&'static T` or `Box<T>`, and
+        // an owned one is freed only through `self`, which this borrow keeps alive.
+        unsafe { self.0.map_addr(|a| a & !OWNED).as_ref() }
+    }
+
+    /// Takes an owned value back at once, for a holder that knows no reader can still reach
+    /// it (the structure that kept it is being dropped after its own grace period). `None`
+    /// if the value was not owned.
+    ///
+    /// # Safety
+    /// Every read-side critical section that could have loaded the value has ended.
+    #[cfg(feature = "alloc")]
+    pub unsafe fn into_owned_unshared(self) -> Option<Box<T>> {
+        let old = self.0;
+        if old.addr() & OWNED == 0 {
+            return None;
+        }
+        // SAFETY: `old` came from `Box::into_raw` (tagged owned); the caller guarantees no
+        // reader holds it.
+        Some(unsafe { Box::from_raw(old.map_addr(|a| a & !OWNED)) })
+    }
+
     /// Takes an owned value back after a grace period (`synchronize_rcu()`, then the caller
     /// owns it alone: every reader that could have loaded it has left its section), for
     /// values that are swapped out to be kept rather than freed (the snapshot buffer's

@@ -458,6 +458,65 @@ fn rcu_cell_swap_and_keep_under_a_reader() {
     });
 }
 
+/// [`RcuCell::swap_retired`] under [`ReaderCount`], as a `snapshot` trigger swaps the main
+/// and the snapshot buffer from a tracepoint that may not wait: value 1 (the snapshot) is
+/// swapped in for value 0 (the main buffer), then a second trigger swaps 0 back in, keeping
+/// 1 retired, neither waiting; a control path then takes 1 back (`into_owned`, after a grace
+/// period) and empties it, swaps 2 in for 0 and empties 0 the same way. A reader loading the
+/// cell at any point never sees a payload emptied under it, and nothing is freed while held.
+///
+/// Fails (tried): with `swap_retired` freeing nothing but giving back the value it was
+/// handed instead of the one it replaced (1 is then emptied while published: loom reports
+/// the refill racing the reader's read), and with `into_owned` without its `synchronize`.
+#[test]
+fn rcu_cell_swap_retired_under_a_reader() {
+    builder().check(|| {
+        let rc = Arc::new(ReaderCount::new());
+        let freed = Arc::new([(); 3].map(|()| AtomicBool::new(false)));
+        let cell = Arc::new(RcuCell::<Tracked>::empty());
+        cell.replace(Published::Owned(Tracked::boxed(0, &freed)), &*rc);
+        let reader = {
+            let (rc, cell) = (rc.clone(), cell.clone());
+            thread::spawn(move || {
+                use ftrace_core::platform::Reclaim;
+                let _g = rc.pin();
+                // SAFETY: inside a guard of the domain the writer swaps through.
+                let v = unsafe { cell.load() }.expect("a value is always published");
+                assert!(!v.freed[v.id].load(Ordering::Relaxed), "read a freed value");
+                // SAFETY: only read here; the writer empties a value only after a grace
+                // period that began once it was out of the cell.
+                let p = v.payload.with(|p| unsafe { *p });
+                assert_eq!(p, 100 + v.id, "saw a value emptied under a reader");
+            })
+        };
+        // Two triggers: 1 in, then 0 back in; neither waits.
+        let out0 = cell.swap(Published::Owned(Tracked::boxed(1, &freed)));
+        let out1 = cell.swap_retired(out0);
+        assert_eq!(out1.get().map(|v| v.id), Some(1));
+        // The control path: 1 settled and emptied, then 2 in and 0 settled and emptied.
+        let one = out1.into_owned(&*rc).expect("value 1 was owned");
+        // SAFETY: `into_owned` returned: no reader reaches `one`.
+        one.payload.with_mut(|p| unsafe { *p = 0 });
+        let zero = cell
+            .swap(Published::Owned(Tracked::boxed(2, &freed)))
+            .into_owned(&*rc)
+            .expect("value 0 was owned");
+        // SAFETY: as above.
+        zero.payload.with_mut(|p| unsafe { *p = 0 });
+        reader.join().unwrap();
+        assert!(
+            !freed.iter().any(|f| f.load(Ordering::Relaxed)),
+            "freed early"
+        );
+        drop((one, zero));
+        drop(Arc::try_unwrap(cell).ok().expect("reader joined"));
+        assert!(
+            freed.iter().all(|f| f.load(Ordering::Relaxed)),
+            "a value leaked"
+        );
+    });
+}
+
 /// Static keys: an `inc` that returns, fast path or slow, sees the call sites updated by the
 /// 0 -> 1 transition (modelled as a relaxed flag the update sets). Fails when the count's
 /// release store after the update (or the fast path's acquire) is weakened to relaxed.
