@@ -310,7 +310,15 @@ pub trait TraceBackend: Send {
 
     /// The event's triggers changed (the whole new list, in `trigger` file order). A backend
     /// that runs them builds a [`TriggerRunner`](crate::trigger_run::TriggerRunner) from it.
-    fn set_event_triggers(&mut self, _event: &TraceEventFormat, _triggers: &[Trigger]) {}
+    /// An error (`ENOMEM` for a `snapshot` trigger's buffer) refuses the write: the tree
+    /// gives the backend the old list back.
+    fn set_event_triggers(
+        &mut self,
+        _event: &TraceEventFormat,
+        _triggers: &[Trigger],
+    ) -> Result<(), Errno> {
+        Ok(())
+    }
 
     /// Whether the event is soft-disabled now, for a backend whose triggers (or function
     /// commands) flip that bit (`enable_event` / `disable_event`): the event's `enable` file

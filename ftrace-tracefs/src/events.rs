@@ -18,6 +18,7 @@ use ftrace_core::format::TraceEventFormat;
 
 use crate::backend::EventState;
 use crate::event_filter::EventFilter;
+use crate::readme::SnapshotFiles;
 use crate::triggers::{COMMANDS, Trigger};
 
 /// The kernel's `trace_event_file` flags that tracefs shows.
@@ -172,11 +173,16 @@ impl EventFile {
         }
     }
 
-    /// The `trigger` file: the triggers, or the list of commands when there are none.
-    pub fn write_triggers(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+    /// The `trigger` file: the triggers, or the list of commands when there are none
+    /// (`snapshot` only where there is a snapshot buffer: the kernel registers that command
+    /// only with `CONFIG_TRACER_SNAPSHOT`).
+    pub fn write_triggers(&self, w: &mut dyn fmt::Write, snapshot: SnapshotFiles) -> fmt::Result {
         if self.triggers.is_empty() {
             w.write_str("# Available triggers:\n#")?;
-            for c in COMMANDS {
+            for c in COMMANDS
+                .iter()
+                .filter(|&&c| c != "snapshot" || snapshot == SnapshotFiles::Present)
+            {
                 write!(w, " {c}")?;
             }
             return w.write_char('\n');

@@ -1078,9 +1078,10 @@ impl<H: Host> Tracefs<H> {
             File::TraceEventFilter(id) => event_file(i, id)?.write_filter(w),
             File::TraceEventTrigger(id) => {
                 let f = event_file(i, id)?;
+                let snapshot = snapshot_files(&*i.backend);
                 match self.event(id).ok().and_then(|e| live_triggers(i, e, f)) {
-                    Some(live) => live.write_triggers(w),
-                    None => f.write_triggers(w),
+                    Some(live) => live.write_triggers(w, snapshot),
+                    None => f.write_triggers(w, snapshot),
                 }
             }
             File::TraceEventFormat(id) => self.event(id)?.write_to(w),
@@ -1095,11 +1096,7 @@ impl<H: Host> Tracefs<H> {
                     Some(_) => CallSiteFiles::Present,
                     None => CallSiteFiles::Absent,
                 },
-                if self.top.backend.has_snapshot() {
-                    SnapshotFiles::Present
-                } else {
-                    SnapshotFiles::Absent
-                },
+                snapshot_files(&*self.top.backend),
             ),
             File::SavedCmdlines => self.top.backend.write_saved_cmdlines(w),
             File::SavedTgids => self.top.backend.write_saved_tgids(w),
@@ -1565,6 +1562,13 @@ impl<H: Host> Tracefs<H> {
                     var_defined: &var_defined,
                     clocks,
                 };
+                // Without a snapshot buffer there is no `snapshot` command (the kernel
+                // registers it only with `CONFIG_TRACER_SNAPSHOT`): EINVAL, nothing logged.
+                if snapshot_files(&*i.backend) == SnapshotFiles::Absent
+                    && triggers::command_name(data) == Some("snapshot")
+                {
+                    return Err(Errno::EINVAL);
+                }
                 let mut logs = Vec::new();
                 let cmd = triggers::parse(data, &tcx, &mut |loc: &str, m, cmd: &str, pos| {
                     logs.push((String::from(loc), m, String::from(cmd), pos));
@@ -1725,6 +1729,14 @@ fn event_file(i: &Instance, id: u16) -> Result<&EventFile, Errno> {
     i.events.files.get(&id).ok_or(Errno::ENODEV)
 }
 
+/// Whether `backend` has a snapshot buffer, as the files that depend on it ask.
+fn snapshot_files(backend: &dyn TraceBackend) -> SnapshotFiles {
+    match backend.has_snapshot() {
+        true => SnapshotFiles::Present,
+        false => SnapshotFiles::Absent,
+    }
+}
+
 /// `tracing_update_buffers()`: the first use of an event expands the boot-minimum buffers.
 fn expand(i: &mut Instance, trace_buf_size: u64) -> Result<(), Errno> {
     if !i.expanded {
@@ -1758,15 +1770,34 @@ fn commit_events(
             told.push(e);
         }
     }
+    let mut triggers_told: Vec<&TraceEventFormat> = Vec::new();
+    for e in registry {
+        let (Some(old), Some(nf)) = (i.events.files.get(&e.id), new.files.get(&e.id)) else {
+            continue;
+        };
+        if old.triggers != nf.triggers {
+            if let Err(err) = i.backend.set_event_triggers(e, &nf.triggers) {
+                for e in triggers_told.into_iter().rev() {
+                    if let Some(of) = i.events.files.get(&e.id) {
+                        let _ = i.backend.set_event_triggers(e, &of.triggers);
+                    }
+                }
+                for e in told.into_iter().rev() {
+                    if let Some(of) = i.events.files.get(&e.id) {
+                        let _ = i.backend.set_event_state(e, of.state());
+                    }
+                }
+                return Err(err);
+            }
+            triggers_told.push(e);
+        }
+    }
     for e in registry {
         let (Some(old), Some(nf)) = (i.events.files.get(&e.id), new.files.get(&e.id)) else {
             continue;
         };
         if old.active_filter() != nf.active_filter() {
             i.backend.set_event_filter(e, nf.active_filter());
-        }
-        if old.triggers != nf.triggers {
-            i.backend.set_event_triggers(e, &nf.triggers);
         }
     }
     i.events = new;

@@ -382,8 +382,7 @@ pub fn parse(data: &[u8], cx: &TriggerCtx<'_>, log: &mut LogFn<'_>) -> Result<Tr
         return Err(Errno::EINVAL);
     }
     let text = core::str::from_utf8(crate::parse::c_str(data)).map_err(|_| Errno::EINVAL)?;
-    let buff = skip_spaces(strim(text));
-    let (command, next) = strsep(buff, &[':', ' ', '\t']);
+    let (command, next) = split_command(text);
     let next = next.map(skip_spaces).filter(|n| !n.is_empty());
     let remove = command.starts_with('!');
     let cmd = command.strip_prefix('!').unwrap_or(command);
@@ -397,6 +396,19 @@ pub fn parse(data: &[u8], cx: &TriggerCtx<'_>, log: &mut LogFn<'_>) -> Result<Tr
         "hist" => hist::parse(remove, next, cx, log),
         _ => Err(Errno::EINVAL),
     }
+}
+
+/// `trigger_process_regex`'s first step: the command word (`!` kept) and what follows it.
+fn split_command(text: &str) -> (&str, Option<&str>) {
+    strsep(skip_spaces(strim(text)), &[':', ' ', '\t'])
+}
+
+/// The command a write to a `trigger` file names (`snapshot` for `!snapshot:2 if x > 1`),
+/// without the `!`; `None` if the text is not UTF-8.
+pub fn command_name(data: &[u8]) -> Option<&str> {
+    let text = core::str::from_utf8(crate::parse::c_str(data)).ok()?;
+    let (command, _) = split_command(text);
+    Some(command.strip_prefix('!').unwrap_or(command))
 }
 
 /// `set_trigger_filter`: `if <filter>`, parsed against the triggering event.

@@ -478,3 +478,155 @@ fn set_event_pid_records_only_the_listed_tasks_events() {
         ]
     );
 }
+
+tracepoint! {
+    /// `demo4:shot`.
+    pub fn trace_shot(n: u32 => "unsigned int");
+    record Shot;
+    static SHOT = ("demo4", "shot", 530, "\"n=%u\", REC->n");
+}
+
+/// An event's `snapshot` trigger swaps the main and the snapshot buffer from the tracepoint,
+/// as the kernel's `update_max_tr` does; adding it allocates the snapshot, and a trigger
+/// whose snapshot was freed says so in the trace and stops tracing, as the kernel's does.
+/// The writes ftracetest's `trigger-snapshot.tc` makes are answered as the kernel answers.
+#[test]
+fn snapshot_trigger_swaps_the_buffers_from_the_tracepoint() {
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    become_task(0, 2);
+    A.register_tracepoint(&SHOT).unwrap();
+    let mut fs = A.tracefs().unwrap();
+    let trig = "events/demo4/shot/trigger";
+    assert_eq!(
+        cat(&mut fs, trig),
+        "# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event disable_event enable_hist disable_hist hist\n"
+    );
+    echo(&mut fs, "1", "events/demo4/shot/enable").unwrap();
+    assert!(cat(&mut fs, "snapshot").contains("* Snapshot is freed *"));
+    echo(&mut fs, "snapshot:1 if n == 3", trig).unwrap();
+    assert!(cat(&mut fs, "snapshot").contains("* Snapshot is allocated *"));
+    for n in 1..=5 {
+        trace_shot(n);
+    }
+    // A filtered trigger runs after its record: 3 went into the buffer that became the
+    // snapshot, 4 and 5 into the one that took its place.
+    assert_eq!(
+        bodies_at(&mut fs, "snapshot"),
+        ["shot: n=1", "shot: n=2", "shot: n=3"]
+    );
+    assert_eq!(bodies_at(&mut fs, "trace"), ["shot: n=4", "shot: n=5"]);
+    assert_eq!(cat(&mut fs, trig), "snapshot:count=0 if n == 3\n");
+    trace_shot(3);
+    assert_eq!(
+        bodies_at(&mut fs, "trace"),
+        ["shot: n=4", "shot: n=5", "shot: n=3"],
+        "a spent trigger swaps nothing"
+    );
+
+    // trigger-snapshot.tc's semantic errors.
+    echo(&mut fs, "!snapshot", trig).unwrap();
+    assert_eq!(echo(&mut fs, "snapshot+1", trig), Err(Errno::EINVAL));
+    echo(&mut fs, "snapshot", trig).unwrap();
+    assert_eq!(echo(&mut fs, "snapshot", trig), Err(Errno::EEXIST));
+
+    // Freed under an armed trigger: `tracing_snapshot_instance_cond`'s two lines, and
+    // tracing stops (the trigger runs before the record, which is then not written).
+    echo(&mut fs, "0", "snapshot").unwrap();
+    trace_shot(7);
+    assert_eq!(cat(&mut fs, "tracing_on"), "0\n");
+    let lines = bodies_at(&mut fs, "trace");
+    let tail: Vec<&str> = lines[lines.len() - 2..]
+        .iter()
+        .map(|l| l.rsplit_once(": ").unwrap().1)
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "*** SNAPSHOT NOT ALLOCATED ***",
+            "*** stopping trace here!   ***"
+        ]
+    );
+    assert!(!lines.iter().any(|l| l == "shot: n=7"));
+}
+
+tracepoint! {
+    /// `demo5:shot`.
+    pub fn trace_shot5(n: u32 => "unsigned int");
+    record Shot5;
+    static SHOT5 = ("demo5", "shot", 531, "\"n=%u\", REC->n");
+}
+
+/// An unlimited `snapshot` trigger firing on one CPU while another CPU traces functions and
+/// the tree reads the snapshot: every record ends in one of the two buffers (swapping back
+/// and forth moves them, never drops them), nothing is lost, and a trigger that found the
+/// snapshot being read says so in the trace instead of waiting.
+#[test]
+fn snapshot_triggers_while_another_cpu_traces_and_the_tree_reads_are_sound() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static A: TraceArray<Sim, 2> = TraceArray::new(Sim);
+    become_task(0, 2);
+    A.register_tracepoint(&SHOT5).unwrap();
+    let mut fs = A.tracefs().unwrap();
+    echo(&mut fs, "function", "current_tracer").unwrap();
+    echo(&mut fs, "2000", "buffer_size_kb").unwrap();
+    echo(&mut fs, "1", "events/demo5/shot/enable").unwrap();
+    echo(&mut fs, "snapshot", "events/demo5/shot/trigger").unwrap();
+    const SHOTS: u32 = 300;
+    const CALLS: usize = 2000;
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            become_task(1, 3);
+            for _ in 0..CALLS {
+                call(&A, HELPER, DO_WORK, || {});
+            }
+        });
+        s.spawn(|| {
+            become_task(0, 4);
+            for n in 0..SHOTS {
+                trace_shot5(n);
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        while !done.load(Ordering::Relaxed) {
+            let _ = cat(&mut fs, "snapshot");
+        }
+    });
+    let mut all = bodies_at(&mut fs, "trace");
+    all.extend(bodies_at(&mut fs, "snapshot"));
+    let count = |f: &dyn Fn(&str) -> bool| all.iter().filter(|l| f(l)).count();
+    let busy = count(&|l| l.contains("*** SNAPSHOT BUSY"));
+    let ignored = count(&|l| l.contains("*** snapshot is being ignored"));
+    assert_eq!(busy, ignored, "{all:?}");
+    assert_eq!(count(&|l| l.starts_with("shot: n=")), SHOTS as usize);
+    assert_eq!(count(&|l| l == "helper <-do_work"), CALLS);
+    assert_eq!(all.len(), SHOTS as usize + CALLS + 2 * busy, "{all:?}");
+    assert_eq!(A.lost_events(), 0);
+
+    // Again with the tree emptying the snapshot (a grace period after each swap) and
+    // rewriting `tracing_cpumask` (both take the snapshot's lock): records go, none is torn.
+    done.store(false, Ordering::Relaxed);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            become_task(0, 4);
+            for n in 0..SHOTS {
+                trace_shot5(n);
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        while !done.load(Ordering::Relaxed) {
+            echo(&mut fs, "2", "snapshot").unwrap();
+            echo(&mut fs, "3", "tracing_cpumask").unwrap();
+        }
+    });
+    let mut all = bodies_at(&mut fs, "trace");
+    all.extend(bodies_at(&mut fs, "snapshot"));
+    assert!(
+        all.iter().all(|l| l.starts_with("shot: n=")
+            || l == "helper <-do_work"
+            || l.contains("*** SNAPSHOT BUSY")
+            || l.contains("*** snapshot is being ignored")),
+        "{all:?}"
+    );
+    assert_eq!(A.lost_events(), 0);
+}

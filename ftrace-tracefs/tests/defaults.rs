@@ -371,7 +371,7 @@ fn registered_sched_events_match_linux() {
     );
     assert_eq!(
         cat(&mut fs, "events/sched/sched_switch/trigger").unwrap(),
-        "# Available triggers:\n# traceon traceoff snapshot stacktrace enable_event disable_event enable_hist disable_hist hist\n"
+        "# Available triggers:\n# traceon traceoff stacktrace enable_event disable_event enable_hist disable_hist hist\n"
     );
     // `available_events` lists them as the kernel does (`system:event`).
     let avail = cat(&mut fs, "available_events").unwrap();

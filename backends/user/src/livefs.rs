@@ -1318,13 +1318,14 @@ impl TraceBackend for UserBackend {
         &mut self,
         event: &ftrace_core::format::TraceEventFormat,
         triggers: &[ftrace_tracefs::triggers::Trigger],
-    ) {
+    ) -> Result<(), Errno> {
         let mut st = lock(&self.state);
         if let Some(a) = st.agent.as_mut().filter(|a| a.events.has(event.id)) {
             let _ = a
                 .events
                 .set_triggers(&mut a.link, &mut a.others, event.id, triggers);
         }
+        Ok(())
     }
 
     fn event_soft_disabled(&self, event: &ftrace_core::format::TraceEventFormat) -> Option<bool> {

@@ -26,8 +26,9 @@
 //! keeps their tables and aggregates each record into them, and the event's `hist` file is
 //! every process's tables (`EVENT_HIST`) merged and printed here. `stacktrace` records the thread's stack after
 //! the event, walked in the program (the function command's `kernel_stack` records, printed
-//! as `<stack trace>` and ` => func` lines). `snapshot` is kept by the tree but not run on
-//! program events (the live mount has no snapshot buffer).
+//! as `<stack trace>` and ` => func` lines). The live mount has no snapshot buffer, so
+//! its tree has no `snapshot` trigger (`EINVAL`, as the kernel without
+//! `CONFIG_TRACER_SNAPSHOT`).
 
 use std::collections::HashMap;
 

@@ -27,7 +27,7 @@ use crate::event_filter::EventFilter;
 use crate::filters::{FilterState, FilterStore, FilterWriter};
 use crate::fs::Tracefs;
 use crate::records::PatchRecords;
-use crate::triggers::Trigger;
+use crate::triggers::{Trigger, TriggerKind};
 use alloc::sync::Arc;
 use ftrace_core::format::TraceEventFormat;
 
@@ -259,10 +259,7 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
             Param::CpuMask(words) => {
                 let mask = words.first().copied().unwrap_or(0);
                 c.cpumask = mask;
-                a.with_buffer(|rb| {
-                    (0..rb.nr_cpus())
-                        .for_each(|cpu| rb.set_cpu_enabled(cpu, mask & (1 << cpu) != 0))
-                });
+                a.set_cpumask(mask);
             }
             Param::Clock(name) => {
                 let idx = TRACE_CLOCKS
@@ -422,8 +419,21 @@ impl<P: Platform, const CPUS: usize> TraceBackend for ArrayBackend<P, CPUS> {
     fn set_event_filter(&mut self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
         self.0.set_event_filter(event, filter)
     }
-    fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
-        self.0.set_event_triggers(event, triggers)
+    fn set_event_triggers(
+        &mut self,
+        event: &TraceEventFormat,
+        triggers: &[Trigger],
+    ) -> Result<(), Errno> {
+        // `register_snapshot_trigger` → `tracing_arm_snapshot`: the snapshot buffer exists
+        // before the trigger can fire (`ENOMEM` refuses the trigger).
+        if triggers
+            .iter()
+            .any(|t| matches!(t.kind, TriggerKind::Snapshot))
+        {
+            self.0.alloc_snapshot(&mut self.ctl())?;
+        }
+        self.0.set_event_triggers(event, triggers);
+        Ok(())
     }
     fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {
         self.0.event_soft_disabled(event)

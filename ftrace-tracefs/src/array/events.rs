@@ -449,6 +449,9 @@ impl<P: Platform, const CPUS: usize> TriggerActions for Actions<P, CPUS> {
     fn set_tracing_on(&self, on: bool) {
         self.0.set_tracing_on(on);
     }
+    fn snapshot(&self) {
+        self.0.trigger_snapshot();
+    }
     fn event_soft_disabled(&self, id: u16) -> Option<bool> {
         let slot = self.0.event_slot(id)?;
         Some(slot.soft_disabled.load(Ordering::Relaxed))

@@ -357,7 +357,11 @@ impl<P: Platform, const CPUS: usize> TraceBackend for InstanceBackend<P, CPUS> {
     fn set_event_filter(&mut self, event: &TraceEventFormat, filter: Option<&EventFilter>) {
         self.sub.set_event_filter(event, filter)
     }
-    fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
+    fn set_event_triggers(
+        &mut self,
+        event: &TraceEventFormat,
+        triggers: &[Trigger],
+    ) -> Result<(), Errno> {
         self.sub.set_event_triggers(event, triggers)
     }
     fn event_soft_disabled(&self, event: &TraceEventFormat) -> Option<bool> {

@@ -61,7 +61,8 @@
 //! an instance offers `nop` and `function` (see the `instances` module).
 //!
 //! `snapshot` swaps the main ring with a snapshot ring of the same geometry (Linux's
-//! `max_buffer`), per instance; `per_cpu/cpuN/snapshot` reads and clears one CPU's part (see
+//! `max_buffer`), per instance, and so does an event's `snapshot` trigger, from the
+//! tracepoint without waiting; `per_cpu/cpuN/snapshot` reads and clears one CPU's part (see
 //! the `snapshot` module).
 //!
 //! Trace events: the tracepoints the program declares (ftrace-core's `tracepoint!`),
@@ -69,10 +70,12 @@
 //! recorded into the buffer while enabled, filtered and triggered, in the top level and in
 //! each of `instances/` on its own (see the `events` module).
 //!
-//! Not in the instance yet (each refused with an errno, never accepted and ignored):
-//! hist triggers' aggregation, the profiler's per-call times (it counts hits: see the `profile` module),
-//! the `snapshot` trigger and function command, `snapshot_raw`, `function_graph` in an instance, and the function tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and tracer
-//! switches publish a new, empty ring (all CPUs), the old one freed after a grace period.
+//! Not in the instance yet (each refused with an errno, never accepted and ignored): the
+//! profiler's per-call times (it counts hits: see the `profile` module), the `snapshot`
+//! function command, `snapshot_raw`, `function_graph` in an instance, and the function
+//! tracer's own options (`func_stack_trace`, `func-no-repeats`: `EINVAL`). Resizing and
+//! tracer switches publish a new, empty ring (all CPUs), the old one freed after a grace
+//! period.
 //!
 //! ```
 //! use ftrace_tracefs::array::{

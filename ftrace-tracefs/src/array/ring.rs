@@ -30,6 +30,10 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
     ) -> Result<(), Errno> {
         let (pages, subbuf) = pages.unwrap_or_else(|| (c.pages.clone(), c.subbuf));
         let rb = self.build_buffer(c, &pages, subbuf)?;
+        // Held across the replacement: a `snapshot` trigger swaps the main ring with the
+        // snapshot only while both have one geometry.
+        let mut snapshot = self.snapshot.lock();
+        self.resize_snapshot(&mut snapshot, c, &pages, subbuf)?;
         c.pages = pages;
         c.subbuf = subbuf;
         self.buffer

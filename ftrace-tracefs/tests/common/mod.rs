@@ -741,12 +741,17 @@ impl TraceBackend for ModelBackend {
             .event_filters
             .insert(event.id, filter.map(|f| f.text().to_owned()));
     }
-    fn set_event_triggers(&mut self, event: &TraceEventFormat, triggers: &[Trigger]) {
+    fn set_event_triggers(
+        &mut self,
+        event: &TraceEventFormat,
+        triggers: &[Trigger],
+    ) -> Result<(), Errno> {
         let mut st = self.st.borrow_mut();
         st.event_triggers
             .insert(event.id, triggers.iter().map(|t| t.to_string()).collect());
         st.trigger_runners
             .insert(event.id, Rc::new(TriggerRunner::new(event, triggers)));
+        Ok(())
     }
     fn probe_event_targets(&self) -> Vec<(String, String)> {
         let st = self.st.borrow();

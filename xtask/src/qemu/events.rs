@@ -5,7 +5,8 @@
 //! around its timer tick, `bm_shell:shell_command` / `_exit`, `bm_workload:workload_round`)
 //! through `events/`: listed, their `format` files as Linux 6.12 prints the same events,
 //! enabled by `enable` and `set_event`, filtered (`irq > 240`, `round > 0`), triggered
-//! (`traceoff if ...`, `enable_event:...`), a refused filter (EINVAL, the file and
+//! (`traceoff if ...`, `snapshot:1 if ...` swapping the buffers from the tracepoint,
+//! `enable_event:...`), a refused filter (EINVAL, the file and
 //! `error_log` as Linux show it), `trace` read back line by line, interleaved with function
 //! entries when `function` traces, and an event enabled in an instance only.
 
@@ -324,6 +325,34 @@ pub(super) fn event_files(vm: &mut Vm) -> Result<u32, String> {
     echo_ok(vm, &format!("echo '!traceoff if round == 1' >> {trig}"))?;
     echo_ok(vm, "echo 0 > events/bm_workload/workload_round/enable")?;
     echo_ok(vm, "echo 1 > tracing_on")?;
+
+    // snapshot with a filter, from the tracepoint: adding it allocates the snapshot; the
+    // record that matches goes into the buffer that becomes the snapshot, later rounds into
+    // the one that takes its place.
+    echo_ok(vm, &format!("echo 'snapshot:1 if round == 1' > {trig}"))?;
+    let snap = vm.command("cat snapshot")?;
+    check(snap.contains("# * Snapshot is allocated *\n"), || {
+        format!("snapshot after adding the trigger:\n{snap}")
+    })?;
+    echo_ok(vm, "echo 1 > events/bm_workload/workload_round/enable")?;
+    echo_ok(vm, "echo > trace")?;
+    run_workload(vm, 3, "")?;
+    let snap = vm.command("cat snapshot")?;
+    let want: Vec<(u32, String)> = (0..2).map(|i| (0, round_line(i))).collect();
+    check(lines(&snap, "nop")? == want, || {
+        format!("snapshot if round == 1, the snapshot:\n{snap}")
+    })?;
+    let trace = vm.command("cat trace")?;
+    check(lines(&trace, "nop")? == [(0, round_line(2))], || {
+        format!("snapshot if round == 1, the trace:\n{trace}")
+    })?;
+    let t = vm.command(&format!("cat {trig}"))?;
+    check(t == "snapshot:count=0 if round == 1\n", || {
+        format!("trigger: {t:?}")
+    })?;
+    echo_ok(vm, &format!("echo '!snapshot' >> {trig}"))?;
+    echo_ok(vm, "echo 0 > events/bm_workload/workload_round/enable")?;
+    echo_ok(vm, "echo 0 > snapshot")?;
 
     // enable_event from the shell's own event: the next command line turns the tick's entry
     // event on; the shell's event itself records nothing (armed by its trigger only).
