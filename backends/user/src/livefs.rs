@@ -293,7 +293,11 @@ struct State {
     comms: HashMap<u32, String>,
     clock: ClockKind,
     nr_cpus: u32,
+    /// Each process's ring size (slots, header aside): what `buffer_size_kb` last set.
     buffer_bytes: u64,
+    /// The ring size the program started with (what a new image reads from its
+    /// environment): a process registering while the tree's differs is resized on arrival.
+    start_buffer_bytes: u64,
     /// `buffer_subbuf_size_kb` in bytes: the page size of `trace_pipe_raw` and
     /// `events/header_page`, and what bounds one `trace_marker` event.
     subbuf_bytes: u32,
@@ -422,6 +426,7 @@ impl State {
             clock,
             nr_cpus,
             buffer_bytes,
+            start_buffer_bytes: buffer_bytes,
             subbuf_bytes: 4096,
             read_events: HashMap::new(),
             marker_syms,
@@ -1164,8 +1169,14 @@ impl TraceBackend for UserBackend {
         let ring = sizes.iter().copied().max().unwrap_or(bytes);
         if let Some(a) = &mut st.agent {
             if ring != st.buffer_bytes {
-                a.link
-                    .resize(ftrace_agent::buffer::HEADER_SIZE as u64 + ring)?;
+                let file = ftrace_agent::buffer::HEADER_SIZE as u64 + ring;
+                let first = match a.link.resize(file) {
+                    Err(_) if a.link.is_broken() => Ok(()),
+                    r => r,
+                };
+                // Every process of the tree, as the kernel's one buffer is resized whole.
+                let others = a.others.each(|l| l.resize(file));
+                first.and(others)?;
                 st.buffer_bytes = ring;
             }
         }
@@ -1662,6 +1673,11 @@ impl LiveHandle {
         let w = st.wanted();
         let fork = event_fork(st.flags);
         let lists = [st.event_pid_list(0), st.event_pid_list(1)];
+        if st.buffer_bytes != st.start_buffer_bytes {
+            // A new image starts with the program's first size: the tree's, as every other
+            // process has (a refusal leaves it recording at its own size).
+            let _ = link.resize(ftrace_agent::buffer::HEADER_SIZE as u64 + st.buffer_bytes);
+        }
         let a = st.agent.as_mut().expect("checked above");
         // The tree's event state before the first state, which lets a new image run. A
         // process declaring events under ids of its own gets none (its events stay off; no

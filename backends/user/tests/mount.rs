@@ -117,19 +117,24 @@ impl Mounted {
     fn start_program(name: &str, args: &[&str], program: &str) -> Mounted {
         let dir = scratch(name);
         let prog = common::build_kernel_style(&dir, program);
+        Mounted::start_command(&dir, args, &[prog.as_os_str()])
+    }
+
+    /// `ftrace ARGS --mount DIR/tracing -o DIR/rec -- COMMAND...`, run in `dir`.
+    fn start_command(dir: &Path, args: &[&str], command: &[&std::ffi::OsStr]) -> Mounted {
         let mnt = dir.join("tracing");
         std::fs::create_dir(&mnt).unwrap();
         let rec = dir.join("rec");
         let mut tool = Command::new(env!("CARGO_BIN_EXE_ftrace"))
             // The program's working directory (gcc's -pg runtime writes gmon.out there).
-            .current_dir(&dir)
+            .current_dir(dir)
             .args(args)
             .arg("--mount")
             .arg(&mnt)
             .arg("-o")
             .arg(&rec)
             .arg("--")
-            .arg(&prog)
+            .args(command)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -1252,33 +1257,13 @@ fn tracing_cpumask_records_only_its_cpus() {
     );
 }
 
-/// The sizes of the program's ring files named `buf-<tid>.<n>` (the rings a thread moved to),
-/// under the tool's ring directory (`/dev/shm/ftrace-rings.<tool pid>.*`, else the recording).
+/// The sizes of the program's ring files named `buf-<tid>.<n>` (the rings a thread moved to).
 fn moved_ring_sizes(m: &Mounted) -> Vec<u64> {
-    fn walk(d: &Path, out: &mut Vec<u64>) {
-        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if name.starts_with("buf-") && name.contains('.') {
-                out.push(e.metadata().map_or(0, |m| m.len()));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let prefix = format!("ftrace-rings.{}.", m.tool.id());
-    for e in std::fs::read_dir("/dev/shm")
+    ring_files(m)
         .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
-            walk(&e.path(), &mut out);
-        }
-    }
-    walk(&m.rec, &mut out);
-    out
+        .filter(|(p, _)| p.file_name().unwrap().to_string_lossy().contains('.'))
+        .map(|(_, len)| len)
+        .collect()
 }
 
 /// `buffer_size_kb` at the top level moves the running program's threads to rings of the new
@@ -1327,6 +1312,83 @@ fn buffer_size_kb_resizes_the_programs_rings_while_it_runs() {
     );
     let calls = String::from_utf8_lossy(&out.stdout);
     assert!(calls.ends_with(" wrong 0\n"), "{calls}");
+}
+
+/// `buffer_size_kb` resizes every process of the traced tree, as the kernel's one buffer is
+/// resized whole: here `kernel_names` and the second image it forks and execs (`kernel_names`
+/// again: the tree traces the first process's functions, by name, in every process), each
+/// of whose threads move to rings of the new size.
+#[test]
+fn buffer_size_kb_resizes_every_process_of_the_tree() {
+    let dir = scratch("resize-tree");
+    let prog = common::build_kernel_names(&dir);
+    let m = Mounted::start_command(
+        &dir,
+        &["record", "-t", "function"],
+        &[prog.as_os_str(), prog.as_os_str()],
+    );
+    // Both images recording: a ring directory each (`<pid>.<n>`) with a ring in it.
+    let images = || {
+        let mut out = BTreeMap::new();
+        for (path, _) in ring_files(&m) {
+            let image = path.parent().unwrap().to_path_buf();
+            *out.entry(image).or_insert(0u32) += 1;
+        }
+        out
+    };
+    wait_for("both processes' rings", || {
+        (images().len() >= 2).then_some(())
+    });
+    let orig = m.read("buffer_size_kb");
+    // (`N (expanded: M)` before the first expansion.)
+    let orig: u64 = orig.split_whitespace().next().unwrap().parse().unwrap();
+    m.echo(&(orig * 2).to_string(), "buffer_size_kb");
+    let kb: u64 = m.read("buffer_size_kb").trim().parse().unwrap();
+    wait_for("rings of the new size in both processes", || {
+        let moved: BTreeSet<_> = ring_files(&m)
+            .into_iter()
+            .filter(|(p, len)| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.contains('.') && *len > 4096 && (len - 4096) >> 10 == kb
+            })
+            .map(|(p, _)| p.parent().unwrap().to_path_buf())
+            .collect();
+        (moved.len() >= 2).then_some(())
+    });
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The program's ring files (`buf-<tid>`, `buf-<tid>.<n>` after a resize) and their sizes,
+/// under the tool's ring directory (`/dev/shm/ftrace-rings.<tool pid>.*`, else the recording).
+fn ring_files(m: &Mounted) -> Vec<(PathBuf, u64)> {
+    fn walk(d: &Path, out: &mut Vec<(PathBuf, u64)>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if e.file_name().to_string_lossy().starts_with("buf-") {
+                out.push((p, e.metadata().map_or(0, |m| m.len())));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let prefix = format!("ftrace-rings.{}.", m.tool.id());
+    for e in std::fs::read_dir("/dev/shm")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            walk(&e.path(), &mut out);
+        }
+    }
+    walk(&m.rec, &mut out);
+    out
 }
 
 /// `trace_stat/function<cpu>` of every CPU: (header lines, each function's rows summed over
