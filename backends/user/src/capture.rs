@@ -147,9 +147,26 @@ pub fn cpu_pages_sized(events: &[Event], page_size: usize) -> Result<Vec<u8>, St
     w.finish()
 }
 
-/// Writes the capture files of `rec` into `dir`.
+/// Writes the capture files of `rec` into `dir`, in 4 KiB pages.
 pub fn write_capture(rec: &Recording, dir: &Path) -> Result<(), String> {
+    write_capture_sized(rec, dir, ftrace_ringbuf::page::DEFAULT_PAGE_SIZE)
+}
+
+/// [`write_capture`] in pages of `page_size` bytes (a tree's `buffer_subbuf_size_kb`, which
+/// bounds its events: a `trace_marker` write fills up to one sub-buffer). Another size than
+/// 4 KiB is said in `events/header_page`, as the kernel's tree says it, where the capture's
+/// reader takes it from.
+pub fn write_capture_sized(rec: &Recording, dir: &Path, page_size: usize) -> Result<(), String> {
     let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    if page_size != ftrace_ringbuf::page::DEFAULT_PAGE_SIZE {
+        let mut text = String::new();
+        ftrace_core::format::write_header_page(&mut text, page_size)
+            .map_err(|_| "formatting events/header_page".to_string())?;
+        let d = dir.join("events");
+        std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+        let f = d.join("header_page");
+        std::fs::write(&f, text).map_err(|e| io(&f, e))?;
+    }
     let nr = rec
         .nr_cpus
         .max(rec.per_cpu.keys().max().map_or(0, |m| m + 1));
@@ -157,7 +174,7 @@ pub fn write_capture(rec: &Recording, dir: &Path) -> Result<(), String> {
         let d = dir.join("per_cpu").join(format!("cpu{cpu}"));
         std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
         let pages = match rec.per_cpu.get(&cpu) {
-            Some(evs) => cpu_pages(evs)?,
+            Some(evs) => cpu_pages_sized(evs, page_size)?,
             None => Vec::new(),
         };
         let f = d.join("trace_pipe_raw");

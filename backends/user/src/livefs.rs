@@ -1757,8 +1757,9 @@ impl LiveHandle {
             .as_ref()
             .map(|a| a.events.formats().to_vec())
             .unwrap_or_default();
+        let page_size = st.subbuf_bytes as usize;
         drop(st);
-        crate::capture::write_capture(&rec, dir)?;
+        crate::capture::write_capture_sized(&rec, dir, page_size)?;
         // The program's trace events the pages hold, so that the capture prints them.
         crate::capture_formats::write(dir, &formats)
     }

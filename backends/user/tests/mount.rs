@@ -584,6 +584,41 @@ fn mounted_tracefs_drives_a_live_program() {
     );
 }
 
+/// A marker bigger than a 4 KiB page, written under 8 KiB sub-buffers, is in the recording
+/// the end capture makes (its pages are the tree's sub-buffers, said in `events/header_page`)
+/// as `trace` showed it: each write capped at the kernel's 4096 bytes.
+#[test]
+fn the_end_capture_keeps_markers_of_big_sub_buffers() {
+    let m = Mounted::start("big-marker", "function");
+    m.echo("nop", "current_tracer");
+    m.echo("8", "buffer_subbuf_size_kb");
+    let big = "y".repeat(6000);
+    std::fs::write(m.path("trace_marker"), &big).unwrap();
+    let trace = m.read("trace");
+    let live: Vec<&str> = events(&trace)
+        .into_iter()
+        .filter(|l| l.contains("tracing_mark_write: "))
+        .collect();
+    // (`fs::write` writes again what the first write did not take.)
+    let texts: Vec<usize> = live
+        .iter()
+        .map(|l| l.split_once("tracing_mark_write: ").unwrap().1.len())
+        .collect();
+    assert_eq!(texts, [4096, 6000 - 4096]);
+    let (out, _, rec) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = ftrace_user::report::report(&ftrace_user::report::ReportArgs::new(&rec)).unwrap();
+    let report = String::from_utf8(report).unwrap();
+    assert!(
+        events(&report) == live,
+        "the recording's markers differ from trace's"
+    );
+}
+
 #[test]
 fn stop_signal_unmounts_and_stops_the_program() {
     for sig in [libc::SIGINT, libc::SIGTERM] {
