@@ -40,5 +40,6 @@ pub mod report;
 mod ringmap;
 pub mod sitecheck;
 pub mod stream;
+pub mod syscall_names;
 pub mod tree;
 pub mod view;

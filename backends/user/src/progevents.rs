@@ -249,7 +249,7 @@ impl ProgramEvents {
             merge(l);
             Ok(())
         });
-        event_record::write_hists(&tables, &symbols)
+        event_record::write_hists(&tables, &symbols, &crate::syscall_names::name)
     }
 
     /// The names (`name=`) of event `id`'s armed hist triggers, in their tables' order.

@@ -1398,6 +1398,60 @@ fn buffer_size_kb_resizes_every_process_of_the_tree() {
     );
 }
 
+/// A hist trigger's `.syscall` key names the program's system calls as Linux 6.12 names them:
+/// `raw_syscalls:sys_exit`, fired by `kernel_names`' library around the calls it makes for a
+/// shell it is preloaded into (`write` for `echo`, `wait4` for `sleep`), under `kernel_names`.
+#[test]
+fn hist_syscall_keys_name_the_programs_system_calls() {
+    let dir = scratch("hist-syscall");
+    let prog = common::build_kernel_names(&dir);
+    let lib = dir.join("libkernel_names.so");
+    let shell = format!(
+        "export LD_PRELOAD=\"$LD_PRELOAD {}\"; exec sh -c 'i=0; while [ $i -lt 60 ]; do \
+         echo tick > /dev/null; sleep 0.02; i=$((i + 1)); done'",
+        lib.display()
+    );
+    let m = Mounted::start_command(
+        &dir,
+        &["record", "-t", "function"],
+        &[
+            prog.as_os_str(),
+            "sh".as_ref(),
+            "-c".as_ref(),
+            shell.as_ref(),
+        ],
+    );
+    m.echo(
+        "hist:keys=id.syscall",
+        "events/raw_syscalls/sys_exit/trigger",
+    );
+    // `{ id: sys_kill                      [ 62] } hitcount:        123`
+    let keys = || -> Vec<(String, u64)> {
+        m.read("events/raw_syscalls/sys_exit/hist")
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("{ id: ")?;
+                let (name, rest) = rest.split_once('[')?;
+                let nr = rest.split_once(']')?.0.trim().parse().ok()?;
+                Some((name.trim().to_string(), nr))
+            })
+            .collect()
+    };
+    wait_for("system calls in the hist", || {
+        (!keys().is_empty()).then_some(())
+    });
+    for (name, nr) in keys() {
+        assert_ne!(name, "unknown_syscall", "{nr}");
+        assert_eq!(Some(name.as_str()), ftrace_user::syscall_names::name(nr));
+    }
+    let (out, _, _) = m.finish();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The program's ring files (`buf-<tid>`, `buf-<tid>.<n>` after a resize) and their sizes,
 /// under the tool's ring directory (`/dev/shm/ftrace-rings.<tool pid>.*`, else the recording).
 fn ring_files(m: &Mounted) -> Vec<(PathBuf, u64)> {

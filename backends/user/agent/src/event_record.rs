@@ -635,12 +635,16 @@ pub fn hist(id: u16) -> Option<Vec<HistDump>> {
 }
 
 /// An event's `hist` file: its hist triggers' tables as Linux prints them, `.sym` keys named
-/// from `symbols` (the names the processes gave, [`KeySymbols`]; `.syscall` keys print as
-/// numbers: no system call table here).
-pub fn write_hists(tables: &[HistTable], symbols: &KeySymbols) -> String {
+/// from `symbols` (the names the processes gave, [`KeySymbols`]), `.syscall` keys by `syscall`
+/// (`None`: `unknown_syscall`, as the kernel prints a number it has no name for).
+pub fn write_hists(
+    tables: &[HistTable],
+    symbols: &KeySymbols,
+    syscall: &dyn Fn(u64) -> Option<&'static str>,
+) -> String {
     let names = HistNames {
         symbols,
-        syscall: &|_| None,
+        syscall: &|nr| syscall(nr),
     };
     let mut out = String::new();
     for (n, t) in tables.iter().enumerate() {
