@@ -419,6 +419,26 @@ fn rcu_cell_replace_under_readers() {
     });
 }
 
+/// A thread that loads `cell` inside a guard of `rc` and reads the payload of what it got,
+/// which must not be freed, nor refilled or emptied, under it (the writer does either only
+/// after a grace period that began once the value was out of the cell).
+fn spawn_payload_reader(
+    rc: &Arc<ReaderCount>,
+    cell: &Arc<RcuCell<Tracked>>,
+) -> thread::JoinHandle<()> {
+    let (rc, cell) = (rc.clone(), cell.clone());
+    thread::spawn(move || {
+        use ftrace_core::platform::Reclaim;
+        let _g = rc.pin();
+        // SAFETY: inside a guard of the domain the writer swaps through.
+        let v = unsafe { cell.load() }.expect("a value is always published");
+        assert!(!v.freed[v.id].load(Ordering::Relaxed), "read a freed value");
+        // SAFETY: only read here (see above).
+        let p = v.payload.with(|p| unsafe { *p });
+        assert_eq!(p, 100 + v.id, "saw a value changed under a reader");
+    })
+}
+
 /// [`Retired::into_owned`](ftrace_core::reclaim::Retired::into_owned) under [`ReaderCount`]:
 /// the writer swaps value 0 out for value 1 and takes 0 back to write into it again (as the
 /// snapshot buffer's swap keeps the old main buffer) while a reader loads the cell inside a
@@ -433,19 +453,7 @@ fn rcu_cell_swap_and_keep_under_a_reader() {
         let freed = Arc::new([(); 3].map(|()| AtomicBool::new(false)));
         let cell = Arc::new(RcuCell::<Tracked>::empty());
         cell.replace(Published::Owned(Tracked::boxed(0, &freed)), &*rc);
-        let reader = {
-            let (rc, cell) = (rc.clone(), cell.clone());
-            thread::spawn(move || {
-                use ftrace_core::platform::Reclaim;
-                let _g = rc.pin();
-                // SAFETY: inside a guard of the domain the writer swaps through.
-                let v = unsafe { cell.load() }.expect("a value is always published");
-                // SAFETY: only read here; the writer refills a kept value only after a grace
-                // period.
-                let p = v.payload.with(|p| unsafe { *p });
-                assert_eq!(p, 100 + v.id, "saw a kept value refilled under a reader");
-            })
-        };
+        let reader = spawn_payload_reader(&rc, &cell);
         let kept = cell
             .swap(Published::Owned(Tracked::boxed(1, &freed)))
             .into_owned(&*rc)
@@ -475,20 +483,7 @@ fn rcu_cell_swap_retired_under_a_reader() {
         let freed = Arc::new([(); 3].map(|()| AtomicBool::new(false)));
         let cell = Arc::new(RcuCell::<Tracked>::empty());
         cell.replace(Published::Owned(Tracked::boxed(0, &freed)), &*rc);
-        let reader = {
-            let (rc, cell) = (rc.clone(), cell.clone());
-            thread::spawn(move || {
-                use ftrace_core::platform::Reclaim;
-                let _g = rc.pin();
-                // SAFETY: inside a guard of the domain the writer swaps through.
-                let v = unsafe { cell.load() }.expect("a value is always published");
-                assert!(!v.freed[v.id].load(Ordering::Relaxed), "read a freed value");
-                // SAFETY: only read here; the writer empties a value only after a grace
-                // period that began once it was out of the cell.
-                let p = v.payload.with(|p| unsafe { *p });
-                assert_eq!(p, 100 + v.id, "saw a value emptied under a reader");
-            })
-        };
+        let reader = spawn_payload_reader(&rc, &cell);
         // Two triggers: 1 in, then 0 back in; neither waits.
         let out0 = cell.swap(Published::Owned(Tracked::boxed(1, &freed)));
         let out1 = cell.swap_retired(out0);

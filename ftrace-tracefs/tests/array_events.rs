@@ -573,27 +573,36 @@ fn snapshot_triggers_while_another_cpu_traces_and_the_tree_reads_are_sound() {
     echo(&mut fs, "snapshot", "events/demo5/shot/trigger").unwrap();
     const SHOTS: u32 = 300;
     const CALLS: usize = 2000;
-    let done = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            become_task(1, 3);
-            for _ in 0..CALLS {
-                call(&A, HELPER, DO_WORK, || {});
+    // `shot` fired SHOTS times on CPU 0 (and, with `calls`, CALLS traced calls on CPU 1),
+    // each on a thread of its own, while `tree` runs again and again; then the lines of both
+    // buffers.
+    let run = |fs: &mut Fs, calls: bool, tree: &dyn Fn(&mut Fs)| {
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            if calls {
+                s.spawn(|| {
+                    become_task(1, 3);
+                    for _ in 0..CALLS {
+                        call(&A, HELPER, DO_WORK, || {});
+                    }
+                });
+            }
+            s.spawn(|| {
+                become_task(0, 4);
+                for n in 0..SHOTS {
+                    trace_shot5(n);
+                }
+                done.store(true, Ordering::Relaxed);
+            });
+            while !done.load(Ordering::Relaxed) {
+                tree(fs);
             }
         });
-        s.spawn(|| {
-            become_task(0, 4);
-            for n in 0..SHOTS {
-                trace_shot5(n);
-            }
-            done.store(true, Ordering::Relaxed);
-        });
-        while !done.load(Ordering::Relaxed) {
-            let _ = cat(&mut fs, "snapshot");
-        }
-    });
-    let mut all = bodies_at(&mut fs, "trace");
-    all.extend(bodies_at(&mut fs, "snapshot"));
+        let mut all = bodies_at(fs, "trace");
+        all.extend(bodies_at(fs, "snapshot"));
+        all
+    };
+    let all = run(&mut fs, true, &|fs| drop(cat(fs, "snapshot")));
     let count = |f: &dyn Fn(&str) -> bool| all.iter().filter(|l| f(l)).count();
     let busy = count(&|l| l.contains("*** SNAPSHOT BUSY"));
     let ignored = count(&|l| l.contains("*** snapshot is being ignored"));
@@ -605,22 +614,10 @@ fn snapshot_triggers_while_another_cpu_traces_and_the_tree_reads_are_sound() {
 
     // Again with the tree emptying the snapshot (a grace period after each swap) and
     // rewriting `tracing_cpumask` (both take the snapshot's lock): records go, none is torn.
-    done.store(false, Ordering::Relaxed);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            become_task(0, 4);
-            for n in 0..SHOTS {
-                trace_shot5(n);
-            }
-            done.store(true, Ordering::Relaxed);
-        });
-        while !done.load(Ordering::Relaxed) {
-            echo(&mut fs, "2", "snapshot").unwrap();
-            echo(&mut fs, "3", "tracing_cpumask").unwrap();
-        }
+    let all = run(&mut fs, false, &|fs| {
+        echo(fs, "2", "snapshot").unwrap();
+        echo(fs, "3", "tracing_cpumask").unwrap();
     });
-    let mut all = bodies_at(&mut fs, "trace");
-    all.extend(bodies_at(&mut fs, "snapshot"));
     assert!(
         all.iter().all(|l| l.starts_with("shot: n=")
             || l == "helper <-do_work"
