@@ -28,10 +28,28 @@ enum Encode {
     Batched,
 }
 
-/// The `i`th event of a call-heavy thread: two functions, ~20 ns apart, under one caller.
-fn event(i: u64, graph: bool) -> SlotEvent {
-    let ip = 0x401000 + (i & 2) * 0x20;
-    let ts = 1_000_000 + i * 20;
+/// Where the traced functions lie.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Two functions side by side (every delta fits a byte or two).
+    Tight,
+    /// Functions spread over 1 MiB of text, called in a scrambled order ~10-40 ns apart, as
+    /// an interpreter's are (Lua's: ip deltas of tens to hundreds of KiB, three-byte varints).
+    Spread,
+}
+
+/// The `i`th event of a call-heavy thread under one caller.
+fn event(i: u64, graph: bool, layout: Layout) -> SlotEvent {
+    let (ip, ts) = match layout {
+        Layout::Tight => (0x401000 + (i & 2) * 0x20, 1_000_000 + i * 20),
+        Layout::Spread => {
+            // A fixed scramble of the function index (xorshift of i / 2: entry and exit of
+            // one call share a function).
+            let mut x = (i / 2).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            x ^= x >> 29;
+            (0x401000 + (x & 0xf_fff0), 1_000_000 + i * 25 + (x & 15))
+        }
+    };
     let (kind, arg) = match (graph, i & 1) {
         (false, _) => (KIND_FUNC, 0x401200),
         (true, 0) => (KIND_GRAPH_ENT, 0x401200),
@@ -48,27 +66,37 @@ fn event(i: u64, graph: bool) -> SlotEvent {
 
 fn drain(c: &mut Criterion) {
     let mut g = c.benchmark_group("drain");
-    for (name, graph, encode) in [
-        ("consume only (function)", false, Encode::No),
+    for (name, graph, encode, layout) in [
+        ("consume only (function)", false, Encode::No, Layout::Tight),
         (
             "consume + encode one at a time (function)",
             false,
             Encode::OneAtATime,
+            Layout::Tight,
         ),
         (
             "consume + encode batched (function)",
             false,
             Encode::Batched,
+            Layout::Tight,
+        ),
+        (
+            "consume + encode batched (function, spread over 1 MiB)",
+            false,
+            Encode::Batched,
+            Layout::Spread,
         ),
         (
             "consume + encode one at a time (function_graph)",
             true,
             Encode::OneAtATime,
+            Layout::Tight,
         ),
         (
             "consume + encode batched (function_graph)",
             true,
             Encode::Batched,
+            Layout::Tight,
         ),
     ] {
         let header = RingHeader::new(SLOTS, SlotMode::ProducerConsumer);
@@ -86,7 +114,7 @@ fn drain(c: &mut Criterion) {
                 let mut t = Duration::ZERO;
                 for _ in 0..iters {
                     for _ in 0..SLOTS - 1 {
-                        ring.write(event(i, graph))
+                        ring.write(event(i, graph, layout))
                             .expect("room for a ring's worth");
                         i += 1;
                     }

@@ -91,8 +91,8 @@ const MAX_LOST_RECORD: usize = 1 + 10;
 /// What one event may add to a batch: its lost record and its record.
 const MAX_EVENT_BYTES: usize = MAX_LOST_RECORD + MAX_EVENT_RECORD;
 
-/// Appends `v` as a varint at `p`; the bytes taken. Values below 2^14 (most deltas) take one
-/// branch and one store; the rest the plain loop.
+/// Appends `v` as a varint at `p`; the bytes taken. Values below 2^21 (most deltas: those of
+/// a large program's ips too) take a branch or three and one store; the rest the plain loop.
 ///
 /// # Safety
 /// `p` must be valid for writes of 10 bytes.
@@ -108,6 +108,17 @@ unsafe fn write_varint(p: *mut u8, v: u64) -> usize {
         // SAFETY: caller's contract (2 of the 10 bytes).
         unsafe { p.cast::<[u8; 2]>().write_unaligned(w.to_le_bytes()) };
         return 2;
+    }
+    if v < 0x20_0000 {
+        // Three bytes: a large program's ip deltas (functions tens of KiB apart). The fourth
+        // byte stored is overwritten next (or lies past the record, unused).
+        let w = (v as u32 & 0x7f)
+            | 0x80
+            | ((v as u32 >> 7 & 0x7f) | 0x80) << 8
+            | (v as u32 >> 14) << 16;
+        // SAFETY: caller's contract (4 of the 10 bytes).
+        unsafe { p.cast::<[u8; 4]>().write_unaligned(w.to_le_bytes()) };
+        return 3;
     }
     write_varint_long(p, v)
 }
