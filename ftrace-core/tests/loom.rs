@@ -473,9 +473,12 @@ fn rcu_cell_swap_and_keep_under_a_reader() {
 /// period) and empties it, swaps 2 in for 0 and empties 0 the same way. A reader loading the
 /// cell at any point never sees a payload emptied under it, and nothing is freed while held.
 ///
-/// Fails (tried): with `swap_retired` freeing nothing but giving back the value it was
-/// handed instead of the one it replaced (1 is then emptied while published: loom reports
-/// the refill racing the reader's read), and with `into_owned` without its `synchronize`.
+/// Fails (tried): with `swap_retired` giving back the value it was handed instead of the one
+/// it replaced (0 is then taken back and freed while still published, and freed again with
+/// the cell: the model crashes), and with `into_owned` without its `synchronize` (loom
+/// reports the emptying racing the reader's read: "Causality violation"). With the swap in
+/// `swap_retired` `Relaxed` it passes: the value it republishes was made visible by the
+/// release that first published it.
 #[test]
 fn rcu_cell_swap_retired_under_a_reader() {
     builder().check(|| {
