@@ -284,8 +284,9 @@ impl<P: Platform, const CPUS: usize> TraceArray<P, CPUS> {
             return BUSY.iter().for_each(|l| self.puts(l));
         };
         match slot.as_mut() {
-            Some(s) if !self.buffer.is_empty() => self.swap_snapshot(s),
-            _ => {
+            // (A snapshot is allocated only after the main ring: there is one to swap.)
+            Some(s) => self.swap_snapshot(s),
+            None => {
                 drop(slot);
                 NOT_ALLOCATED.iter().for_each(|l| self.puts(l));
                 self.set_tracing_on(false);
