@@ -64,39 +64,85 @@ fn event(i: u64, graph: bool, layout: Layout) -> SlotEvent {
     }
 }
 
+/// Which CPU wrote the ring before it is drained.
+#[derive(Clone, Copy)]
+enum Writer {
+    /// The draining thread itself (the ring is in its cache).
+    Same,
+    /// A thread on another CPU, as in a live recording: every line the drainer reads comes
+    /// from that CPU's cache.
+    OtherCpu,
+}
+
+/// Pins the calling thread to `cpu` (best effort: a machine of one CPU keeps it where it is).
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls only read it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 fn drain(c: &mut Criterion) {
     let mut g = c.benchmark_group("drain");
-    for (name, graph, encode, layout) in [
-        ("consume only (function)", false, Encode::No, Layout::Tight),
+    pin(0);
+    for (name, graph, encode, layout, writer) in [
+        (
+            "consume only (function)",
+            false,
+            Encode::No,
+            Layout::Tight,
+            Writer::Same,
+        ),
+        (
+            "consume only (function, written on another CPU)",
+            false,
+            Encode::No,
+            Layout::Tight,
+            Writer::OtherCpu,
+        ),
         (
             "consume + encode one at a time (function)",
             false,
             Encode::OneAtATime,
             Layout::Tight,
+            Writer::Same,
         ),
         (
             "consume + encode batched (function)",
             false,
             Encode::Batched,
             Layout::Tight,
+            Writer::Same,
         ),
         (
             "consume + encode batched (function, spread over 1 MiB)",
             false,
             Encode::Batched,
             Layout::Spread,
+            Writer::Same,
         ),
         (
             "consume + encode one at a time (function_graph)",
             true,
             Encode::OneAtATime,
             Layout::Tight,
+            Writer::Same,
         ),
         (
             "consume + encode batched (function_graph)",
             true,
             Encode::Batched,
             Layout::Tight,
+            Writer::Same,
+        ),
+        (
+            "consume + encode batched (function_graph, written on another CPU)",
+            true,
+            Encode::Batched,
+            Layout::Tight,
+            Writer::OtherCpu,
         ),
     ] {
         let header = RingHeader::new(SLOTS, SlotMode::ProducerConsumer);
@@ -113,10 +159,21 @@ fn drain(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut t = Duration::ZERO;
                 for _ in 0..iters {
-                    for _ in 0..SLOTS - 1 {
-                        ring.write(event(i, graph, layout))
-                            .expect("room for a ring's worth");
-                        i += 1;
+                    let fill = |i: &mut u64| {
+                        for _ in 0..SLOTS - 1 {
+                            ring.write(event(*i, graph, layout))
+                                .expect("room for a ring's worth");
+                            *i += 1;
+                        }
+                    };
+                    match writer {
+                        Writer::Same => fill(&mut i),
+                        Writer::OtherCpu => std::thread::scope(|s| {
+                            s.spawn(|| {
+                                pin(1);
+                                fill(&mut i)
+                            });
+                        }),
                     }
                     let start = Instant::now();
                     let n = match encode {
