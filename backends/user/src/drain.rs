@@ -13,7 +13,7 @@
 //! memory later); at the end every ring left is drained the same way.
 //!
 //! There is a drainer thread per CPU (at most [`MAX_THREADS`]); each drains, pass after pass,
-//! the rings no other thread is draining at the moment ([`Rings`]). A call-dense
+//! the rings no other thread is draining at the moment (`Rings`). A call-dense
 //! thread writes an event every 10-15 ns and a drainer reads, encodes and writes one in about
 //! 11: with as many busy program threads as CPUs, a single drainer would get a CPU share of
 //! one thread among them and fall behind the writers (a two-thread program on two CPUs lost
