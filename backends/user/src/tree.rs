@@ -8,8 +8,8 @@
 //! exec'd image; a forked child has its parent's). With `set_ftrace_filter` empty (every
 //! function, as in the kernel), a process gets every site of its own but those of the
 //! functions `set_ftrace_notrace` names ([`Selection::AllBut`]): an exec'd image's own
-//! functions, which the first process lacks, are traced too. Invariant: a process whose link broke (it
-//! exited, or exec'd: the new image registers anew) is dropped, never retried.
+//! functions, which the first process lacks, are traced too. Invariant: a process whose link
+//! broke (it exited, or exec'd: the new image registers anew) is dropped, never retried.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::net::UnixListener;

@@ -177,6 +177,18 @@ impl Mounted {
         self.wait_exit()
     }
 
+    /// [`Mounted::finish`], checking that the tool exited successfully (its stderr shown if
+    /// not).
+    fn finish_ok(self) -> (Output, PathBuf, PathBuf) {
+        let (out, mnt, rec) = self.finish();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out, mnt, rec)
+    }
+
     /// Waits for the tool to exit (the program still has its stdin).
     fn wait_exit(mut self) -> (Output, PathBuf, PathBuf) {
         let mnt = self.mnt.clone();
@@ -561,12 +573,7 @@ fn mounted_tracefs_drives_a_live_program() {
     // The program ends: the tool exits with its status and the mount is gone; the recording
     // holds what `trace` showed at the end.
     m.echo("last words", "trace_marker");
-    let (out, mnt, rec) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, mnt, rec) = m.finish_ok();
     let calls = String::from_utf8_lossy(&out.stdout);
     assert!(
         calls.starts_with("calls ") && calls.ends_with(" wrong 0\n"),
@@ -605,12 +612,7 @@ fn the_end_capture_keeps_markers_of_big_sub_buffers() {
         .map(|l| l.split_once("tracing_mark_write: ").unwrap().1.len())
         .collect();
     assert_eq!(texts, [4096, 6000 - 4096]);
-    let (out, _, rec) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_, _, rec) = m.finish_ok();
     let report = ftrace_user::report::report(&ftrace_user::report::ReportArgs::new(&rec)).unwrap();
     let report = String::from_utf8(report).unwrap();
     assert!(
@@ -694,12 +696,7 @@ fn exit_ends_a_blocked_reader() {
         };
         let _ = tx.send(r);
     });
-    let (out, mnt, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_, mnt, _) = m.finish_ok();
     assert_eq!(mounts_at(&mnt), vec![], "stale mount at {}", mnt.display());
     let r = rx
         .recv_timeout(Duration::from_secs(60))
@@ -722,12 +719,7 @@ fn live_mount_keeps_the_command_line_filters() {
     wait_for("graph events", || {
         m.read("trace").contains("tick_alpha();").then_some(())
     });
-    let (out, mnt, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, mnt, _) = m.finish_ok();
     assert_eq!(mounts_at(&mnt), vec![]);
     // `live` prints the trace as it was at the end: the graph of tick_alpha alone.
     let text = String::from_utf8(out.stdout).unwrap();
@@ -754,12 +746,7 @@ fn tracer_switches_under_load() {
         t.contains("tick_beta();").then_some(t)
     });
     assert!(text.starts_with("# tracer: function_graph\n"));
-    let (out, mnt, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, mnt, _) = m.finish_ok();
     // The program computed what it does untraced and ended normally.
     let calls = String::from_utf8_lossy(&out.stdout);
     assert!(calls.starts_with("calls "), "{calls}");
@@ -829,12 +816,7 @@ fn traceoff_command_runs_in_the_program() {
         filter.lines().any(|l| l == "tick_beta:traceoff:count=0"),
         "{filter}"
     );
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _, _) = m.finish_ok();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("wrong 0"), "{text}");
 }
@@ -867,12 +849,7 @@ fn function_commands_run_under_nop() {
     m.echo("!tick_beta:traceoff", "set_ftrace_filter");
     assert_eq!(m.read("enabled_functions"), "");
     assert!(!m.read("set_ftrace_filter").contains("traceoff"));
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _, _) = m.finish_ok();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("wrong 0"), "{text}");
 }
@@ -1233,12 +1210,7 @@ fn pid_filters_select_the_programs_threads() {
         (s.contains(a) && s.contains(b)).then_some(s)
     });
     assert!(seen.len() >= 2);
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _, _) = m.finish_ok();
     let calls = String::from_utf8_lossy(&out.stdout);
     assert!(calls.ends_with(" wrong 0\n"), "{calls}");
 }
@@ -1284,12 +1256,7 @@ fn tracing_cpumask_records_only_its_cpus() {
     // All CPUs again.
     let all = format!("{:x}", u64::MAX >> (64 - nr.min(64)));
     m.echo(&all, "tracing_cpumask");
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    m.finish_ok();
 }
 
 /// The sizes of the program's ring files named `buf-<tid>.<n>` (the rings a thread moved to).
@@ -1339,12 +1306,7 @@ fn buffer_size_kb_resizes_the_programs_rings_while_it_runs() {
     if std::path::Path::new(&m.path("per_cpu/cpu1")).exists() {
         assert_eq!(m.read("buffer_size_kb"), "X\n");
     }
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _, _) = m.finish_ok();
     let calls = String::from_utf8_lossy(&out.stdout);
     assert!(calls.ends_with(" wrong 0\n"), "{calls}");
 }
@@ -1390,12 +1352,7 @@ fn buffer_size_kb_resizes_every_process_of_the_tree() {
             .collect();
         (moved.len() >= 2).then_some(())
     });
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    m.finish_ok();
 }
 
 /// An image the tree starts traces its own functions, those the first process lacks too, when
@@ -1421,12 +1378,7 @@ fn an_image_of_the_tree_traces_its_own_functions() {
     std::thread::sleep(Duration::from_millis(300));
     let t = m.read("trace");
     assert!(!own(&t), "{t}");
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    m.finish_ok();
 }
 
 /// A hist trigger's `.syscall` key names the program's system calls as Linux 6.12 names them:
@@ -1475,12 +1427,7 @@ fn hist_syscall_keys_name_the_programs_system_calls() {
         assert_ne!(name, "unknown_syscall", "{nr}");
         assert_eq!(Some(name.as_str()), ftrace_user::syscall_names::name(nr));
     }
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    m.finish_ok();
 }
 
 /// The program's ring files (`buf-<tid>`, `buf-<tid>.<n>` after a resize) and their sizes,
@@ -1597,12 +1544,7 @@ fn function_profiler_counts_what_the_program_counts() {
     );
     let row = stat0.lines().find(|l| l.contains("tick_alpha")).unwrap();
     assert_eq!(row.matches(" us ").count(), 3, "{row}");
-    let (out, _, _) = m.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, _, _) = m.finish_ok();
     let text = String::from_utf8(out.stdout).unwrap();
     let own: u64 = text
         .lines()
