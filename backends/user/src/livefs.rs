@@ -101,7 +101,7 @@ use crate::agentctl::{AgentLink, SiteLine};
 use crate::live::{LiveEvent, LiveRecording, MARKER_SYMBOL};
 use crate::profile::TreeProfile;
 use crate::progevents::ProgramEvents;
-use crate::tree::{EventIds, Members, Registration};
+use crate::tree::{EventIds, Members, Registration, Selection};
 
 /// The pid of the process whose request the server is handling (set by the FUSE layer under
 /// the tree's lock): `trace_marker` events carry it, as the kernel records `current`.
@@ -438,6 +438,24 @@ impl State {
         self.agent.as_mut().map(|a| &mut a.filters)
     }
 
+    /// How the other processes of the tree select their own sites
+    /// ([`crate::tree::Selection`]): every one but the notrace functions' when
+    /// `set_ftrace_filter` is empty, else by the names it selects.
+    fn selection(&self) -> Option<Selection> {
+        let a = self.agent.as_ref()?;
+        if !a.filters.set(FilterFile::Filter).is_empty() {
+            return Some(Selection::Named);
+        }
+        let notrace = a.filters.set(FilterFile::Notrace);
+        Some(Selection::AllBut(
+            a.sites
+                .iter()
+                .filter(|s| notrace.contains(s.addr))
+                .map(|s| s.name.clone())
+                .collect(),
+        ))
+    }
+
     /// The state the agent must be in.
     fn wanted(&self) -> Option<Wanted> {
         let a = self.agent.as_ref()?;
@@ -607,7 +625,7 @@ impl State {
 
     /// Sends the wanted state (top level only).
     fn send(&mut self, switch: Switch) -> Result<(), Errno> {
-        let Some(w) = self.wanted() else {
+        let (Some(w), Some(sel)) = (self.wanted(), self.selection()) else {
             return Ok(());
         };
         let a = self.agent.as_mut().expect("wanted() saw it");
@@ -626,7 +644,7 @@ impl State {
                 r => r.map(|_| ()),
             }
         };
-        let others = a.others.send(&w, &a.sites);
+        let others = a.others.send(&w, &sel, &a.sites);
         first.and(others)
     }
 
@@ -1670,7 +1688,7 @@ impl LiveHandle {
         let (Ok(sites), Ok(events)) = (sites, events) else {
             return Registration::Gone;
         };
-        let w = st.wanted();
+        let w = st.wanted().zip(st.selection());
         let fork = event_fork(st.flags);
         let lists = [st.event_pid_list(0), st.event_pid_list(1)];
         if st.buffer_bytes != st.start_buffer_bytes {
@@ -1692,7 +1710,8 @@ impl LiveHandle {
                 }
             });
         }
-        a.others.register(link, &sites, ids, w.as_ref(), &a.sites)
+        let w = w.as_ref().map(|(w, sel)| (w, sel));
+        a.others.register(link, &sites, ids, w, &a.sites)
     }
 
     /// The current tracer.

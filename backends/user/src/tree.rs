@@ -5,8 +5,11 @@
 //! The tree's filter files resolve against the first process's call sites; a write is sent to
 //! every other process with each selected site named by its function: a process gets the
 //! addresses of its own sites of the same names (the same library is mapped elsewhere in an
-//! exec'd image; a forked child has its parent's). Invariant: a process whose link broke (it
-//! exited, or exec'd: the new image registers anew) is dropped, never retried.
+//! exec'd image; a forked child has its parent's). With `set_ftrace_filter` empty (every
+//! function, as in the kernel), a process gets every site of its own but those of the
+//! functions `set_ftrace_notrace` names ([`Selection::AllBut`]): an exec'd image's own
+//! functions, which the first process lacks, are traced too. Invariant: a process whose link
+//! broke (it exited, or exec'd: the new image registers anew) is dropped, never retried.
 
 use std::collections::{HashMap, HashSet};
 use std::os::unix::net::UnixListener;
@@ -37,6 +40,17 @@ pub enum EventIds {
     Own,
 }
 
+/// Which of a process's own call sites the tree's filter files select.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    /// `set_ftrace_filter` is empty: every site but those of the functions named here (the
+    /// names of `set_ftrace_notrace`'s sites in the first process).
+    AllBut(HashSet<String>),
+    /// `set_ftrace_filter` lists functions: the sites of the functions the wanted state's
+    /// `sel` names.
+    Named,
+}
+
 /// The registered processes besides the first.
 #[derive(Default)]
 pub struct Members(Vec<Member>);
@@ -44,7 +58,8 @@ pub struct Members(Vec<Member>);
 impl Members {
     /// Adds the process behind `link`, whose call sites are `sites` and whose trace events are
     /// numbered as `events` says, once it has taken `w` (the tree's state, resolved against
-    /// `primary`, the first process's sites; `None`: nothing to send).
+    /// `primary`, the first process's sites, its sites selected as `sel` says; `None`:
+    /// nothing to send).
     /// [`Registration::Gone`] when its link broke first (it exited or exec'd): it is not
     /// added.
     pub fn register(
@@ -52,17 +67,17 @@ impl Members {
         mut link: AgentLink,
         sites: &[SiteLine],
         events: EventIds,
-        w: Option<&Wanted>,
+        w: Option<(&Wanted, &Selection)>,
         primary: &[SiteLine],
     ) -> Registration {
         let mut by_name: HashMap<String, Vec<u64>> = HashMap::new();
         for s in sites {
             by_name.entry(s.name.clone()).or_default().push(s.addr);
         }
-        if let Some(w) = w {
+        if let Some((w, sel)) = w {
             let names = names_of(primary);
             // A refusal by a live agent leaves it registered, as [`Members::send`] does.
-            let _ = link.set_state(&resolve(w, &names, &by_name));
+            let _ = link.set_state(&resolve(w, sel, &names, &by_name));
             if link.is_broken() {
                 return Registration::Gone;
             }
@@ -134,16 +149,16 @@ impl Members {
         self.0.iter().map(|m| m.link.pid).collect()
     }
 
-    /// Sends `w` (resolved against `primary`, the first process's sites) to every process.
-    /// A process whose link is broken is dropped; the first refusal of a live one is
-    /// returned (the others still get it).
-    pub fn send(&mut self, w: &Wanted, primary: &[SiteLine]) -> Result<(), Errno> {
+    /// Sends `w` (resolved against `primary`, the first process's sites; each process's own
+    /// sites selected as `sel` says) to every process. A process whose link is broken is
+    /// dropped; the first refusal of a live one is returned (the others still get it).
+    pub fn send(&mut self, w: &Wanted, sel: &Selection, primary: &[SiteLine]) -> Result<(), Errno> {
         let names = names_of(primary);
         self.each_where(
             |_| true,
             |m| {
                 m.link
-                    .set_state(&resolve(w, &names, &m.by_name))
+                    .set_state(&resolve(w, sel, &names, &m.by_name))
                     .map(|_| ())
             },
         )
@@ -156,8 +171,14 @@ fn names_of(sites: &[SiteLine]) -> HashMap<u64, &str> {
 }
 
 /// `w` with its site addresses (the first process's) turned into those of the sites of the
-/// same names in `by_name` (another process's).
-fn resolve(w: &Wanted, names: &HashMap<u64, &str>, by_name: &HashMap<String, Vec<u64>>) -> Wanted {
+/// same names in `by_name` (another process's); the sites enabled are those `sel` selects of
+/// `by_name`'s.
+fn resolve(
+    w: &Wanted,
+    sel: &Selection,
+    names: &HashMap<u64, &str>,
+    by_name: &HashMap<String, Vec<u64>>,
+) -> Wanted {
     let map = |set: &HashSet<u64>| -> HashSet<u64> {
         set.iter()
             .filter_map(|a| by_name.get(*names.get(a)?))
@@ -166,7 +187,14 @@ fn resolve(w: &Wanted, names: &HashMap<u64, &str>, by_name: &HashMap<String, Vec
             .collect()
     };
     let mut out = w.clone();
-    out.sel = map(&w.sel);
+    out.sel = match sel {
+        Selection::AllBut(except) => by_name
+            .iter()
+            .filter(|(name, _)| !except.contains(*name))
+            .flat_map(|(_, addrs)| addrs.iter().copied())
+            .collect(),
+        Selection::Named => map(&w.sel),
+    };
     out.roots = map(&w.roots);
     out.probes = w
         .probes
@@ -371,12 +399,37 @@ mod tests {
             pids: vec![5],
             ..Wanted::default()
         };
-        let r = resolve(&w, &names, &by_name);
+        let r = resolve(&w, &Selection::Named, &names, &by_name);
         assert_eq!(r.sel, [0x110, 0x120, 0x121].into());
         assert_eq!(r.roots, [0x120, 0x121].into());
         assert_eq!(r.probes.len(), 1);
         assert_eq!(r.probes[0].addr, 0x110);
         assert_eq!(r.pids, vec![5]);
+    }
+
+    /// With every function selected, a process gets its own sites, those the first process
+    /// lacks too, but never those of a function `set_ftrace_notrace` names; with a filter,
+    /// only the sites of the names it selects.
+    #[test]
+    fn every_function_selects_a_processs_own_sites_but_the_notrace_ones() {
+        let names: HashMap<u64, &str> = [(0x10, "f"), (0x20, "g")].into();
+        let by_name: HashMap<String, Vec<u64>> = [
+            ("f".to_string(), vec![0x110]),
+            ("g".to_string(), vec![0x120]),
+            ("own".to_string(), vec![0x130, 0x131]),
+        ]
+        .into();
+        let w = Wanted {
+            sel: [0x10].into(),
+            ..Wanted::default()
+        };
+        let all_but_g = Selection::AllBut(["g".to_string()].into());
+        let r = resolve(&w, &all_but_g, &names, &by_name);
+        assert_eq!(r.sel, [0x110, 0x130, 0x131].into());
+        let r = resolve(&w, &Selection::AllBut(HashSet::new()), &names, &by_name);
+        assert_eq!(r.sel, [0x110, 0x120, 0x130, 0x131].into());
+        let r = resolve(&w, &Selection::Named, &names, &by_name);
+        assert_eq!(r.sel, [0x110].into());
     }
 
     #[test]

@@ -1355,6 +1355,32 @@ fn buffer_size_kb_resizes_every_process_of_the_tree() {
     m.finish_ok();
 }
 
+/// An image the tree starts traces its own functions, those the first process lacks too, when
+/// `set_ftrace_filter` is empty (every function, as in the kernel); with a filter, only the
+/// functions it names. (`kernel_names` forks and execs `mount_target`, whose `tick_alpha` and
+/// `tick_beta` it lacks; before, every other process got the first one's functions by name.)
+#[test]
+fn an_image_of_the_tree_traces_its_own_functions() {
+    let dir = scratch("own-functions");
+    let first = common::build_kernel_names(&dir);
+    let second = common::build_kernel_style(&dir, "mount_target");
+    let m = Mounted::start_command(
+        &dir,
+        &["record", "-t", "function"],
+        &[first.as_os_str(), second.as_os_str()],
+    );
+    let own = |t: &str| t.lines().any(|l| l.contains(": tick_beta <-"));
+    wait_for("the second image's own functions in trace", || {
+        own(&m.read("trace")).then_some(())
+    });
+    m.echo("schedule", "set_ftrace_filter");
+    m.echo("", "trace");
+    std::thread::sleep(Duration::from_millis(300));
+    let t = m.read("trace");
+    assert!(!own(&t), "{t}");
+    m.finish_ok();
+}
+
 /// A hist trigger's `.syscall` key names the program's system calls as Linux 6.12 names them:
 /// `raw_syscalls:sys_exit`, fired by `kernel_names`' library around the calls it makes for a
 /// shell it is preloaded into (`write` for `echo`, `wait4` for `sleep`), under `kernel_names`.
