@@ -4,11 +4,14 @@
  *   calls THREADS ITERATIONS          run, print counters and results
  *   calls THREADS ITERATIONS toggle N also toggle tracing of all sites N times meanwhile
  *                                     (through the agent's ftrace_agent_set_tracing)
+ *   calls ... toggle N masked         the workers run with every signal blocked (as a shell
+ *                                     does around a fork: dash's sigblockall)
  *
  * Output lines: "calls <function> <count>" and "result ok" / "result BAD <n>". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,10 +48,15 @@ __attribute__((noinline)) double fadd(double a, double b, double c) {
     return a * 2.0 + b - c / 4.0;
 }
 
-struct job { long iters; int forever; };
+struct job { long iters; int forever; int masked; };
 
 __attribute__((noinline)) void *worker(void *arg) {
     struct job *j = arg;
+    if (j->masked) {
+        sigset_t all;
+        sigfillset(&all);
+        if (pthread_sigmask(SIG_SETMASK, &all, NULL) != 0) atomic_fetch_add(&bad, 1);
+    }
     atomic_fetch_add(&n_worker, 1);
     for (long i = 0; j->forever ? !atomic_load(&stop) : i < j->iters; i++) {
         if (fib(10) != 55) atomic_fetch_add(&bad, 1);
@@ -64,7 +72,8 @@ int main(int argc, char **argv) {
     long iters = argc > 2 ? atol(argv[2]) : 1000;
     int toggles = argc > 4 && !strcmp(argv[3], "toggle") ? atoi(argv[4]) : 0;
     pthread_t th[64];
-    struct job j = { iters, toggles > 0 };
+    int masked = argc > 5 && !strcmp(argv[5], "masked");
+    struct job j = { iters, toggles > 0, masked };
     if (threads > 64) threads = 64;
     for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, worker, &j);
     if (toggles) {

@@ -74,6 +74,9 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "sigtrap")) {
         signal(SIGTRAP, on_trap);
+        struct sigaction now;
+        sigaction(SIGTRAP, NULL, &now);
+        printf("handler read back %s\n", now.sa_handler == on_trap ? "ok" : "WRONG");
         for (int i = 0; i < 3; i++) { __asm__ volatile("int3"); work(i); }
         printf("traps %d\n", traps);
         report();

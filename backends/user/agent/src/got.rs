@@ -1,4 +1,5 @@
-//! The unwinder interpositions ([`crate::unwind`]) in a process the agent was attached to.
+//! The unwinder and signal-mask interpositions ([`crate::unwind`], [`crate::sigmask`]) in a
+//! process the agent was attached to.
 //!
 //! Preloaded, the agent is first in the symbol search order, so the program's and its
 //! libraries' calls to `_Unwind_RaiseException` and the like reach it. `dlopen`ed into a
@@ -26,7 +27,7 @@ struct Hooked {
 static HOOKED: Mutex<Vec<Hooked>> = Mutex::new(Vec::new());
 
 /// The interposed names.
-const NAMES: [&core::ffi::CStr; 8] = [
+const NAMES: [&core::ffi::CStr; 12] = [
     c"_Unwind_RaiseException",
     c"_Unwind_Resume",
     c"_Unwind_Resume_or_Rethrow",
@@ -35,6 +36,10 @@ const NAMES: [&core::ffi::CStr; 8] = [
     c"_Unwind_SetIP",
     c"__cxa_begin_catch",
     c"backtrace",
+    c"sigprocmask",
+    c"pthread_sigmask",
+    c"sigaction",
+    c"signal",
 ];
 
 /// The agent's own definitions of [`NAMES`] (0 where not found). Looked up through the

@@ -15,6 +15,8 @@
 //! - [`event`]: trace events C programs declare (`ftrace/tracepoint.h`); [`event_record`]:
 //!   their filters and triggers, run when they fire, and the record.
 //! - [`resize`]: threads moving to rings of a new size while the program runs.
+//! - [`sigmask`]: `SIGTRAP` and the stop signal kept deliverable (the mask calls, interposed
+//!   through [`interpose`]).
 //!
 //! The agent itself is never instrumented (it is built without instrumentation flags; the
 //! per-thread recursion guard is the second line of defence). It arms itself only when loaded
@@ -41,6 +43,7 @@ pub mod event_record;
 pub mod got;
 pub mod handler;
 pub mod hist_symbols;
+pub mod interpose;
 pub mod mcount;
 pub mod own_thread;
 pub mod patch;
@@ -48,6 +51,8 @@ pub mod pids;
 pub mod probe;
 pub mod profile;
 pub mod resize;
+pub mod sigmask;
+pub mod signal_line;
 pub mod stack;
 pub mod text;
 pub mod thresh;
@@ -399,7 +404,9 @@ fn start(cfg: Config, arrival: Arrival) -> std::io::Result<()> {
     write_meta(&dir, &cfg)?;
     install_instance(&cfg, &dir)?;
     text::install_stop_handler()?;
+    sigmask::resolve_now();
     patch::install_trap_handler()?;
+    sigmask::unblock_on_this_thread();
     text::register_sync_core();
     handler::CLOCK_TSC.store(cfg.clock.is_tsc(), Ordering::Relaxed);
     handler::MAX_DEPTH.store(cfg.max_depth, Ordering::Relaxed);

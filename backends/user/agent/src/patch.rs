@@ -23,7 +23,7 @@
 //! `STOP_READERS` readers pin in the stop handler after their release, and the windows
 //! are replaced while every thread is parked before that point.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use ftrace_core::platform::Reclaim;
@@ -33,6 +33,7 @@ use ftrace_patch::protocol::{self, Emulation, PokeSite, Protocol, StopFixup, Tra
 use ftrace_patch::site::{Arch, SiteBytes, SiteForm, SiteInit, X86_PROBE_LEN, classify_x86};
 use ftrace_patch::text::{TextFault, TextPoke};
 
+use crate::signal_line::SignalLine;
 use crate::text;
 
 /// One call site.
@@ -296,9 +297,79 @@ impl Patcher {
     }
 }
 
-/// The SIGTRAP handler we replaced (`sa_sigaction`) and its flags.
-static OLD_TRAP_HANDLER: AtomicUsize = AtomicUsize::new(0);
-static OLD_TRAP_FLAGS: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+/// The program's own SIGTRAP action, which the agent's handler chains to for a trap that is
+/// not a breakpoint of ours: the action in place when the agent's was installed, then what
+/// the program set with `sigaction` ([`program_trap_action`]). The handler's address, with
+/// [`SIGINFO_BIT`] set for an `SA_SIGINFO` handler, in one word, so that a trap never sees
+/// one handler with another's calling convention (user addresses leave bit 63 clear).
+static PROGRAM_TRAP: AtomicU64 = AtomicU64::new(0);
+/// The bit of [`PROGRAM_TRAP`] that says the handler takes `siginfo`.
+const SIGINFO_BIT: u64 = 1 << 63;
+/// The program's SIGTRAP flags and mask (its first 64 signals), read back by its `sigaction`.
+static PROGRAM_TRAP_FLAGS: AtomicI32 = AtomicI32::new(0);
+static PROGRAM_TRAP_MASK: AtomicU64 = AtomicU64::new(0);
+/// Whether the agent's SIGTRAP handler is installed.
+static TRAP_HANDLER_INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the agent's SIGTRAP handler is installed (then the program's SIGTRAP action is
+/// [`program_trap_action`]'s).
+pub fn trap_handler_installed() -> bool {
+    TRAP_HANDLER_INSTALLED.load(Ordering::Acquire)
+}
+
+/// Records `sa` as the program's SIGTRAP action.
+fn set_program_trap(sa: &libc::sigaction) {
+    let mut mask = 0u64;
+    for sig in 1..=64 {
+        // SAFETY: `sa_mask` is an initialised sigset_t; the signal number is in range.
+        if unsafe { libc::sigismember(&sa.sa_mask, sig) } == 1 {
+            mask |= 1 << (sig - 1);
+        }
+    }
+    PROGRAM_TRAP_FLAGS.store(sa.sa_flags, Ordering::Relaxed);
+    PROGRAM_TRAP_MASK.store(mask, Ordering::Relaxed);
+    let siginfo = if sa.sa_flags & libc::SA_SIGINFO != 0 {
+        SIGINFO_BIT
+    } else {
+        0
+    };
+    PROGRAM_TRAP.store(sa.sa_sigaction as u64 | siginfo, Ordering::Release);
+}
+
+/// The program's SIGTRAP action, as `sigaction` would return it.
+fn program_trap() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is valid; sigemptyset/sigaddset initialise its mask.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = (PROGRAM_TRAP.load(Ordering::Acquire) & !SIGINFO_BIT) as usize;
+    sa.sa_flags = PROGRAM_TRAP_FLAGS.load(Ordering::Relaxed);
+    let mask = PROGRAM_TRAP_MASK.load(Ordering::Relaxed);
+    // SAFETY: as above.
+    unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+    for sig in (1..=64).filter(|s| mask & (1 << (s - 1)) != 0) {
+        // SAFETY: as above.
+        unsafe { libc::sigaddset(&mut sa.sa_mask, sig) };
+    }
+    sa
+}
+
+/// The program's `sigaction(SIGTRAP, act, old)` while the agent's handler is installed: the
+/// agent's handler stays, `act` becomes the action it chains to, and `old` receives the
+/// program's previous one. Returns 0 (`sigaction`'s success).
+///
+/// # Safety
+/// `act` and `old` are null or valid, as for `sigaction`.
+pub unsafe fn program_trap_action(act: *const libc::sigaction, old: *mut libc::sigaction) -> i32 {
+    let previous = program_trap();
+    // SAFETY: the caller passes a valid `act` when it is not null.
+    if let Some(act) = unsafe { act.as_ref() } {
+        set_program_trap(act);
+    }
+    // SAFETY: the caller passes a valid `old` when it is not null.
+    if let Some(old) = unsafe { old.as_mut() } {
+        *old = previous;
+    }
+    0
+}
 
 /// What to do with a trap at `bp`; `read` reads its first byte now (called only at a known
 /// site). A signal can be handled late, after its batch (and the next) moved on:
@@ -337,27 +408,88 @@ extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc
     }
 }
 
+/// Says on stderr why the process is about to die of a `SIGTRAP` that is not a breakpoint of
+/// ours (from a signal handler: no lock, no allocation, one `write`): where it trapped, how
+/// it was raised (`si_code`: 128 for an `int3`, 0 or -6 for a `kill`/`tgkill` by the pid
+/// named), whether the byte before rip is a site we patch, what it holds, and whether a
+/// batch is armed.
+fn report_fatal_trap(rip: u64, si: *const libc::siginfo_t) {
+    let bp = rip.wrapping_sub(1);
+    let known = known_site(bp);
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; `si_pid` is the
+    // sender's for a signal sent by a process and 0 (or garbage, ignored) otherwise.
+    let (code, pid) = unsafe { ((*si).si_code, (*si).si_pid()) };
+    let mut line = SignalLine::new();
+    line.push(b"ftrace-agent: SIGTRAP at rip ");
+    line.hex(rip);
+    line.push(b" in pid ");
+    // SAFETY: no preconditions.
+    line.dec(i64::from(unsafe { libc::getpid() }));
+    line.push(b" (si_code ");
+    line.dec(i64::from(code));
+    line.push(b", sender ");
+    line.dec(i64::from(pid));
+    line.push(b"): ");
+    if known {
+        line.push(b"a patched site holding ");
+        // SAFETY: a known site lies in mapped text.
+        line.hex(u64::from(unsafe {
+            core::ptr::read_volatile(bp as *const u8)
+        }));
+    } else {
+        line.push(b"not a site of ours");
+    }
+    line.push(if BREAKPOINTS.is_armed() {
+        b", a batch armed".as_slice()
+    } else {
+        b", no batch armed".as_slice()
+    });
+    line.push(b"; taking the default action\n");
+    line.write_stderr();
+}
+
+/// Hands a trap that is not ours to the program's action (the kernel's, for the default or
+/// for a breakpoint the program ignores: an ignored `int3` would trap again forever).
 fn chain(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
-    let h = OLD_TRAP_HANDLER.load(Ordering::Acquire);
-    if h == libc::SIG_IGN {
+    let action = PROGRAM_TRAP.load(Ordering::Acquire);
+    let h = (action & !SIGINFO_BIT) as usize;
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let from_kernel = unsafe { (*si).si_code } == libc::SI_KERNEL;
+    if h == libc::SIG_IGN && !from_kernel {
         return;
     }
-    if h == libc::SIG_DFL {
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // SAFETY: as above.
+        report_fatal_trap(
+            unsafe { (*ucv.cast::<libc::ucontext_t>()).uc_mcontext.gregs }[libc::REG_RIP as usize]
+                as u64,
+            si,
+        );
         // SAFETY: restoring the default action and re-raising: the default action (core dump)
         // happens when this handler returns and the signal is unblocked.
         unsafe {
-            libc::signal(sig, libc::SIG_DFL);
+            let mut dfl: libc::sigaction = core::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            crate::sigmask::real_sigaction(sig, &dfl, core::ptr::null_mut());
             libc::raise(sig);
         }
         return;
     }
-    if OLD_TRAP_FLAGS.load(Ordering::Acquire) & libc::SA_SIGINFO != 0 {
-        // SAFETY: the previous handler was installed as an SA_SIGINFO handler.
+    if PROGRAM_TRAP_FLAGS.load(Ordering::Relaxed) & libc::SA_RESETHAND != 0 {
+        let _ = PROGRAM_TRAP.compare_exchange(
+            action,
+            libc::SIG_DFL as u64,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+    if action & SIGINFO_BIT != 0 {
+        // SAFETY: the program installed this handler as an SA_SIGINFO handler.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
             unsafe { core::mem::transmute(h) };
         f(sig, si, ucv);
     } else {
-        // SAFETY: the previous handler was installed as a plain handler.
+        // SAFETY: the program installed this handler as a plain handler.
         let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
         f(sig);
     }
@@ -368,21 +500,23 @@ pub fn install_trap_handler() -> std::io::Result<()> {
     // SAFETY: zeroed sigactions are valid; `old` receives the previous action.
     unsafe {
         let mut old: libc::sigaction = core::mem::zeroed();
-        if libc::sigaction(libc::SIGTRAP, core::ptr::null(), &mut old) != 0 {
+        if crate::sigmask::real_sigaction(libc::SIGTRAP, core::ptr::null(), &mut old) != 0 {
             return Err(std::io::Error::last_os_error());
         }
         if old.sa_sigaction == on_trap as *const () as usize {
-            return Ok(()); // already ours (a forked child re-installing)
+            // Already ours: a forked child, or an agent attached again.
+            TRAP_HANDLER_INSTALLED.store(true, Ordering::Release);
+            return Ok(());
         }
-        OLD_TRAP_HANDLER.store(old.sa_sigaction, Ordering::Release);
-        OLD_TRAP_FLAGS.store(old.sa_flags, Ordering::Release);
+        set_program_trap(&old);
         let mut sa: libc::sigaction = core::mem::zeroed();
         sa.sa_sigaction = on_trap as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        if libc::sigaction(libc::SIGTRAP, &sa, core::ptr::null_mut()) != 0 {
+        if crate::sigmask::real_sigaction(libc::SIGTRAP, &sa, core::ptr::null_mut()) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
+    TRAP_HANDLER_INSTALLED.store(true, Ordering::Release);
     Ok(())
 }
 

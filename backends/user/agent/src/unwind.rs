@@ -35,46 +35,16 @@
 //! someone else's stack.
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::AtomicUsize;
 
 use crate::buffer::KIND_GRAPH_RET;
 use crate::handler::{self, ThreadState};
+use crate::interpose::next;
 use crate::tramp;
 
 /// `ThreadState::state` while the shadow stack's return addresses are restored for an
 /// unwinder: the next traced call (or the catch) reconciles first.
 pub const UNWOUND: u32 = 3;
-
-/// The next definition of `name` after the agent's (libgcc_s's, libstdc++'s), cached in
-/// `cache`; aborts with a message when there is none (the program called a function no
-/// library of it defines).
-fn next(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
-    let p = cache.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: a NUL-terminated name; RTLD_NEXT is valid in a shared object.
-    let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    if p == 0 {
-        // Attached (`dlopen`ed, not preloaded: [`crate::got`]), the agent's own dependencies
-        // lack libstdc++: the program's global scope has it, and not the agent.
-        // SAFETY: as above.
-        let d = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) } as usize;
-        if d != 0 && !crate::in_own_text(d as u64) {
-            p = d;
-        }
-    }
-    if p == 0 {
-        let msg = b"ftrace-agent: an unwinder function is missing from the program's libraries\n";
-        // SAFETY: writing a static buffer to stderr.
-        unsafe {
-            libc::write(2, msg.as_ptr().cast(), msg.len());
-            libc::abort()
-        }
-    }
-    cache.store(p, Ordering::Relaxed);
-    p
-}
 
 /// The calling thread's state when it has a shadow stack to work on.
 fn thread() -> Option<&'static mut ThreadState> {
