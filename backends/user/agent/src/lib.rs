@@ -535,6 +535,10 @@ std::thread_local! {
     /// of the lock).
     static FORK_GUARD: core::cell::RefCell<Option<std::sync::MutexGuard<'static, Option<Agent>>>> =
         const { core::cell::RefCell::new(None) };
+    /// The resize threads' lock, held across `fork` after the agent's
+    /// ([`resize::lock_for_fork`]).
+    static FORK_THREADS_GUARD: core::cell::RefCell<Option<std::sync::MutexGuard<'static, Vec<(u32, u32)>>>> =
+        const { core::cell::RefCell::new(None) };
 }
 
 extern "C" fn before_fork() {
@@ -543,9 +547,12 @@ extern "C" fn before_fork() {
     FORKING_TID.with(|t| t.set(tid));
     let g = agent();
     FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
+    let t = resize::lock_for_fork();
+    FORK_THREADS_GUARD.with(|f| *f.borrow_mut() = Some(t));
 }
 
 extern "C" fn after_fork_parent() {
+    FORK_THREADS_GUARD.with(|f| drop(f.borrow_mut().take()));
     FORK_GUARD.with(|f| drop(f.borrow_mut().take()));
 }
 
@@ -553,6 +560,7 @@ extern "C" fn after_fork_child() {
     // Until the child has counters of its own, nothing it runs (the agent's own writes of
     // its instance files go through the program's interposers) counts into its parent's.
     let profiling = profile::suspend();
+    FORK_THREADS_GUARD.with(|f| drop(f.borrow_mut().take()));
     let parent_tid = FORKING_TID.with(|t| t.get());
     if parent_tid != 0 {
         pids::follow_fork(parent_tid);

@@ -102,6 +102,16 @@ pub fn request(bytes: usize) -> Result<(), Refused> {
     Ok(())
 }
 
+/// Takes the threads' lock for a `fork` ([`crate::before_fork`], after the agent's lock):
+/// the settler takes it on its own, and a child forked while it held it would have it held
+/// by a thread it does not have, so that its next [`request`] waited forever (a live mount's
+/// shell hung so in ftracetest's buffer-size tests). Released in the parent and in the child
+/// when the guard is dropped. Signals stay as they are: a handler on the forking thread that
+/// registers (`note`) gives up waiting for the lock.
+pub(crate) fn lock_for_fork() -> std::sync::MutexGuard<'static, Vec<(u32, u32)>> {
+    THREADS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The generation a thread registering now writes: read before the instance (acquire), so
 /// that the instance is at least that new.
 pub(crate) fn current_gen() -> u32 {
@@ -254,5 +264,36 @@ mod tests {
             Err(Refused::NoInstance)
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fork while another thread (the settler) holds the threads' lock waits for it, so
+    /// the child gets the lock free: its next request would otherwise wait forever.
+    #[test]
+    fn a_child_forked_while_the_settler_holds_the_lock_gets_it_free() {
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let settler = std::thread::spawn(move || {
+            let _t = THREADS.lock().unwrap_or_else(|e| e.into_inner());
+            held_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        });
+        held_rx.recv().unwrap();
+        crate::before_fork();
+        // SAFETY: the child only tries a lock and leaves with `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            crate::after_fork_child();
+            let free = THREADS.try_lock().is_ok();
+            // SAFETY: leaving the child at once, no destructors.
+            unsafe { libc::_exit(if free { 0 } else { 1 }) };
+        }
+        crate::after_fork_parent();
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child found the threads' lock held ({status:#x})"
+        );
+        settler.join().unwrap();
     }
 }
