@@ -537,7 +537,7 @@ std::thread_local! {
         const { core::cell::RefCell::new(None) };
     /// The resize threads' lock, held across `fork` after the agent's
     /// ([`resize::lock_for_fork`]).
-    static FORK_THREADS_GUARD: core::cell::RefCell<Option<std::sync::MutexGuard<'static, Vec<(u32, u32)>>>> =
+    static FORK_THREADS_GUARD: core::cell::RefCell<Option<resize::ThreadsGuard>> =
         const { core::cell::RefCell::new(None) };
 }
 

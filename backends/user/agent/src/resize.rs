@@ -102,13 +102,16 @@ pub fn request(bytes: usize) -> Result<(), Refused> {
     Ok(())
 }
 
+/// The threads' lock, held.
+pub(crate) type ThreadsGuard = std::sync::MutexGuard<'static, Vec<(u32, u32)>>;
+
 /// Takes the threads' lock for a `fork` ([`crate::before_fork`], after the agent's lock):
 /// the settler takes it on its own, and a child forked while it held it would have it held
 /// by a thread it does not have, so that its next [`request`] waited forever (a live mount's
 /// shell hung so in ftracetest's buffer-size tests). Released in the parent and in the child
 /// when the guard is dropped. Signals stay as they are: a handler on the forking thread that
 /// registers (`note`) gives up waiting for the lock.
-pub(crate) fn lock_for_fork() -> std::sync::MutexGuard<'static, Vec<(u32, u32)>> {
+pub(crate) fn lock_for_fork() -> ThreadsGuard {
     THREADS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
