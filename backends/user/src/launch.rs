@@ -69,24 +69,12 @@ pub fn traced_command(agent: &Path, config: &Config, prog: &str, args: &[String]
 
 /// Runs the traced program to completion.
 pub fn run(config: &Config, prog: &str, args: &[String]) -> Result<ExitStatus, String> {
-    run_with(config, prog, args, || {})
-}
-
-/// [`run`], calling `meanwhile` once the program has started (its image exec'd) and before
-/// waiting for it: work for the tool to do while the program loads.
-pub fn run_with(
-    config: &Config,
-    prog: &str,
-    args: &[String],
-    meanwhile: impl FnOnce(),
-) -> Result<ExitStatus, String> {
     let agent = find_agent()?;
     std::fs::create_dir_all(&config.output)
         .map_err(|e| format!("{}: {e}", config.output.display()))?;
     let mut child = traced_command(&agent, config, prog, args)
         .spawn()
         .map_err(|e| format!("{prog}: {e}"))?;
-    meanwhile();
     child.wait().map_err(|e| format!("{prog}: {e}"))
 }
 

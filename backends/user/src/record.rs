@@ -233,11 +233,14 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
         ring_dir: Some(rings.path().to_path_buf()),
         ..cfg
     };
-    let drainer = crate::drain::Drainer::start(rings.path(), out);
-    // The first thread's ring is reserved here, while the program starts.
-    let spare = || rings.make_spare(cfg.ring_file_bytes());
-    let status = crate::launch::run_with(&cfg, prog, args, spare);
-    let drained = drainer.finish();
+    // The first thread's ring is reserved here, on another CPU, from before the program
+    // starts: it takes it when it is whole (waiting for the rest if it comes first).
+    let (status, drained) = std::thread::scope(|s| {
+        s.spawn(|| rings.make_spare(cfg.ring_file_bytes()));
+        let drainer = crate::drain::Drainer::start(rings.path(), out);
+        let status = crate::launch::run(&cfg, prog, args);
+        (status, drainer.finish())
+    });
     let status = status?;
     let threads = drained?;
     let mut summary = summary_of(&threads, out);

@@ -36,6 +36,12 @@ pub const RING_OFFSET: usize = 64;
 /// buffer, which then skips reserving its ring itself, the tool having done it on another CPU
 /// while the program was starting.
 pub const SPARE_FILE: &str = "spare";
+/// The name of the spare while the tool is still making it ([`SPARE_FILE`] once whole): a
+/// thread that needs a buffer then waits for it (at most [`SPARE_WAIT_MS`]) rather than
+/// reserve a ring of its own on the program's path.
+pub const SPARE_IN_PROGRESS: &str = "spare.new";
+/// How long a thread waits for a spare in progress ([`SPARE_IN_PROGRESS`]).
+pub const SPARE_WAIT_MS: u64 = 50;
 
 /// A `function` event: `arg` is the parent ip.
 pub const KIND_FUNC: u32 = 1;

@@ -529,8 +529,9 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
 pub const PREFAULT_BYTES: usize = 256 << 10;
 
 /// Takes the tool's spare buffer file (streamed recordings: [`Instance::spare`]) as `path`,
-/// opened read-write: `None` when there is none (another thread took it, or the tool made
-/// none), when `path` exists, or when it is not `len` bytes (then it is removed).
+/// opened read-write, waiting up to [`buffer::SPARE_WAIT_MS`] for one the tool is still
+/// making: `None` when there is none (another thread took it, or the tool made none), when
+/// `path` exists, or when it is not `len` bytes (then it is removed).
 ///
 /// # Safety
 /// Plain syscalls; the descriptor returned is the caller's.
@@ -540,11 +541,23 @@ unsafe fn take_spare(inst: &Instance, path: &str, len: usize) -> Option<libc::c_
     }
     let spare = inst.spare.as_ref()?;
     let to = CString::new(path).ok()?;
+    // The tool may still be making it (it starts before the program): waiting for the rest
+    // of its work costs the program less than doing all of it again.
+    let in_progress =
+        std::path::Path::new(spare.to_str().ok()?).with_file_name(buffer::SPARE_IN_PROGRESS);
+    let in_progress = CString::new(in_progress.to_str()?).ok()?;
     // SAFETY: valid paths; the rename is atomic, so one thread at most gets the spare.
     unsafe {
         let at = libc::AT_FDCWD;
-        if libc::renameat2(at, spare.as_ptr(), at, to.as_ptr(), libc::RENAME_NOREPLACE) != 0 {
-            return None;
+        let mut waited = 0;
+        while libc::renameat2(at, spare.as_ptr(), at, to.as_ptr(), libc::RENAME_NOREPLACE) != 0 {
+            let making = *libc::__errno_location() == libc::ENOENT
+                && libc::access(in_progress.as_ptr(), libc::F_OK) == 0;
+            if !making || waited >= buffer::SPARE_WAIT_MS * 10 {
+                return None;
+            }
+            libc::usleep(100);
+            waited += 1;
         }
         let fd = libc::open(to.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
         let mut st: libc::stat = core::mem::zeroed();
@@ -679,7 +692,8 @@ mod tests {
 
     /// A streamed recording's thread takes the tool's spare buffer file when it has the
     /// size the instance expects (renamed to the thread's name: one thread gets it), and
-    /// removes one of another size; without a spare, or in overwrite mode, it takes nothing.
+    /// removes one of another size; without a spare, or in overwrite mode, it takes nothing;
+    /// one the tool is still making it waits for, a while.
     #[test]
     fn a_thread_takes_the_tools_spare_buffer_file_of_its_size() {
         let dir = tempfile_dir().join("spare");
@@ -717,6 +731,24 @@ mod tests {
         let other = other.to_str().unwrap();
         assert_eq!(take(false, other), None, "wrong size");
         assert!(!spare.exists() && !std::path::Path::new(other).exists());
+        // A spare the tool is still making is waited for...
+        let making = dir.join(buffer::SPARE_IN_PROGRESS);
+        std::fs::write(&making, vec![0u8; len]).unwrap();
+        let finisher = {
+            let (making, spare) = (making.clone(), spare.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                std::fs::rename(making, spare).unwrap();
+            })
+        };
+        let third = dir.join("buf-3");
+        assert_eq!(take(false, third.to_str().unwrap()), Some(()), "waited for");
+        finisher.join().unwrap();
+        // ... for a while: one never finished is given up.
+        std::fs::write(&making, vec![0u8; len]).unwrap();
+        let t = std::time::Instant::now();
+        assert_eq!(take(false, dir.join("buf-4").to_str().unwrap()), None);
+        assert!(t.elapsed() >= std::time::Duration::from_millis(buffer::SPARE_WAIT_MS));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
