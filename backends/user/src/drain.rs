@@ -60,9 +60,6 @@ const SCAN_EVERY: Duration = Duration::from_millis(1);
 const BATCH: u64 = 4096;
 /// How often it checks whether the threads of idle rings have exited.
 const EXIT_CHECK_EVERY: Duration = Duration::from_millis(50);
-/// Passes in a row that found nothing to take after which a helper drainer sleeps until it
-/// is woken.
-const HELPER_IDLE_PASSES: u32 = 4;
 /// The most drainer threads (one per CPU up to this).
 pub const MAX_THREADS: usize = 8;
 
@@ -507,18 +504,13 @@ fn run(
     let mut last_exit_check = Instant::now();
     let mut idle = true;
     let leader = me == 0;
-    let mut idle_passes = 0;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         if !leader && !stopping {
             let Pass { moved, busy, .. } = shared.pass(me)?;
-            idle_passes = if moved == 0 { idle_passes + 1 } else { 0 };
-            if idle_passes >= HELPER_IDLE_PASSES {
-                // Nothing it may take for a while: until the leader (or the end) wakes it.
-                idle_passes = 0;
+            if moved == 0 {
+                // Nothing it may take: until the leader (or the end) wakes it.
                 std::thread::park();
-            } else if idle_passes > 0 {
-                pause(IDLE_SLEEP, stop);
             } else if !busy {
                 pause(BATCH_SLEEP, stop);
             }
