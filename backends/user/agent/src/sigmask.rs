@@ -32,7 +32,7 @@ use core::sync::atomic::AtomicUsize;
 use crate::interpose::next;
 
 /// The signals no mask of the program holds while the agent's trap handler is installed.
-fn kept() -> [c_int; 2] {
+pub fn kept() -> [c_int; 2] {
     [libc::SIGTRAP, crate::text::stop_signal()]
 }
 
