@@ -652,7 +652,7 @@ mod tests {
     fn ring_files_are_reserved_whole_and_writable() {
         use std::os::fd::AsRawFd as _;
         use std::os::unix::fs::MetadataExt as _;
-        let dir = tempfile_dir();
+        let dir = tempfile_dir("reserved");
         let len = buffer::HEADER_SIZE + 2 * PREFAULT_BYTES;
         for (i, mode) in [
             buffer::SlotMode::ProducerConsumer,
@@ -696,7 +696,7 @@ mod tests {
     /// one the tool is still making it waits for, a while.
     #[test]
     fn a_thread_takes_the_tools_spare_buffer_file_of_its_size() {
-        let dir = tempfile_dir().join("spare");
+        let dir = tempfile_dir("spare");
         std::fs::create_dir_all(&dir).unwrap();
         let spare = dir.join(buffer::SPARE_FILE);
         let len = buffer::HEADER_SIZE + 64 * buffer::SLOT_SIZE;
@@ -752,13 +752,17 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    fn tempfile_dir() -> std::path::PathBuf {
+    /// A directory of test `name`'s own (tests run in parallel and remove theirs).
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
         let base = if std::path::Path::new("/dev/shm").is_dir() {
             std::path::PathBuf::from("/dev/shm")
         } else {
             std::env::temp_dir()
         };
-        let dir = base.join(format!("ftrace-agent-ring-test-{}", std::process::id()));
+        let dir = base.join(format!(
+            "ftrace-agent-ring-test-{}-{name}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }

@@ -273,6 +273,10 @@ mod tests {
     /// the child gets the lock free: its next request would otherwise wait forever.
     #[test]
     fn a_child_forked_while_the_settler_holds_the_lock_gets_it_free() {
+        // The threads' lock is process-wide: the other tests that take it wait.
+        let _switches = handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let (held_tx, held_rx) = std::sync::mpsc::channel();
         let settler = std::thread::spawn(move || {
             let _t = THREADS.lock().unwrap_or_else(|e| e.into_inner());
