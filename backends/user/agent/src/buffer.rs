@@ -37,11 +37,16 @@ pub const RING_OFFSET: usize = 64;
 /// while the program was starting.
 pub const SPARE_FILE: &str = "spare";
 /// The name of the spare while the tool is still making it ([`SPARE_FILE`] once whole): a
-/// thread that needs a buffer then waits for it (at most [`SPARE_WAIT_MS`]) rather than
+/// thread that needs a buffer then waits for it (at most [`spare_wait_ms`]) rather than
 /// reserve a ring of its own on the program's path.
 pub const SPARE_IN_PROGRESS: &str = "spare.new";
-/// How long a thread waits for a spare in progress ([`SPARE_IN_PROGRESS`]).
-pub const SPARE_WAIT_MS: u64 = 50;
+
+/// How long a thread waits for a spare of `len` bytes in progress ([`SPARE_IN_PROGRESS`]):
+/// 10 ms and 1 ms per MiB, about three times what reserving it takes on a slow VM (0.33 ms
+/// per MiB), so that a tool that stopped making it costs a bounded wait.
+pub fn spare_wait_ms(len: usize) -> u64 {
+    10 + (len >> 20) as u64
+}
 
 /// A `function` event: `arg` is the parent ip.
 pub const KIND_FUNC: u32 = 1;

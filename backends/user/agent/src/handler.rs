@@ -529,7 +529,7 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
 pub const PREFAULT_BYTES: usize = 256 << 10;
 
 /// Takes the tool's spare buffer file (streamed recordings: [`Instance::spare`]) as `path`,
-/// opened read-write, waiting up to [`buffer::SPARE_WAIT_MS`] for one the tool is still
+/// opened read-write, waiting up to [`buffer::spare_wait_ms`] for one the tool is still
 /// making: `None` when there is none (another thread took it, or the tool made none), when
 /// `path` exists, or when it is not `len` bytes (then it is removed).
 ///
@@ -546,18 +546,18 @@ unsafe fn take_spare(inst: &Instance, path: &str, len: usize) -> Option<libc::c_
     let in_progress =
         std::path::Path::new(spare.to_str().ok()?).with_file_name(buffer::SPARE_IN_PROGRESS);
     let in_progress = CString::new(in_progress.to_str()?).ok()?;
+    let give_up =
+        std::time::Instant::now() + std::time::Duration::from_millis(buffer::spare_wait_ms(len));
     // SAFETY: valid paths; the rename is atomic, so one thread at most gets the spare.
     unsafe {
         let at = libc::AT_FDCWD;
-        let mut waited = 0;
         while libc::renameat2(at, spare.as_ptr(), at, to.as_ptr(), libc::RENAME_NOREPLACE) != 0 {
             let making = *libc::__errno_location() == libc::ENOENT
                 && libc::access(in_progress.as_ptr(), libc::F_OK) == 0;
-            if !making || waited >= buffer::SPARE_WAIT_MS * 10 {
+            if !making || std::time::Instant::now() >= give_up {
                 return None;
             }
             libc::usleep(100);
-            waited += 1;
         }
         let fd = libc::open(to.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
         let mut st: libc::stat = core::mem::zeroed();
@@ -748,7 +748,7 @@ mod tests {
         std::fs::write(&making, vec![0u8; len]).unwrap();
         let t = std::time::Instant::now();
         assert_eq!(take(false, dir.join("buf-4").to_str().unwrap()), None);
-        assert!(t.elapsed() >= std::time::Duration::from_millis(buffer::SPARE_WAIT_MS));
+        assert!(t.elapsed() >= std::time::Duration::from_millis(buffer::spare_wait_ms(len)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
