@@ -398,35 +398,11 @@ fn hist_spec(t: &Trigger) -> String {
 
 #[cfg(test)]
 mod tests {
-    use ftrace_agent::event::{EventInfo, FieldInfo};
+    use ftrace_agent::event::EventInfo;
 
     #[test]
     fn a_listed_event_has_the_kernels_format_file() {
-        let e = EventInfo {
-            id: 1024,
-            system: "demo".into(),
-            name: "demo_value".into(),
-            print_fmt: "\"value=%lu label=%s\", REC->value, REC->label".into(),
-            fields: vec![
-                FieldInfo {
-                    c_type: "unsigned long".into(),
-                    name: "value".into(),
-                    offset: 8,
-                    size: 8,
-                    signed: false,
-                    array_len: 0,
-                },
-                FieldInfo {
-                    c_type: "char".into(),
-                    name: "label".into(),
-                    offset: 16,
-                    size: 16,
-                    signed: false,
-                    array_len: 16,
-                },
-            ],
-            rec_size: 32,
-        };
+        let e = EventInfo::demo_value();
         let text = e.format().to_string();
         assert!(
             text.starts_with("name: demo_value\nID: 1024\nformat:\n"),

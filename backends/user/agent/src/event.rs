@@ -130,6 +130,42 @@ pub struct EventInfo {
 }
 
 impl EventInfo {
+    /// A `demo:demo_value` event with an `unsigned long value` and a `char label[16]`, as the
+    /// agent lists it: a fixture for tests and examples.
+    ///
+    /// ```
+    /// use ftrace_agent::event::EventInfo;
+    /// let e = EventInfo::demo_value();
+    /// assert_eq!(EventInfo::parse_line(&e.to_line()), Some(e));
+    /// ```
+    pub fn demo_value() -> EventInfo {
+        EventInfo {
+            id: 1024,
+            system: "demo".into(),
+            name: "demo_value".into(),
+            print_fmt: "\"value=%lu label=%s\", REC->value, REC->label".into(),
+            fields: vec![
+                FieldInfo {
+                    c_type: "unsigned long".into(),
+                    name: "value".into(),
+                    offset: 8,
+                    size: 8,
+                    signed: false,
+                    array_len: 0,
+                },
+                FieldInfo {
+                    c_type: "char".into(),
+                    name: "label".into(),
+                    offset: 16,
+                    size: 16,
+                    signed: false,
+                    array_len: 16,
+                },
+            ],
+            rec_size: 32,
+        }
+    }
+
     /// One `EVENTS` line (no newline): `id\tsystem\tname\trec_size\tfields\tprint_fmt`, the
     /// fields `type:name:offset:size:signed:array_len` joined by `;`.
     pub fn to_line(&self) -> String {
@@ -525,31 +561,7 @@ mod tests {
 
     #[test]
     fn event_lines_round_trip() {
-        let e = EventInfo {
-            id: 1024,
-            system: "demo".into(),
-            name: "demo_value".into(),
-            print_fmt: "\"value=%lu label=%s\", REC->value, REC->label".into(),
-            fields: vec![
-                FieldInfo {
-                    c_type: "unsigned long".into(),
-                    name: "value".into(),
-                    offset: 8,
-                    size: 8,
-                    signed: false,
-                    array_len: 0,
-                },
-                FieldInfo {
-                    c_type: "char".into(),
-                    name: "label".into(),
-                    offset: 16,
-                    size: 16,
-                    signed: false,
-                    array_len: 16,
-                },
-            ],
-            rec_size: 32,
-        };
+        let e = EventInfo::demo_value();
         assert_eq!(EventInfo::parse_line(&e.to_line()), Some(e));
         assert_eq!(EventInfo::parse_line("1024\tdemo"), None);
     }
