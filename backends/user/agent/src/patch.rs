@@ -404,7 +404,7 @@ extern "C" fn on_trap(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc
         TrapAction::Emulate(Emulation::Skip { next } | Emulation::MovX9Lr { next }) => {
             gregs[libc::REG_RIP as usize] = next as i64
         }
-        TrapAction::Emulate(Emulation::None) | TrapAction::NotOurs => chain(sig, si, ucv),
+        TrapAction::Emulate(Emulation::None) | TrapAction::NotOurs => chain(sig, si, ucv, rip),
     }
 }
 
@@ -448,9 +448,10 @@ fn report_fatal_trap(rip: u64, si: *const libc::siginfo_t) {
     line.write_stderr();
 }
 
-/// Hands a trap that is not ours to the program's action (the kernel's, for the default or
-/// for a breakpoint the program ignores: an ignored `int3` would trap again forever).
-fn chain(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
+/// Hands a trap that is not ours (taken at `rip`) to the program's action (the kernel's, for
+/// the default or for a breakpoint the program ignores: an ignored `int3` would trap again
+/// forever).
+fn chain(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void, rip: u64) {
     let action = PROGRAM_TRAP.load(Ordering::Acquire);
     let h = (action & !SIGINFO_BIT) as usize;
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
@@ -459,12 +460,7 @@ fn chain(sig: libc::c_int, si: *mut libc::siginfo_t, ucv: *mut libc::c_void) {
         return;
     }
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // SAFETY: as above.
-        report_fatal_trap(
-            unsafe { (*ucv.cast::<libc::ucontext_t>()).uc_mcontext.gregs }[libc::REG_RIP as usize]
-                as u64,
-            si,
-        );
+        report_fatal_trap(rip, si);
         // SAFETY: restoring the default action and re-raising: the default action (core dump)
         // happens when this handler returns and the signal is unblocked.
         unsafe {

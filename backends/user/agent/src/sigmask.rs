@@ -16,8 +16,9 @@
 //! process, the agent points the objects' GOT entries at them, [`crate::got`]). And the
 //! program's `sigaction(SIGTRAP)` or `signal(SIGTRAP)` does not replace the agent's handler:
 //! it sets the action the agent's handler hands the traps that are not its own to
-//! ([`crate::patch::program_trap_action`]), and reads back the program's own. A program image that starts with them blocked (a mask
-//! survives `exec`) has them unblocked by [`unblock_on_this_thread`] when the agent starts.
+//! ([`crate::patch::program_trap_action`]), and reads back the program's own. A program image
+//! that starts with them blocked (a mask survives `exec`) has them unblocked by
+//! [`unblock_on_this_thread`] when the agent starts.
 //!
 //! What the program sees differently: its mask never shows the two signals blocked, so a
 //! `SIGTRAP` another process sends it arrives at once. Limits: masks set without these calls
@@ -99,16 +100,20 @@ pub fn unblock_on_this_thread() {
     }
 }
 
-/// Calls the mask function `real` with `set` filtered.
+/// Calls libc's mask function `name` (cached in `cache`) with `set` filtered: what both mask
+/// interposers do.
 ///
 /// # Safety
 /// As the mask functions: `set` and `old` are null or valid.
 unsafe fn call_mask(
-    real: MaskFn,
+    name: &core::ffi::CStr,
+    cache: &AtomicUsize,
     how: c_int,
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> c_int {
+    // SAFETY: `next` returns libc's `name`, a mask function of this type.
+    let real: MaskFn = unsafe { core::mem::transmute(next(name, cache)) };
     // SAFETY: the caller's pointers.
     match unsafe { filtered(set) } {
         // SAFETY: a valid set of ours, the caller's `old`.
@@ -128,11 +133,8 @@ pub unsafe extern "C" fn sigprocmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> c_int {
-    // SAFETY: `next` returns libc's `sigprocmask`, of this type; the caller's pointers.
-    unsafe {
-        let real: MaskFn = core::mem::transmute(next(c"sigprocmask", &SIGPROCMASK));
-        call_mask(real, how, set, old)
-    }
+    // SAFETY: the caller's pointers.
+    unsafe { call_mask(c"sigprocmask", &SIGPROCMASK, how, set, old) }
 }
 
 /// `pthread_sigmask(3)`, interposed: the [`kept`] signals are never blocked.
@@ -145,11 +147,8 @@ pub unsafe extern "C" fn pthread_sigmask(
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
 ) -> c_int {
-    // SAFETY: `next` returns libc's `pthread_sigmask`, of this type; the caller's pointers.
-    unsafe {
-        let real: MaskFn = core::mem::transmute(next(c"pthread_sigmask", &PTHREAD_SIGMASK));
-        call_mask(real, how, set, old)
-    }
+    // SAFETY: the caller's pointers.
+    unsafe { call_mask(c"pthread_sigmask", &PTHREAD_SIGMASK, how, set, old) }
 }
 
 /// `sigaction(2)`, interposed: a handler's mask never blocks the [`kept`] signals, and
