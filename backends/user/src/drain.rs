@@ -11,6 +11,8 @@
 //! never waits for the tool. A thread that has exited is drained to its end, its events file
 //! closed and its ring file removed while the program goes on (so short-lived threads cost no
 //! memory later); at the end every ring left is drained the same way.
+//! The tool's pages of a ring are given back every MiB it consumes
+//! ([`RingMapping::release_slots`]): the tool's memory is a window per ring, not the ring.
 //!
 //! There is a drainer thread per CPU (at most [`MAX_THREADS`]); each drains, pass after pass,
 //! the rings no other thread is draining at the moment (`Rings`). A call-dense
@@ -40,7 +42,7 @@ use ftrace_agent::buffer::{SPARE_FILE, SPARE_IN_PROGRESS};
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
 use crate::recording::is_event_of_its_own;
-use crate::ringmap::{Access, RingMapping};
+use crate::ringmap::{Access, RingMapping, SLOTS_PER_PAGE};
 use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
 
 /// How long the drainer sleeps when a pass found nothing to read.
@@ -58,6 +60,11 @@ const BUSY_FILL: u64 = 4;
 const SCAN_EVERY: Duration = Duration::from_millis(1);
 /// Events encoded per batch (what one reservation of the output buffer holds).
 const BATCH: u64 = 4096;
+/// Slots the drainer consumes between two returns of the pages it has read
+/// ([`RingMapping::release_slots`]): 1 MiB of slots, so that the tool maps about that much of
+/// each ring rather than the whole ring (a ring of 64 MiB would otherwise cost the tool 64 MiB
+/// of memory once read through).
+const RELEASE_EVERY: u64 = 1 << 15;
 /// How often it checks whether the threads of idle rings have exited.
 const EXIT_CHECK_EVERY: Duration = Duration::from_millis(50);
 /// The most drainer threads (one per CPU up to this).
@@ -74,6 +81,8 @@ struct Drained {
     /// value, a stack record's frames, a trace event's data) and stack records (not carried
     /// into recordings) are no events of their own (`recording::is_event_of_its_own`).
     events: u64,
+    /// The ring index below which the tool's pages of the ring have been given back.
+    released: u64,
     pid: u32,
     tid: u32,
 }
@@ -121,6 +130,7 @@ impl Drained {
             cursor: Cursor::default(),
             out,
             events: 0,
+            released: 0,
             pid: header.pid,
             tid: header.tid,
             map,
@@ -146,6 +156,12 @@ impl Drained {
             self.out
                 .flush_if_full()
                 .map_err(|e| format!("{}: {e}", self.events_file.display()))?;
+            let next = self.cursor.next;
+            if next - self.released >= RELEASE_EVERY {
+                let to = next - next % SLOTS_PER_PAGE;
+                self.map.release_slots(self.released, to, ring.capacity());
+                self.released = to;
+            }
             // At most a ring's worth per call: the other rings' turn comes first.
             if n < BATCH || moved >= ring.capacity() {
                 return Ok(moved);
@@ -595,8 +611,13 @@ mod tests {
     /// Writes the ring file of thread `tid` under `dir` holding `slots` (kind, depth), after
     /// checking that the drainer takes a file without its header for no ring.
     fn write_ring(dir: &Path, tid: u32, slots: &[(u32, u32)]) -> PathBuf {
+        write_ring_of(dir, tid, 64, slots)
+    }
+
+    /// [`write_ring`] with a ring of `capacity` slots.
+    fn write_ring_of(dir: &Path, tid: u32, capacity: usize, slots: &[(u32, u32)]) -> PathBuf {
         let ring_file = dir.join(format!("buf-{tid}"));
-        let len = buffer::HEADER_SIZE + 64 * buffer::SLOT_SIZE;
+        let len = buffer::HEADER_SIZE + capacity * buffer::SLOT_SIZE;
         let f = File::create_new(&ring_file).unwrap();
         f.set_len(len as u64).unwrap();
         let map = RingMapping::open(&ring_file, Access::ReadWrite);
@@ -620,6 +641,49 @@ mod tests {
         let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
         std::fs::write(&ring_file, &bytes).unwrap();
         ring_file
+    }
+
+    /// The resident size, in KiB, of this process's mapping that starts at `addr`
+    /// (`/proc/self/smaps`).
+    fn mapping_rss_kb(addr: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{addr:x}-");
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start));
+        assert!(lines.next().is_some(), "no mapping at {addr:#x}");
+        lines
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse().ok())
+            .expect("an Rss line")
+    }
+
+    /// The tool keeps a window of a ring mapped, not the whole ring: the pages it has
+    /// consumed are given back as it goes, so a 4 MiB ring read through costs it at most
+    /// [`RELEASE_EVERY`] slots (1 MiB) and the header's page. The ring is where the tool puts rings, on tmpfs
+    /// (whose pages are 4 KiB unless the machine enables huge pages for it, which this kind
+    /// of machine does not: a file system that caches a file in 2 MiB folios maps them whole).
+    #[test]
+    fn the_tool_maps_a_window_of_a_ring_not_the_whole_ring() {
+        let out = tempfile::tempdir().unwrap();
+        let rings = RingDir::create(out.path());
+        assert!(rings.private, "no tmpfs for rings here");
+        let instance = format!("{}.0", std::process::id());
+        std::fs::create_dir(rings.path().join(&instance)).unwrap();
+        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let capacity = 1 << 17;
+        let events = vec![(buffer::KIND_FUNC, 0); capacity - 1];
+        let path = write_ring_of(&rings.path().join(&instance), 3, capacity, &events);
+        let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
+        assert_eq!(d.drain(Drain::Live).unwrap(), capacity as u64 - 1);
+        let rss = mapping_rss_kb(d.map.addr());
+        let window_kb = RELEASE_EVERY * buffer::SLOT_SIZE as u64 / 1024;
+        assert!(
+            rss <= window_kb + 4,
+            "{rss} KiB of a 4 MiB ring still mapped"
+        );
+        // Read again, the ring maps again: what was given back was the mapping, not the
+        // slots (the events file has every event once).
+        let c = d.finish().unwrap();
+        assert_eq!((c.events, c.lost), (capacity as u64 - 1, 0));
     }
 
     /// A drainer thread skips the ring another one is draining and drains the others: two

@@ -16,6 +16,9 @@ pub(crate) enum Access {
     ReadWrite,
 }
 
+/// Slots in a page of a ring file (the unit [`RingMapping::release_slots`] gives back).
+pub(crate) const SLOTS_PER_PAGE: u64 = (4096 / SLOT_SIZE) as u64;
+
 /// A shared mapping of one ring file, unmapped on drop.
 pub(crate) struct RingMapping {
     ptr: *mut u8,
@@ -59,6 +62,43 @@ impl RingMapping {
         }
         let m = RingMapping { ptr: p.cast(), len };
         m.view().is_some().then_some(m)
+    }
+
+    /// Gives back the tool's pages of the ring's slots `[from, to)` (ring indices, which wrap
+    /// at `capacity`; both multiples of [`SLOTS_PER_PAGE`]): what the tool has consumed. The
+    /// slots stay in the file, where the program goes on writing them; the tool maps them
+    /// again, one fault per few pages, when it reads them on the next lap. So the tool's
+    /// memory stays a window behind its cursor, whatever the ring's size, instead of growing
+    /// to every ring's whole size.
+    pub(crate) fn release_slots(&self, from: u64, to: u64, capacity: u64) {
+        if to <= from || capacity % SLOTS_PER_PAGE != 0 || from % SLOTS_PER_PAGE != 0 {
+            return;
+        }
+        let byte = |slot: u64| HEADER_SIZE + (slot % capacity) as usize * SLOT_SIZE;
+        let end = HEADER_SIZE + capacity as usize * SLOT_SIZE;
+        let ranges = if to - from >= capacity {
+            [(HEADER_SIZE, end), (0, 0)]
+        } else if byte(from) < byte(to) {
+            [(byte(from), byte(to)), (0, 0)]
+        } else {
+            [(byte(from), end), (HEADER_SIZE, byte(to))]
+        };
+        for (a, b) in ranges {
+            if a < b && b <= self.len {
+                // SAFETY: a page-aligned range of our own mapping (`HEADER_SIZE` is a page,
+                // slots come a page at a time); dropping the tool's page-table entries of a
+                // shared file mapping loses nothing: the pages stay in the file.
+                unsafe {
+                    libc::madvise(self.ptr.add(a).cast(), b - a, libc::MADV_DONTNEED);
+                }
+            }
+        }
+    }
+
+    /// Where the mapping starts (tests find it in `/proc/self/smaps` with it).
+    #[cfg(test)]
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr as usize
     }
 
     /// The ring file's view (`None`: not a buffer this tool reads).
