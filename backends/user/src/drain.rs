@@ -11,8 +11,9 @@
 //! never waits for the tool. A thread that has exited is drained to its end, its events file
 //! closed and its ring file removed while the program goes on (so short-lived threads cost no
 //! memory later); at the end every ring left is drained the same way.
-//! The tool's pages of a ring are given back every MiB it consumes
-//! ([`RingMapping::release_slots`]): the tool's memory is a window per ring, not the ring.
+//! The tool's pages of a ring larger than the default are given back every MiB it consumes
+//! ([`RingMapping::release_slots`]): the tool's memory is a window of such a ring, not the
+//! ring.
 //!
 //! There is a drainer thread per CPU (at most [`MAX_THREADS`]); each drains, pass after pass,
 //! the rings no other thread is draining at the moment (`Rings`). A call-dense
@@ -61,10 +62,17 @@ const SCAN_EVERY: Duration = Duration::from_millis(1);
 /// Events encoded per batch (what one reservation of the output buffer holds).
 const BATCH: u64 = 4096;
 /// Slots the drainer consumes between two returns of the pages it has read
-/// ([`RingMapping::release_slots`]): 1 MiB of slots, so that the tool maps about that much of
-/// each ring rather than the whole ring (a ring of 64 MiB would otherwise cost the tool 64 MiB
-/// of memory once read through).
+/// ([`RingMapping::release_slots`]) in a ring larger than [`RELEASE_ABOVE`]: 1 MiB of slots,
+/// so that the tool maps about that much of such a ring rather than all of it (a ring of
+/// 64 MiB would otherwise cost the tool 64 MiB of memory once read through).
 const RELEASE_EVERY: u64 = 1 << 15;
+/// The ring size (slots: 8 MiB, the default) up to which the tool keeps a ring mapped whole.
+/// Pages given back are mapped again on the next lap (a fault per few pages), and the unmaps
+/// interrupt the tool's other threads to flush their TLBs: with the default rings, which a
+/// call-dense thread laps every few milliseconds, that cost the drainer enough to lose more
+/// events (two threads, 10 M calls, 6 runs each: 0.5-3.0 M lost against 0-2.3 M), for memory
+/// the ring's size bounds anyway.
+const RELEASE_ABOVE: u64 = 1 << 18;
 /// How often it checks whether the threads of idle rings have exited.
 const EXIT_CHECK_EVERY: Duration = Duration::from_millis(50);
 /// The most drainer threads (one per CPU up to this).
@@ -157,7 +165,7 @@ impl Drained {
                 .flush_if_full()
                 .map_err(|e| format!("{}: {e}", self.events_file.display()))?;
             let next = self.cursor.next;
-            if next - self.released >= RELEASE_EVERY {
+            if ring.capacity() > RELEASE_ABOVE && next - self.released >= RELEASE_EVERY {
                 let to = next - next % SLOTS_PER_PAGE;
                 self.map.release_slots(self.released, to, ring.capacity());
                 self.released = to;
@@ -656,8 +664,8 @@ mod tests {
             .expect("an Rss line")
     }
 
-    /// The tool keeps a window of a ring mapped, not the whole ring: the pages it has
-    /// consumed are given back as it goes, so a 4 MiB ring read through costs it at most
+    /// The tool keeps a window of a large ring mapped, not the whole ring: the pages it has
+    /// consumed are given back as it goes, so a 16 MiB ring read through costs it at most
     /// [`RELEASE_EVERY`] slots (1 MiB) and the header's page. The ring is where the tool puts rings, on tmpfs
     /// (whose pages are 4 KiB unless the machine enables huge pages for it, which this kind
     /// of machine does not: a file system that caches a file in 2 MiB folios maps them whole).
@@ -669,7 +677,7 @@ mod tests {
         let instance = format!("{}.0", std::process::id());
         std::fs::create_dir(rings.path().join(&instance)).unwrap();
         std::fs::create_dir(out.path().join(&instance)).unwrap();
-        let capacity = 1 << 17;
+        let capacity = 2 * RELEASE_ABOVE as usize;
         let events = vec![(buffer::KIND_FUNC, 0); capacity - 1];
         let path = write_ring_of(&rings.path().join(&instance), 3, capacity, &events);
         let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
@@ -678,7 +686,7 @@ mod tests {
         let window_kb = RELEASE_EVERY * buffer::SLOT_SIZE as u64 / 1024;
         assert!(
             rss <= window_kb + 4,
-            "{rss} KiB of a 4 MiB ring still mapped"
+            "{rss} KiB of a 16 MiB ring still mapped"
         );
         // Read again, the ring maps again: what was given back was the mapping, not the
         // slots (the events file has every event once).

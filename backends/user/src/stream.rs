@@ -74,20 +74,20 @@ enum KindCode {
 }
 
 /// The two kinds (depth included, lap bit clear) a function_graph event `prev` is followed by
-/// when the calls nest as they should: [`KindCode::Enter`]'s and [`KindCode::Exit`]'s.
-fn next_kinds(prev: u32) -> [Option<u32>; 2] {
+/// when the calls nest as they should: [`KindCode::Enter`]'s and [`KindCode::Exit`]'s. After
+/// an entry at depth d: an entry at d + 1, or the exit at d; after anything else (an exit at
+/// d): an entry at d, or an exit at d - 1. Plain arithmetic, wrapping, no branch: the encoder
+/// uses a code only when it gives the event's kind, and the decoder computes the same, so
+/// every kind word round-trips whatever `prev` is (after a function event, or at the deepest
+/// depth, the steps are only kinds no event will have).
+#[inline(always)]
+fn next_kinds(prev: u32) -> [u32; 2] {
     let d = prev >> 8;
-    match prev & KIND_MASK {
-        KIND_GRAPH_ENT => [
-            (d < 0xff_ffff).then(|| KIND_GRAPH_ENT | (d + 1) << 8),
-            Some(KIND_GRAPH_RET | d << 8),
-        ],
-        KIND_GRAPH_RET => [
-            Some(KIND_GRAPH_ENT | d << 8),
-            d.checked_sub(1).map(|d| KIND_GRAPH_RET | d << 8),
-        ],
-        _ => [None, None],
-    }
+    let after_entry = u32::from(prev & KIND_MASK == KIND_GRAPH_ENT);
+    [
+        KIND_GRAPH_ENT | d.wrapping_add(after_entry) << 8,
+        KIND_GRAPH_RET | d.wrapping_sub(1 - after_entry) << 8,
+    ]
 }
 const ARG_FROM_IP: u8 = 0;
 const ARG_BEFORE_TS: u8 = 1;
@@ -192,8 +192,6 @@ pub struct StreamWriter<W: Write> {
     out: W,
     buf: Vec<u8>,
     prev: SlotEvent,
-    /// An event was written (`prev` is one, whose kind the next may repeat).
-    seen: bool,
     lost: u64,
     written: u64,
 }
@@ -214,7 +212,6 @@ impl<W: Write> StreamWriter<W> {
             out,
             buf: Vec::new(),
             prev: SlotEvent::default(),
-            seen: false,
             lost: 0,
             written: HEADER_SIZE as u64,
         })
@@ -237,7 +234,6 @@ impl<W: Write> StreamWriter<W> {
             len: self.buf.len(),
             left: max,
             prev: self.prev,
-            seen: self.seen,
             lost: 0,
             w: self,
         }
@@ -306,8 +302,6 @@ pub struct Batch<'a, W: Write> {
     /// Events the reservation still has room for.
     left: usize,
     prev: SlotEvent,
-    /// An event was written before (`prev` is one).
-    seen: bool,
     lost: u64,
 }
 
@@ -337,30 +331,31 @@ impl<W: Write> Batch<'_, W> {
             let cpu_changed = ev.cpu != self.prev.cpu;
             let kind = ev.kind & !KIND_LAP_BIT;
             let prev_kind = self.prev.kind & !KIND_LAP_BIT;
-            let code = if !self.seen {
-                KindCode::Stored
-            } else if kind == prev_kind {
-                KindCode::Same
+            // The function tracer's events all take the first branch. A function_graph
+            // thread's entries and exits follow its call tree, which a branch predictor cannot:
+            // which step it is comes without a branch (at most one of the two holds). The
+            // first event's predecessor is the default event, kind 0: no event's kind, and the
+            // decoder starts from the same.
+            let code = if kind == prev_kind {
+                KindCode::Same as u8
             } else {
-                match next_kinds(prev_kind) {
-                    [Some(k), _] if k == kind => KindCode::Enter,
-                    [_, Some(k)] if k == kind => KindCode::Exit,
-                    _ => KindCode::Stored,
-                }
+                let [enter, exit] = next_kinds(prev_kind);
+                (u8::from(kind == enter) * KindCode::Enter as u8)
+                    | (u8::from(kind == exit) * KindCode::Exit as u8)
             };
             let dt = ev.ts.wrapping_sub(self.prev.ts);
             let back = (dt as i64) < 0;
             let tag = TAG_EVENT
                 | if cpu_changed { TAG_CPU } else { 0 }
                 | arg_mode << 3
-                | (code as u8) << KIND_SHIFT
+                | code << KIND_SHIFT
                 | if back { TAG_TS_BACK } else { 0 };
             p.write(tag);
             p = p.add(1);
             if cpu_changed {
                 p = p.add(write_varint(p, u64::from(ev.cpu)));
             }
-            if code == KindCode::Stored {
+            if code == KindCode::Stored as u8 {
                 p = p.add(write_varint(p, kind_word(kind)));
             }
             p = p.add(write_varint(p, if back { dt.wrapping_neg() } else { dt }));
@@ -376,7 +371,6 @@ impl<W: Write> Batch<'_, W> {
             self.len = p.offset_from(self.ptr) as usize;
         }
         self.prev = *ev;
-        self.seen = true;
     }
 }
 
@@ -386,7 +380,6 @@ impl<W: Write> Drop for Batch<'_, W> {
         // SAFETY: every byte up to `len` was written by `event`, within the reservation.
         unsafe { self.w.buf.set_len(self.len) };
         self.w.prev = self.prev;
-        self.w.seen = self.seen;
         self.w.lost = self.w.lost.saturating_add(self.lost);
     }
 }
@@ -434,8 +427,6 @@ pub struct StreamReader<R: BufRead> {
     input: R,
     offset: u64,
     prev: SlotEvent,
-    /// An event was read (`prev` is one, whose kind the next may repeat).
-    seen_event: bool,
     header: StreamHeader,
     lost: u64,
     done: bool,
@@ -474,7 +465,6 @@ impl<R: BufRead> StreamReader<R> {
             input,
             offset: HEADER_SIZE as u64,
             prev: SlotEvent::default(),
-            seen_event: false,
             header,
             lost: 0,
             done: false,
@@ -570,11 +560,11 @@ impl<R: BufRead> StreamReader<R> {
                     if code == KindCode::Stored as u8 {
                         ev.kind = kind_from_word(self.varint(at)?)
                             .ok_or_else(|| self.err(at, "kind word out of range"))?;
-                    } else if !self.seen_event {
-                        return Err(self.err(at, "the previous event's kind, before any event"));
                     } else if code != KindCode::Same as u8 {
-                        ev.kind = next_kinds(self.prev.kind)[usize::from(code) - 2]
-                            .ok_or_else(|| self.err(at, "no such step of a call tree here"))?;
+                        ev.kind = next_kinds(self.prev.kind)[usize::from(code) - 2];
+                    } else if ev.kind & KIND_MASK == 0 {
+                        // The encoder's first predecessor is the default event, kind 0.
+                        return Err(self.err(at, "the previous event's kind, before any event"));
                     }
                     let dt = self.varint(at)?;
                     ev.ts = if tag & TAG_TS_BACK == 0 {
@@ -591,7 +581,6 @@ impl<R: BufRead> StreamReader<R> {
                         m => return Err(self.err(at, format!("unknown arg form {m}"))),
                     };
                     self.prev = ev;
-                    self.seen_event = true;
                     return Ok(Record::Event(ev, missed));
                 }
                 _ => return Err(self.err(at, format!("unknown record tag {tag:#04x}"))),
@@ -765,8 +754,7 @@ mod tests {
 
     /// An event repeats its predecessor's kind word, or takes the next step of a call tree,
     /// with tag bits 6..7 (no kind word stored), and stores a time that went back with tag bit
-    /// 5; a first event that claims a predecessor's kind is an error at its offset, and so is
-    /// a step after an event that has none.
+    /// 5; a first event that claims a predecessor's kind is an error at its offset.
     #[test]
     fn kinds_that_follow_and_times_that_go_back_take_tag_bits() {
         // ip and arg 0: every varint but a stored kind word is one byte.
@@ -798,10 +786,11 @@ mod tests {
             got.push((tag >> KIND_SHIFT, tag & TAG_TS_BACK != 0));
             at += if tag >> KIND_SHIFT == 0 { 5 } else { 4 };
         }
+        // (An entry at depth 0 after a function event is the step "an entry beside".)
         let want = [
             (1, false),
             (1, true),
-            (0, false),
+            (2, false),
             (2, false),
             (3, false),
             (2, false),
@@ -815,12 +804,6 @@ mod tests {
         let e = decode(&bad).unwrap_err();
         assert_eq!(e.offset, HEADER_SIZE as u64);
         assert!(e.message.contains("before any event"), "{e}");
-        // The second event says "the exit after this one" after a function event.
-        let mut bad = bytes.clone();
-        bad[HEADER_SIZE + 5] |= 3 << KIND_SHIFT;
-        let e = decode(&bad).unwrap_err();
-        assert_eq!(e.offset, HEADER_SIZE as u64 + 5);
-        assert!(e.message.contains("no such step"), "{e}");
     }
 
     #[test]
