@@ -12,7 +12,7 @@
 //! closed and its ring file removed while the program goes on (so short-lived threads cost no
 //! memory later); at the end every ring left is drained the same way.
 //! The tool's pages of a ring larger than the default are given back every MiB it consumes
-//! ([`RingMapping::release_slots`]): the tool's memory is a window of such a ring, not the
+//! (`RingMapping::release_slots`): the tool's memory is a window of such a ring, not the
 //! ring.
 //!
 //! There is a drainer thread per CPU (at most [`MAX_THREADS`]); each drains, pass after pass,

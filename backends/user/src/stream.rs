@@ -17,7 +17,7 @@
 //! (2). Which one is the encoder's guess from the kind (an exit's call time, any other kind's
 //! parent ip); every form decodes to the same 32-byte slot, so the format keeps whatever the
 //! agent puts in a slot. The kind word is stored without the ring's lap bit (bit 7), shifted
-//! down over it, and only when tag bits 6..7 ([`KindCode`]) cannot say it: 1, the previous
+//! down over it, and only when tag bits 6..7 (`KindCode`) cannot say it: 1, the previous
 //! event's (the function tracer's events all have one); 2 and 3, the entry or the exit that
 //! follows the previous function_graph event in a call tree. A thread's times only grow (tag
 //! bit 5 is there for a clock that steps back), so the time delta is a plain varint: one byte
