@@ -34,6 +34,7 @@
 use std::io::{self, BufRead, Write};
 
 use ftrace_agent::buffer::{KIND_GRAPH_ENT, KIND_GRAPH_RET, KIND_LAP_BIT, KIND_MASK, SlotEvent};
+use ftrace_agent::handler::SHADOW_FRAMES;
 
 /// `"FTRACEEV"`: the first bytes of every events file.
 pub const MAGIC: [u8; 8] = *b"FTRACEEV";
@@ -566,6 +567,20 @@ impl<R: BufRead> StreamReader<R> {
                         // The encoder's first predecessor is the default event, kind 0.
                         return Err(self.err(at, "the previous event's kind, before any event"));
                     }
+                    let depth = u64::from(ev.kind >> 8);
+                    if matches!(ev.kind & KIND_MASK, KIND_GRAPH_ENT | KIND_GRAPH_RET)
+                        && depth >= SHADOW_FRAMES
+                    {
+                        // The agent never writes one (its shadow stack ends there); a reader
+                        // that indents by depth would print megabytes a line.
+                        return Err(self.err(
+                            at,
+                            format!(
+                                "function_graph depth {depth} past the agent's shadow stack \
+                                 ({SHADOW_FRAMES} frames)"
+                            ),
+                        ));
+                    }
                     let dt = self.varint(at)?;
                     ev.ts = if tag & TAG_TS_BACK == 0 {
                         self.prev.ts.wrapping_add(dt)
@@ -804,6 +819,28 @@ mod tests {
         let e = decode(&bad).unwrap_err();
         assert_eq!(e.offset, HEADER_SIZE as u64);
         assert!(e.message.contains("before any event"), "{e}");
+    }
+
+    /// A function_graph event deeper than the agent's shadow stack is damage, stored or
+    /// reached by a step (an exit after an exit at depth 0 wraps to depth 2^24 - 1): an error
+    /// at its record, never a depth a report would indent by.
+    #[test]
+    fn a_function_graph_depth_past_the_shadow_stack_is_damage() {
+        let f = |kind| (ev(1, 0, 0, kind, 0), 0);
+        let deep = KIND_GRAPH_RET | (SHADOW_FRAMES as u32) << 8;
+        let wrapped = KIND_GRAPH_RET | 0xff_ffff << 8;
+        for evs in [
+            [f(KIND_GRAPH_RET), f(deep)],
+            [f(KIND_GRAPH_RET), f(wrapped)],
+        ] {
+            let bytes = encode(&evs, 0);
+            let e = decode(&bytes).unwrap_err();
+            // The first record: tag, kind, ts, ip, arg (one byte each).
+            assert_eq!(e.offset, HEADER_SIZE as u64 + 5, "{e}");
+            assert!(e.message.contains("shadow stack"), "{e}");
+        }
+        let ok = [f(KIND_GRAPH_RET | (SHADOW_FRAMES as u32 - 1) << 8)];
+        assert_eq!(decode(&encode(&ok, 0)).unwrap().0, ok);
     }
 
     #[test]
