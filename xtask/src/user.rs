@@ -434,14 +434,18 @@ fn complete_recordings(
     // The best complete run (nothing lost): a run that lost events wrote less and may be the
     // fastest, but it is not a complete recording. With no complete run, the best of all,
     // flagged.
-    let fastest = |r: &mut dyn Iterator<Item = &EndToEnd>| {
-        r.min_by(|a, b| a.wall_ns.total_cmp(&b.wall_ns)).copied()
-    };
+    let by_wall = |a: &&EndToEnd, b: &&EndToEnd| a.wall_ns.total_cmp(&b.wall_ns);
+    let complete: Vec<usize> = runs
+        .iter()
+        .map(|r| r.iter().filter(|e| e.lost == 0).count())
+        .collect();
     let best: Vec<EndToEnd> = runs
         .iter()
         .map(|r| {
-            fastest(&mut r.iter().filter(|e| e.lost == 0))
-                .or_else(|| fastest(&mut r.iter()))
+            *r.iter()
+                .filter(|e| e.lost == 0)
+                .min_by(by_wall)
+                .or_else(|| r.iter().min_by(by_wall))
                 .expect("rounds >= 1")
         })
         .collect();
@@ -455,15 +459,14 @@ fn complete_recordings(
         "configuration", "ns/call", "overhead/call", "bytes/call", "lost", "complete"
     );
     for (i, name) in names.iter().enumerate() {
-        let complete = runs[i].iter().filter(|e| e.lost == 0).count();
         println!(
             "{name:<32} {:>10.1} {:>12.1} {:>12.2} {:>10} {:>9}{}",
             best[i].wall_ns / calls,
             (best[i].wall_ns - base) / calls,
             best[i].bytes as f64 / calls,
             best[i].lost,
-            format!("{complete}/{}", runs[i].len()),
-            if complete == 0 {
+            format!("{}/{}", complete[i], runs[i].len()),
+            if complete[i] == 0 {
                 "  (no complete run: the best of the incomplete ones)"
             } else {
                 ""

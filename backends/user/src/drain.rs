@@ -666,9 +666,10 @@ mod tests {
 
     /// The tool keeps a window of a large ring mapped, not the whole ring: the pages it has
     /// consumed are given back as it goes, so a 16 MiB ring read through costs it at most
-    /// [`RELEASE_EVERY`] slots (1 MiB) and the header's page. The ring is where the tool puts rings, on tmpfs
-    /// (whose pages are 4 KiB unless the machine enables huge pages for it, which this kind
-    /// of machine does not: a file system that caches a file in 2 MiB folios maps them whole).
+    /// [`RELEASE_EVERY`] slots (1 MiB) and the header's page. The ring is where the tool puts
+    /// rings, on tmpfs (whose pages are 4 KiB unless the machine enables huge pages for it,
+    /// which this kind of machine does not: a file system that caches a file in 2 MiB folios
+    /// maps them whole).
     #[test]
     fn the_tool_maps_a_window_of_a_ring_not_the_whole_ring() {
         let out = tempfile::tempdir().unwrap();

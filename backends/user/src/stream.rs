@@ -33,7 +33,9 @@
 
 use std::io::{self, BufRead, Write};
 
-use ftrace_agent::buffer::{KIND_GRAPH_ENT, KIND_GRAPH_RET, KIND_LAP_BIT, KIND_MASK, SlotEvent};
+use ftrace_agent::buffer::{
+    KIND_GRAPH_ENT, KIND_GRAPH_RET, KIND_LAP_BIT, KIND_MASK, SlotEvent, depth,
+};
 use ftrace_agent::handler::SHADOW_FRAMES;
 
 /// `"FTRACEEV"`: the first bytes of every events file.
@@ -50,6 +52,9 @@ const TAG_EVENT: u8 = 0;
 const TAG_LOST: u8 = 1;
 const TAG_END: u8 = 2;
 const TAG_CPU: u8 = 1 << 2;
+const ARG_FROM_IP: u8 = 0;
+const ARG_BEFORE_TS: u8 = 1;
+const ARG_PLAIN: u8 = 2;
 /// Tag bit 5: the time delta is `previous ts - ts`.
 const TAG_TS_BACK: u8 = 1 << 5;
 /// Tag bits 6..7: where the kind word comes from ([`KindCode`]).
@@ -90,9 +95,6 @@ fn next_kinds(prev: u32) -> [u32; 2] {
         KIND_GRAPH_RET | d.wrapping_sub(1 - after_entry) << 8,
     ]
 }
-const ARG_FROM_IP: u8 = 0;
-const ARG_BEFORE_TS: u8 = 1;
-const ARG_PLAIN: u8 = 2;
 
 /// Who wrote an events file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -567,7 +569,7 @@ impl<R: BufRead> StreamReader<R> {
                         // The encoder's first predecessor is the default event, kind 0.
                         return Err(self.err(at, "the previous event's kind, before any event"));
                     }
-                    let depth = u64::from(ev.kind >> 8);
+                    let depth = u64::from(depth(&ev));
                     if matches!(ev.kind & KIND_MASK, KIND_GRAPH_ENT | KIND_GRAPH_RET)
                         && depth >= SHADOW_FRAMES
                     {
