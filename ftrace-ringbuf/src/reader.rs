@@ -78,6 +78,7 @@ impl<P: PageProvider> CpuBuffer<P> {
             page: reader,
             pos: read,
             stamp,
+            page_stamp: self.desc(reader).time_stamp(),
             gen_,
             on_reader_page: true,
             missed: false,
@@ -262,7 +263,11 @@ pub struct Iter<'a, P: PageProvider> {
     scratch: &'a mut [u8],
     page: usize,
     pos: usize,
+    /// The time of the next record.
     stamp: u64,
+    /// The page's stamp the times on this page were counted from: a writer that recycles the
+    /// page stamps it anew (see `step`).
+    page_stamp: u64,
     gen_: usize,
     on_reader_page: bool,
     missed: bool,
@@ -283,6 +288,7 @@ impl<P: PageProvider> Iter<'_, P> {
         self.page = page;
         self.pos = 0;
         self.stamp = d.time_stamp();
+        self.page_stamp = self.stamp;
         self.on_reader_page = page == self.buf.reader_page.load(Ordering::Relaxed);
         crate::sync::inject::point("iter_entered");
     }
@@ -299,6 +305,7 @@ impl<P: PageProvider> Iter<'_, P> {
             self.page,
             self.pos,
             self.stamp,
+            self.page_stamp,
             self.gen_,
             self.on_reader_page,
         );
@@ -308,6 +315,7 @@ impl<P: PageProvider> Iter<'_, P> {
             self.page,
             self.pos,
             self.stamp,
+            self.page_stamp,
             self.gen_,
             self.on_reader_page,
         ) = save;
@@ -338,6 +346,7 @@ impl<P: PageProvider> Iter<'_, P> {
                 } else {
                     self.buf.next_of(self.page)
                 };
+                crate::sync::inject::point("iter_found_next");
                 if self.page_moved() {
                     self.restart_at_head();
                     continue;
@@ -351,6 +360,7 @@ impl<P: PageProvider> Iter<'_, P> {
                 // the writer stamping it (the page's time from a lap ago). A recycled page
                 // is caught by `page_moved` below.
                 self.stamp = d.time_stamp();
+                self.page_stamp = self.stamp;
             }
             let p = d.page_ptr().wrapping_add(PAGE_HEADER_SIZE + self.pos);
             let w = read_u32(p);
@@ -379,7 +389,12 @@ impl<P: PageProvider> Iter<'_, P> {
                 }
                 out = Some((self.stamp.wrapping_add((w >> 5) as u64), n));
             }
-            if self.page_moved() {
+            // A writer recycling the page bumps its update counter before it empties it: an
+            // iterator that entered in between holds the new counter with the old stamp and
+            // old records, and would time the writer's new records from that stamp. The
+            // writer stamps the page when it reserves its first record, before committing
+            // it: a record read past the old ones shows the new stamp here.
+            if self.page_moved() || d.time_stamp() != self.page_stamp {
                 self.restart_at_head();
                 continue;
             }

@@ -756,6 +756,81 @@ fn iterator_entering_a_page_before_the_writer_stamps_it() {
     }
 }
 
+/// An overwriting writer moves onto the page the iterator is about to enter (the oldest): it
+/// has bumped the page's update counter but not yet emptied the page when the iterator enters
+/// it, so the iterator takes the new counter with the page's old stamp and old first event
+/// (consistent, as far as they go). The writer then empties the page and writes new events
+/// on it, under the same counter: the iterator must not time them from the old stamp (it
+/// re-checks the page stamp after copying, as the kernel's `rb_iter_head_event` does).
+#[test]
+fn iterator_entering_a_page_the_writer_is_recycling() {
+    use std::sync::mpsc::channel;
+    let buf = CpuBuffer::new(HeapPages, PAGES, PAGE).unwrap();
+    buf.set_mode(Mode::Overwrite);
+    let per_page = (PAGE - page::PAGE_HEADER_SIZE) as u64 / 20;
+    let write = |buf: &CpuBuffer<HeapPages>, seq: u64| {
+        assert!(buf.write(&payload(seq as u32, 16), &At(1000 + 3 * seq)));
+    };
+    // Two laps and more, nothing read: the tail page is full, and the next event moves the
+    // writer onto the oldest page.
+    let filled = (2 * PAGES as u64 + 1) * per_page;
+    for seq in 0..filled {
+        write(&buf, seq);
+    }
+    let (go, go_rx) = channel::<()>();
+    let (parked, parked_rx) = channel::<()>();
+    let (resume, resume_rx) = channel::<()>();
+    let (done, done_rx) = channel::<()>();
+    let mut got = Vec::new();
+    std::thread::scope(|s| {
+        let wb = &buf;
+        s.spawn(move || {
+            go_rx.recv().unwrap();
+            let mut once = Some((parked, resume_rx));
+            inject::set(Some(std::boxed::Box::new(move |step| {
+                if step == "tail_update" {
+                    if let Some((parked, resume)) = once.take() {
+                        parked.send(()).unwrap();
+                        resume.recv().unwrap();
+                    }
+                }
+            })));
+            write(wb, filled);
+            inject::set(None);
+            for seq in filled + 1..filled + per_page - 1 {
+                write(wb, seq);
+            }
+            done.send(()).unwrap();
+        });
+        // The iterator starts on the (empty) reader page; its next page is the oldest. Once
+        // it has found it, the writer moves onto it and stops after bumping its counter.
+        let mut once = Some((go, parked_rx));
+        inject::set(Some(std::boxed::Box::new(move |step| {
+            if step == "iter_found_next" {
+                if let Some((go, parked)) = once.take() {
+                    go.send(()).unwrap();
+                    parked.recv().unwrap();
+                }
+            }
+        })));
+        let mut scratch = [0u8; PAGE];
+        let mut it = buf.iter(&mut scratch);
+        let first = it.next().expect("the oldest page's first event");
+        got.push((check_payload(first.payload, 16) as u64, first.ts));
+        // The writer empties the page and fills most of it anew.
+        resume.send(()).unwrap();
+        done_rx.recv().unwrap();
+        while let Some(ev) = it.next() {
+            got.push((check_payload(ev.payload, 16) as u64, ev.ts));
+        }
+        inject::set(None);
+    });
+    assert!(got.len() > 1, "{got:?}");
+    for (id, ts) in got {
+        assert_eq!(ts, 1000 + 3 * id, "iterated timestamp of event {id}");
+    }
+}
+
 /// An outer reservation is discarded after writers nested in it (the same thread, strictly
 /// nested, as an interrupt) filled its page and moved the tail on: the discard finds the
 /// event's page by its address (not the tail page any more), turns it into padding there, and
