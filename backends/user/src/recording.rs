@@ -81,7 +81,19 @@ pub struct Thread {
 
 fn read_ring(path: &Path) -> Result<buffer::Contents, ReadError> {
     let bytes = std::fs::read(path).map_err(|e| ReadError(format!("{}: {e}", path.display())))?;
-    buffer::read(&bytes).map_err(|e| ReadError(format!("{}: {e}", path.display())))
+    let c = buffer::read(&bytes).map_err(|e| ReadError(format!("{}: {e}", path.display())))?;
+    match c
+        .events
+        .iter()
+        .enumerate()
+        .find_map(|(n, e)| Some((n, crate::stream::past_the_shadow_stack(e)?)))
+    {
+        Some((n, what)) => Err(ReadError(format!(
+            "{}: event {n} of the ring: {what}",
+            path.display()
+        ))),
+        None => Ok(c),
+    }
 }
 
 /// One traced process image (`DIR/<pid>.<n>`).
@@ -983,6 +995,7 @@ impl Recording {
 mod tests {
     use super::*;
     use ftrace_agent::buffer::KIND_GRAPH_RET;
+    use ftrace_agent::handler::SHADOW_FRAMES;
 
     #[test]
     fn symbols_file_round_trip() {
@@ -1061,6 +1074,51 @@ mod tests {
             "a short record has no function, and no panic"
         );
         assert_eq!(rec.comm(43), "x");
+    }
+
+    /// A ring file whose function_graph event is deeper than the agent's shadow stack is
+    /// damaged, as the same event in an events file is: an error naming the file and the
+    /// event, never a report line indented by megabytes.
+    #[test]
+    fn a_ring_with_a_depth_past_the_shadow_stack_is_damaged() {
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-deep-{}", std::process::id()));
+        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
+        for (depth, damaged) in [
+            (SHADOW_FRAMES as u32 - 1, false),
+            (SHADOW_FRAMES as u32, true),
+        ] {
+            let mut mem = vec![0u64; len / 8];
+            // SAFETY: zeroed, aligned, `len` bytes.
+            let w = unsafe {
+                buffer::init(
+                    mem.as_mut_ptr().cast(),
+                    len,
+                    buffer::SlotMode::Overwrite,
+                    42,
+                    43,
+                    b"x",
+                )
+            };
+            // SAFETY: `w` describes `mem`.
+            unsafe {
+                w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
+                w.write(250, 0x1000, 100, buffer::KIND_GRAPH_RET | depth << 8, 0, 3);
+            }
+            let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("buf-43");
+            std::fs::write(&path, bytes).unwrap();
+            let r = read_ring(&path);
+            std::fs::remove_dir_all(&dir).unwrap();
+            match (r, damaged) {
+                (Ok(c), false) => assert_eq!(c.events.len(), 2),
+                (Err(ReadError(e)), true) => assert!(
+                    e.contains("buf-43: event 1 of the ring: function_graph depth 4096 past"),
+                    "{e}"
+                ),
+                (r, _) => panic!("depth {depth}: {r:?}"),
+            }
+        }
     }
 
     #[test]

@@ -96,6 +96,22 @@ fn next_kinds(prev: u32) -> [u32; 2] {
     ]
 }
 
+/// What is wrong with a function_graph event deeper than the agent's shadow stack, if `ev`
+/// is one: the agent never writes one (its shadow stack ends there), and a reader that
+/// indents by depth would print megabytes a line. Every reader of a thread file (events file
+/// or ring) rejects it as damage.
+pub(crate) fn past_the_shadow_stack(ev: &SlotEvent) -> Option<String> {
+    let depth = u64::from(depth(ev));
+    (matches!(ev.kind & KIND_MASK, KIND_GRAPH_ENT | KIND_GRAPH_RET) && depth >= SHADOW_FRAMES).then(
+        || {
+            format!(
+                "function_graph depth {depth} past the agent's shadow stack \
+                 ({SHADOW_FRAMES} frames)"
+            )
+        },
+    )
+}
+
 /// Who wrote an events file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamHeader {
@@ -569,19 +585,8 @@ impl<R: BufRead> StreamReader<R> {
                         // The encoder's first predecessor is the default event, kind 0.
                         return Err(self.err(at, "the previous event's kind, before any event"));
                     }
-                    let depth = u64::from(depth(&ev));
-                    if matches!(ev.kind & KIND_MASK, KIND_GRAPH_ENT | KIND_GRAPH_RET)
-                        && depth >= SHADOW_FRAMES
-                    {
-                        // The agent never writes one (its shadow stack ends there); a reader
-                        // that indents by depth would print megabytes a line.
-                        return Err(self.err(
-                            at,
-                            format!(
-                                "function_graph depth {depth} past the agent's shadow stack \
-                                 ({SHADOW_FRAMES} frames)"
-                            ),
-                        ));
+                    if let Some(what) = past_the_shadow_stack(&ev) {
+                        return Err(self.err(at, what));
                     }
                     let dt = self.varint(at)?;
                     ev.ts = if tag & TAG_TS_BACK == 0 {
