@@ -43,6 +43,15 @@
 //! writers' words (`head`, `limit_seen`, `dropped`) in the first, the consumer's `limit` alone
 //! in the second, so that neither side's stores take the other's line away.
 //!
+//! Beside `limit`, the consumer's line holds `grow` ([`GROW_OFFSET`]): a request, from the
+//! consumer to the writers' owner, for a larger ring of that many bytes (0: none), which the
+//! owner answers with [`GROWN`] once its writers have moved. The request guards no data (a
+//! hint, read with a plain load whenever a writer looks at `limit`); what a writer does about
+//! it is its owner's business (the userspace agent moves the thread to a new ring the tool
+//! has made, [`SlotRing::ask_to_grow`]). The answer is a release store that the consumer's
+//! load acquires ([`SlotRing::grown`]): having seen it, the consumer finishes the ring with
+//! everything committed before.
+//!
 //! # Readers
 //!
 //! A reader may run concurrently on any CPU (or in another process over shared memory).
@@ -96,6 +105,13 @@ pub const LIMIT_SEEN_OFFSET: usize = 16;
 /// Offset of `limit` (u64: the highest index a writer may fill, the consumer's word, on a
 /// cache line of its own) in [`RingHeader`].
 pub const LIMIT_OFFSET: usize = 64;
+/// Offset of `grow` (u64: the consumer's request for a larger ring, in bytes; 0: none;
+/// [`GROWN`]: the writers' owner has moved them to it) in [`RingHeader`], on the consumer's
+/// cache line.
+pub const GROW_OFFSET: usize = 72;
+/// The `grow` word of a ring whose writers have moved to the larger ring asked for: they
+/// write here no more (but a write begun before the move may still commit).
+pub const GROWN: u64 = u64::MAX;
 /// Bytes of [`RingHeader`] (two cache lines).
 pub const RING_HEADER_SIZE: usize = 128;
 /// Offset of `dropped` (u64: events dropped because the ring was full) in [`RingHeader`].
@@ -133,7 +149,8 @@ pub struct RingHeader {
     reserved: AtomicU32,
     pad_writers: [u64; 3],
     limit: AtomicU64,
-    pad_consumer: [u64; 7],
+    grow: AtomicU64,
+    pad_consumer: [u64; 6],
 }
 
 #[cfg(not(loom))]
@@ -141,6 +158,7 @@ const _: () = {
     assert!(core::mem::offset_of!(RingHeader, head) == HEAD_OFFSET);
     assert!(core::mem::offset_of!(RingHeader, limit_seen) == LIMIT_SEEN_OFFSET);
     assert!(core::mem::offset_of!(RingHeader, limit) == LIMIT_OFFSET);
+    assert!(core::mem::offset_of!(RingHeader, grow) == GROW_OFFSET);
     assert!(core::mem::offset_of!(RingHeader, dropped) == DROPPED_OFFSET);
     assert!(core::mem::size_of::<RingHeader>() == RING_HEADER_SIZE);
     assert!(core::mem::size_of::<Slot>() == SLOT_SIZE);
@@ -163,7 +181,8 @@ impl RingHeader {
             reserved: AtomicU32::new(0),
             pad_writers: [0; 3],
             limit: AtomicU64::new(limit),
-            pad_consumer: [0; 7],
+            grow: AtomicU64::new(0),
+            pad_consumer: [0; 6],
         }
     }
 
@@ -171,6 +190,13 @@ impl RingHeader {
     #[inline]
     pub fn capacity(&self) -> u64 {
         self.capacity.load(Ordering::Relaxed)
+    }
+
+    /// The larger ring the consumer asks for, in bytes (0: none; [`GROWN`]: the writers have
+    /// moved; [`SlotRing::ask_to_grow`]). Acquire: see [`SlotRing::grown`].
+    #[inline]
+    pub fn growth_asked(&self) -> u64 {
+        self.grow.load(Ordering::Acquire)
     }
 }
 
@@ -354,6 +380,29 @@ impl<'a> SlotRing<'a> {
     /// Events dropped because the ring was full.
     pub fn dropped(&self) -> u64 {
         self.header.dropped.get() as u64
+    }
+
+    /// Asks the writers' owner for a larger ring of `bytes` bytes (the consumer's side of
+    /// `grow`, see the module docs): a hint, stored without ordering; 0 withdraws it (and the
+    /// owner answers with 0, not moved, or [`GROWN`], moved).
+    pub fn ask_to_grow(&self, bytes: u64) {
+        self.header.grow.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The larger ring the consumer asks for, in bytes (0: none; [`GROWN`]: the writers have
+    /// moved to it). Acquire: see [`grown`](Self::grown).
+    pub fn growth_asked(&self) -> u64 {
+        self.header.growth_asked()
+    }
+
+    /// The writers' owner's answer to [`ask_to_grow`](Self::ask_to_grow): its writers have
+    /// moved to the larger ring, and none reserves here any more (a write begun before may
+    /// still commit). Release, paired with the consumer's acquire in
+    /// [`growth_asked`](Self::growth_asked): a consumer that sees [`GROWN`] sees the head and
+    /// every event committed here before, so a [`Drain::Final`] from then on has them all
+    /// (and counts an unfinished write as lost).
+    pub fn grown(&self) {
+        self.header.grow.store(GROWN, Ordering::Release);
     }
 
     fn lap_bit(&self, index: u64) -> u32 {
@@ -720,6 +769,22 @@ mod tests {
             [(0, 0), (1, 0), (2, 0), (3, 0), (6, 2), (7, 0), (8, 0)]
         );
         assert_eq!((c.dropped, c.overrun, c.read, r.head()), (2, 0, 7, 7));
+    }
+
+    #[test]
+    fn a_request_to_grow_is_read_back_and_changes_nothing_else() {
+        let (h, s) = ring(4, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        assert_eq!(r.growth_asked(), 0);
+        r.write(ev(0)).unwrap();
+        r.ask_to_grow(1 << 20);
+        assert_eq!(r.growth_asked(), 1 << 20);
+        // The writer goes on in this ring, and the consumer reads it as before.
+        r.write(ev(1)).unwrap();
+        let mut c = Cursor::default();
+        assert_eq!(drain(&r, &mut c, Drain::Live), [(0, 0), (1, 0)]);
+        r.ask_to_grow(0);
+        assert_eq!(r.growth_asked(), 0);
     }
 
     #[test]

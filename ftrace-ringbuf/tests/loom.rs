@@ -291,6 +291,35 @@ mod slot_ring {
         producer_consumer(Writer::Nested);
     }
 
+    /// The writers' owner moves them to a larger ring and answers `GROWN`: a consumer that
+    /// sees the answer finishes the ring with every event written before it, nothing counted
+    /// lost. Fails with `grown`'s store (or `growth_asked`'s load) weakened to `Relaxed`: the
+    /// consumer may then see the answer with an older head and end the ring short.
+    #[test]
+    fn slot_consumer_seeing_grown_has_every_event() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(2);
+        builder.check(|| {
+            let r = Ring::new(4, SlotMode::ProducerConsumer);
+            let rc = r.clone();
+            let writer = thread::spawn(move || {
+                let ring = rc.ring();
+                ring.write(ev(0)).unwrap();
+                ring.write(ev(1)).unwrap();
+                ring.grown();
+            });
+            let ring = r.ring();
+            let mut c = Cursor::default();
+            let mut seen = Vec::new();
+            if ring.growth_asked() == ftrace_ringbuf::slot::GROWN {
+                ring.consume(&mut c, Drain::Final, |e, _| seen.push(check(e)));
+                assert_eq!(seen, [0, 1], "finished with every event");
+                assert_eq!(c.overrun, 0, "nothing counted lost");
+            }
+            writer.join().unwrap();
+        });
+    }
+
     /// One event over two slots (`write_span`) against a live consumer: the consumer
     /// delivers the whole span or none of it. Fails when `Span::commit` stores the head
     /// before the tail, or with the commit store `Release -> Relaxed`.

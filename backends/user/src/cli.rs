@@ -144,6 +144,11 @@ pub struct RecordArgs {
     /// the buffers, 1024 with `--overwrite` or `--mount`).
     #[arg(long = "buffer-size", value_name = "KB")]
     pub buffer_kb: Option<u64>,
+    /// The most a thread's buffer may grow to, in KiB, when the tool drains it slower than
+    /// the thread writes (default 65536 with the default buffer size; else the buffer keeps
+    /// the size given).
+    #[arg(long = "max-buffer-size", value_name = "KB")]
+    pub max_buffer_kb: Option<u64>,
     /// Record as a flight recorder: keep only the newest events of each thread, a full
     /// buffer overwriting its oldest (the kernel's `overwrite` option). Without it every event
     /// is recorded: the tool drains the buffers while the program runs, and a full buffer
@@ -222,6 +227,13 @@ impl RecordArgs {
                     crate::record::STREAM_BUFFER_KB
                 },
             ),
+            max_buffer_kb: match (self.max_buffer_kb, self.buffer_kb) {
+                (Some(kb), _) => kb,
+                (None, None) if !self.overwrite && self.mount.is_none() => {
+                    crate::record::STREAM_MAX_BUFFER_KB
+                }
+                (None, _) => 0,
+            },
             overwrite: self.overwrite || (self.mount.is_some() && !self.no_overwrite),
             clock: ClockKind::parse(&self.clock).unwrap_or_default(),
             output: self

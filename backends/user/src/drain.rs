@@ -27,6 +27,22 @@
 //! thread, to find the one ring taken, and preempt it (a one-thread program ran 10-30 %
 //! slower so).
 //!
+//! A thread that writes faster than a drainer reads for a while gets a larger ring
+//! ([`Growth`]): after a pass that moved half a ring or more, the tool makes a ring file four
+//! times the size (up to the recording's maximum) beside it, `grow-<tid>`, and asks for it in
+//! the ring's header; the agent moves the thread to it at its next event that looks
+//! ([`ftrace_agent::grow`]), within microseconds. The old ring is drained as any other (its
+//! events file is a file of the thread's, as after a resize) and finished once the thread has
+//! moved ([`ftrace_ringbuf::slot::GROWN`]) and [`RETIRE_AFTER`] has passed with nothing new in
+//! it: its pages are freed (the program keeps the mapping) and its file removed. So a short
+//! program pays for the default ring only, and a long call-dense thread for the ring it
+//! needs; all the rings together grow to at most four times the largest ring. A larger ring's file
+//! is sized but not reserved: reserving 32 MiB takes 14 ms on a VM, during which the full
+//! ring drops events (a million of fib(30)'s, tried); its pages are allocated as the thread
+//! first writes them, which slows the thread while the tool catches up. A page that cannot be
+//! allocated would kill the thread (`SIGBUS`), so the tool grows a ring only while its file
+//! system has four times the new file's size free.
+//!
 //! Invariant: every event a thread committed is in its events file exactly once, in the
 //! thread's order, or counted in a lost record at the place it was lost; a ring file is removed
 //! only after its events file is complete (end record written and flushed); a ring is drained
@@ -39,7 +55,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ftrace_agent::buffer::{SPARE_FILE, SPARE_IN_PROGRESS};
+use ftrace_agent::buffer::{GROW_FILE_PREFIX, SPARE_FILE, SPARE_IN_PROGRESS};
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
 use crate::recording::is_event_of_its_own;
@@ -73,6 +89,13 @@ const RELEASE_EVERY: u64 = 1 << 15;
 /// events (two threads, 10 M calls, 6 runs each: 0.5-3.0 M lost against 0-2.3 M), for memory
 /// the ring's size bounds anyway.
 const RELEASE_ABOVE: u64 = 1 << 18;
+/// How long a ring whose thread has moved to a larger one must stay without a new event
+/// before it is finished (a write the move interrupted commits there within microseconds;
+/// one still open then is counted as lost).
+const RETIRE_AFTER: Duration = Duration::from_millis(10);
+/// Bytes of a ring file's header and of a slot.
+const HEADER_BYTES: u64 = ftrace_agent::buffer::HEADER_SIZE as u64;
+const SLOT_BYTES: u64 = ftrace_agent::buffer::SLOT_SIZE as u64;
 /// How often it checks whether the threads of idle rings have exited.
 const EXIT_CHECK_EVERY: Duration = Duration::from_millis(50);
 /// The most drainer threads (one per CPU up to this).
@@ -91,8 +114,33 @@ struct Drained {
     events: u64,
     /// The ring index below which the tool's pages of the ring have been given back.
     released: u64,
+    /// Whether a larger ring was asked for (or is not to be: at the maximum already, or no
+    /// file could be made).
+    grow: GrowState,
+    /// Since when the ring's thread has been seen moved to a larger ring with nothing new
+    /// here.
+    retired: Option<Instant>,
     pid: u32,
     tid: u32,
+}
+
+/// Where a ring is in growing ([`Growth`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GrowState {
+    /// Not asked for.
+    No,
+    /// Asked for, or never to be.
+    Done,
+}
+
+/// Whether the tool gives a call-dense thread a larger ring (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    /// Every ring keeps the size it was made with (`--buffer-size`, or rings the tool cannot
+    /// make files beside).
+    Fixed,
+    /// Rings grow four times at a time, up to this many bytes of ring file.
+    UpTo(u64),
 }
 
 impl Drained {
@@ -139,6 +187,8 @@ impl Drained {
             out,
             events: 0,
             released: 0,
+            grow: GrowState::No,
+            retired: None,
             pid: header.pid,
             tid: header.tid,
             map,
@@ -177,9 +227,64 @@ impl Drained {
         }
     }
 
+    /// Bytes of the ring file.
+    fn file_bytes(&self) -> u64 {
+        HEADER_BYTES + self.capacity() * SLOT_BYTES
+    }
+
+    /// After a pass that moved `moved` events: whether the ring's thread has moved to a
+    /// larger ring and nothing has come here for [`RETIRE_AFTER`] (then it is to be
+    /// finished).
+    fn retired(&mut self, moved: u64) -> bool {
+        let ring = self.map.view().expect("checked by open").ring();
+        if ring.growth_asked() != ftrace_ringbuf::slot::GROWN || moved > 0 {
+            self.retired = None;
+            return false;
+        }
+        let since = *self.retired.get_or_insert_with(Instant::now);
+        since.elapsed() >= RETIRE_AFTER
+    }
+
     /// Slots in the ring.
     fn capacity(&self) -> u64 {
         self.map.view().expect("checked by open").ring().capacity()
+    }
+
+    /// After a pass that moved `moved` events: when that was half the ring or more and
+    /// `growth` allows a larger one, makes the thread a ring file four times the size (at
+    /// most the maximum) and asks for it (see the module docs). Once per ring.
+    fn grow(&mut self, moved: u64, growth: Growth, rings: &Rings) {
+        let Growth::UpTo(max) = growth else {
+            return;
+        };
+        if self.grow == GrowState::Done || moved < self.capacity() / 2 {
+            return;
+        }
+        self.grow = GrowState::Done;
+        let slots = (self.capacity() * 4).min(max.saturating_sub(HEADER_BYTES) / SLOT_BYTES);
+        // The largest power of two that fits: the agent's rings hold a power of two.
+        let slots = if slots.is_power_of_two() {
+            slots
+        } else {
+            slots.next_power_of_two() / 2
+        };
+        let Some(dir) = self.ring_file.parent() else {
+            return;
+        };
+        if slots <= self.capacity() {
+            return;
+        }
+        let bytes = HEADER_BYTES + slots * SLOT_BYTES;
+        if free_bytes(dir).is_none_or(|free| free / 4 < bytes)
+            || lock(&rings.found).bytes.saturating_add(bytes) > max.saturating_mul(4)
+        {
+            return;
+        }
+        let path = dir.join(format!("{GROW_FILE_PREFIX}{}", self.tid));
+        if make_ring_file(&path, bytes).is_ok() {
+            let ring = self.map.view().expect("checked by open").ring();
+            ring.ask_to_grow(bytes);
+        }
     }
 
     /// Whether the thread writing the ring is gone.
@@ -187,8 +292,9 @@ impl Drained {
         !Path::new(&format!("/proc/{}/task/{}", self.pid, self.tid)).exists()
     }
 
-    /// Drains the rest (the writer is gone), completes the events file and removes the ring.
-    fn finish(mut self) -> Result<ThreadCount, String> {
+    /// Drains the rest (the writer is gone, or writes elsewhere) and completes the events
+    /// file: what the thread recorded here, and the ring file, now to be removed.
+    fn finish(mut self) -> Result<(ThreadCount, PathBuf), String> {
         self.drain(Drain::Final)?;
         let events = &self.events_file;
         let io = |e: std::io::Error| format!("{}: {e}", events.display());
@@ -204,9 +310,7 @@ impl Drained {
         };
         self.out.finish().map_err(io)?;
         drop(self.map);
-        std::fs::remove_file(&self.ring_file)
-            .map_err(|e| format!("{}: {e}", self.ring_file.display()))?;
-        Ok(count)
+        Ok((count, self.ring_file))
     }
 }
 
@@ -279,6 +383,12 @@ impl RingDir {
         &self.path
     }
 
+    /// Whether rings may grow here ([`Growth`]): the files the tool makes for them are
+    /// removed with a private directory, whatever the program took.
+    pub fn growth(&self, wanted: Growth) -> Growth {
+        if self.private { wanted } else { Growth::Fixed }
+    }
+
     /// Puts a spare ring file of `bytes` here ([`SPARE_FILE`]), when this is a private tmpfs
     /// directory: sized and its space reserved (`fallocate`, 1-2 ms for 8 MiB on a VM), then
     /// renamed into place whole, for the program's first thread to take instead of reserving
@@ -287,22 +397,90 @@ impl RingDir {
     /// makes its file itself. (The drainer looks for rings only in the process directories:
     /// a spare is never drained.)
     pub fn make_spare(&self, bytes: usize) {
-        use std::os::fd::AsRawFd as _;
         if !self.private {
             return;
         }
         let tmp = self.path.join(SPARE_IN_PROGRESS);
-        let made = File::create_new(&tmp).and_then(|f| {
-            f.set_len(bytes as u64)?;
-            // SAFETY: a plain syscall on a file of ours.
-            if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            std::fs::rename(&tmp, self.path.join(SPARE_FILE))
-        });
-        if made.is_err() {
+        if reserve_file(&tmp, bytes as u64).is_ok()
+            && std::fs::rename(&tmp, self.path.join(SPARE_FILE)).is_err()
+        {
             let _ = std::fs::remove_file(&tmp);
         }
+    }
+}
+
+/// Creates `path` (new), `bytes` long with its space reserved (`fallocate`); removed again
+/// on failure.
+fn reserve_file(path: &Path, bytes: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let made = File::create_new(path).and_then(|f| {
+        f.set_len(bytes)?;
+        // SAFETY: a plain syscall on a file of ours.
+        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    });
+    if made.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    made
+}
+
+/// Makes the ring file `path` of `bytes` (zero-filled, not reserved) for a thread to take
+/// whole: made under a temporary name, then renamed into place.
+fn make_ring_file(path: &Path, bytes: u64) -> std::io::Result<()> {
+    let tmp = path.with_extension("new");
+    let made = File::create_new(&tmp)
+        .and_then(|f| f.set_len(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if made.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    made
+}
+
+/// A finished ring's file being removed ([`Rings::remove`]).
+enum Removal {
+    /// By this thread.
+    Running(std::thread::JoinHandle<Result<(), String>>),
+    /// Already.
+    Done(Result<(), String>),
+}
+
+/// Frees the pages of the ring file `path` ([`free_pages`]) and removes it.
+fn remove_ring_file(path: &Path) -> Result<(), String> {
+    free_pages(path);
+    std::fs::remove_file(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Frees the pages of the ring file `path` (a hole punched over all of it; best effort: a
+/// file system without holes keeps them until the file is gone and unmapped).
+fn free_pages(path: &Path) {
+    use std::os::fd::AsRawFd as _;
+    if let Ok(f) = std::fs::OpenOptions::new().write(true).open(path) {
+        if let Ok(m) = f.metadata() {
+            // SAFETY: a plain syscall on a file of ours.
+            unsafe {
+                libc::fallocate(
+                    f.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    0,
+                    m.len() as libc::off_t,
+                )
+            };
+        }
+    }
+}
+
+/// The bytes an unprivileged user may still write to the file system of `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a zeroed statvfs is a valid out-parameter; `c` is a valid path.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        (libc::statvfs(c.as_ptr(), &mut st) == 0).then(|| st.f_bavail.saturating_mul(st.f_frsize))
     }
 }
 
@@ -334,6 +512,9 @@ struct Pass {
     /// Rings with work for a thread of their own: events found in them, or being drained by
     /// another thread.
     wanted: usize,
+    /// What the rings finished in the pass recorded (rings whose threads moved to larger
+    /// ones).
+    finished: Vec<ThreadCount>,
 }
 
 /// One ring found, drained by one drainer thread at a time (`None` once finished).
@@ -342,9 +523,11 @@ type SharedRing = Arc<Mutex<Option<Drained>>>;
 /// The rings found, shared by the drainer threads: a thread drains whichever rings no other
 /// thread is draining at the moment (their locks free), so that two busy rings get a thread
 /// each whatever the order they were found in.
-#[derive(Default)]
 struct Rings {
     found: Mutex<Found>,
+    growth: Growth,
+    /// The finished rings' files being removed, or removed ([`Rings::remove`]).
+    removing: Mutex<Vec<Removal>>,
     /// The helper threads (all but the leader), woken when rings want them.
     helpers: std::sync::OnceLock<Vec<std::thread::Thread>>,
 }
@@ -355,6 +538,8 @@ struct Found {
     /// the same name is a new ring).
     paths: HashSet<PathBuf>,
     rings: Vec<SharedRing>,
+    /// Bytes of the ring files being drained.
+    bytes: u64,
 }
 
 /// `m` locked, whatever a panicking holder left (the drainer's state stays consistent: a
@@ -364,12 +549,41 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Rings {
+    /// No rings yet; they will grow as `growth` allows.
+    fn new(growth: Growth) -> Rings {
+        Rings {
+            found: Mutex::default(),
+            growth,
+            removing: Mutex::default(),
+            helpers: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Waits for every finished ring's file to be removed ([`Rings::remove`]); the first
+    /// error.
+    fn wait_removals(&self) -> Result<(), String> {
+        let removals = std::mem::take(&mut *lock(&self.removing));
+        let mut first_err = Ok(());
+        for r in removals {
+            let r = match r {
+                Removal::Running(t) => t
+                    .join()
+                    .unwrap_or_else(|_| Err("a ring remover panicked".to_string())),
+                Removal::Done(r) => r,
+            };
+            if first_err.is_ok() {
+                first_err = r;
+            }
+        }
+        first_err
+    }
     /// Starts draining the ring files under `dir` not yet found ([`Drained::start`]; a ring
     /// without its header yet is left for a later pass).
     fn scan(&self, dir: &Path, out: &Path) -> Result<(), String> {
         let mut found = lock(&self.found);
         for path in new_ring_files(dir, &found.paths) {
             if let Some(d) = Drained::start(&path, out)? {
+                found.bytes += d.file_bytes();
                 found.paths.insert(path);
                 found.rings.push(Arc::new(Mutex::new(Some(d))));
             }
@@ -394,17 +608,25 @@ impl Rings {
             moved: 0,
             busy: false,
             wanted: 0,
+            finished: Vec::new(),
         };
         for ring in self.list(me) {
             let Ok(mut slot) = ring.try_lock() else {
                 pass.wanted += 1;
                 continue;
             };
-            if let Some(d) = slot.as_mut() {
-                let n = d.drain(Drain::Live)?;
-                pass.busy |= n >= d.capacity() / BUSY_FILL;
-                pass.wanted += usize::from(n > 0);
-                pass.moved += n;
+            let Some(d) = slot.as_mut() else {
+                continue;
+            };
+            let n = d.drain(Drain::Live)?;
+            d.grow(n, self.growth, self);
+            pass.busy |= n >= d.capacity() / BUSY_FILL;
+            pass.wanted += usize::from(n > 0);
+            pass.moved += n;
+            if d.retired(n) {
+                if let Some(r) = self.finish(&ring, &mut slot) {
+                    pass.finished.push(r?);
+                }
             }
         }
         Ok(pass)
@@ -421,6 +643,33 @@ impl Rings {
         {
             h.unpark();
         }
+    }
+
+    /// Removes the ring file `path` of a finished ring, on a thread of its own (freeing a
+    /// large ring's pages takes milliseconds, which the drainers spend draining); the program
+    /// may still map it (a thread that moved to a larger ring, or alive at the end): its pages
+    /// are freed now, not when it exits. [`Drainer::finish`] waits for it.
+    fn remove(&self, path: PathBuf) {
+        // Out of the scan's sight first (it looks for `buf-*`): a file still there when the
+        // ring is forgotten would be found again as a new ring.
+        let gone = path.with_file_name(
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .map_or_else(|| "gone".into(), |n| n.replacen("buf-", "gone-", 1)),
+        );
+        let path = match std::fs::rename(&path, &gone) {
+            Ok(()) => gone,
+            Err(_) => path,
+        };
+        let theirs = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ftrace-free".into())
+            .spawn(move || remove_ring_file(&theirs));
+        let removal = match spawned {
+            Ok(t) => Removal::Running(t),
+            Err(_) => Removal::Done(remove_ring_file(&path)),
+        };
+        lock(&self.removing).push(removal);
     }
 
     /// Finishes the rings no other thread is draining whose writers have exited.
@@ -447,8 +696,13 @@ impl Rings {
     ) -> Option<Result<ThreadCount, String>> {
         let d = slot.take()?;
         let path = d.ring_file.clone();
-        let r = d.finish();
+        let bytes = d.file_bytes();
+        let r = d.finish().map(|(count, ring_file)| {
+            self.remove(ring_file);
+            count
+        });
         let mut found = lock(&self.found);
+        found.bytes = found.bytes.saturating_sub(bytes);
         found.paths.remove(&path);
         found.rings.retain(|r| !Arc::ptr_eq(r, ring));
         Some(r)
@@ -456,22 +710,30 @@ impl Rings {
 }
 
 /// The drainer threads of one recording directory.
-#[derive(Debug)]
 pub struct Drainer {
     stop: Arc<AtomicBool>,
+    rings: Arc<Rings>,
     threads: Vec<std::thread::JoinHandle<Result<Vec<ThreadCount>, String>>>,
+}
+
+impl std::fmt::Debug for Drainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Drainer")
+            .field("threads", &self.threads.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drainer {
     /// Starts draining the rings the agent creates under `rings` into events files under the
     /// recording directory `out` (`rings` may be `out` itself): a thread per CPU, at most
-    /// [`MAX_THREADS`].
-    pub fn start(rings: &Path, out: &Path) -> Drainer {
+    /// [`MAX_THREADS`]; rings grow as `growth` allows.
+    pub fn start(rings: &Path, out: &Path, growth: Growth) -> Drainer {
         let n = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, MAX_THREADS);
         let stop = Arc::new(AtomicBool::new(false));
-        let shared = Arc::new(Rings::default());
+        let shared = Arc::new(Rings::new(growth));
         let threads: Vec<_> = (0..n)
             .map(|me| {
                 let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
@@ -484,7 +746,11 @@ impl Drainer {
             .collect();
         let helpers = threads[1..].iter().map(|t| t.thread().clone()).collect();
         let _ = shared.helpers.set(helpers);
-        Drainer { stop, threads }
+        Drainer {
+            stop,
+            rings: shared,
+            threads,
+        }
     }
 
     /// Ends the recording (call it once the traced program has exited): drains every ring to
@@ -509,6 +775,9 @@ impl Drainer {
                 }
             }
         }
+        if let Err(e) = self.rings.wait_removals() {
+            first_err.get_or_insert(e);
+        }
         counts.sort_by_key(|c| c.tid);
         first_err.map_or(Ok(counts), Err)
     }
@@ -531,7 +800,13 @@ fn run(
     loop {
         let stopping = stop.load(Ordering::Acquire);
         if !leader && !stopping {
-            let Pass { moved, busy, .. } = shared.pass(me)?;
+            let Pass {
+                moved,
+                busy,
+                finished,
+                ..
+            } = shared.pass(me)?;
+            done.extend(finished);
             if moved == 0 {
                 // Nothing it may take: until the leader (or the end) wakes it.
                 std::thread::park();
@@ -563,7 +838,9 @@ fn run(
             moved,
             busy,
             wanted,
+            finished,
         } = shared.pass(me)?;
+        done.extend(finished);
         shared.wake_helpers(wanted);
         idle = moved == 0;
         if !idle && !busy {
@@ -691,8 +968,116 @@ mod tests {
         );
         // Read again, the ring maps again: what was given back was the mapping, not the
         // slots (the events file has every event once).
-        let c = d.finish().unwrap();
+        let (c, _) = d.finish().unwrap();
         assert_eq!((c.events, c.lost), (capacity as u64 - 1, 0));
+    }
+
+    /// A ring found half full or more after a pass gets a file four times its size beside
+    /// it (within the maximum), asked for in its header, once; once its thread has moved
+    /// (the agent's answer, GROWN) and nothing new came for a while, the ring is finished:
+    /// its events file complete and its file gone while the thread lives on. A fixed size, or
+    /// a ring at the maximum, asks for nothing.
+    #[test]
+    fn a_ring_drained_slower_than_written_grows_and_the_old_one_is_finished() {
+        let out = tempfile::tempdir().unwrap();
+        let rings = RingDir::create(out.path());
+        assert!(rings.private, "no tmpfs for rings here");
+        let pid = std::process::id();
+        // SAFETY: no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let instance = format!("{pid}.0");
+        let dir = rings.path().join(&instance);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let func = (buffer::KIND_FUNC, 0);
+        let path = write_ring_of(&dir, tid, 64, &[func; 40]);
+        let grow_file = dir.join(format!("{GROW_FILE_PREFIX}{tid}"));
+        let file = |slots: u64| HEADER_BYTES + slots * SLOT_BYTES;
+        for growth in [
+            Growth::Fixed,
+            Growth::UpTo(file(64)),
+            Growth::UpTo(file(100)),
+        ] {
+            let shared = Rings::new(growth);
+            shared.scan(rings.path(), out.path()).unwrap();
+            let d = shared.list(0).pop().unwrap();
+            let mut d = d.lock().unwrap();
+            let d = d.as_mut().unwrap();
+            d.cursor = Cursor::default();
+            d.grow(40, growth, &shared);
+            assert!(!grow_file.exists(), "{growth:?}");
+            let ring = d.map.view().unwrap().ring();
+            assert_eq!(ring.growth_asked(), 0, "{growth:?}");
+        }
+        // Room for four times: asked for, once, after a pass of half the ring or more.
+        let growth = Growth::UpTo(file(1024));
+        let shared = Rings::new(growth);
+        shared.scan(rings.path(), out.path()).unwrap();
+        let ring_of = |shared: &Rings| shared.list(0).pop().unwrap();
+        {
+            let r = ring_of(&shared);
+            let mut d = r.lock().unwrap();
+            let d = d.as_mut().unwrap();
+            d.grow(31, growth, &shared);
+            assert!(!grow_file.exists(), "less than half the ring");
+        }
+        let events = ring_of(&shared)
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .events_file
+            .clone();
+        let first = shared.pass(0).unwrap();
+        assert_eq!(first.moved, 40);
+        assert_eq!(std::fs::metadata(&grow_file).unwrap().len(), file(256));
+        let r = ring_of(&shared);
+        let view = |r: &SharedRing| {
+            let d = r.lock().unwrap();
+            d.as_ref()
+                .unwrap()
+                .map
+                .view()
+                .unwrap()
+                .ring()
+                .growth_asked()
+        };
+        assert_eq!(view(&r), file(256));
+        std::fs::remove_file(&grow_file).unwrap();
+        assert_eq!(shared.pass(0).unwrap().moved, 0);
+        assert!(!grow_file.exists(), "asked once");
+        // The agent's answer: moved. The ring is finished once nothing came for a while,
+        // though its thread (this one) lives.
+        {
+            let d = r.lock().unwrap();
+            let ring = d.as_ref().unwrap().map.view().unwrap().ring();
+            ring.ask_to_grow(ftrace_ringbuf::slot::GROWN);
+        }
+        let start = Instant::now();
+        let finished = loop {
+            let p = shared.pass(0).unwrap();
+            if !p.finished.is_empty() {
+                break p.finished;
+            }
+            assert!(start.elapsed() < Duration::from_secs(5), "never finished");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert!(start.elapsed() >= RETIRE_AFTER);
+        assert_eq!(finished.len(), 1);
+        assert_eq!(
+            (finished[0].tid, finished[0].events, finished[0].lost),
+            (tid, 40, 0)
+        );
+        assert!(shared.list(0).is_empty());
+        shared.wait_removals().unwrap();
+        assert!(!path.exists());
+        assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
+        let mut r = crate::stream::open(&events, 4096).unwrap();
+        let mut n = 0;
+        while let crate::stream::Record::Event(..) = r.next_record().unwrap() {
+            n += 1;
+        }
+        assert_eq!(n, 40, "the events file is complete");
     }
 
     /// A drainer thread skips the ring another one is draining and drains the others: two
@@ -707,7 +1092,7 @@ mod tests {
         let func = (buffer::KIND_FUNC, 0);
         write_ring(&rings.path().join(&instance), 1, &[func; 3]);
         write_ring(&rings.path().join(&instance), 2, &[func; 5]);
-        let shared = Rings::default();
+        let shared = Rings::new(Growth::Fixed);
         shared.scan(rings.path(), out.path()).unwrap();
         let list = shared.list(0);
         assert_eq!(list.len(), 2);
@@ -740,6 +1125,8 @@ mod tests {
         let events: Vec<(u32, u64)> = counts.iter().map(|c| (c.tid, c.events)).collect();
         assert_eq!(events, [(1, 3), (2, 5)]);
         assert!(shared.list(0).is_empty());
+        shared.wait_removals().unwrap();
+        assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
     }
 
     /// The end-of-record count is one per event: a return value, a trace event's data slots
@@ -770,7 +1157,9 @@ mod tests {
             (buffer::KIND_FUNC, 0),
         ];
         let ring_file = write_ring(&rings.path().join(&instance), tid, &slots);
-        let counts = Drainer::start(rings.path(), out.path()).finish().unwrap();
+        let counts = Drainer::start(rings.path(), out.path(), Growth::Fixed)
+            .finish()
+            .unwrap();
         // The exit (its value), the event (its data), two function entries and the graph
         // entry: five events of eleven slots; the stack record is not carried as an event.
         assert_eq!(

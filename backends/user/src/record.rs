@@ -12,6 +12,8 @@ use ftrace_agent::config::{ClockKind, Config, TracerKind};
 /// while the program runs: 262 144 slots, room for the drain to fall behind a fast thread for a
 /// while (the flight recorder keeps the agent's default, 1024).
 pub const STREAM_BUFFER_KB: u64 = 8192;
+/// The most a streamed thread's buffer grows to by default (KiB; `--max-buffer-size`).
+pub const STREAM_MAX_BUFFER_KB: u64 = 65536;
 
 /// The options `ftrace record` and `ftrace live` take.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +36,9 @@ pub struct RecordOptions {
     pub thresh_ns: u64,
     /// `--buffer-size` (KiB per thread).
     pub buffer_kb: u64,
+    /// `--max-buffer-size`: the KiB a streamed thread's buffer may grow to when the tool
+    /// falls behind it ([`crate::drain::Growth`]); 0 (or `buffer_kb` or less): fixed.
+    pub max_buffer_kb: u64,
     /// `--overwrite` (true: a flight recorder of each thread's newest events) or every event
     /// recorded, drained while the program runs ([`crate::drain`]; false, the default).
     pub overwrite: bool,
@@ -60,6 +65,7 @@ impl Default for RecordOptions {
             retval: false,
             thresh_ns: 0,
             buffer_kb: ftrace_agent::config::DEFAULT_BUFFER_KB,
+            max_buffer_kb: 0,
             overwrite: false,
             clock: ClockKind::Local,
             output: PathBuf::from("ftrace.data"),
@@ -70,9 +76,37 @@ impl Default for RecordOptions {
 }
 
 impl RecordOptions {
+    /// How the streamed threads' buffers may grow ([`crate::drain::Growth`]).
+    pub fn growth(&self) -> crate::drain::Growth {
+        if self.overwrite || self.max_buffer_kb <= self.buffer_kb {
+            crate::drain::Growth::Fixed
+        } else {
+            crate::drain::Growth::UpTo(
+                ftrace_agent::buffer::HEADER_SIZE as u64 + self.max_buffer_kb * 1024,
+            )
+        }
+    }
+
     /// Checks what cannot be honoured exactly before anything runs.
     pub fn check(&self) -> Result<(), String> {
         ftrace_agent::config::check_buffer_kb(self.buffer_kb)?;
+        if self.max_buffer_kb != 0 {
+            ftrace_agent::config::check_buffer_kb(self.max_buffer_kb)
+                .map_err(|e| e.replacen("--buffer-size", "--max-buffer-size", 1))?;
+            if self.overwrite {
+                return Err(
+                    "--max-buffer-size: a flight recorder's buffers keep their size \
+                            (--overwrite, --mount)"
+                        .into(),
+                );
+            }
+            if self.max_buffer_kb < self.buffer_kb {
+                return Err(format!(
+                    "--max-buffer-size {}: smaller than the buffer size ({} KiB)",
+                    self.max_buffer_kb, self.buffer_kb
+                ));
+            }
+        }
         if self.overwrite && self.mount.is_none() && !self.events.is_empty() {
             return Err(
                 "-e: trace events are not recorded with --overwrite yet (the flight \
@@ -152,10 +186,14 @@ pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) 
     let bytes = dir_bytes(dir);
     let mut s = format!("ftrace: {kept} events recorded, {lost} lost");
     if lost > 0 {
-        let mut per: Vec<String> = threads
+        // A thread that moved to a larger ring has a count per ring: one figure per thread.
+        let mut by_tid = std::collections::BTreeMap::<u32, u64>::new();
+        for t in threads.iter().filter(|t| t.lost > 0) {
+            *by_tid.entry(t.tid).or_default() += t.lost;
+        }
+        let mut per: Vec<String> = by_tid
             .iter()
-            .filter(|t| t.lost > 0)
-            .map(|t| format!("tid {}: {}", t.tid, t.lost))
+            .map(|(tid, lost)| format!("tid {tid}: {lost}"))
             .collect();
         if per.len() > 8 {
             let more = per.len() - 8;
@@ -167,7 +205,8 @@ pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) 
     s += &format!(", {} bytes written to {}\n", bytes, dir.display());
     if lost > 0 {
         s += "ftrace: a full buffer loses events (the newest while the tool drains it, the \
-              oldest with --overwrite); --buffer-size sets its size per thread\n";
+              oldest with --overwrite); --buffer-size and --max-buffer-size set its size per \
+              thread\n";
     }
     s
 }
@@ -237,7 +276,8 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // starts: it takes it when it is whole (waiting for the rest if it comes first).
     let (status, drained) = std::thread::scope(|s| {
         s.spawn(|| rings.make_spare(cfg.ring_file_bytes()));
-        let drainer = crate::drain::Drainer::start(rings.path(), out);
+        let growth = rings.growth(opts.growth());
+        let drainer = crate::drain::Drainer::start(rings.path(), out, growth);
         let status = crate::launch::run(&cfg, prog, args);
         (status, drainer.finish())
     });

@@ -178,3 +178,50 @@ fn a_full_ring_drops_and_counts_every_lost_event() {
         assert!(String::from_utf8(text).unwrap().contains(" EVENTS]"));
     }
 }
+
+/// A thread that writes faster than the tool drains its ring moves to larger rings
+/// (`--max-buffer-size`): its events are in a file per ring, read back as one thread's, every
+/// call there or counted lost, and nothing of the rings is left in the recording.
+#[test]
+fn a_thread_outrunning_the_drain_moves_to_larger_rings() {
+    // 4.5 M calls, some 50 ms of a call-dense thread: time for the six moves.
+    let args = ["1", "3000000", "1"];
+    let (threads, leaf, mid) = own_counts(&build(), &args);
+    // 4 KiB (128 slots) to start with, up to 16 MiB: the first ring is full at once.
+    let opts = RecordOptions {
+        tracer: TracerKind::Function,
+        buffer_kb: 4,
+        max_buffer_kb: 16384,
+        ..Default::default()
+    };
+    let r = common::record_stream_calls(&scratch(), "grow", opts, &args);
+    let rec = Recording::read(&r.dir).unwrap();
+    let (fns, kept) = counts(&rec, EventId::Function);
+    let lost = rec.lost();
+    let called = leaf + mid + threads + 1;
+    assert_eq!(kept + lost, called, "recorded + lost = called");
+    assert!(
+        r.summary
+            .starts_with(&format!("ftrace: {kept} events recorded, {lost} lost")),
+        "{}",
+        r.summary
+    );
+    // A fixed 4 KiB ring keeps a few per cent of these (the test above); the larger rings
+    // keep most.
+    assert!(lost < called / 2, "{}", r.summary);
+    assert!(fns.get("leaf").is_some_and(|&n| n + lost >= leaf));
+    assert!(
+        files(&r.dir, "events-") >= 3,
+        "main's file and the worker's, one per ring"
+    );
+    for left in ["buf-", "gone-", "grow-"] {
+        assert_eq!(files(&r.dir, left), 0, "{left}");
+    }
+    let tids: std::collections::HashSet<u32> = rec.merged().iter().map(|e| e.tid).collect();
+    assert_eq!(tids.len() as u64, threads + 1);
+    let mut last: HashMap<u32, u64> = HashMap::new();
+    for e in rec.merged() {
+        let prev = last.insert(e.tid, e.ts).unwrap_or(0);
+        assert!(e.ts >= prev, "tid {} goes back in time", e.tid);
+    }
+}

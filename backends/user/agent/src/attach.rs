@@ -107,7 +107,7 @@ fn retire_current_thread() {
     // SAFETY: this thread's own block; a handler running on this thread was interrupted at
     // most (it keeps its writer, and reads `state` only on entry).
     let st = unsafe { &mut *handler::current() };
-    if st.state == 1 {
+    if matches!(st.state, 1 | crate::grow::GROW) {
         st.state = 0;
     }
 }

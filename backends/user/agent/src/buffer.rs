@@ -131,6 +131,12 @@ pub const LIMIT_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::LIMIT_OFFSET
 pub const LIMIT_SEEN_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::LIMIT_SEEN_OFFSET;
 /// Offset of the ring's `dropped` counter in a buffer file.
 pub const DROPPED_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::DROPPED_OFFSET;
+/// Offset of the ring's `grow` word (the tool's request for a larger ring, [`crate::grow`]) in
+/// a buffer file.
+pub const GROW_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::GROW_OFFSET;
+/// The name prefix of a larger ring file the tool makes for a thread (`grow-<tid>`), which
+/// the thread takes when asked ([`crate::grow`]).
+pub const GROW_FILE_PREFIX: &str = "grow-";
 
 /// The call depth the agent keeps in a slot's kind word (bits 8..32).
 pub fn depth(e: &SlotEvent) -> u32 {

@@ -55,7 +55,7 @@ pub static FUNCTION_OPS: FtraceOps = FtraceOps::new(function_trace, OpsFlags::em
 fn function_trace(ip: u64, parent_ip: u64, _op: &FtraceOps, _regs: Option<&mut FtraceRegs>) {
     // SAFETY: called from the entry handler, on this thread, after its buffer was registered.
     let st = unsafe { &*handler::current() };
-    if st.state != 1 {
+    if !matches!(st.state, 1 | crate::grow::GROW) {
         return;
     }
     // SAFETY: registered buffer, live cpu pointer.

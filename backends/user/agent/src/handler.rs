@@ -120,7 +120,8 @@ pub struct ThreadState {
     /// The thread's buffer (valid when `state == 1`).
     pub writer: Writer,
     /// 0: no buffer yet, 1: registered, 2: registration failed, [`crate::unwind::UNWOUND`]:
-    /// registered, return addresses restored for an unwinder.
+    /// registered, return addresses restored for an unwinder, [`crate::grow::GROW`]:
+    /// registered, asked for a larger ring (set by a fast path; the next handler moves it).
     pub state: u32,
     /// Non-zero while a handler runs on this thread. Follows `state`, so the fast paths test
     /// "registered and not nested" with one 64-bit compare against 1.
@@ -210,6 +211,9 @@ pub unsafe extern "C" fn on_entry(
     if crate::resize::stale(st) {
         crate::resize::take(st);
     }
+    if crate::grow::asked(st) {
+        crate::grow::take(st);
+    }
     if TASK_FILTERS.load(Ordering::Relaxed) && !task_admitted(st) {
         st.guard = 0;
         return;
@@ -227,7 +231,7 @@ pub unsafe extern "C" fn on_entry(
 /// The CPU the thread runs on: its rseq word once registered, else asked.
 #[inline]
 fn current_cpu(st: &ThreadState) -> u32 {
-    if st.state == 1 || st.state == crate::unwind::UNWOUND {
+    if matches!(st.state, 1 | crate::unwind::UNWOUND | crate::grow::GROW) {
         // SAFETY: registered: `cpu` is live.
         unsafe { *st.cpu }
     } else {
@@ -325,6 +329,9 @@ pub unsafe extern "C" fn on_return(st: *mut ThreadState, sp: u64, retval: u64) -
             if guard == 0 && crate::resize::stale(st) {
                 crate::resize::take(st);
             }
+            if guard == 0 && crate::grow::asked(st) {
+                crate::grow::take(st);
+            }
             if RETVAL.load(Ordering::Relaxed) {
                 // SAFETY: a frame was pushed, so the buffer is registered.
                 unsafe {
@@ -406,6 +413,11 @@ fn thread_pointer() -> u64 {
 #[cold]
 #[inline(never)]
 pub(crate) fn register(st: &mut ThreadState) -> bool {
+    if st.state == crate::grow::GROW {
+        // Registered, and asked for a larger ring by a fast path.
+        crate::grow::take(st);
+        return true;
+    }
     if st.state == 2 {
         return false;
     }
@@ -449,15 +461,78 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
     }
 }
 
-pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
-    // SAFETY: no preconditions.
-    let tid = unsafe { libc::gettid() } as u32;
+/// The calling thread's name, NUL-padded.
+fn thread_comm() -> [u8; 16] {
     let mut comm = [0u8; 16];
     if let Ok(c) = std::fs::read("/proc/thread-self/comm") {
         let c = c.strip_suffix(b"\n").unwrap_or(&c);
         let n = c.len().min(15);
         comm[..n].copy_from_slice(&c[..n]);
     }
+    comm
+}
+
+/// Takes the ring file `from` the tool made in the instance's ring directory for the calling
+/// thread (a drained ring of `len` bytes, sized and reserved) as its next `buf-<tid>.<n>`,
+/// maps it and sets it up: `None` (and `from` removed) when it is missing, of another size,
+/// or cannot be mapped.
+///
+/// # Safety
+/// Plain syscalls; the writer returned describes a new shared mapping.
+pub(crate) unsafe fn adopt_ring_file(inst: &Instance, from: &str, len: usize) -> Option<Writer> {
+    // SAFETY: no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    let dir = inst.ring_dir.to_str().ok()?;
+    let from = CString::new(format!("{dir}/{from}")).ok()?;
+    let at = libc::AT_FDCWD;
+    let mut to = None;
+    for n in 1..1000 {
+        let c = CString::new(format!("{dir}/buf-{tid}.{n}")).ok()?;
+        // SAFETY: valid paths; the rename is atomic and replaces nothing.
+        if unsafe { libc::renameat2(at, from.as_ptr(), at, c.as_ptr(), libc::RENAME_NOREPLACE) }
+            == 0
+        {
+            to = Some(c);
+            break;
+        }
+        // SAFETY: errno is thread-local.
+        if unsafe { *libc::__errno_location() } != libc::EEXIST {
+            return None;
+        }
+    }
+    let to = to?;
+    // SAFETY: plain syscalls on a path we own now; the descriptor is closed here.
+    unsafe {
+        let fd = libc::open(to.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        let mut st: libc::stat = core::mem::zeroed();
+        let p = if fd >= 0 && libc::fstat(fd, &mut st) == 0 && st.st_size as usize == len {
+            map_sized_ring_file(fd, len, buffer::SlotMode::ProducerConsumer)
+        } else {
+            None
+        };
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        let Some(p) = p else {
+            libc::unlink(to.as_ptr());
+            return None;
+        };
+        let comm = thread_comm();
+        Some(buffer::init(
+            p.cast(),
+            len,
+            buffer::SlotMode::ProducerConsumer,
+            libc::getpid() as u32,
+            tid,
+            &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
+        ))
+    }
+}
+
+pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
+    // SAFETY: no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    let comm = thread_comm();
     let dir = inst.ring_dir.to_str().ok()?;
     let len = inst.buffer_bytes;
     // SAFETY: the spare's path and `buf-<tid>` are valid paths; a file taken is ours.

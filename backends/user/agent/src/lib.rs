@@ -41,6 +41,7 @@ pub mod event;
 pub mod event_pids;
 pub mod event_record;
 pub mod got;
+pub mod grow;
 pub mod handler;
 pub mod hist_symbols;
 pub mod interpose;

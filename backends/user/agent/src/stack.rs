@@ -198,7 +198,7 @@ pub(crate) fn walk(st: &mut ThreadState, ret: u64, slot: *mut u64) -> ([u64; MAX
         w.frames[1] = unsafe { *slot };
         return (w.frames, 2);
     }
-    let graph = st.state == 1 && st.depth > 0;
+    let graph = matches!(st.state, 1 | crate::grow::GROW) && st.depth > 0;
     if graph {
         crate::unwind::restore(st, slot as u64);
         st.guard = 1;
@@ -271,7 +271,7 @@ pub(crate) fn record_caller(st: &mut ThreadState) {
     let sp: u64;
     // SAFETY: reads the stack pointer; no memory is touched.
     unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack)) };
-    let graph = st.state == 1 && st.depth > 0;
+    let graph = matches!(st.state, 1 | crate::grow::GROW) && st.depth > 0;
     if graph {
         // Every traced frame of the program lies above this frame's stack pointer.
         crate::unwind::restore(st, sp);

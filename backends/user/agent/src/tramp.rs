@@ -186,7 +186,7 @@ ftrace_agent_root_tramp:
 
     // The index reserved (rax; `hdr` = the header, rsi = the thread's state) is past
     // `limit_seen`: read the consumer's `limit` (a plain load, acquire on x86), store it in
-    // `limit_seen` and compare again; with room, go on at `back` (RESERVE's label) with
+    // `limit_seen` (and see whether the tool asks for a larger ring) and compare again; with room, go on at `back` (RESERVE's label) with
     // `scratch` restored (it is spilled to the red zone, 64 bytes below rsp, where no signal
     // frame goes and no path keeps data while it reserves). Else the ring is full (clobbers
     // `scratch`): count the drop, give the reservation back (head: rax + 1 -> rax,
@@ -196,6 +196,17 @@ ftrace_agent_root_tramp:
     movq \scratch, -64(%rsp)
     movq {off_limit}(\hdr), \scratch
     movq \scratch, {off_limit_seen}(\hdr)
+    // The tool asks for a larger ring (its `grow` word, on the line just read; neither 0 nor
+    // GROWN, the agent's answer): from the plain registered state, the thread's next event
+    // takes the handlers' path, which moves it ([`crate::grow`]). This event goes on here.
+    cmpq $0, {off_grow}(\hdr)
+    je 77f
+    cmpq $-1, {off_grow}(\hdr)
+    je 77f
+    cmpq $1, {off_state}(%rsi)
+    jne 77f
+    movl ${state_grow}, {off_state}(%rsi)
+77:
     cmpq \scratch, %rax
     movq -64(%rsp), \scratch
     jbe \back
@@ -627,6 +638,8 @@ ftrace_agent_return_slow:
     off_shift = const core::mem::offset_of!(crate::handler::ThreadState, writer) + core::mem::offset_of!(crate::buffer::Writer, shift),
     off_limit = const crate::buffer::LIMIT_OFFSET,
     off_limit_seen = const crate::buffer::LIMIT_SEEN_OFFSET,
+    off_grow = const crate::buffer::GROW_OFFSET,
+    state_grow = const crate::grow::GROW,
     off_dropped = const crate::buffer::DROPPED_OFFSET,
     kind_pad = const ftrace_ringbuf::slot::KIND_PAD,
     lap_bit = const crate::buffer::KIND_LAP_BIT,
@@ -635,6 +648,9 @@ ftrace_agent_return_slow:
     kind_func = const crate::buffer::KIND_FUNC,
     options(att_syntax)
 );
+
+// GIVE_BACK tells the agent's answer in a ring's `grow` word by comparing with -1.
+const _: () = assert!(ftrace_ringbuf::slot::GROWN == u64::MAX);
 
 // The fast paths test `state == 1 && guard == 0` as one 64-bit compare with 1.
 const _: () = assert!(
@@ -1384,6 +1400,45 @@ mod tests {
                 assert!(c.events.iter().all(|e| e.ip == f), "{name}");
                 // `small` goes now; nothing traced runs until the next `init` or the end.
                 drop(small);
+            }
+            // The tool asks for a larger ring: a fast path that finds its copy of the limit
+            // passed sets the thread's state to GROW (its next event takes the handlers'
+            // path); the agent's answer (GROWN) and no request leave it registered.
+            for (name, window) in forms {
+                for (word, moves) in [
+                    (0, false),
+                    (ftrace_ringbuf::slot::GROWN, false),
+                    (4096, true),
+                ] {
+                    let len = HEADER_SIZE + 2 * buffer::SLOT_SIZE;
+                    let mut small = vec![0u64; len / 8];
+                    // SAFETY: zeroed, `len` bytes, outlives the calls below (reset after).
+                    st.writer = unsafe {
+                        buffer::init(
+                            small.as_mut_ptr().cast(),
+                            len,
+                            SlotMode::ProducerConsumer,
+                            1,
+                            2,
+                            b"t",
+                        )
+                    };
+                    // SAFETY: the header lives in `small`.
+                    unsafe { st.writer.ring() }.ask_to_grow(word);
+                    let (f, _) = make_function(window);
+                    // Up to the first event past the ring's two slots, no further: the next
+                    // would take the handlers' path, which moves the thread (or not) as the
+                    // process-wide switches other tests left say.
+                    let calls = if name == "function" { 3 } else { 2 };
+                    for _ in 0..calls {
+                        call_checked(f);
+                    }
+                    let want = if moves { crate::grow::GROW } else { 1 };
+                    assert_eq!(st.state, want, "{name}, grow word {word:#x}");
+                    assert_eq!(st.depth, 0, "{name}");
+                    st.state = 1;
+                    drop(small);
+                }
             }
             FAST_OK.store(0, Ordering::Relaxed);
             GRAPH_OK.store(0, Ordering::Relaxed);

@@ -50,7 +50,8 @@ pub const UNWOUND: u32 = 3;
 fn thread() -> Option<&'static mut ThreadState> {
     // SAFETY: this thread's own block.
     let st = unsafe { &mut *handler::current() };
-    (matches!(st.state, 1 | UNWOUND) && st.guard == 0 && !st.shadow.is_null()).then_some(st)
+    (matches!(st.state, 1 | UNWOUND | crate::grow::GROW) && st.guard == 0 && !st.shadow.is_null())
+        .then_some(st)
 }
 
 /// Closes frame `i`: records its exit now (under `tracing_thresh`, if it lasted) and marks it

@@ -1,0 +1,170 @@
+//! Rings that grow while the program runs: the tool asks, the thread moves.
+//!
+//! A streamed recording's drainer that finds a thread's ring filling faster than it reads
+//! makes a larger ring file beside it, `grow-<tid>` ([`crate::buffer::GROW_FILE_PREFIX`]:
+//! sized and its space reserved, on the tool's CPU), then asks for it in the ring's header
+//! (its `grow` word, [`ftrace_ringbuf::slot::SlotRing::ask_to_grow`], holding the new file's
+//! size). The thread notices where it looks at the consumer's words anyway:
+//!
+//! - the assembly fast paths, when they find their copy of the limit passed (out of line):
+//!   they set the thread's state to [`GROW`] (only from the plain registered state), so that
+//!   its next event takes the handlers' path;
+//! - the handlers, on every event ([`asked`]).
+//!
+//! The handler ([`take`], with the thread's guard held) renames the file to the thread's next
+//! `buf-<tid>.<n>`, maps it, writes there from then on, and answers in the old ring's `grow`
+//! word ([`GROWN`]). The old ring keeps what was written before (and what a fast path
+//! interrupted by the move still commits there), and the tool drains it, then finishes it
+//! (frees its pages, removes the file); as after a resize ([`crate::resize`]), the readers
+//! merge a thread's files by time. Nothing is dropped for a move, and the thread never waits for the tool: a
+//! file that is not there (or not of the size asked) leaves the thread in its ring.
+//!
+//! The old ring stays mapped, as after a resize: a fast path interrupted by a signal handler
+//! that moves the thread may still be writing its event into it.
+
+use core::sync::atomic::Ordering;
+
+use ftrace_ringbuf::slot::GROWN;
+
+use crate::handler::{INSTANCE, ThreadState};
+
+/// The thread state a fast path sets when the tool asks for a larger ring: registered, and
+/// to move at its next handler.
+pub const GROW: u32 = 4;
+
+/// Whether the tool asks the calling (registered) thread for a larger ring.
+#[inline]
+pub(crate) fn asked(st: &ThreadState) -> bool {
+    // SAFETY: registered: the header is mapped for the life of the process.
+    let word = unsafe { (*st.writer.header).ring.growth_asked() };
+    st.state == GROW || (word != 0 && word != GROWN)
+}
+
+/// Moves the calling (registered) thread to the larger ring the tool made for it, if it asks
+/// for one; the thread is in the plain registered state afterwards. Called by the handlers
+/// with the thread's guard held.
+#[cold]
+#[inline(never)]
+pub(crate) fn take(st: &mut ThreadState) {
+    if st.state == GROW {
+        st.state = 1;
+    }
+    // SAFETY: registered: the ring is mapped for the life of the process.
+    let ring = unsafe { st.writer.ring() };
+    let bytes = ring.growth_asked();
+    if bytes == 0 || bytes == GROWN {
+        return;
+    }
+    // Answered, whatever comes of it (0: not moved; the tool asks a ring once).
+    ring.ask_to_grow(0);
+    let inst = INSTANCE.load(Ordering::Acquire);
+    let Ok(len) = usize::try_from(bytes) else {
+        return;
+    };
+    if inst.is_null() || len < crate::buffer::HEADER_SIZE + crate::buffer::SLOT_SIZE {
+        return;
+    }
+    // SAFETY: instances are leaked, never freed.
+    let inst = unsafe { &*inst };
+    if inst.overwrite {
+        return;
+    }
+    let from = format!("{}{}", crate::buffer::GROW_FILE_PREFIX, st.tid);
+    // SAFETY: a file the tool made for this thread; the writer returned maps it.
+    if let Some(w) = unsafe { crate::handler::adopt_ring_file(inst, &from, len) } {
+        st.writer = w;
+        // The tool may finish the old ring once drained.
+        ring.grown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::{self, HEADER_SIZE, KIND_FUNC, SLOT_SIZE};
+    use crate::handler::{self, Instance};
+    use std::ffi::CString;
+
+    fn read_ring(path: &std::path::Path) -> buffer::Contents {
+        buffer::read(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    /// A registered thread asked for a larger ring moves to the file the tool made at its
+    /// next handler, answers in the old ring, and writes the new one from then on; a request
+    /// whose file is missing or of another size leaves it in its ring, answered 0.
+    #[test]
+    fn a_thread_asked_to_grow_moves_to_the_tools_file_and_answers() {
+        // The instance is process-wide (see handler::PROCESS_SWITCHES).
+        let _switches = handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!("ftrace-grow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let inst = Instance {
+            ring_dir: CString::new(dir.to_str().unwrap()).unwrap(),
+            spare: None,
+            buffer_bytes: HEADER_SIZE + 8 * SLOT_SIZE,
+            overwrite: false,
+            rseq_offset: None,
+        };
+        INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+        // SAFETY: every field of a thread state is valid zeroed (integers, null pointers, an
+        // atomic): what a thread's TLS block holds before it registers.
+        let mut st: ThreadState = unsafe { core::mem::MaybeUninit::zeroed().assume_init() };
+        assert!(handler::register(&mut st));
+        let tid = st.tid;
+        let write = |st: &ThreadState, from: u64, to: u64| {
+            for i in from..to {
+                // SAFETY: registered: the writer maps its ring.
+                unsafe { st.writer.write(i, 0x1000 + i, 0, KIND_FUNC, 0, 0) };
+            }
+        };
+        write(&st, 0, 5);
+        assert!(!asked(&st));
+
+        let big = HEADER_SIZE + 32 * SLOT_SIZE;
+        // No file yet: answered 0, the thread stays.
+        // SAFETY: registered.
+        unsafe { st.writer.ring() }.ask_to_grow(big as u64);
+        assert!(asked(&st));
+        let old = st.writer.header;
+        take(&mut st);
+        assert_eq!(st.writer.header, old);
+        // SAFETY: as above.
+        assert_eq!(unsafe { st.writer.ring() }.growth_asked(), 0);
+        // A file of another size: removed, answered 0.
+        let grow_file = dir.join(format!("{}{tid}", buffer::GROW_FILE_PREFIX));
+        std::fs::write(&grow_file, vec![0u8; big / 2]).unwrap();
+        // SAFETY: as above.
+        unsafe { st.writer.ring() }.ask_to_grow(big as u64);
+        take(&mut st);
+        assert_eq!(st.writer.header, old);
+        assert!(!grow_file.exists() && !dir.join(format!("buf-{tid}.1")).exists());
+
+        // The tool's file: the thread moves, by a handler or (state GROW, set by a fast path)
+        // by `register`.
+        std::fs::write(&grow_file, vec![0u8; big]).unwrap();
+        // SAFETY: as above.
+        let old_ring = unsafe { st.writer.ring() };
+        old_ring.ask_to_grow(big as u64);
+        st.state = GROW;
+        assert!(asked(&st));
+        assert!(handler::register(&mut st));
+        assert_eq!(st.state, 1);
+        assert_ne!(st.writer.header, old);
+        assert_eq!(old_ring.growth_asked(), GROWN, "answered in the old ring");
+        assert!(!asked(&st));
+        write(&st, 5, 45);
+        let before = read_ring(&dir.join(format!("buf-{tid}")));
+        let after = read_ring(&dir.join(format!("buf-{tid}.1")));
+        let ts = |c: &buffer::Contents| c.events.iter().map(|e| e.ts).collect::<Vec<_>>();
+        assert_eq!(ts(&before), (0..5).collect::<Vec<_>>());
+        // 32 slots: 40 events, 8 dropped and counted.
+        assert_eq!(ts(&after), (5..37).collect::<Vec<_>>());
+        assert_eq!(after.dropped, 8);
+        assert_eq!((after.tid, after.pid), (before.tid, before.pid));
+
+        INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
