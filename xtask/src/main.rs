@@ -45,7 +45,7 @@ const APT_PACKAGES: &[(&str, &str)] = &[
     ("fusermount3", "fuse3"),
     // The kernel's ftracetest (backends/user/tests/ftracetest.rs) is extracted from it.
     ("/usr/src/linux-source-6.12.tar.xz", "linux-source-6.12"),
-    // `cargo xtask stream-check` measures the tool's peak RSS with `/usr/bin/time -v`.
+    // `cargo xtask stream-check` measures peak RSS with `/usr/bin/time -v`.
     ("/usr/bin/time", "time"),
 ];
 

@@ -14,8 +14,10 @@
 //! - `cargo xtask stream-check [MILLION_CALLS] [SCALE]`: a two-thread program making at least
 //!   MILLION_CALLS (default 10) million calls recorded completely (`ftrace record -t function`,
 //!   every call counted in `ftrace report` against the program's own counters, 0 lost), the
-//!   tool's peak RSS under 64 MB during `record` and during `report` (`/usr/bin/time -v`); then
-//!   the same SCALE (default 10) times larger, whose peak RSS must stay as flat.
+//!   tool's peak RSS under 64 MB during `record` (its own VmHWM; `/usr/bin/time -v`'s figure,
+//!   the larger of the tool's and the program's, whose rings are its own memory, is printed
+//!   beside) and during `report` (`/usr/bin/time -v`); then the same SCALE (default 10) times
+//!   larger, whose peak RSS must stay as flat.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -505,7 +507,11 @@ const STREAM_RSS_LIMIT_KB: u64 = 64 * 1024;
 struct StreamRun {
     calls: u64,
     lost: u64,
+    /// The tool's own peak while recording (its VmHWM).
     record_rss_kb: u64,
+    /// `/usr/bin/time -v`'s: the larger of the tool's and the program's (whose rings are its
+    /// own memory, shared with the tool).
+    with_program_rss_kb: u64,
     report_rss_kb: u64,
     record_s: f64,
     report_s: f64,
@@ -529,7 +535,7 @@ fn stream_run(tool: &Path, prog: &Path, per_thread: u64, dir: &Path) -> Result<S
     let _ = std::fs::remove_dir_all(&rec);
     let n = per_thread.to_string();
     let t = std::time::Instant::now();
-    let out = Command::new("/usr/bin/time")
+    let child = Command::new("/usr/bin/time")
         .arg("-v")
         .arg(tool)
         .args(["record", "-t", "function", "-o"])
@@ -537,9 +543,47 @@ fn stream_run(tool: &Path, prog: &Path, per_thread: u64, dir: &Path) -> Result<S
         .arg("--")
         .arg(prog)
         .args(["2", &n, "1"])
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("/usr/bin/time: {e}"))?;
+    // The tool's own peak: `time`'s child, its VmHWM read until it is gone (a high-water
+    // mark: the last reading is its peak, give or take its last milliseconds).
+    let time_pid = child.id();
+    let watcher = std::thread::spawn(move || {
+        let mut peak = None;
+        let mut tool = None;
+        loop {
+            if tool.is_none() {
+                tool =
+                    std::fs::read_to_string(format!("/proc/{time_pid}/task/{time_pid}/children"))
+                        .ok()
+                        .and_then(|c| c.split_whitespace().next()?.parse::<u32>().ok());
+            }
+            let status =
+                tool.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok());
+            let hwm = status.as_deref().and_then(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+            });
+            match (hwm, tool) {
+                (Some(h), _) => peak = Some(h),
+                // Gone (or a zombie, which has no memory).
+                (None, Some(_)) => return peak,
+                (None, None) => {}
+            }
+            if !std::path::Path::new(&format!("/proc/{time_pid}")).exists() {
+                return peak;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    });
+    let out = child
+        .wait_with_output()
         .map_err(|e| format!("/usr/bin/time: {e}"))?;
     let record_s = t.elapsed().as_secs_f64();
+    let own_peak = watcher.join().map_err(|_| "the RSS watcher panicked")?;
     let err = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         return Err(format!("ftrace record failed: {err}"));
@@ -563,7 +607,8 @@ fn stream_run(tool: &Path, prog: &Path, per_thread: u64, dir: &Path) -> Result<S
         .nth(1)
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .ok_or_else(|| format!("no lost count in {summary}"))?;
-    let record_rss_kb = max_rss_kb(&err).ok_or("no RSS from /usr/bin/time")?;
+    let with_program_rss_kb = max_rss_kb(&err).ok_or("no RSS from /usr/bin/time")?;
+    let record_rss_kb = own_peak.ok_or("no VmHWM read from the tool")?;
     let bytes = du(&rec);
     // The report, streamed through a pipe and counted line by line here.
     let t = std::time::Instant::now();
@@ -607,6 +652,7 @@ fn stream_run(tool: &Path, prog: &Path, per_thread: u64, dir: &Path) -> Result<S
         calls: leaf + mid,
         lost,
         record_rss_kb,
+        with_program_rss_kb,
         report_rss_kb,
         record_s,
         report_s,
@@ -645,12 +691,14 @@ pub fn stream_check(args: &[String]) -> Result<(), String> {
     for (what, n) in [("1x", per_thread), ("scaled", per_thread * scale)] {
         let r = stream_run(&tool, &prog, n, &dir)?;
         println!(
-            "{what:>6}: {} calls, {} lost; record {:.1} s, peak RSS {} KB; report {:.1} s, \
-             peak RSS {} KB; {:.2} bytes per call on disk",
+            "{what:>6}: {} calls, {} lost; record {:.1} s, the tool's peak RSS {} KB (the \
+             program's, its rings, {} KB); report {:.1} s, peak RSS {} KB; {:.2} bytes per \
+             call on disk",
             r.calls,
             r.lost,
             r.record_s,
             r.record_rss_kb,
+            r.with_program_rss_kb,
             r.report_s,
             r.report_rss_kb,
             r.bytes as f64 / r.calls as f64
