@@ -28,20 +28,25 @@
 //! slower so).
 //!
 //! A thread that writes faster than a drainer reads for a while gets a larger ring
-//! ([`Growth`]): after a pass that moved half a ring or more, the tool makes a ring file four
-//! times the size (up to the recording's maximum) beside it, `grow-<tid>`, and asks for it in
-//! the ring's header; the agent moves the thread to it at its next event that looks
-//! ([`ftrace_agent::grow`]), within microseconds. The old ring is drained as any other (its
+//! ([`Growth`]): when a pass finds a quarter of a ring or more to read, the tool makes a ring
+//! file four times the size (up to the recording's maximum) beside it, `grow-<tid>`, and asks
+//! for it in the ring's header; the agent moves the thread to it at its next event that looks
+//! ([`ftrace_agent::grow`]): the next time its fast path finds its copy of the consumer's
+//! limit passed, at most the rest of a ring's worth of events later. The old ring is drained as any other (its
 //! events file is a file of the thread's, as after a resize) and finished once the thread has
 //! moved ([`ftrace_ringbuf::slot::GROWN`]) and [`RETIRE_AFTER`] has passed with nothing new in
 //! it: its pages are freed (the program keeps the mapping) and its file removed. So a short
 //! program pays for the default ring only, and a long call-dense thread for the ring it
-//! needs; all the rings together grow to at most four times the largest ring. A larger ring's file
-//! is sized but not reserved: reserving 32 MiB takes 14 ms on a VM, during which the full
-//! ring drops events (a million of fib(30)'s, tried); its pages are allocated as the thread
-//! first writes them, which slows the thread while the tool catches up. A page that cannot be
-//! allocated would kill the thread (`SIGBUS`), so the tool grows a ring only while its file
-//! system has four times the new file's size free.
+//! needs; all the rings together grow to at most four times the largest ring.
+//!
+//! A larger ring's file is sized but not reserved: reserving 32 MiB takes 14 ms on a VM,
+//! during which the full ring drops events (a million of fib(30)'s, tried); its pages are
+//! allocated as the thread first writes them (about 2.5 us a page on a VM: the first lap of
+//! a 32 MiB ring costs the thread some 20 ms), which slows the thread while the tool catches
+//! up. Growing when a pass moved half a ring instead (a busy drainer, not yet a backlog) made
+//! every fib(30) function_graph recording complete, at twice the time; growing at half a
+//! ring of backlog, or by twice, lost more. A page that cannot be allocated would kill the thread (`SIGBUS`), so the tool grows a
+//! ring only while its file system has four times the new file's size free.
 //!
 //! Invariant: every event a thread committed is in its events file exactly once, in the
 //! thread's order, or counted in a lost record at the place it was lost; a ring file is removed
@@ -227,6 +232,12 @@ impl Drained {
         }
     }
 
+    /// Slots written and not yet read: what the writer has ahead of this drainer.
+    fn backlog(&self) -> u64 {
+        let ring = self.map.view().expect("checked by open").ring();
+        ring.head().saturating_sub(self.cursor.next)
+    }
+
     /// Bytes of the ring file.
     fn file_bytes(&self) -> u64 {
         HEADER_BYTES + self.capacity() * SLOT_BYTES
@@ -250,17 +261,18 @@ impl Drained {
         self.map.view().expect("checked by open").ring().capacity()
     }
 
-    /// After a pass that moved `moved` events: when that was half the ring or more and
-    /// `growth` allows a larger one, makes the thread a ring file four times the size (at
-    /// most the maximum) and asks for it (see the module docs). Once per ring.
-    fn grow(&mut self, moved: u64, growth: Growth, rings: &Rings) {
+    /// Before a pass, with `backlog` slots to read: when that is a quarter of the ring or
+    /// more (the drainer stops pausing between passes there: it is behind) and `growth`
+    /// allows a larger ring, makes the thread a ring file four times the size (at most the
+    /// maximum) and asks for it (see the module docs). Once per ring; while the rings' total
+    /// or the file system's room forbids it, at a later pass.
+    fn grow(&mut self, backlog: u64, growth: Growth, rings: &Rings) {
         let Growth::UpTo(max) = growth else {
             return;
         };
-        if self.grow == GrowState::Done || moved < self.capacity() / 2 {
+        if self.grow == GrowState::Done || backlog < self.capacity() / BUSY_FILL {
             return;
         }
-        self.grow = GrowState::Done;
         let slots = (self.capacity() * 4).min(max.saturating_sub(HEADER_BYTES) / SLOT_BYTES);
         // The largest power of two that fits: the agent's rings hold a power of two.
         let slots = if slots.is_power_of_two() {
@@ -272,6 +284,8 @@ impl Drained {
             return;
         };
         if slots <= self.capacity() {
+            // At the maximum.
+            self.grow = GrowState::Done;
             return;
         }
         let bytes = HEADER_BYTES + slots * SLOT_BYTES;
@@ -284,6 +298,7 @@ impl Drained {
         if make_ring_file(&path, bytes).is_ok() {
             let ring = self.map.view().expect("checked by open").ring();
             ring.ask_to_grow(bytes);
+            self.grow = GrowState::Done;
         }
     }
 
@@ -618,8 +633,9 @@ impl Rings {
             let Some(d) = slot.as_mut() else {
                 continue;
             };
+            let backlog = d.backlog();
             let n = d.drain(Drain::Live)?;
-            d.grow(n, self.growth, self);
+            d.grow(backlog, self.growth, self);
             pass.busy |= n >= d.capacity() / BUSY_FILL;
             pass.wanted += usize::from(n > 0);
             pass.moved += n;
@@ -972,7 +988,7 @@ mod tests {
         assert_eq!((c.events, c.lost), (capacity as u64 - 1, 0));
     }
 
-    /// A ring found half full or more after a pass gets a file four times its size beside
+    /// A ring found a quarter full or more before a pass gets a file four times its size beside
     /// it (within the maximum), asked for in its header, once; once its thread has moved
     /// (the agent's answer, GROWN) and nothing new came for a while, the ring is finished:
     /// its events file complete and its file gone while the thread lives on. A fixed size, or
@@ -1009,7 +1025,7 @@ mod tests {
             let ring = d.map.view().unwrap().ring();
             assert_eq!(ring.growth_asked(), 0, "{growth:?}");
         }
-        // Room for four times: asked for, once, after a pass of half the ring or more.
+        // Room for four times: asked for, once, by a pass that finds a quarter of the ring.
         let growth = Growth::UpTo(file(1024));
         let shared = Rings::new(growth);
         shared.scan(rings.path(), out.path()).unwrap();
@@ -1018,8 +1034,8 @@ mod tests {
             let r = ring_of(&shared);
             let mut d = r.lock().unwrap();
             let d = d.as_mut().unwrap();
-            d.grow(31, growth, &shared);
-            assert!(!grow_file.exists(), "less than half the ring");
+            d.grow(15, growth, &shared);
+            assert!(!grow_file.exists(), "less than a quarter of the ring");
         }
         let events = ring_of(&shared)
             .lock()
