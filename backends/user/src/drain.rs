@@ -27,26 +27,26 @@
 //! thread, to find the one ring taken, and preempt it (a one-thread program ran 10-30 %
 //! slower so).
 //!
-//! A thread that writes faster than a drainer reads for a while gets a larger ring
-//! ([`Growth`]): when a pass finds a quarter of a ring or more to read, the tool makes a ring
-//! file four times the size (up to the recording's maximum) beside it, `grow-<tid>`, and asks
-//! for it in the ring's header; the agent moves the thread to it at its next event that looks
-//! ([`ftrace_agent::grow`]): the next time its fast path finds its copy of the consumer's
-//! limit passed, at most the rest of a ring's worth of events later. The old ring is drained as any other (its
-//! events file is a file of the thread's, as after a resize) and finished once the thread has
-//! moved ([`ftrace_ringbuf::slot::GROWN`]) and [`RETIRE_AFTER`] has passed with nothing new in
-//! it: its pages are freed (the program keeps the mapping) and its file removed. So a short
-//! program pays for the default ring only, and a long call-dense thread for the ring it
-//! needs; all the rings together grow to at most four times the largest ring.
+//! A thread that writes faster than a drainer reads for a while gets a larger ring ([`Growth`]):
+//! when a pass finds a quarter of a ring or more to read, the tool makes a ring file four times the
+//! size (up to the recording's maximum) beside it, `grow-<tid>`, and asks for it in the ring's
+//! header; the agent moves the thread to it at its next event that looks ([`ftrace_agent::grow`]):
+//! the next time its fast path finds its copy of the consumer's limit passed, at most the rest of a
+//! ring's worth of events later. The old ring is drained as any other (its events file is a file of
+//! the thread's, as after a resize) and finished once the thread has moved
+//! ([`ftrace_ringbuf::slot::GROWN`]) and `RETIRE_AFTER` (10 ms) has passed with nothing new in it:
+//! its pages are freed (the program keeps the mapping) and its file removed. So a short program
+//! pays for the default ring only, and a long call-dense thread for the ring it needs; all the
+//! rings together grow to at most four times the largest ring.
 //!
-//! A larger ring's file is sized but not reserved: reserving 32 MiB takes 14 ms on a VM,
-//! during which the full ring drops events (a million of fib(30)'s, tried); its pages are
-//! allocated as the thread first writes them (about 2.5 us a page on a VM: the first lap of
-//! a 32 MiB ring costs the thread some 20 ms), which slows the thread while the tool catches
-//! up. Growing when a pass moved half a ring instead (a busy drainer, not yet a backlog) made
-//! every fib(30) function_graph recording complete, at twice the time; growing at half a
-//! ring of backlog, or by twice, lost more. A page that cannot be allocated would kill the thread (`SIGBUS`), so the tool grows a
-//! ring only while its file system has four times the new file's size free.
+//! A larger ring's file is sized but not reserved: reserving 32 MiB takes 14 ms on a VM, during
+//! which the full ring drops events (a million of fib(30)'s, tried); its pages are allocated as
+//! the thread first writes them (about 2.5 us a page on a VM: the first lap of a 32 MiB ring
+//! costs the thread some 20 ms), which slows the thread while the tool catches up. Growing when
+//! a pass moved half a ring instead (a busy drainer, not yet a backlog) made every fib(30)
+//! function_graph recording complete, at twice the time; growing at half a ring of backlog, or
+//! by twice, lost more. A page that cannot be allocated would kill the thread (`SIGBUS`), so
+//! the tool grows a ring only while its file system has four times the new file's size free.
 //!
 //! Invariant: every event a thread committed is in its events file exactly once, in the
 //! thread's order, or counted in a lost record at the place it was lost; a ring file is removed

@@ -1021,17 +1021,9 @@ mod tests {
         assert_eq!(t.lookup(0x2000).unwrap().name, "foo::bar()");
     }
 
-    #[test]
-    fn reads_a_hand_made_recording() {
-        let dir = std::env::temp_dir().join(format!("ftrace-rec-test-{}", std::process::id()));
-        let sub = dir.join("42.0");
-        std::fs::create_dir_all(&sub).unwrap();
-        std::fs::write(
-            sub.join("meta"),
-            "pid=42\nexe=/bin/x\ntracer=function_graph\nclock=mono\nnr_cpus=4\n",
-        )
-        .unwrap();
-        std::fs::write(sub.join("symbols"), "1000\t10\tx\tf\n").unwrap();
+    /// A ring file (pid 42, tid 43, flight recorder) holding one call's entry at depth 0 and
+    /// an exit at `exit_depth`, on CPU 3: f at 0x1000, called at 100 from 0x5, back at 250.
+    fn call_ring(exit_depth: u32) -> Vec<u8> {
         let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
         let mut mem = vec![0u64; len / 8];
         // SAFETY: zeroed, aligned, `len` bytes.
@@ -1048,10 +1040,23 @@ mod tests {
         // SAFETY: `w` describes `mem`.
         unsafe {
             w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
-            w.write(250, 0x1000, 100, KIND_GRAPH_RET, 0, 3);
+            w.write(250, 0x1000, 100, KIND_GRAPH_RET, exit_depth, 3);
         }
-        let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
-        std::fs::write(sub.join("buf-43"), bytes).unwrap();
+        mem.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn reads_a_hand_made_recording() {
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-test-{}", std::process::id()));
+        let sub = dir.join("42.0");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            sub.join("meta"),
+            "pid=42\nexe=/bin/x\ntracer=function_graph\nclock=mono\nnr_cpus=4\n",
+        )
+        .unwrap();
+        std::fs::write(sub.join("symbols"), "1000\t10\tx\tf\n").unwrap();
+        std::fs::write(sub.join("buf-43"), call_ring(0)).unwrap();
         let rec = Recording::read(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(rec.clock, ClockKind::Mono);
@@ -1082,29 +1087,11 @@ mod tests {
     #[test]
     fn a_ring_with_a_depth_past_the_shadow_stack_is_damaged() {
         let dir = std::env::temp_dir().join(format!("ftrace-rec-deep-{}", std::process::id()));
-        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
         for (depth, damaged) in [
             (SHADOW_FRAMES as u32 - 1, false),
             (SHADOW_FRAMES as u32, true),
         ] {
-            let mut mem = vec![0u64; len / 8];
-            // SAFETY: zeroed, aligned, `len` bytes.
-            let w = unsafe {
-                buffer::init(
-                    mem.as_mut_ptr().cast(),
-                    len,
-                    buffer::SlotMode::Overwrite,
-                    42,
-                    43,
-                    b"x",
-                )
-            };
-            // SAFETY: `w` describes `mem`.
-            unsafe {
-                w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
-                w.write(250, 0x1000, 100, buffer::KIND_GRAPH_RET | depth << 8, 0, 3);
-            }
-            let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+            let bytes = call_ring(depth);
             std::fs::create_dir_all(&dir).unwrap();
             let path = dir.join("buf-43");
             std::fs::write(&path, bytes).unwrap();

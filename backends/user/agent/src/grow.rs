@@ -2,22 +2,24 @@
 //!
 //! A streamed recording's drainer that finds a thread's ring filling faster than it reads
 //! makes a larger ring file beside it, `grow-<tid>` ([`crate::buffer::GROW_FILE_PREFIX`]:
-//! sized and its space reserved, on the tool's CPU), then asks for it in the ring's header
-//! (its `grow` word, [`ftrace_ringbuf::slot::SlotRing::ask_to_grow`], holding the new file's
-//! size). The thread notices where it looks at the consumer's words anyway:
+//! sized, not reserved: its pages are allocated as the thread first writes them, so the tool
+//! grows rings only while their file system has ample room, a page it cannot allocate being a
+//! `SIGBUS`), then asks for it in the ring's header (its `grow` word,
+//! [`ftrace_ringbuf::slot::SlotRing::ask_to_grow`], holding the new file's size). The thread notices where it looks at the consumer's words anyway:
 //!
 //! - the assembly fast paths, when they find their copy of the limit passed (out of line):
 //!   they set the thread's state to [`GROW`] (only from the plain registered state), so that
 //!   its next event takes the handlers' path;
-//! - the handlers, on every event ([`asked`]).
+//! - the handlers, on every event (`asked`).
 //!
-//! The handler ([`take`], with the thread's guard held) renames the file to the thread's next
+//! The handler (`take`, with the thread's guard held) renames the file to the thread's next
 //! `buf-<tid>.<n>`, maps it, writes there from then on, and answers in the old ring's `grow`
 //! word ([`GROWN`]). The old ring keeps what was written before (and what a fast path
 //! interrupted by the move still commits there), and the tool drains it, then finishes it
 //! (frees its pages, removes the file); as after a resize ([`crate::resize`]), the readers
-//! merge a thread's files by time. Nothing is dropped for a move, and the thread never waits for the tool: a
-//! file that is not there (or not of the size asked) leaves the thread in its ring.
+//! merge a thread's files by time. Nothing is dropped for a move, and the thread never waits
+//! for the tool: a file that is not there (or not of the size asked) leaves the thread in its
+//! ring.
 //!
 //! The old ring stays mapped, as after a resize: a fast path interrupted by a signal handler
 //! that moves the thread may still be writing its event into it.
@@ -82,8 +84,7 @@ pub(crate) fn take(st: &mut ThreadState) {
 mod tests {
     use super::*;
     use crate::buffer::{self, HEADER_SIZE, KIND_FUNC, SLOT_SIZE};
-    use crate::handler::{self, Instance};
-    use std::ffi::CString;
+    use crate::handler;
 
     fn read_ring(path: &std::path::Path) -> buffer::Contents {
         buffer::read(&std::fs::read(path).unwrap()).unwrap()
@@ -98,16 +99,7 @@ mod tests {
         let _switches = handler::PROCESS_SWITCHES
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let dir = std::env::temp_dir().join(format!("ftrace-grow-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let inst = Instance {
-            ring_dir: CString::new(dir.to_str().unwrap()).unwrap(),
-            spare: None,
-            buffer_bytes: HEADER_SIZE + 8 * SLOT_SIZE,
-            overwrite: false,
-            rseq_offset: None,
-        };
-        INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+        let dir = handler::install_test_instance("grow", 8);
         // SAFETY: every field of a thread state is valid zeroed (integers, null pointers, an
         // atomic): what a thread's TLS block holds before it registers.
         let mut st: ThreadState = unsafe { core::mem::MaybeUninit::zeroed().assume_init() };

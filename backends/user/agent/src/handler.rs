@@ -32,6 +32,24 @@ pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 #[cfg(test)]
 pub(crate) static PROCESS_SWITCHES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// For unit tests (holding [`PROCESS_SWITCHES`]): installs a drained instance whose rings
+/// (`slots` slots each) go to a fresh directory of the temporary directory named after `tag`,
+/// and returns the directory.
+#[cfg(test)]
+pub(crate) fn install_test_instance(tag: &str, slots: usize) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ftrace-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inst = Instance {
+        ring_dir: CString::new(dir.to_str().unwrap()).unwrap(),
+        spare: None,
+        buffer_bytes: buffer::HEADER_SIZE + slots * buffer::SLOT_SIZE,
+        overwrite: false,
+        rseq_offset: None,
+    };
+    INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+    dir
+}
+
 /// `funcgraph-retval`: function_graph exits carry the function's return value (`rax`), as a
 /// [`buffer::KIND_GRAPH_RETVAL`] event written before the exit. Recorded by the full-save
 /// return path only, so while it is set the function_graph fast paths stay off.

@@ -195,7 +195,6 @@ pub fn settle() -> bool {
 mod tests {
     use super::*;
     use crate::buffer::{self, HEADER_SIZE, KIND_FUNC, SLOT_SIZE};
-    use std::ffi::CString;
 
     fn read_ring(path: &std::path::Path) -> buffer::Contents {
         buffer::read(&std::fs::read(path).unwrap()).unwrap()
@@ -210,16 +209,7 @@ mod tests {
         let _switches = handler::PROCESS_SWITCHES
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let dir = std::env::temp_dir().join(format!("ftrace-resize-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let inst = Instance {
-            ring_dir: CString::new(dir.to_str().unwrap()).unwrap(),
-            spare: None,
-            buffer_bytes: HEADER_SIZE + 8 * SLOT_SIZE,
-            overwrite: false,
-            rseq_offset: None,
-        };
-        INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+        let dir = handler::install_test_instance("resize", 8);
         handler::TRACER.store(1, Ordering::Relaxed);
         handler::TRACING_ON.store(true, Ordering::Relaxed);
         handler::CLOCK_TSC.store(true, Ordering::Relaxed);
