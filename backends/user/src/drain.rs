@@ -60,7 +60,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ftrace_agent::buffer::{GROW_FILE_PREFIX, SPARE_FILE, SPARE_IN_PROGRESS};
+use ftrace_agent::buffer::{GROW_FILE_PREFIX, SPARE_FILE, SPARE_IN_PROGRESS, reserve_ahead};
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
 use crate::recording::is_event_of_its_own;
@@ -289,7 +289,7 @@ impl Drained {
             return;
         }
         let bytes = HEADER_BYTES + slots * SLOT_BYTES;
-        if free_bytes(dir).is_none_or(|free| free / 4 < bytes)
+        if reserve_ahead(free_bytes(dir), bytes)
             || lock(&rings.found).bytes.saturating_add(bytes) > max.saturating_mul(4)
         {
             return;
@@ -405,8 +405,10 @@ impl RingDir {
     }
 
     /// Puts a spare ring file of `bytes` here ([`SPARE_FILE`]), when this is a private tmpfs
-    /// directory: sized and its space reserved (`fallocate`, 1-2 ms for 8 MiB on a VM), then
-    /// renamed into place whole, for the program's first thread to take instead of reserving
+    /// directory: sized (its space reserved only on a file system short of room,
+    /// [`reserve_ahead`]: the program's first thread waited the 3 ms that reserving 8 MiB
+    /// takes on a VM, to write a few pages of it in a short program), then
+    /// renamed into place whole, for the program's first thread to take instead of making
     /// its ring itself. Made while the program starts (exec, loading, the agent's start-up),
     /// so that this cost leaves the program's path. Best effort: a thread that finds no spare
     /// makes its file itself. (The drainer looks for rings only in the process directories:
@@ -416,9 +418,13 @@ impl RingDir {
             return;
         }
         let tmp = self.path.join(SPARE_IN_PROGRESS);
-        if reserve_file(&tmp, bytes as u64).is_ok()
-            && std::fs::rename(&tmp, self.path.join(SPARE_FILE)).is_err()
-        {
+        let bytes = bytes as u64;
+        let made = if reserve_ahead(free_bytes(&self.path), bytes) {
+            reserve_file(&tmp, bytes)
+        } else {
+            File::create_new(&tmp).and_then(|f| f.set_len(bytes))
+        };
+        if made.is_err() || std::fs::rename(&tmp, self.path.join(SPARE_FILE)).is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
     }
@@ -887,7 +893,8 @@ mod tests {
     use ftrace_agent::event::{KIND_EVENT, KIND_EVENT_DATA};
 
     /// A private ring directory gets a spare ring file of the size asked, its space reserved
-    /// and nothing half-made left beside it; a recording directory used for rings gets none.
+    /// when its file system is short of room, and nothing half-made left beside it; a
+    /// recording directory used for rings gets none.
     #[test]
     fn a_private_ring_dir_is_stocked_with_a_whole_spare() {
         use std::os::unix::fs::MetadataExt as _;
@@ -898,14 +905,25 @@ mod tests {
         if rings.private {
             let meta = std::fs::metadata(rings.path().join(SPARE_FILE)).unwrap();
             assert_eq!(meta.len(), len as u64);
-            assert!(meta.blocks() * 512 >= len as u64, "{meta:?}");
+            // Reserved only on a file system short of room.
+            let reserved = meta.blocks() * 512 >= len as u64;
+            let free = free_bytes(rings.path());
+            assert_eq!(
+                reserved,
+                reserve_ahead(free, len as u64),
+                "{meta:?}, {free:?} free"
+            );
             assert!(!rings.path().join(SPARE_IN_PROGRESS).exists());
         }
+        let len = len as u64;
+        assert!(reserve_ahead(None, len));
+        assert!(reserve_ahead(Some(4 * len - 1), len));
+        assert!(!reserve_ahead(Some(4 * len), len));
         let fallback = RingDir {
             path: out.path().to_path_buf(),
             private: false,
         };
-        fallback.make_spare(len);
+        fallback.make_spare(len as usize);
         assert!(!out.path().join(SPARE_FILE).exists());
     }
 

@@ -134,6 +134,16 @@ pub const DROPPED_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::DROPPED_OF
 /// Offset of the ring's `grow` word (the tool's request for a larger ring, [`crate::grow`]) in
 /// a buffer file.
 pub const GROW_OFFSET: usize = RING_OFFSET + ftrace_ringbuf::slot::GROW_OFFSET;
+/// Whether a drained ring file of `len` bytes is to be reserved whole ahead (`fallocate`) on a
+/// file system with `free` bytes free (`None`: unknown): when it has less than four times
+/// that. With more, the ring's pages are allocated as its thread first writes them (reserving
+/// 8 MiB takes 3 ms on a VM, on the thread's path or the program's start, of which a short
+/// program writes a few pages); a page the file system cannot give then would be a `SIGBUS`,
+/// which ample room makes as unlikely as the disk filling under any program.
+pub fn reserve_ahead(free: Option<u64>, len: u64) -> bool {
+    free.is_none_or(|free| free / 4 < len)
+}
+
 /// The name prefix of a larger ring file the tool makes for a thread (`grow-<tid>`), which
 /// the thread takes when asked ([`crate::grow`]).
 pub const GROW_FILE_PREFIX: &str = "grow-";

@@ -665,11 +665,25 @@ unsafe fn take_spare(inst: &Instance, path: &str, len: usize) -> Option<libc::c_
     }
 }
 
+/// Whether the ring file `fd` of `len` bytes is to be reserved ahead
+/// ([`buffer::reserve_ahead`], from its file system's free bytes).
+///
+/// # Safety
+/// `fd` must be an open descriptor.
+unsafe fn reserve_ahead(fd: libc::c_int, len: usize) -> bool {
+    // SAFETY: a zeroed statvfs is a valid out-parameter; `fd` is open (caller's contract).
+    let free = unsafe {
+        let mut st: libc::statvfs = core::mem::zeroed();
+        (libc::fstatvfs(fd, &mut st) == 0).then(|| st.f_bavail.saturating_mul(st.f_frsize))
+    };
+    buffer::reserve_ahead(free, len as u64)
+}
+
 /// Sizes the fresh ring file `fd` to `len` bytes and maps it shared, read-write. A flight
 /// recorder's ring (`Overwrite`, small, rewritten at once) is mapped whole before use; a
-/// drained ring's space is reserved whole (`fallocate`: a page the writer reaches later is a
-/// minor fault, never a `SIGBUS` on a full tmpfs; no space is a thread left untraced and
-/// counted) and only its header and first [`PREFAULT_BYTES`] are mapped before use.
+/// drained ring's space is reserved whole when its file system is short of room
+/// ([`buffer::reserve_ahead`]; no space is a thread left untraced and counted), and only its
+/// header and first [`PREFAULT_BYTES`] are mapped before use.
 ///
 /// # Safety
 /// `fd` must be a freshly created regular file opened read-write, not used by anyone else.
@@ -679,8 +693,10 @@ unsafe fn map_ring_file(fd: libc::c_int, len: usize, mode: buffer::SlotMode) -> 
         if libc::ftruncate(fd, len as libc::off_t) != 0 {
             return None;
         }
-        // A file system that cannot reserve (no `fallocate`) allocates as the writer goes.
+        // Reserved only on a file system short of room (a file system that cannot reserve,
+        // no `fallocate`, allocates as the writer goes).
         if mode == buffer::SlotMode::ProducerConsumer
+            && reserve_ahead(fd, len)
             && libc::fallocate(fd, 0, 0, len as libc::off_t) != 0
             && *libc::__errno_location() != libc::EOPNOTSUPP
         {
@@ -738,9 +754,9 @@ pub fn reset_current_thread() {
 mod tests {
     use super::*;
 
-    /// A drained ring's space is reserved whole when it is mapped (a page reached later
-    /// cannot fail), and every byte of it is writable; a flight recorder's ring is mapped
-    /// whole.
+    /// A drained ring's space is reserved whole when it is mapped on a file system short of
+    /// room (a page reached later cannot fail), and every byte of it is writable; a flight
+    /// recorder's ring is mapped whole.
     #[test]
     fn ring_files_are_reserved_whole_and_writable() {
         use std::os::fd::AsRawFd as _;
@@ -766,7 +782,10 @@ mod tests {
             let meta = std::fs::metadata(&path).unwrap();
             assert_eq!(meta.len(), len as u64);
             if mode == buffer::SlotMode::ProducerConsumer {
-                assert!(meta.blocks() * 512 >= len as u64, "{mode:?}: {meta:?}");
+                // SAFETY: `f` is open.
+                let reserve = unsafe { reserve_ahead(f.as_raw_fd(), len) };
+                let reserved = meta.blocks() * 512 >= len as u64;
+                assert_eq!(reserved, reserve, "{mode:?}: {meta:?}");
             }
             // SAFETY: `len` writable bytes at `p`, ours.
             unsafe {
