@@ -295,7 +295,7 @@ impl Drained {
             return;
         }
         let path = dir.join(format!("{GROW_FILE_PREFIX}{}", self.tid));
-        if make_ring_file(&path, bytes).is_ok() {
+        if make_ring_file(&path.with_extension("new"), &path, bytes).is_ok() {
             let ring = self.map.view().expect("checked by open").ring();
             ring.ask_to_grow(bytes);
             self.grow = GrowState::Done;
@@ -418,45 +418,29 @@ impl RingDir {
             return;
         }
         let tmp = self.path.join(SPARE_IN_PROGRESS);
-        let bytes = bytes as u64;
-        let made = if reserve_ahead(free_bytes(&self.path), bytes) {
-            reserve_file(&tmp, bytes)
-        } else {
-            File::create_new(&tmp).and_then(|f| f.set_len(bytes))
-        };
-        if made.is_err() || std::fs::rename(&tmp, self.path.join(SPARE_FILE)).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        let _ = make_ring_file(&tmp, &self.path.join(SPARE_FILE), bytes as u64);
     }
 }
 
-/// Creates `path` (new), `bytes` long with its space reserved (`fallocate`); removed again
-/// on failure.
-fn reserve_file(path: &Path, bytes: u64) -> std::io::Result<()> {
+/// Makes the ring file `path` of `bytes` (zero-filled) for a thread to take whole: made as
+/// `tmp`, its space reserved ahead only on a file system short of room ([`reserve_ahead`]),
+/// then renamed into place; nothing is left on failure.
+fn make_ring_file(tmp: &Path, path: &Path, bytes: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd as _;
-    let made = File::create_new(path).and_then(|f| {
-        f.set_len(bytes)?;
-        // SAFETY: a plain syscall on a file of ours.
-        if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    });
+    let reserve = reserve_ahead(tmp.parent().and_then(free_bytes), bytes);
+    let made = File::create_new(tmp)
+        .and_then(|f| {
+            f.set_len(bytes)?;
+            // SAFETY: a plain syscall on a file of ours.
+            if reserve && unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) } != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+        .and_then(|()| std::fs::rename(tmp, path));
     if made.is_err() {
-        let _ = std::fs::remove_file(path);
-    }
-    made
-}
-
-/// Makes the ring file `path` of `bytes` (zero-filled, not reserved) for a thread to take
-/// whole: made under a temporary name, then renamed into place.
-fn make_ring_file(path: &Path, bytes: u64) -> std::io::Result<()> {
-    let tmp = path.with_extension("new");
-    let made = File::create_new(&tmp)
-        .and_then(|f| f.set_len(bytes))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if made.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(tmp);
     }
     made
 }

@@ -1,11 +1,12 @@
 //! Rings that grow while the program runs: the tool asks, the thread moves.
 //!
-//! A streamed recording's drainer that finds a thread's ring filling faster than it reads
-//! makes a larger ring file beside it, `grow-<tid>` ([`crate::buffer::GROW_FILE_PREFIX`]:
-//! sized, not reserved: its pages are allocated as the thread first writes them, so the tool
-//! grows rings only while their file system has ample room, a page it cannot allocate being a
-//! `SIGBUS`), then asks for it in the ring's header (its `grow` word,
-//! [`ftrace_ringbuf::slot::SlotRing::ask_to_grow`], holding the new file's size). The thread notices where it looks at the consumer's words anyway:
+//! A streamed recording's drainer that finds a thread's ring filling faster than it reads makes
+//! a larger ring file beside it, `grow-<tid>` ([`crate::buffer::GROW_FILE_PREFIX`]: sized, not
+//! reserved: its pages are allocated as the thread first writes them, so the tool grows rings
+//! only while their file system has ample room, a page it cannot allocate being a `SIGBUS`),
+//! then asks for it in the ring's header (its `grow` word,
+//! [`ftrace_ringbuf::slot::SlotRing::ask_to_grow`], holding the new file's size). The thread
+//! notices where it looks at the consumer's words anyway:
 //!
 //! - the assembly fast paths, when they find their copy of the limit passed (out of line):
 //!   they set the thread's state to [`GROW`] (only from the plain registered state), so that

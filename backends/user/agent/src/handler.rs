@@ -479,19 +479,46 @@ pub(crate) fn register(st: &mut ThreadState) -> bool {
     }
 }
 
-/// The calling thread's name, NUL-padded.
-fn thread_comm() -> [u8; 16] {
+/// Sets up the freshly mapped ring file at `p` (`len` bytes) as the calling thread's
+/// ([`buffer::init`] with this process, thread `tid` and the thread's name).
+///
+/// # Safety
+/// As [`buffer::init`]'s.
+unsafe fn init_thread_ring(p: *mut u8, len: usize, mode: buffer::SlotMode, tid: u32) -> Writer {
     let mut comm = [0u8; 16];
+    let mut n = 0;
     if let Ok(c) = std::fs::read("/proc/thread-self/comm") {
         let c = c.strip_suffix(b"\n").unwrap_or(&c);
-        let n = c.len().min(15);
+        n = c.len().min(15);
         comm[..n].copy_from_slice(&c[..n]);
     }
-    comm
+    // SAFETY: the caller's contract.
+    unsafe { buffer::init(p, len, mode, libc::getpid() as u32, tid, &comm[..n]) }
+}
+
+/// Opens the ring file `path` just taken by a rename, read-write, if it is `len` bytes; else
+/// removes it.
+///
+/// # Safety
+/// Plain syscalls; the descriptor returned is the caller's.
+unsafe fn open_taken(path: &CString, len: usize) -> Option<libc::c_int> {
+    // SAFETY: a valid path; a zeroed stat is a valid out-parameter.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        let mut st: libc::stat = core::mem::zeroed();
+        if fd >= 0 && libc::fstat(fd, &mut st) == 0 && st.st_size as usize == len {
+            return Some(fd);
+        }
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        libc::unlink(path.as_ptr());
+        None
+    }
 }
 
 /// Takes the ring file `from` the tool made in the instance's ring directory for the calling
-/// thread (a drained ring of `len` bytes, sized and reserved) as its next `buf-<tid>.<n>`,
+/// thread (a drained ring of `len` bytes) as its next `buf-<tid>.<n>`,
 /// maps it and sets it up: `None` (and `from` removed) when it is missing, of another size,
 /// or cannot be mapped.
 ///
@@ -519,54 +546,34 @@ pub(crate) unsafe fn adopt_ring_file(inst: &Instance, from: &str, len: usize) ->
         }
     }
     let to = to?;
-    // SAFETY: plain syscalls on a path we own now; the descriptor is closed here.
+    // SAFETY: plain syscalls on a path we own now; the descriptor is closed here; the
+    // mapping is a fresh zero-filled ring file of `len` bytes.
     unsafe {
-        let fd = libc::open(to.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        let mut st: libc::stat = core::mem::zeroed();
-        let p = if fd >= 0 && libc::fstat(fd, &mut st) == 0 && st.st_size as usize == len {
-            map_sized_ring_file(fd, len, buffer::SlotMode::ProducerConsumer)
-        } else {
-            None
-        };
-        if fd >= 0 {
-            libc::close(fd);
-        }
+        let fd = open_taken(&to, len)?;
+        let mode = buffer::SlotMode::ProducerConsumer;
+        let p = map_sized_ring_file(fd, len, mode);
+        libc::close(fd);
         let Some(p) = p else {
             libc::unlink(to.as_ptr());
             return None;
         };
-        let comm = thread_comm();
-        Some(buffer::init(
-            p.cast(),
-            len,
-            buffer::SlotMode::ProducerConsumer,
-            libc::getpid() as u32,
-            tid,
-            &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
-        ))
+        Some(init_thread_ring(p.cast(), len, mode, tid))
     }
 }
 
 pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
     // SAFETY: no preconditions.
     let tid = unsafe { libc::gettid() } as u32;
-    let comm = thread_comm();
     let dir = inst.ring_dir.to_str().ok()?;
     let len = inst.buffer_bytes;
     // SAFETY: the spare's path and `buf-<tid>` are valid paths; a file taken is ours.
     if let Some(fd) = unsafe { take_spare(inst, &format!("{dir}/buf-{tid}"), len) } {
         // SAFETY: `fd` is ours, a zero-filled buffer file of `len` bytes.
         unsafe {
-            let p = map_sized_ring_file(fd, len, buffer::SlotMode::ProducerConsumer);
+            let mode = buffer::SlotMode::ProducerConsumer;
+            let p = map_sized_ring_file(fd, len, mode);
             libc::close(fd);
-            return Some(buffer::init(
-                p?.cast(),
-                len,
-                buffer::SlotMode::ProducerConsumer,
-                libc::getpid() as u32,
-                tid,
-                &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
-            ));
+            return Some(init_thread_ring(p?.cast(), len, mode, tid));
         }
     }
     let mut fd = -1;
@@ -602,16 +609,7 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
     unsafe {
         let p = map_ring_file(fd, len, mode);
         libc::close(fd);
-        let p = p?;
-        let pid = libc::getpid() as u32;
-        Some(buffer::init(
-            p.cast(),
-            len,
-            mode,
-            pid,
-            tid,
-            &comm[..comm.iter().position(|&b| b == 0).unwrap_or(16)],
-        ))
+        Some(init_thread_ring(p?.cast(), len, mode, tid))
     }
 }
 
@@ -652,16 +650,7 @@ unsafe fn take_spare(inst: &Instance, path: &str, len: usize) -> Option<libc::c_
             }
             libc::usleep(100);
         }
-        let fd = libc::open(to.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        let mut st: libc::stat = core::mem::zeroed();
-        if fd >= 0 && libc::fstat(fd, &mut st) == 0 && st.st_size as usize == len {
-            return Some(fd);
-        }
-        if fd >= 0 {
-            libc::close(fd);
-        }
-        libc::unlink(to.as_ptr());
-        None
+        open_taken(&to, len)
     }
 }
 
