@@ -413,6 +413,23 @@ impl<'a> SlotRing<'a> {
         &self.slots[(index & (self.capacity() - 1)) as usize]
     }
 
+    /// Asks the CPU to bring slot `index`'s cache line in ahead of its read: a consumer's
+    /// slots were written on another CPU, and a line read only when reached is a miss the
+    /// consumer waits for (a fifth of a drainer's time so); several in flight overlap.
+    #[inline(always)]
+    fn prefetch(&self, index: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        {
+            let p: *const Slot = self.slot(index);
+            // SAFETY: a prefetch is a hint: it reads nothing the program sees, faults never.
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+            };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = index;
+    }
+
     /// Reserves the next slot (step 1 of the writer contract). On a full ring the reservation
     /// is given back (or padded) and counted as dropped.
     #[inline(always)]
@@ -600,6 +617,10 @@ impl<'a> SlotRing<'a> {
                 cursor.next += skip;
                 continue;
             }
+            let ahead = cursor.next.saturating_add(PREFETCH_AHEAD);
+            if ahead < head {
+                self.prefetch(ahead);
+            }
             match self.read(cursor.next) {
                 SlotRead::Event(ev) => {
                     if cursor.pending > 0 && cursor.next >= cursor.hole_at {
@@ -630,6 +651,9 @@ impl<'a> SlotRing<'a> {
         delivered
     }
 }
+
+/// How far ahead of its read a consumer prefetches a slot: 16 slots, 8 cache lines.
+const PREFETCH_AHEAD: u64 = 16;
 
 /// A reserved slot: fill and commit it with [`commit`](Self::commit).
 #[derive(Debug)]
