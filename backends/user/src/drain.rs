@@ -125,6 +125,8 @@ struct Drained {
     /// Since when the ring's thread has been seen moved to a larger ring with nothing new
     /// here.
     retired: Option<Instant>,
+    /// Slots in the ring, as its header said when draining began.
+    capacity: u64,
     pid: u32,
     tid: u32,
 }
@@ -154,7 +156,11 @@ impl Drained {
         let Some(map) = RingMapping::open(ring_file, Access::ReadWrite) else {
             return Ok(None);
         };
-        let view = map.view().expect("checked by open");
+        // (Overwritten since `open` checked it: no ring yet, as a file without its header.)
+        let Some(view) = map.view() else {
+            return Ok(None);
+        };
+        let capacity = view.ring().capacity();
         let header = StreamHeader {
             pid: view.pid(),
             tid: view.tid(),
@@ -194,6 +200,7 @@ impl Drained {
             released: 0,
             grow: GrowState::No,
             retired: None,
+            capacity,
             pid: header.pid,
             tid: header.tid,
             map,
@@ -204,7 +211,10 @@ impl Drained {
     /// in batches of [`BATCH`]: one capacity check per batch, then a few stores per event,
     /// and a `write` per 256 KiB of records.
     fn drain(&mut self, drain: Drain) -> Result<u64, String> {
-        let ring = self.map.view().expect("checked by open").ring();
+        let Some(view) = self.map.view() else {
+            return Err(self.damaged());
+        };
+        let ring = view.ring();
         let mut moved = 0;
         loop {
             let mut batch = self.out.batch(BATCH as usize);
@@ -234,8 +244,25 @@ impl Drained {
 
     /// Slots written and not yet read: what the writer has ahead of this drainer.
     fn backlog(&self) -> u64 {
-        let ring = self.map.view().expect("checked by open").ring();
-        ring.head().saturating_sub(self.cursor.next)
+        self.ring()
+            .map_or(0, |ring| ring.head().saturating_sub(self.cursor.next))
+    }
+
+    /// The ring, while its header holds: the program shares the file, and one that writes
+    /// over its own buffer can overwrite the header too ([`Drained::damaged`]).
+    fn ring(&self) -> Option<ftrace_ringbuf::slot::SlotRing<'_>> {
+        self.map.view().map(|v| v.ring())
+    }
+
+    /// The error of a ring whose header no longer holds.
+    fn damaged(&self) -> String {
+        format!(
+            "{}: the ring's header was overwritten while it was drained (the program wrote \
+             over its own trace buffer): thread {}'s events end where it was, in {}",
+            self.ring_file.display(),
+            self.tid,
+            self.events_file.display()
+        )
     }
 
     /// Bytes of the ring file.
@@ -247,7 +274,9 @@ impl Drained {
     /// larger ring and nothing has come here for [`RETIRE_AFTER`] (then it is to be
     /// finished).
     fn retired(&mut self, moved: u64) -> bool {
-        let ring = self.map.view().expect("checked by open").ring();
+        let Some(ring) = self.ring() else {
+            return false;
+        };
         if ring.growth_asked() != ftrace_ringbuf::slot::GROWN || moved > 0 {
             self.retired = None;
             return false;
@@ -258,7 +287,7 @@ impl Drained {
 
     /// Slots in the ring.
     fn capacity(&self) -> u64 {
-        self.map.view().expect("checked by open").ring().capacity()
+        self.capacity
     }
 
     /// Before a pass, with `backlog` slots to read: when that is a quarter of the ring or
@@ -295,10 +324,11 @@ impl Drained {
             return;
         }
         let path = dir.join(format!("{GROW_FILE_PREFIX}{}", self.tid));
-        if make_ring_file(&path.with_extension("new"), &path, bytes).is_ok() {
-            let ring = self.map.view().expect("checked by open").ring();
-            ring.ask_to_grow(bytes);
-            self.grow = GrowState::Done;
+        if let Some(ring) = self.ring() {
+            if make_ring_file(&path.with_extension("new"), &path, bytes).is_ok() {
+                ring.ask_to_grow(bytes);
+                self.grow = GrowState::Done;
+            }
         }
     }
 
@@ -308,15 +338,18 @@ impl Drained {
     }
 
     /// Drains the rest (the writer is gone, or writes elsewhere) and completes the events
-    /// file: what the thread recorded here, and the ring file, now to be removed.
-    fn finish(mut self) -> Result<(ThreadCount, PathBuf), String> {
-        self.drain(Drain::Final)?;
+    /// file: what the thread recorded here. A ring that can no longer be read
+    /// ([`Drained::damaged`]) still gets its events file completed with what it gave, then
+    /// is an error.
+    fn finish(mut self) -> Result<ThreadCount, String> {
+        let drained = self.drain(Drain::Final);
         let events = &self.events_file;
         let io = |e: std::io::Error| format!("{}: {e}", events.display());
-        // Drops counted after the last event have no event to precede: they end the file.
-        let ring = self.map.view().expect("checked by open").ring();
+        // Drops counted after the last event have no event to precede: they end the file (a
+        // damaged ring's count went with its header).
+        let dropped = self.ring().map_or(0, |ring| ring.dropped());
         let counted = self.out.lost();
-        let all = ring.dropped().saturating_add(self.cursor.overrun);
+        let all = dropped.saturating_add(self.cursor.overrun);
         self.out.lost_here(all.saturating_sub(counted));
         let count = ThreadCount {
             tid: self.tid,
@@ -324,8 +357,8 @@ impl Drained {
             lost: self.out.lost(),
         };
         self.out.finish().map_err(io)?;
-        drop(self.map);
-        Ok((count, self.ring_file))
+        drained?;
+        Ok(count)
     }
 }
 
@@ -535,6 +568,8 @@ struct Rings {
     removing: Mutex<Vec<Removal>>,
     /// The helper threads (all but the leader), woken when rings want them.
     helpers: std::sync::OnceLock<Vec<std::thread::Thread>>,
+    /// Why rings were finished early, while the others went on (told at the end).
+    errors: Mutex<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -561,6 +596,7 @@ impl Rings {
             growth,
             removing: Mutex::default(),
             helpers: std::sync::OnceLock::new(),
+            errors: Mutex::default(),
         }
     }
 
@@ -624,7 +660,17 @@ impl Rings {
                 continue;
             };
             let backlog = d.backlog();
-            let n = d.drain(Drain::Live)?;
+            let n = match d.drain(Drain::Live) {
+                Ok(n) => n,
+                Err(e) => {
+                    // This ring is done for (damaged, or its events file cannot be written):
+                    // finished with what it gave, the error told at the end; the other rings
+                    // go on.
+                    let _ = self.finish(&ring, &mut slot);
+                    lock(&self.errors).push(e);
+                    continue;
+                }
+            };
             d.grow(backlog, self.growth, self);
             pass.busy |= n >= d.capacity() / BUSY_FILL;
             pass.wanted += usize::from(n > 0);
@@ -703,10 +749,13 @@ impl Rings {
         let d = slot.take()?;
         let path = d.ring_file.clone();
         let bytes = d.file_bytes();
-        let r = d.finish().map(|(count, ring_file)| {
-            self.remove(ring_file);
-            count
-        });
+        let damaged = d.ring().is_none();
+        let r = d.finish();
+        // A finished ring's file goes, and a damaged one's (no ring to find again); one whose
+        // events file could not be completed stays, the rest of its events in it.
+        if r.is_ok() || damaged {
+            self.remove(path.clone());
+        }
         let mut found = lock(&self.found);
         found.bytes = found.bytes.saturating_sub(bytes);
         found.paths.remove(&path);
@@ -780,6 +829,9 @@ impl Drainer {
                     first_err.get_or_insert("a drain thread panicked".to_string());
                 }
             }
+        }
+        if let Some(e) = lock(&self.rings.errors).first() {
+            first_err.get_or_insert(e.clone());
         }
         if let Err(e) = self.rings.wait_removals() {
             first_err.get_or_insert(e);
@@ -986,7 +1038,7 @@ mod tests {
         );
         // Read again, the ring maps again: what was given back was the mapping, not the
         // slots (the events file has every event once).
-        let (c, _) = d.finish().unwrap();
+        let c = d.finish().unwrap();
         assert_eq!((c.events, c.lost), (capacity as u64 - 1, 0));
     }
 
@@ -1143,6 +1195,77 @@ mod tests {
         let events: Vec<(u32, u64)> = counts.iter().map(|c| (c.tid, c.events)).collect();
         assert_eq!(events, [(1, 3), (2, 5)]);
         assert!(shared.list(0).is_empty());
+        shared.wait_removals().unwrap();
+        assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
+    }
+
+    /// A program shares its ring file with the tool and may write over the ring's header: that
+    /// ring's recording ends with an error naming the file (told at the end), its events file
+    /// complete with the events read before; the drainer goes on with the other rings and
+    /// panics never.
+    #[test]
+    fn a_ring_whose_header_is_overwritten_ends_in_an_error_and_the_others_go_on() {
+        use std::os::unix::fs::FileExt as _;
+        let rings = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let instance = format!("{}.0", std::process::id());
+        std::fs::create_dir(rings.path().join(&instance)).unwrap();
+        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let func = (buffer::KIND_FUNC, 0);
+        let bad = write_ring(&rings.path().join(&instance), 1, &[func; 3]);
+        write_ring(&rings.path().join(&instance), 2, &[func; 5]);
+        let shared = Rings::new(Growth::Fixed);
+        shared.scan(rings.path(), out.path()).unwrap();
+        assert_eq!(shared.pass(0).unwrap().moved, 8);
+        let events_of = |tid: u32| {
+            shared
+                .list(0)
+                .iter()
+                .find_map(|r| {
+                    let d = r.lock().unwrap();
+                    let d = d.as_ref()?;
+                    (d.tid == tid).then(|| d.events_file.clone())
+                })
+                .unwrap()
+        };
+        let bad_events = events_of(1);
+        // The program writes over the header's magic (the ring file is shared, as the mapping).
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&bad)
+            .unwrap()
+            .write_all_at(&[0xff; 8], 0)
+            .unwrap();
+        let pass = shared.pass(0).unwrap();
+        assert_eq!(pass.moved, 0);
+        assert_eq!(shared.list(0).len(), 1, "the damaged ring is finished");
+        let errors = lock(&shared.errors).clone();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with(&format!(
+                "{}: the ring's header was overwritten",
+                bad.display()
+            )),
+            "{}",
+            errors[0]
+        );
+        let mut r = crate::stream::open(&bad_events, 4096).unwrap();
+        let mut n = 0;
+        let complete = loop {
+            match r.next_record().unwrap() {
+                crate::stream::Record::Event(..) => n += 1,
+                crate::stream::Record::End { complete, .. } => break complete,
+            }
+        };
+        assert_eq!((n, complete), (3, true), "its events file is complete");
+        // The other ring is finished at the end as ever; the damaged one's file is gone.
+        let counts: Vec<ThreadCount> = shared
+            .list(0)
+            .iter()
+            .filter_map(|r| shared.finish(r, &mut r.lock().unwrap()))
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!((counts[0].tid, counts[0].events), (2, 5));
         shared.wait_removals().unwrap();
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
     }
