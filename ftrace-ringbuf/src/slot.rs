@@ -19,9 +19,11 @@
 //!    [`SlotMode::ProducerConsumer`] the last index the consumer had made room for when a
 //!    writer last looked. Only when `index > limit_seen` does the writer read the consumer's
 //!    `limit` word (acquire), store it in `limit_seen` and compare again: the consumer's word
-//!    is read once per ring's worth of events, not once per event (the cached index of
-//!    rtrb and crossbeam's bounded queues). `limit` only grows, so any value a writer saw is
-//!    at most the current one: an outer writer that stores a value older than a nested
+//!    is read once per quarter of a ring's worth of events, not once per event (the cached
+//!    index of rtrb and crossbeam's bounded queues): the writer stores `limit` or, when lower,
+//!    `index + capacity / 4` ([`LOOK_AGAIN_EVERY`]), so that it sees a consumer falling
+//!    behind (below) while it still has room. `limit` only grows, so any value a writer saw
+//!    is at most the current one: an outer writer that stores a value older than a nested
 //!    writer's only makes a later writer look again.
 //! 2. **Fill** the slot `index & (capacity - 1)`: `ts`, `ip`, `arg`, `cpu`.
 //! 3. **Commit**: store the kind word last (release), with bit 7 set to the lap parity of
@@ -43,14 +45,17 @@
 //! writers' words (`head`, `limit_seen`, `dropped`) in the first, the consumer's `limit` alone
 //! in the second, so that neither side's stores take the other's line away.
 //!
-//! Beside `limit`, the consumer's line holds `grow` ([`GROW_OFFSET`]): a request, from the
-//! consumer to the writers' owner, for a larger ring of that many bytes (0: none), which the
-//! owner answers with [`GROWN`] once its writers have moved. The request guards no data (a
-//! hint, read with a plain load whenever a writer looks at `limit`); what a writer does about
-//! it is its owner's business (the userspace agent moves the thread to a new ring the tool
-//! has made, [`SlotRing::ask_to_grow`]). The answer is a release store that the consumer's
-//! load acquires ([`SlotRing::grown`]): having seen it, the consumer finishes the ring with
-//! everything committed before.
+//! Beside `limit`, the consumer's line holds `grow` ([`GROW_OFFSET`]): an offer, from the
+//! consumer to the writers' owner, of a larger ring of that many bytes (0: none), for when the
+//! consumer falls behind: a writer that looks at `limit` and finds less than half the ring
+//! ahead of it ([`SlotRing::behind`], [`BEHIND_BELOW`]) takes it, and the owner answers with
+//! [`GROWN`] once its writers have moved. The writer decides, not the consumer: a consumer
+//! that falls behind is one that does not run, and a writer that found the ring full could
+//! only drop. The offer guards no data (a hint, read with a plain load whenever a writer
+//! looks at `limit`); what a writer does about it is its owner's business (the userspace
+//! agent moves the thread to a new ring the tool has made, [`SlotRing::offer_to_grow`]).
+//! The answer is a release store that the consumer's load acquires ([`SlotRing::grown`]):
+//! having seen it, the consumer finishes the ring with everything committed before.
 //!
 //! # Readers
 //!
@@ -105,13 +110,19 @@ pub const LIMIT_SEEN_OFFSET: usize = 16;
 /// Offset of `limit` (u64: the highest index a writer may fill, the consumer's word, on a
 /// cache line of its own) in [`RingHeader`].
 pub const LIMIT_OFFSET: usize = 64;
-/// Offset of `grow` (u64: the consumer's request for a larger ring, in bytes; 0: none;
+/// Offset of `grow` (u64: the consumer's offer of a larger ring, in bytes; 0: none;
 /// [`GROWN`]: the writers' owner has moved them to it) in [`RingHeader`], on the consumer's
 /// cache line.
 pub const GROW_OFFSET: usize = 72;
-/// The `grow` word of a ring whose writers have moved to the larger ring asked for: they
+/// The `grow` word of a ring whose writers have moved to the larger ring offered: they
 /// write here no more (but a write begun before the move may still commit).
 pub const GROWN: u64 = u64::MAX;
+/// A writer looks at the consumer's `limit` again at the latest this fraction (1 / this) of
+/// the ring after it last did (the writer contract, step 1).
+pub const LOOK_AGAIN_EVERY: u64 = 8;
+/// The consumer is behind the writers when less than this fraction (1 / this) of the ring is
+/// left ahead of them ([`SlotRing::behind`]).
+pub const BEHIND_BELOW: u64 = 4;
 /// Bytes of [`RingHeader`] (two cache lines).
 pub const RING_HEADER_SIZE: usize = 128;
 /// Offset of `dropped` (u64: events dropped because the ring was full) in [`RingHeader`].
@@ -192,11 +203,20 @@ impl RingHeader {
         self.capacity.load(Ordering::Relaxed)
     }
 
-    /// The larger ring the consumer asks for, in bytes (0: none; [`GROWN`]: the writers have
-    /// moved; [`SlotRing::ask_to_grow`]). Acquire: see [`SlotRing::grown`].
+    /// The larger ring the consumer offers, in bytes (0: none; [`GROWN`]: the writers have
+    /// moved; [`SlotRing::offer_to_grow`]). Acquire: see [`SlotRing::grown`].
     #[inline]
-    pub fn growth_asked(&self) -> u64 {
+    pub fn growth_offered(&self) -> u64 {
         self.grow.load(Ordering::Acquire)
+    }
+
+    /// [`SlotRing::behind`], with the capacity the header records (a hint: a header another
+    /// process damaged gives a wrong answer, never a fault).
+    #[inline]
+    pub fn behind(&self) -> bool {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let head = self.head.get() as u64;
+        head > limit || (limit - head).saturating_mul(BEHIND_BELOW) < self.capacity()
     }
 }
 
@@ -382,23 +402,32 @@ impl<'a> SlotRing<'a> {
         self.header.dropped.get() as u64
     }
 
-    /// Asks the writers' owner for a larger ring of `bytes` bytes (the consumer's side of
-    /// `grow`, see the module docs): a hint, stored without ordering; 0 withdraws it (and the
-    /// owner answers with 0, not moved, or [`GROWN`], moved).
-    pub fn ask_to_grow(&self, bytes: u64) {
+    /// Offers the writers' owner a larger ring of `bytes` bytes, for when this one's consumer
+    /// falls behind (the consumer's side of `grow`, see the module docs): a hint, stored
+    /// without ordering; 0 withdraws it (and the owner answers with 0, not moved, or
+    /// [`GROWN`], moved).
+    pub fn offer_to_grow(&self, bytes: u64) {
         self.header.grow.store(bytes, Ordering::Relaxed);
     }
 
-    /// The larger ring the consumer asks for, in bytes (0: none; [`GROWN`]: the writers have
+    /// The larger ring the consumer offers, in bytes (0: none; [`GROWN`]: the writers have
     /// moved to it). Acquire: see [`grown`](Self::grown).
-    pub fn growth_asked(&self) -> u64 {
-        self.header.growth_asked()
+    pub fn growth_offered(&self) -> u64 {
+        self.header.growth_offered()
     }
 
-    /// The writers' owner's answer to [`ask_to_grow`](Self::ask_to_grow): its writers have
+    /// Whether the consumer is behind the writers: less than 1 / [`BEHIND_BELOW`] of the ring
+    /// is left between the next reservation and the consumer's `limit` (or none at all). A
+    /// writer's owner moves its writers to the larger ring offered then
+    /// ([`growth_offered`](Self::growth_offered)), before the ring is full.
+    pub fn behind(&self) -> bool {
+        self.header.behind()
+    }
+
+    /// The writers' owner's answer to [`offer_to_grow`](Self::offer_to_grow): its writers have
     /// moved to the larger ring, and none reserves here any more (a write begun before may
     /// still commit). Release, paired with the consumer's acquire in
-    /// [`growth_asked`](Self::growth_asked): a consumer that sees [`GROWN`] sees the head and
+    /// [`growth_offered`](Self::growth_offered): a consumer that sees [`GROWN`] sees the head and
     /// every event committed here before, so a [`Drain::Final`] from then on has them all
     /// (and counts an unfinished write as lost).
     pub fn grown(&self) {
@@ -453,7 +482,8 @@ impl<'a> SlotRing<'a> {
     fn reserve_past_limit_seen(&self, index: u64) -> Result<Reserved<'a>, Full> {
         let limit = self.header.limit.load(Ordering::Acquire);
         crate::sync::inject::point("slot_limit_read");
-        self.header.limit_seen.set(limit as usize);
+        let look_again = index.saturating_add(self.capacity() / LOOK_AGAIN_EVERY);
+        self.header.limit_seen.set(limit.min(look_again) as usize);
         if index > limit {
             self.give_back(index);
             return Err(Full);
@@ -796,19 +826,64 @@ mod tests {
     }
 
     #[test]
-    fn a_request_to_grow_is_read_back_and_changes_nothing_else() {
+    fn an_offer_to_grow_is_read_back_and_changes_nothing_else() {
         let (h, s) = ring(4, SlotMode::ProducerConsumer);
         let r = SlotRing::new(&h, &s).unwrap();
-        assert_eq!(r.growth_asked(), 0);
+        assert_eq!(r.growth_offered(), 0);
         r.write(ev(0)).unwrap();
-        r.ask_to_grow(1 << 20);
-        assert_eq!(r.growth_asked(), 1 << 20);
+        r.offer_to_grow(1 << 20);
+        assert_eq!(r.growth_offered(), 1 << 20);
         // The writer goes on in this ring, and the consumer reads it as before.
         r.write(ev(1)).unwrap();
         let mut c = Cursor::default();
         assert_eq!(drain(&r, &mut c, Drain::Live), [(0, 0), (1, 0)]);
-        r.ask_to_grow(0);
-        assert_eq!(r.growth_asked(), 0);
+        r.offer_to_grow(0);
+        assert_eq!(r.growth_offered(), 0);
+    }
+
+    /// A writer past its copy of the limit keeps at most an eighth of the ring of it, so that
+    /// it looks again while a consumer that stopped still leaves it room; the consumer is
+    /// behind once less than a quarter of the ring is left ahead of the writers.
+    #[test]
+    fn a_writer_looks_again_every_eighth_of_the_ring_and_sees_the_consumer_behind() {
+        // The numbers below are for these.
+        assert_eq!((LOOK_AGAIN_EVERY, BEHIND_BELOW), (8, 4));
+        let (h, s) = ring(32, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        for n in 0..32 {
+            r.write(ev(n)).unwrap();
+        }
+        assert!(r.behind(), "a full ring");
+        let mut c = Cursor::default();
+        assert_eq!(drain(&r, &mut c, Drain::Live).len(), 32);
+        assert!(!r.behind(), "all of it read: the consumer's limit is 63");
+        r.write(ev(32)).unwrap();
+        assert_eq!(h.limit_seen.get(), 32 + 4);
+        for n in 33..56 {
+            assert!(!r.behind(), "{} slots ahead", 63 - n + 1);
+            r.write(ev(n)).unwrap();
+        }
+        // From index 56 on, less than a quarter of the ring (8 slots) is left.
+        assert!(r.behind());
+        assert_eq!(
+            h.limit_seen.get(),
+            52 + 4,
+            "looked again at 37, 42, 47 and 52"
+        );
+        for n in 56..64 {
+            r.write(ev(n)).unwrap();
+        }
+        assert_eq!(
+            h.limit_seen.get(),
+            63,
+            "the consumer's limit, nearer than 62 + 4"
+        );
+        assert_eq!(r.write(ev(64)), Err(Full));
+        assert_eq!(
+            drain(&r, &mut c, Drain::Live).len(),
+            32,
+            "nothing lost by looking"
+        );
     }
 
     #[test]

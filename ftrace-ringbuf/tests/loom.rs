@@ -293,7 +293,7 @@ mod slot_ring {
 
     /// The writers' owner moves them to a larger ring and answers `GROWN`: a consumer that
     /// sees the answer finishes the ring with every event written before it, nothing counted
-    /// lost. Fails with `grown`'s store (or `growth_asked`'s load) weakened to `Relaxed`: the
+    /// lost. Fails with `grown`'s store (or `growth_offered`'s load) weakened to `Relaxed`: the
     /// consumer may then see the answer with an older head and end the ring short.
     #[test]
     fn slot_consumer_seeing_grown_has_every_event() {
@@ -311,7 +311,7 @@ mod slot_ring {
             let ring = r.ring();
             let mut c = Cursor::default();
             let mut seen = Vec::new();
-            if ring.growth_asked() == ftrace_ringbuf::slot::GROWN {
+            if ring.growth_offered() == ftrace_ringbuf::slot::GROWN {
                 ring.consume(&mut c, Drain::Final, |e, _| seen.push(check(e)));
                 assert_eq!(seen, [0, 1], "finished with every event");
                 assert_eq!(c.overrun, 0, "nothing counted lost");

@@ -27,26 +27,33 @@
 //! thread, to find the one ring taken, and preempt it (a one-thread program ran 10-30 %
 //! slower so).
 //!
-//! A thread that writes faster than a drainer reads for a while gets a larger ring ([`Growth`]):
-//! when a pass finds a quarter of a ring or more to read, the tool makes a ring file four times the
-//! size (up to the recording's maximum) beside it, `grow-<tid>`, and asks for it in the ring's
-//! header; the agent moves the thread to it at its next event that looks ([`ftrace_agent::grow`]):
-//! the next time its fast path finds its copy of the consumer's limit passed, at most the rest of a
-//! ring's worth of events later. The old ring is drained as any other (its events file is a file of
+//! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
+//! first pass, the tool makes a ring file four times the size (up to the recording's maximum)
+//! beside it, `grow-<tid>`, and offers it in the ring's header; the agent moves the thread to
+//! it when the thread finds less than a quarter of its ring left ahead of it
+//! ([`ftrace_ringbuf::slot::SlotRing::behind`], [`ftrace_agent::grow`]), which it checks every
+//! eighth of a ring. The writer decides, not the drainer: a drainer falls behind when it does
+//! not run (its CPU taken by the program or the kernel for a millisecond or two, a page
+//! fault, a slow write), and cannot then notice anything; deciding from the drainer's passes
+//! (a quarter of the ring to read at a pass: the previous rule) came after the ring had
+//! filled, and a function_graph fib(27) lost events in 3 of 5 recordings so, none of 10 with
+//! the writer deciding. The old ring is drained as any other (its events file is a file of
 //! the thread's, as after a resize) and finished once the thread has moved
-//! ([`ftrace_ringbuf::slot::GROWN`]) and `RETIRE_AFTER` (10 ms) has passed with nothing new in it:
-//! its pages are freed (the program keeps the mapping) and its file removed. So a short program
-//! pays for the default ring only, and a long call-dense thread for the ring it needs; all the
-//! rings together grow to at most four times the largest ring.
+//! ([`ftrace_ringbuf::slot::GROWN`]) and `RETIRE_AFTER` (10 ms) has passed with nothing new in
+//! it: its pages are freed (the program keeps the mapping) and its file removed; an offer
+//! never taken goes with its ring. So a short program pays for the default ring only, and a
+//! thread whose drainer falls behind for the ring it needs; all the rings together grow to at
+//! most four times the largest ring (checked when a file is offered).
 //!
 //! A larger ring's file is sized but not reserved: reserving 32 MiB takes 14 ms on a VM, during
 //! which the full ring drops events (a million of fib(30)'s, tried); its pages are allocated as
-//! the thread first writes them (about 2.5 us a page on a VM: the first lap of a 32 MiB ring
-//! costs the thread some 20 ms), which slows the thread while the tool catches up. Growing when
-//! a pass moved half a ring instead (a busy drainer, not yet a backlog) made every fib(30)
-//! function_graph recording complete, at twice the time; growing at half a ring of backlog, or
-//! by twice, lost more. A page that cannot be allocated would kill the thread (`SIGBUS`), so
-//! the tool grows a ring only while its file system has four times the new file's size free.
+//! the thread first writes them (about 2.5-3.5 us a page on a VM: the first lap of a 32 MiB
+//! ring costs the thread some 20-28 ms), which slows the thread while the tool catches up. An
+//! initial ring of 2 MiB (a quarter of the first lap's page faults) moved to larger rings in
+//! most recordings of fib(27) on a VM, where the drainer is kept off its CPU for half a
+//! millisecond now and then, and so cost more than it saved. A page that cannot be allocated
+//! would kill the thread (`SIGBUS`), so the tool offers a ring only while its file system has
+//! four times the new file's size free.
 //!
 //! Invariant: every event a thread committed is in its events file exactly once, in the
 //! thread's order, or counted in a lost record at the place it was lost; a ring file is removed
@@ -119,9 +126,8 @@ struct Drained {
     events: u64,
     /// The ring index below which the tool's pages of the ring have been given back.
     released: u64,
-    /// Whether a larger ring was asked for (or is not to be: at the maximum already, or no
-    /// file could be made).
-    grow: GrowState,
+    /// Whether a larger ring was offered (or is not to be: at the maximum already).
+    offered: OfferState,
     /// Since when the ring's thread has been seen moved to a larger ring with nothing new
     /// here.
     retired: Option<Instant>,
@@ -131,16 +137,16 @@ struct Drained {
     tid: u32,
 }
 
-/// Where a ring is in growing ([`Growth`]).
+/// Where a ring is in offering a larger one ([`Growth`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum GrowState {
-    /// Not asked for.
-    No,
-    /// Asked for, or never to be.
-    Done,
+enum OfferState {
+    /// Not yet (no file could be made so far).
+    NotYet,
+    /// Offered, or never to be.
+    Settled,
 }
 
-/// Whether the tool gives a call-dense thread a larger ring (see the module docs).
+/// Whether the tool offers threads larger rings (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Growth {
     /// Every ring keeps the size it was made with (`--buffer-size`, or rings the tool cannot
@@ -198,7 +204,7 @@ impl Drained {
             out,
             events: 0,
             released: 0,
-            grow: GrowState::No,
+            offered: OfferState::NotYet,
             retired: None,
             capacity,
             pid: header.pid,
@@ -242,12 +248,6 @@ impl Drained {
         }
     }
 
-    /// Slots written and not yet read: what the writer has ahead of this drainer.
-    fn backlog(&self) -> u64 {
-        self.ring()
-            .map_or(0, |ring| ring.head().saturating_sub(self.cursor.next))
-    }
-
     /// The ring, while its header holds: the program shares the file, and one that writes
     /// over its own buffer can overwrite the header too ([`Drained::damaged`]).
     fn ring(&self) -> Option<ftrace_ringbuf::slot::SlotRing<'_>> {
@@ -277,7 +277,7 @@ impl Drained {
         let Some(ring) = self.ring() else {
             return false;
         };
-        if ring.growth_asked() != ftrace_ringbuf::slot::GROWN || moved > 0 {
+        if ring.growth_offered() != ftrace_ringbuf::slot::GROWN || moved > 0 {
             self.retired = None;
             return false;
         }
@@ -290,16 +290,15 @@ impl Drained {
         self.capacity
     }
 
-    /// Before a pass, with `backlog` slots to read: when that is a quarter of the ring or
-    /// more (the drainer stops pausing between passes there: it is behind) and `growth`
-    /// allows a larger ring, makes the thread a ring file four times the size (at most the
-    /// maximum) and asks for it (see the module docs). Once per ring; while the rings' total
+    /// When `growth` allows a larger ring: makes the thread a ring file four times the size
+    /// (at most the maximum) and offers it, for the thread to take if this drainer falls
+    /// behind (see the module docs). Once per ring, at its first pass; while the rings' total
     /// or the file system's room forbids it, at a later pass.
-    fn grow(&mut self, backlog: u64, growth: Growth, rings: &Rings) {
+    fn offer(&mut self, growth: Growth, rings: &Rings) {
         let Growth::UpTo(max) = growth else {
             return;
         };
-        if self.grow == GrowState::Done || backlog < self.capacity() / BUSY_FILL {
+        if self.offered == OfferState::Settled {
             return;
         }
         let slots = (self.capacity() * 4).min(max.saturating_sub(HEADER_BYTES) / SLOT_BYTES);
@@ -314,7 +313,7 @@ impl Drained {
         };
         if slots <= self.capacity() {
             // At the maximum.
-            self.grow = GrowState::Done;
+            self.offered = OfferState::Settled;
             return;
         }
         let bytes = HEADER_BYTES + slots * SLOT_BYTES;
@@ -323,13 +322,19 @@ impl Drained {
         {
             return;
         }
-        let path = dir.join(format!("{GROW_FILE_PREFIX}{}", self.tid));
+        let path = self.offer_file();
         if let Some(ring) = self.ring() {
             if make_ring_file(&path.with_extension("new"), &path, bytes).is_ok() {
-                ring.ask_to_grow(bytes);
-                self.grow = GrowState::Done;
+                ring.offer_to_grow(bytes);
+                self.offered = OfferState::Settled;
             }
         }
+    }
+
+    /// The file of the larger ring offered to the ring's thread.
+    fn offer_file(&self) -> PathBuf {
+        self.ring_file
+            .with_file_name(format!("{GROW_FILE_PREFIX}{}", self.tid))
     }
 
     /// Whether the thread writing the ring is gone.
@@ -343,6 +348,14 @@ impl Drained {
     /// is an error.
     fn finish(mut self) -> Result<ThreadCount, String> {
         let drained = self.drain(Drain::Final);
+        // An offer its thread never took (it has exited, or the program has): its file goes.
+        let offered = self.ring().map_or(0, |ring| ring.growth_offered());
+        if self.offered == OfferState::Settled
+            && offered != 0
+            && offered != ftrace_ringbuf::slot::GROWN
+        {
+            let _ = std::fs::remove_file(self.offer_file());
+        }
         let events = &self.events_file;
         let io = |e: std::io::Error| format!("{}: {e}", events.display());
         // Drops counted after the last event have no event to precede: they end the file (a
@@ -659,7 +672,7 @@ impl Rings {
             let Some(d) = slot.as_mut() else {
                 continue;
             };
-            let backlog = d.backlog();
+            d.offer(self.growth, self);
             let n = match d.drain(Drain::Live) {
                 Ok(n) => n,
                 Err(e) => {
@@ -671,7 +684,6 @@ impl Rings {
                     continue;
                 }
             };
-            d.grow(backlog, self.growth, self);
             pass.busy |= n >= d.capacity() / BUSY_FILL;
             pass.wanted += usize::from(n > 0);
             pass.moved += n;
@@ -1042,13 +1054,13 @@ mod tests {
         assert_eq!((c.events, c.lost), (capacity as u64 - 1, 0));
     }
 
-    /// A ring found a quarter full or more before a pass gets a file four times its size beside
-    /// it (within the maximum), asked for in its header, once; once its thread has moved
-    /// (the agent's answer, GROWN) and nothing new came for a while, the ring is finished:
-    /// its events file complete and its file gone while the thread lives on. A fixed size, or
-    /// a ring at the maximum, asks for nothing.
+    /// A ring gets a file four times its size beside it (within the maximum), offered in its
+    /// header at its first pass, once; once its thread has moved (the agent's answer, GROWN)
+    /// and nothing new came for a while, the ring is finished: its events file complete and
+    /// its file gone while the thread lives on. A fixed size, or a ring at the maximum, offers
+    /// nothing; an offer never taken goes with its ring.
     #[test]
-    fn a_ring_drained_slower_than_written_grows_and_the_old_one_is_finished() {
+    fn a_ring_offered_a_larger_one_is_finished_once_its_thread_moved() {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
         assert!(rings.private, "no tmpfs for rings here");
@@ -1074,23 +1086,16 @@ mod tests {
             let mut d = d.lock().unwrap();
             let d = d.as_mut().unwrap();
             d.cursor = Cursor::default();
-            d.grow(40, growth, &shared);
+            d.offer(growth, &shared);
             assert!(!grow_file.exists(), "{growth:?}");
             let ring = d.map.view().unwrap().ring();
-            assert_eq!(ring.growth_asked(), 0, "{growth:?}");
+            assert_eq!(ring.growth_offered(), 0, "{growth:?}");
         }
-        // Room for four times: asked for, once, by a pass that finds a quarter of the ring.
+        // Room for four times: offered, once, at the first pass.
         let growth = Growth::UpTo(file(1024));
         let shared = Rings::new(growth);
         shared.scan(rings.path(), out.path()).unwrap();
         let ring_of = |shared: &Rings| shared.list(0).pop().unwrap();
-        {
-            let r = ring_of(&shared);
-            let mut d = r.lock().unwrap();
-            let d = d.as_mut().unwrap();
-            d.grow(15, growth, &shared);
-            assert!(!grow_file.exists(), "less than a quarter of the ring");
-        }
         let events = ring_of(&shared)
             .lock()
             .unwrap()
@@ -1110,18 +1115,18 @@ mod tests {
                 .view()
                 .unwrap()
                 .ring()
-                .growth_asked()
+                .growth_offered()
         };
         assert_eq!(view(&r), file(256));
         std::fs::remove_file(&grow_file).unwrap();
         assert_eq!(shared.pass(0).unwrap().moved, 0);
-        assert!(!grow_file.exists(), "asked once");
+        assert!(!grow_file.exists(), "offered once");
         // The agent's answer: moved. The ring is finished once nothing came for a while,
         // though its thread (this one) lives.
         {
             let d = r.lock().unwrap();
             let ring = d.as_ref().unwrap().map.view().unwrap().ring();
-            ring.ask_to_grow(ftrace_ringbuf::slot::GROWN);
+            ring.offer_to_grow(ftrace_ringbuf::slot::GROWN);
         }
         let start = Instant::now();
         let finished = loop {
@@ -1148,6 +1153,19 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, 40, "the events file is complete");
+        // A ring whose thread never took the offer: the file offered goes with the ring.
+        let other = 999_999;
+        write_ring_of(&dir, other, 64, &[func; 3]);
+        let offered = dir.join(format!("{GROW_FILE_PREFIX}{other}"));
+        shared.scan(rings.path(), out.path()).unwrap();
+        shared.pass(0).unwrap();
+        assert_eq!(std::fs::metadata(&offered).unwrap().len(), file(256));
+        let r = ring_of(&shared);
+        let c = shared.finish(&r, &mut r.lock().unwrap()).unwrap().unwrap();
+        assert_eq!((c.tid, c.events), (other, 3));
+        shared.wait_removals().unwrap();
+        assert!(!offered.exists());
+        assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
     }
 
     /// A drainer thread skips the ring another one is draining and drains the others: two

@@ -1,16 +1,21 @@
-//! Rings that grow while the program runs: the tool asks, the thread moves.
+//! Rings that grow while the program runs: the tool offers, the thread moves when the tool
+//! falls behind.
 //!
-//! A streamed recording's drainer that finds a thread's ring filling faster than it reads makes
-//! a larger ring file beside it, `grow-<tid>` ([`crate::buffer::GROW_FILE_PREFIX`]: sized, not
-//! reserved: its pages are allocated as the thread first writes them, so the tool grows rings
-//! only while their file system has ample room, a page it cannot allocate being a `SIGBUS`),
-//! then asks for it in the ring's header (its `grow` word,
-//! [`ftrace_ringbuf::slot::SlotRing::ask_to_grow`], holding the new file's size). The thread
-//! notices where it looks at the consumer's words anyway:
+//! A streamed recording's drainer makes, for each thread's ring, a ring file four times the
+//! size beside it, `grow-<tid>` ([`crate::buffer::GROW_FILE_PREFIX`]: sized, not reserved: its
+//! pages are allocated as the thread first writes them, so the tool makes them only while
+//! their file system has ample room, a page it cannot allocate being a `SIGBUS`), and offers
+//! it in the ring's header (its `grow` word,
+//! [`ftrace_ringbuf::slot::SlotRing::offer_to_grow`], holding the new file's size). The
+//! thread takes it when it finds the tool behind (less than half the ring left ahead of it,
+//! [`ftrace_ringbuf::slot::SlotRing::behind`]): a tool that does not run for a while (its CPU
+//! taken, a page fault, a slow write) cannot notice that itself, and the ring would be full
+//! before it does. The thread looks where it reads the consumer's words anyway:
 //!
-//! - the assembly fast paths, when they find their copy of the limit passed (out of line):
-//!   they set the thread's state to [`GROW`] (only from the plain registered state), so that
-//!   its next event takes the handlers' path;
+//! - the assembly fast paths, when they find their copy of the limit passed (out of line; at
+//!   least every quarter of the ring, so that they look while there is room): they set the
+//!   thread's state to [`GROW`] (only from the plain registered state), so that its next
+//!   event takes the handlers' path;
 //! - the handlers, on every event (`asked`).
 //!
 //! The handler (`take`, with the thread's guard held) renames the file to the thread's next
@@ -19,8 +24,8 @@
 //! interrupted by the move still commits there), and the tool drains it, then finishes it
 //! (frees its pages, removes the file); as after a resize ([`crate::resize`]), the readers
 //! merge a thread's files by time. Nothing is dropped for a move, and the thread never waits
-//! for the tool: a file that is not there (or not of the size asked) leaves the thread in its
-//! ring.
+//! for the tool: a file that is not there (or not of the size offered) leaves the thread in
+//! its ring.
 //!
 //! The old ring stays mapped, as after a resize: a fast path interrupted by a signal handler
 //! that moves the thread may still be writing its event into it.
@@ -31,21 +36,27 @@ use ftrace_ringbuf::slot::GROWN;
 
 use crate::handler::{INSTANCE, ThreadState};
 
-/// The thread state a fast path sets when the tool asks for a larger ring: registered, and
-/// to move at its next handler.
+/// The thread state a fast path sets when the tool offers a larger ring and is behind:
+/// registered, and to move at its next handler.
 pub const GROW: u32 = 4;
 
-/// Whether the tool asks the calling (registered) thread for a larger ring.
+/// Whether the calling (registered) thread is to move to the larger ring the tool offers: a
+/// fast path said so, or the tool offers one and is behind
+/// ([`ftrace_ringbuf::slot::SlotRing::behind`]).
 #[inline]
 pub(crate) fn asked(st: &ThreadState) -> bool {
+    if st.state == GROW {
+        return true;
+    }
     // SAFETY: registered: the header is mapped for the life of the process.
-    let word = unsafe { (*st.writer.header).ring.growth_asked() };
-    st.state == GROW || (word != 0 && word != GROWN)
+    let header = unsafe { &(*st.writer.header).ring };
+    let word = header.growth_offered();
+    word != 0 && word != GROWN && header.behind()
 }
 
-/// Moves the calling (registered) thread to the larger ring the tool made for it, if it asks
-/// for one; the thread is in the plain registered state afterwards. Called by the handlers
-/// with the thread's guard held.
+/// Moves the calling (registered) thread to the larger ring the tool made for it, if it offers
+/// one (`asked` said the thread is to move); the thread is in the plain registered state
+/// afterwards. Called by the handlers with the thread's guard held.
 #[cold]
 #[inline(never)]
 pub(crate) fn take(st: &mut ThreadState) {
@@ -54,12 +65,12 @@ pub(crate) fn take(st: &mut ThreadState) {
     }
     // SAFETY: registered: the ring is mapped for the life of the process.
     let ring = unsafe { st.writer.ring() };
-    let bytes = ring.growth_asked();
+    let bytes = ring.growth_offered();
     if bytes == 0 || bytes == GROWN {
         return;
     }
-    // Answered, whatever comes of it (0: not moved; the tool asks a ring once).
-    ring.ask_to_grow(0);
+    // Answered, whatever comes of it (0: not moved; the tool offers a ring once).
+    ring.offer_to_grow(0);
     let inst = INSTANCE.load(Ordering::Acquire);
     let Ok(len) = usize::try_from(bytes) else {
         return;
@@ -91,11 +102,12 @@ mod tests {
         buffer::read(&std::fs::read(path).unwrap()).unwrap()
     }
 
-    /// A registered thread asked for a larger ring moves to the file the tool made at its
-    /// next handler, answers in the old ring, and writes the new one from then on; a request
-    /// whose file is missing or of another size leaves it in its ring, answered 0.
+    /// A registered thread offered a larger ring takes it once the tool is behind: it moves
+    /// to the file the tool made at its next handler, answers in the old ring, and writes the
+    /// new one from then on; an offer whose file is missing or of another size leaves it in
+    /// its ring, answered 0.
     #[test]
-    fn a_thread_asked_to_grow_moves_to_the_tools_file_and_answers() {
+    fn a_thread_offered_a_larger_ring_moves_to_it_when_the_tool_is_behind() {
         // The instance is process-wide (see handler::PROCESS_SWITCHES).
         let _switches = handler::PROCESS_SWITCHES
             .lock()
@@ -112,24 +124,29 @@ mod tests {
                 unsafe { st.writer.write(i, 0x1000 + i, 0, KIND_FUNC, 0, 0) };
             }
         };
-        write(&st, 0, 5);
+        write(&st, 0, 2);
         assert!(!asked(&st));
 
         let big = HEADER_SIZE + 32 * SLOT_SIZE;
-        // No file yet: answered 0, the thread stays.
         // SAFETY: registered.
-        unsafe { st.writer.ring() }.ask_to_grow(big as u64);
-        assert!(asked(&st));
+        unsafe { st.writer.ring() }.offer_to_grow(big as u64);
+        assert!(!asked(&st), "6 of 8 slots ahead: the tool is not behind");
+        write(&st, 2, 6);
+        assert!(
+            asked(&st),
+            "2 of 8 slots ahead, less than a quarter: behind"
+        );
+        // No file yet: answered 0, the thread stays.
         let old = st.writer.header;
         take(&mut st);
         assert_eq!(st.writer.header, old);
         // SAFETY: as above.
-        assert_eq!(unsafe { st.writer.ring() }.growth_asked(), 0);
+        assert_eq!(unsafe { st.writer.ring() }.growth_offered(), 0);
         // A file of another size: removed, answered 0.
         let grow_file = dir.join(format!("{}{tid}", buffer::GROW_FILE_PREFIX));
         std::fs::write(&grow_file, vec![0u8; big / 2]).unwrap();
         // SAFETY: as above.
-        unsafe { st.writer.ring() }.ask_to_grow(big as u64);
+        unsafe { st.writer.ring() }.offer_to_grow(big as u64);
         take(&mut st);
         assert_eq!(st.writer.header, old);
         assert!(!grow_file.exists() && !dir.join(format!("buf-{tid}.1")).exists());
@@ -139,21 +156,21 @@ mod tests {
         std::fs::write(&grow_file, vec![0u8; big]).unwrap();
         // SAFETY: as above.
         let old_ring = unsafe { st.writer.ring() };
-        old_ring.ask_to_grow(big as u64);
+        old_ring.offer_to_grow(big as u64);
         st.state = GROW;
         assert!(asked(&st));
         assert!(handler::register(&mut st));
         assert_eq!(st.state, 1);
         assert_ne!(st.writer.header, old);
-        assert_eq!(old_ring.growth_asked(), GROWN, "answered in the old ring");
+        assert_eq!(old_ring.growth_offered(), GROWN, "answered in the old ring");
         assert!(!asked(&st));
-        write(&st, 5, 45);
+        write(&st, 6, 46);
         let before = read_ring(&dir.join(format!("buf-{tid}")));
         let after = read_ring(&dir.join(format!("buf-{tid}.1")));
         let ts = |c: &buffer::Contents| c.events.iter().map(|e| e.ts).collect::<Vec<_>>();
-        assert_eq!(ts(&before), (0..5).collect::<Vec<_>>());
+        assert_eq!(ts(&before), (0..6).collect::<Vec<_>>());
         // 32 slots: 40 events, 8 dropped and counted.
-        assert_eq!(ts(&after), (5..37).collect::<Vec<_>>());
+        assert_eq!(ts(&after), (6..38).collect::<Vec<_>>());
         assert_eq!(after.dropped, 8);
         assert_eq!((after.tid, after.pid), (before.tid, before.pid));
 

@@ -139,7 +139,8 @@ pub struct ThreadState {
     pub writer: Writer,
     /// 0: no buffer yet, 1: registered, 2: registration failed, [`crate::unwind::UNWOUND`]:
     /// registered, return addresses restored for an unwinder, [`crate::grow::GROW`]:
-    /// registered, asked for a larger ring (set by a fast path; the next handler moves it).
+    /// registered, to move to the larger ring offered (set by a fast path; the next handler
+    /// moves it).
     pub state: u32,
     /// Non-zero while a handler runs on this thread. Follows `state`, so the fast paths test
     /// "registered and not nested" with one 64-bit compare against 1.
@@ -432,7 +433,7 @@ fn thread_pointer() -> u64 {
 #[inline(never)]
 pub(crate) fn register(st: &mut ThreadState) -> bool {
     if st.state == crate::grow::GROW {
-        // Registered, and asked for a larger ring by a fast path.
+        // Registered, and to move to the larger ring offered (a fast path said so).
         crate::grow::take(st);
         return true;
     }

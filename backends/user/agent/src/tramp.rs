@@ -186,7 +186,9 @@ ftrace_agent_root_tramp:
 
     // The index reserved (rax; `hdr` = the header, rsi = the thread's state) is past
     // `limit_seen`: read the consumer's `limit` (a plain load, acquire on x86), store it in
-    // `limit_seen` (and see whether the tool asks for a larger ring) and compare again; with room, go on at `back` (RESERVE's label) with
+    // `limit_seen` or, when lower, rax + a quarter of the ring (the writer contract:
+    // `ftrace_ringbuf::slot`, LOOK_AGAIN_EVERY), take the tool's offer of a larger ring when
+    // the tool is behind, and compare again; with room, go on at `back` (RESERVE's label) with
     // `scratch` restored (it is spilled to the red zone, 64 bytes below rsp, where no signal
     // frame goes and no path keeps data while it reserves). Else the ring is full (clobbers
     // `scratch`): count the drop, give the reservation back (head: rax + 1 -> rax,
@@ -194,19 +196,36 @@ ftrace_agent_root_tramp:
     // slot as a pad; then continue at `done`. Out of line: never on the fast path.
     .macro FTRACE_AGENT_GIVE_BACK hdr, kind, scratch, done, back
     movq \scratch, -64(%rsp)
+    movq {off_mask}(%rsi), \scratch
+    incq \scratch
+    shrq ${look_again_shift}, \scratch
+    addq %rax, \scratch
+    cmpq {off_limit}(\hdr), \scratch
+    jb 76f
     movq {off_limit}(\hdr), \scratch
+76:
     movq \scratch, {off_limit_seen}(\hdr)
-    // The tool asks for a larger ring (its `grow` word, on the line just read; neither 0 nor
-    // GROWN, the agent's answer): from the plain registered state, the thread's next event
-    // takes the handlers' path, which moves it ([`crate::grow`]). This event goes on here.
+    // The tool offers a larger ring (its `grow` word, on the line just read; neither 0 nor
+    // GROWN, the agent's answer) and is behind (less than half the ring left ahead: the
+    // `behind` of `ftrace_ringbuf::slot`, BEHIND_BELOW): from the plain registered state, the
+    // thread's next event takes the handlers' path, which moves it ([`crate::grow`]). This
+    // event goes on here.
     cmpq $0, {off_grow}(\hdr)
     je 77f
     cmpq $-1, {off_grow}(\hdr)
     je 77f
     cmpq $1, {off_state}(%rsi)
     jne 77f
+    movq {off_limit}(\hdr), \scratch
+    subq %rax, \scratch
+    js 78f
+    shlq ${behind_shift}, \scratch
+    cmpq {off_mask}(%rsi), \scratch
+    ja 77f
+78:
     movl ${state_grow}, {off_state}(%rsi)
 77:
+    movq {off_limit}(\hdr), \scratch
     cmpq \scratch, %rax
     movq -64(%rsp), \scratch
     jbe \back
@@ -640,6 +659,8 @@ ftrace_agent_return_slow:
     off_limit_seen = const crate::buffer::LIMIT_SEEN_OFFSET,
     off_grow = const crate::buffer::GROW_OFFSET,
     state_grow = const crate::grow::GROW,
+    look_again_shift = const ftrace_ringbuf::slot::LOOK_AGAIN_EVERY.trailing_zeros(),
+    behind_shift = const ftrace_ringbuf::slot::BEHIND_BELOW.trailing_zeros(),
     off_dropped = const crate::buffer::DROPPED_OFFSET,
     kind_pad = const ftrace_ringbuf::slot::KIND_PAD,
     lap_bit = const crate::buffer::KIND_LAP_BIT,
@@ -649,8 +670,13 @@ ftrace_agent_return_slow:
     options(att_syntax)
 );
 
-// GIVE_BACK tells the agent's answer in a ring's `grow` word by comparing with -1.
-const _: () = assert!(ftrace_ringbuf::slot::GROWN == u64::MAX);
+// GIVE_BACK tells the agent's answer in a ring's `grow` word by comparing with -1, and divides
+// and multiplies by the writer contract's fractions with shifts.
+const _: () = assert!(
+    ftrace_ringbuf::slot::GROWN == u64::MAX
+        && ftrace_ringbuf::slot::LOOK_AGAIN_EVERY.is_power_of_two()
+        && ftrace_ringbuf::slot::BEHIND_BELOW.is_power_of_two()
+);
 
 // The fast paths test `state == 1 && guard == 0` as one 64-bit compare with 1.
 const _: () = assert!(
@@ -1401,9 +1427,10 @@ mod tests {
                 // `small` goes now; nothing traced runs until the next `init` or the end.
                 drop(small);
             }
-            // The tool asks for a larger ring: a fast path that finds its copy of the limit
-            // passed sets the thread's state to GROW (its next event takes the handlers'
-            // path); the agent's answer (GROWN) and no request leave it registered.
+            // The tool offers a larger ring and is behind (here: the ring is full): a fast
+            // path that finds its copy of the limit passed sets the thread's state to GROW
+            // (its next event takes the handlers' path); the agent's answer (GROWN) and no
+            // offer leave it registered.
             for (name, window) in forms {
                 for (word, moves) in [
                     (0, false),
@@ -1424,7 +1451,7 @@ mod tests {
                         )
                     };
                     // SAFETY: the header lives in `small`.
-                    unsafe { st.writer.ring() }.ask_to_grow(word);
+                    unsafe { st.writer.ring() }.offer_to_grow(word);
                     let (f, _) = make_function(window);
                     // Up to the first event past the ring's two slots, no further: the next
                     // would take the handlers' path, which moves the thread (or not) as the
@@ -1439,6 +1466,56 @@ mod tests {
                     st.state = 1;
                     drop(small);
                 }
+            }
+            // An offer is taken only when the tool is behind: a fast path looks at the
+            // consumer's limit again an eighth of the ring on (8 slots of 64), and moves
+            // once less than a quarter of the ring is left ahead of it.
+            for (name, window) in forms {
+                let len = HEADER_SIZE + 64 * buffer::SLOT_SIZE;
+                let mut mem = vec![0u64; len / 8];
+                // SAFETY: zeroed, `len` bytes, outlives the calls below (reset after).
+                st.writer = unsafe {
+                    buffer::init(
+                        mem.as_mut_ptr().cast(),
+                        len,
+                        SlotMode::ProducerConsumer,
+                        1,
+                        2,
+                        b"t",
+                    )
+                };
+                // SAFETY: the header lives in `mem`.
+                let ring = unsafe { st.writer.ring() };
+                ring.offer_to_grow(1 << 20);
+                let (f, _) = make_function(window);
+                while ring.head() < 40 {
+                    call_checked(f);
+                }
+                // The tool reads them all: its limit is 40 + 63.
+                let mut cursor = ftrace_ringbuf::slot::Cursor::default();
+                ring.consume(&mut cursor, ftrace_ringbuf::slot::Drain::Live, |_, _| {});
+                // Index 64 looks (39 slots left ahead: not behind), then 73 (30) and 82 (21);
+                // index 91 finds 12 left, and the thread is to move.
+                assert_eq!(
+                    (
+                        ftrace_ringbuf::slot::LOOK_AGAIN_EVERY,
+                        ftrace_ringbuf::slot::BEHIND_BELOW
+                    ),
+                    (8, 4)
+                );
+                let mut heads = Vec::new();
+                // (A volatile read: the fast paths write the state behind this reference.)
+                // SAFETY: the thread's own state block, live.
+                while unsafe { core::ptr::read_volatile(&st.state) } == 1 {
+                    call_checked(f);
+                    heads.push(ring.head());
+                    assert!(ring.head() < 100, "{name}: never moved");
+                }
+                assert_eq!(st.state, crate::grow::GROW, "{name}");
+                assert_eq!(ring.head(), 92, "{name}: moved at index 91, {heads:?}");
+                assert_eq!(ring.dropped(), 0, "{name}");
+                st.state = 1;
+                drop(mem);
             }
             FAST_OK.store(0, Ordering::Relaxed);
             GRAPH_OK.store(0, Ordering::Relaxed);
