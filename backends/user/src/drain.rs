@@ -1168,18 +1168,26 @@ mod tests {
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
     }
 
-    /// A drainer thread skips the ring another one is draining and drains the others: two
-    /// busy rings get a thread each, whichever was found first.
-    #[test]
-    fn a_ring_being_drained_is_left_to_its_thread() {
+    /// A ring directory and a recording directory with this process's first instance in
+    /// each, and two rings: thread 1's of 3 function events (its file returned) and thread
+    /// 2's of 5.
+    fn two_rings() -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
         let rings = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
         let instance = format!("{}.0", std::process::id());
         std::fs::create_dir(rings.path().join(&instance)).unwrap();
         std::fs::create_dir(out.path().join(&instance)).unwrap();
         let func = (buffer::KIND_FUNC, 0);
-        write_ring(&rings.path().join(&instance), 1, &[func; 3]);
+        let first = write_ring(&rings.path().join(&instance), 1, &[func; 3]);
         write_ring(&rings.path().join(&instance), 2, &[func; 5]);
+        (rings, out, first)
+    }
+
+    /// A drainer thread skips the ring another one is draining and drains the others: two
+    /// busy rings get a thread each, whichever was found first.
+    #[test]
+    fn a_ring_being_drained_is_left_to_its_thread() {
+        let (rings, out, _) = two_rings();
         let shared = Rings::new(Growth::Fixed);
         shared.scan(rings.path(), out.path()).unwrap();
         let list = shared.list(0);
@@ -1224,14 +1232,7 @@ mod tests {
     #[test]
     fn a_ring_whose_header_is_overwritten_ends_in_an_error_and_the_others_go_on() {
         use std::os::unix::fs::FileExt as _;
-        let rings = tempfile::tempdir().unwrap();
-        let out = tempfile::tempdir().unwrap();
-        let instance = format!("{}.0", std::process::id());
-        std::fs::create_dir(rings.path().join(&instance)).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
-        let func = (buffer::KIND_FUNC, 0);
-        let bad = write_ring(&rings.path().join(&instance), 1, &[func; 3]);
-        write_ring(&rings.path().join(&instance), 2, &[func; 5]);
+        let (rings, out, bad) = two_rings();
         let shared = Rings::new(Growth::Fixed);
         shared.scan(rings.path(), out.path()).unwrap();
         assert_eq!(shared.pass(0).unwrap().moved, 8);

@@ -1168,6 +1168,18 @@ mod tests {
         );
     }
 
+    /// Zeroed memory for a ring of `slots` slots in `mode`, and its writer (for `pid` 1,
+    /// thread 2); the writer describes the memory returned, which must outlive its use.
+    fn test_ring(slots: usize, mode: crate::buffer::SlotMode) -> (Vec<u64>, crate::buffer::Writer) {
+        use crate::buffer::{self, HEADER_SIZE};
+        let len = HEADER_SIZE + slots * buffer::SLOT_SIZE;
+        let mut mem = vec![0u64; len / 8];
+        // SAFETY: zeroed, 8-aligned, `len` bytes; a Vec's buffer stays where it is when the
+        // Vec moves.
+        let w = unsafe { buffer::init(mem.as_mut_ptr().cast(), len, mode, 1, 2, b"t") };
+        (mem, w)
+    }
+
     fn thread_pointer() -> u64 {
         let p: u64;
         // SAFETY: reads the TCB self-pointer at %fs:0.
@@ -1284,25 +1296,13 @@ mod tests {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
-            use crate::buffer::{
-                self, HEADER_SIZE, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, SlotMode, depth,
-            };
+            use crate::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, SlotMode, depth};
             use crate::handler::{self, FAST_OK, GRAPH_OK};
-            let len = HEADER_SIZE + 64 * buffer::SLOT_SIZE;
-            let mut mem = vec![0u64; len / 8];
             // SAFETY: this thread's own block.
             let st = unsafe { &mut *handler::current() };
-            // SAFETY: `mem` is zeroed, `len` bytes, and outlives every traced call below.
-            st.writer = unsafe {
-                buffer::init(
-                    mem.as_mut_ptr().cast(),
-                    len,
-                    SlotMode::Overwrite,
-                    1,
-                    2,
-                    b"t",
-                )
-            };
+            // (`mem` outlives every traced call below.)
+            let (mem, w) = test_ring(64, SlotMode::Overwrite);
+            st.writer = w;
             st.fallback_cpu = 3;
             st.cpu = &st.fallback_cpu;
             assert!(handler::alloc_shadow(st));
@@ -1397,19 +1397,9 @@ mod tests {
             // A full producer/consumer ring: the fast paths drop, count and give the
             // reservation back (head stays at the capacity), and the program runs on.
             for (name, window) in forms {
-                let len = HEADER_SIZE + 2 * buffer::SLOT_SIZE;
-                let mut small = vec![0u64; len / 8];
-                // SAFETY: zeroed, `len` bytes, outlives the calls below (reset after).
-                st.writer = unsafe {
-                    buffer::init(
-                        small.as_mut_ptr().cast(),
-                        len,
-                        SlotMode::ProducerConsumer,
-                        1,
-                        2,
-                        b"t",
-                    )
-                };
+                // (`small` outlives the calls below; the writer is reset after.)
+                let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
+                st.writer = w;
                 let (f, _) = make_function(window);
                 for _ in 0..3 {
                     call_checked(f);
@@ -1437,19 +1427,9 @@ mod tests {
                     (ftrace_ringbuf::slot::GROWN, false),
                     (4096, true),
                 ] {
-                    let len = HEADER_SIZE + 2 * buffer::SLOT_SIZE;
-                    let mut small = vec![0u64; len / 8];
-                    // SAFETY: zeroed, `len` bytes, outlives the calls below (reset after).
-                    st.writer = unsafe {
-                        buffer::init(
-                            small.as_mut_ptr().cast(),
-                            len,
-                            SlotMode::ProducerConsumer,
-                            1,
-                            2,
-                            b"t",
-                        )
-                    };
+                    // (`small` outlives the calls below; the writer is reset after.)
+                    let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
+                    st.writer = w;
                     // SAFETY: the header lives in `small`.
                     unsafe { st.writer.ring() }.offer_to_grow(word);
                     let (f, _) = make_function(window);
@@ -1471,19 +1451,9 @@ mod tests {
             // consumer's limit again an eighth of the ring on (8 slots of 64), and moves
             // once less than a quarter of the ring is left ahead of it.
             for (name, window) in forms {
-                let len = HEADER_SIZE + 64 * buffer::SLOT_SIZE;
-                let mut mem = vec![0u64; len / 8];
-                // SAFETY: zeroed, `len` bytes, outlives the calls below (reset after).
-                st.writer = unsafe {
-                    buffer::init(
-                        mem.as_mut_ptr().cast(),
-                        len,
-                        SlotMode::ProducerConsumer,
-                        1,
-                        2,
-                        b"t",
-                    )
-                };
+                // (`mem` outlives the calls below; the writer is reset after.)
+                let (mem, w) = test_ring(64, SlotMode::ProducerConsumer);
+                st.writer = w;
                 // SAFETY: the header lives in `mem`.
                 let ring = unsafe { st.writer.ring() };
                 ring.offer_to_grow(1 << 20);
