@@ -42,8 +42,9 @@
 //! ([`ftrace_ringbuf::slot::GROWN`]) and `RETIRE_AFTER` (10 ms) has passed with nothing new in
 //! it: its pages are freed (the program keeps the mapping) and its file removed; an offer
 //! never taken goes with its ring. So a short program pays for the default ring only, and a
-//! thread whose drainer falls behind for the ring it needs; all the rings together grow to at
-//! most four times the largest ring (checked when a file is offered).
+//! thread whose drainer falls behind for the ring it needs; all the rings and the files offered
+//! to them together grow to at most four times the largest ring (an offer counts, taken or not,
+//! until its ring is finished: all the threads may take theirs at once).
 //!
 //! A larger ring's file is sized but not reserved: reserving 32 MiB takes 14 ms on a VM, during
 //! which the full ring drops events (a million of fib(30)'s, tried); its pages are allocated as
@@ -126,7 +127,7 @@ struct Drained {
     events: u64,
     /// The ring index below which the tool's pages of the ring have been given back.
     released: u64,
-    /// Whether a larger ring was offered (or is not to be: at the maximum already).
+    /// Whether a larger ring was offered.
     offered: OfferState,
     /// Since when the ring's thread has been seen moved to a larger ring with nothing new
     /// here.
@@ -140,10 +141,13 @@ struct Drained {
 /// Where a ring is in offering a larger one ([`Growth`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OfferState {
-    /// Not yet (no file could be made so far).
+    /// Not yet (no file could be made so far, or the rings' total forbade it).
     NotYet,
-    /// Offered, or never to be.
-    Settled,
+    /// A ring file of this many bytes offered: counted in the rings' total (`Found::offered`)
+    /// until this ring is finished.
+    Made(u64),
+    /// Never: the ring is at the maximum already.
+    Never,
 }
 
 /// Whether the tool offers threads larger rings (see the module docs).
@@ -298,7 +302,7 @@ impl Drained {
         let Growth::UpTo(max) = growth else {
             return;
         };
-        if self.offered == OfferState::Settled {
+        if self.offered != OfferState::NotYet {
             return;
         }
         let slots = (self.capacity() * 4).min(max.saturating_sub(HEADER_BYTES) / SLOT_BYTES);
@@ -312,22 +316,47 @@ impl Drained {
             return;
         };
         if slots <= self.capacity() {
-            // At the maximum.
-            self.offered = OfferState::Settled;
+            self.offered = OfferState::Never;
             return;
         }
         let bytes = HEADER_BYTES + slots * SLOT_BYTES;
-        if reserve_ahead(free_bytes(dir), bytes)
-            || lock(&rings.found).bytes.saturating_add(bytes) > max.saturating_mul(4)
-        {
+        if reserve_ahead(free_bytes(dir), bytes) {
             return;
         }
-        let path = self.offer_file();
-        if let Some(ring) = self.ring() {
-            if make_ring_file(&path.with_extension("new"), &path, bytes).is_ok() {
-                ring.offer_to_grow(bytes);
-                self.offered = OfferState::Settled;
+        {
+            // Every offer counts, taken or not: all the threads may take theirs at once.
+            let mut found = lock(&rings.found);
+            let total = found.bytes.saturating_add(found.offered);
+            if total.saturating_add(bytes) > max.saturating_mul(4) {
+                return;
             }
+            found.offered += bytes;
+        }
+        let path = self.offer_file();
+        let made = match self.ring() {
+            Some(ring) => {
+                let made = make_ring_file(&path.with_extension("new"), &path, bytes).is_ok();
+                if made {
+                    ring.offer_to_grow(bytes);
+                }
+                made
+            }
+            None => false,
+        };
+        if made {
+            self.offered = OfferState::Made(bytes);
+        } else {
+            let mut found = lock(&rings.found);
+            found.offered = found.offered.saturating_sub(bytes);
+        }
+    }
+
+    /// Bytes of the ring file offered (0: none), counted in the rings' total until this ring
+    /// is finished.
+    fn offered_bytes(&self) -> u64 {
+        match self.offered {
+            OfferState::Made(bytes) => bytes,
+            OfferState::NotYet | OfferState::Never => 0,
         }
     }
 
@@ -350,10 +379,7 @@ impl Drained {
         let drained = self.drain(Drain::Final);
         // An offer its thread never took (it has exited, or the program has): its file goes.
         let offered = self.ring().map_or(0, |ring| ring.growth_offered());
-        if self.offered == OfferState::Settled
-            && offered != 0
-            && offered != ftrace_ringbuf::slot::GROWN
-        {
+        if self.offered_bytes() != 0 && offered != 0 && offered != ftrace_ringbuf::slot::GROWN {
             let _ = std::fs::remove_file(self.offer_file());
         }
         let events = &self.events_file;
@@ -593,6 +619,8 @@ struct Found {
     rings: Vec<SharedRing>,
     /// Bytes of the ring files being drained.
     bytes: u64,
+    /// Bytes of the ring files offered to them (`OfferState::Made`), taken or not.
+    offered: u64,
 }
 
 /// `m` locked, whatever a panicking holder left (the drainer's state stays consistent: a
@@ -761,6 +789,7 @@ impl Rings {
         let d = slot.take()?;
         let path = d.ring_file.clone();
         let bytes = d.file_bytes();
+        let offered = d.offered_bytes();
         let damaged = d.ring().is_none();
         let r = d.finish();
         // A finished ring's file goes, and a damaged one's (no ring to find again); one whose
@@ -770,6 +799,7 @@ impl Rings {
         }
         let mut found = lock(&self.found);
         found.bytes = found.bytes.saturating_sub(bytes);
+        found.offered = found.offered.saturating_sub(offered);
         found.paths.remove(&path);
         found.rings.retain(|r| !Arc::ptr_eq(r, ring));
         Some(r)
@@ -1166,6 +1196,52 @@ mod tests {
         shared.wait_removals().unwrap();
         assert!(!offered.exists());
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
+    }
+
+    /// Every offer counts in the rings' total, taken or not (all the threads may take theirs
+    /// at once): with room for two offers besides three rings, the third ring gets none until
+    /// a ring with an offer is finished.
+    #[test]
+    fn offers_count_in_the_rings_total() {
+        let out = tempfile::tempdir().unwrap();
+        let rings = RingDir::create(out.path());
+        assert!(rings.private, "no tmpfs for rings here");
+        let instance = format!("{}.0", std::process::id());
+        let dir = rings.path().join(&instance);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        for tid in 1..=3 {
+            write_ring_of(&dir, tid, 64, &[(buffer::KIND_FUNC, 0); 2]);
+        }
+        let file = |slots: u64| HEADER_BYTES + slots * SLOT_BYTES;
+        // Four times the maximum: the three rings (64 slots) and two offers (256 slots).
+        let shared = Rings::new(Growth::UpTo(file(256)));
+        shared.scan(rings.path(), out.path()).unwrap();
+        let offers = || {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(GROW_FILE_PREFIX)
+                })
+                .count()
+        };
+        assert_eq!(shared.pass(0).unwrap().moved, 6);
+        assert_eq!(offers(), 2);
+        let with_offer = shared
+            .list(0)
+            .into_iter()
+            .find(|r| r.lock().unwrap().as_ref().unwrap().offered_bytes() != 0)
+            .unwrap();
+        shared
+            .finish(&with_offer, &mut with_offer.lock().unwrap())
+            .unwrap()
+            .unwrap();
+        assert_eq!(offers(), 1, "an offer never taken goes with its ring");
+        shared.pass(0).unwrap();
+        assert_eq!(offers(), 2, "the third ring's, now that there is room");
     }
 
     /// A ring directory and a recording directory with this process's first instance in
