@@ -43,8 +43,8 @@
 //! it: its pages are freed (the program keeps the mapping) and its file removed; an offer
 //! never taken goes with its ring. So a short program pays for the default ring only, and a
 //! thread whose drainer falls behind for the ring it needs; all the rings and the files offered
-//! to them together grow to at most four times the largest ring (an offer counts, taken or not,
-//! until its ring is finished: all the threads may take theirs at once).
+//! to them together grow to at most four times the largest ring (an offer counts from when it
+//! is made: all the threads may take theirs at once).
 //!
 //! A larger ring's file is sized but not reserved: reserving 32 MiB takes 14 ms on a VM, during
 //! which the full ring drops events (a million of fib(30)'s, tried); its pages are allocated as
@@ -144,8 +144,11 @@ enum OfferState {
     /// Not yet (no file could be made so far, or the rings' total forbade it).
     NotYet,
     /// A ring file of this many bytes offered: counted in the rings' total (`Found::offered`)
-    /// until this ring is finished.
+    /// until it is taken (then it is a ring, counted as one once found) or this ring is
+    /// finished.
     Made(u64),
+    /// Taken: the thread has moved to the ring offered.
+    Taken,
     /// Never: the ring is at the maximum already.
     Never,
 }
@@ -356,8 +359,21 @@ impl Drained {
     fn offered_bytes(&self) -> u64 {
         match self.offered {
             OfferState::Made(bytes) => bytes,
-            OfferState::NotYet | OfferState::Never => 0,
+            OfferState::NotYet | OfferState::Taken | OfferState::Never => 0,
         }
+    }
+
+    /// When the thread has moved to the ring offered (the agent's answer): the offer's bytes,
+    /// once, for the rings' total to forget (the new ring counts there once found).
+    fn offer_taken(&mut self) -> Option<u64> {
+        let OfferState::Made(bytes) = self.offered else {
+            return None;
+        };
+        if self.ring()?.growth_offered() != ftrace_ringbuf::slot::GROWN {
+            return None;
+        }
+        self.offered = OfferState::Taken;
+        Some(bytes)
     }
 
     /// The file of the larger ring offered to the ring's thread.
@@ -701,6 +717,10 @@ impl Rings {
                 continue;
             };
             d.offer(self.growth, self);
+            if let Some(bytes) = d.offer_taken() {
+                let mut found = lock(&self.found);
+                found.offered = found.offered.saturating_sub(bytes);
+            }
             let n = match d.drain(Drain::Live) {
                 Ok(n) => n,
                 Err(e) => {
@@ -1159,6 +1179,13 @@ mod tests {
             ring.offer_to_grow(ftrace_ringbuf::slot::GROWN);
         }
         let start = Instant::now();
+        assert_eq!(lock(&shared.found).offered, file(256));
+        assert!(shared.pass(0).unwrap().finished.is_empty());
+        assert_eq!(
+            lock(&shared.found).offered,
+            0,
+            "taken: a ring now (counted once found), no longer an offer"
+        );
         let finished = loop {
             let p = shared.pass(0).unwrap();
             if !p.finished.is_empty() {
