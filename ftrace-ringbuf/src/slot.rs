@@ -19,9 +19,9 @@
 //!    [`SlotMode::ProducerConsumer`] the last index the consumer had made room for when a
 //!    writer last looked. Only when `index > limit_seen` does the writer read the consumer's
 //!    `limit` word (acquire), store it in `limit_seen` and compare again: the consumer's word
-//!    is read once per quarter of a ring's worth of events, not once per event (the cached
+//!    is read once per eighth of a ring's worth of events, not once per event (the cached
 //!    index of rtrb and crossbeam's bounded queues): the writer stores `limit` or, when lower,
-//!    `index + capacity / 4` ([`LOOK_AGAIN_EVERY`]), so that it sees a consumer falling
+//!    `index + capacity / 8` ([`LOOK_AGAIN_EVERY`]), so that it sees a consumer falling
 //!    behind (below) while it still has room. `limit` only grows, so any value a writer saw
 //!    is at most the current one: an outer writer that stores a value older than a nested
 //!    writer's only makes a later writer look again.
@@ -47,9 +47,9 @@
 //!
 //! Beside `limit`, the consumer's line holds `grow` ([`GROW_OFFSET`]): an offer, from the
 //! consumer to the writers' owner, of a larger ring of that many bytes (0: none), for when the
-//! consumer falls behind: a writer that looks at `limit` and finds less than half the ring
-//! ahead of it ([`SlotRing::behind`], [`BEHIND_BELOW`]) takes it, and the owner answers with
-//! [`GROWN`] once its writers have moved. The writer decides, not the consumer: a consumer
+//! consumer falls behind: a writer that looks at `limit` and finds less than a quarter of the
+//! ring ahead of it ([`SlotRing::behind`], [`BEHIND_BELOW`]) takes it, and the owner answers
+//! with [`GROWN`] once its writers have moved. The writer decides, not the consumer: a consumer
 //! that falls behind is one that does not run, and a writer that found the ring full could
 //! only drop. The offer guards no data (a hint, read with a plain load whenever a writer
 //! looks at `limit`); what a writer does about it is its owner's business (the userspace

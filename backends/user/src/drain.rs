@@ -297,17 +297,32 @@ impl Drained {
         self.capacity
     }
 
-    /// When `growth` allows a larger ring: makes the thread a ring file four times the size
-    /// (at most the maximum) and offers it, for the thread to take if this drainer falls
-    /// behind (see the module docs). Once per ring, at its first pass; while the rings' total
-    /// or the file system's room forbids it, at a later pass.
+    /// At each pass, where the ring is in offering a larger one ([`OfferState`]): when `growth`
+    /// allows it, makes the thread a ring file four times the size (at most the maximum) and
+    /// offers it, for the thread to take if this drainer falls behind (see the module docs),
+    /// once per ring (while the rings' total or the file system's room forbids it, at a later
+    /// pass); once the thread has taken it (the agent's answer), the rings' total forgets the
+    /// offer, the new ring counting there once found.
     fn offer(&mut self, growth: Growth, rings: &Rings) {
+        match self.offered {
+            OfferState::NotYet => self.make_offer(growth, rings),
+            OfferState::Made(bytes)
+                if self
+                    .ring()
+                    .is_some_and(|r| r.growth_offered() == ftrace_ringbuf::slot::GROWN) =>
+            {
+                self.offered = OfferState::Taken;
+                rings.forget_offer(bytes);
+            }
+            OfferState::Made(_) | OfferState::Taken | OfferState::Never => {}
+        }
+    }
+
+    /// [`Drained::offer`]'s first step: makes and offers the larger ring file.
+    fn make_offer(&mut self, growth: Growth, rings: &Rings) {
         let Growth::UpTo(max) = growth else {
             return;
         };
-        if self.offered != OfferState::NotYet {
-            return;
-        }
         let slots = (self.capacity() * 4).min(max.saturating_sub(HEADER_BYTES) / SLOT_BYTES);
         // The largest power of two that fits: the agent's rings hold a power of two.
         let slots = if slots.is_power_of_two() {
@@ -315,7 +330,7 @@ impl Drained {
         } else {
             slots.next_power_of_two() / 2
         };
-        let Some(dir) = self.ring_file.parent() else {
+        let (Some(dir), Some(ring)) = (self.ring_file.parent(), self.ring()) else {
             return;
         };
         if slots <= self.capacity() {
@@ -336,21 +351,11 @@ impl Drained {
             found.offered += bytes;
         }
         let path = self.offer_file();
-        let made = match self.ring() {
-            Some(ring) => {
-                let made = make_ring_file(&path.with_extension("new"), &path, bytes).is_ok();
-                if made {
-                    ring.offer_to_grow(bytes);
-                }
-                made
-            }
-            None => false,
-        };
-        if made {
+        if make_ring_file(&path.with_extension("new"), &path, bytes).is_ok() {
+            ring.offer_to_grow(bytes);
             self.offered = OfferState::Made(bytes);
         } else {
-            let mut found = lock(&rings.found);
-            found.offered = found.offered.saturating_sub(bytes);
+            rings.forget_offer(bytes);
         }
     }
 
@@ -361,19 +366,6 @@ impl Drained {
             OfferState::Made(bytes) => bytes,
             OfferState::NotYet | OfferState::Taken | OfferState::Never => 0,
         }
-    }
-
-    /// When the thread has moved to the ring offered (the agent's answer): the offer's bytes,
-    /// once, for the rings' total to forget (the new ring counts there once found).
-    fn offer_taken(&mut self) -> Option<u64> {
-        let OfferState::Made(bytes) = self.offered else {
-            return None;
-        };
-        if self.ring()?.growth_offered() != ftrace_ringbuf::slot::GROWN {
-            return None;
-        }
-        self.offered = OfferState::Taken;
-        Some(bytes)
     }
 
     /// The file of the larger ring offered to the ring's thread.
@@ -393,16 +385,17 @@ impl Drained {
     /// is an error.
     fn finish(mut self) -> Result<ThreadCount, String> {
         let drained = self.drain(Drain::Final);
+        // (A damaged ring's words went with its header.)
+        let (word, dropped) = self
+            .ring()
+            .map_or((0, 0), |ring| (ring.growth_offered(), ring.dropped()));
         // An offer its thread never took (it has exited, or the program has): its file goes.
-        let offered = self.ring().map_or(0, |ring| ring.growth_offered());
-        if self.offered_bytes() != 0 && offered != 0 && offered != ftrace_ringbuf::slot::GROWN {
+        if self.offered_bytes() != 0 && word != 0 && word != ftrace_ringbuf::slot::GROWN {
             let _ = std::fs::remove_file(self.offer_file());
         }
         let events = &self.events_file;
         let io = |e: std::io::Error| format!("{}: {e}", events.display());
-        // Drops counted after the last event have no event to precede: they end the file (a
-        // damaged ring's count went with its header).
-        let dropped = self.ring().map_or(0, |ring| ring.dropped());
+        // Drops counted after the last event have no event to precede: they end the file.
         let counted = self.out.lost();
         let all = dropped.saturating_add(self.cursor.overrun);
         self.out.lost_here(all.saturating_sub(counted));
@@ -657,6 +650,12 @@ impl Rings {
         }
     }
 
+    /// Takes `bytes` of offered ring files out of the rings' total (`Found::offered`).
+    fn forget_offer(&self, bytes: u64) {
+        let mut found = lock(&self.found);
+        found.offered = found.offered.saturating_sub(bytes);
+    }
+
     /// Waits for every finished ring's file to be removed ([`Rings::remove`]); the first
     /// error.
     fn wait_removals(&self) -> Result<(), String> {
@@ -717,10 +716,6 @@ impl Rings {
                 continue;
             };
             d.offer(self.growth, self);
-            if let Some(bytes) = d.offer_taken() {
-                let mut found = lock(&self.found);
-                found.offered = found.offered.saturating_sub(bytes);
-            }
             let n = match d.drain(Drain::Live) {
                 Ok(n) => n,
                 Err(e) => {

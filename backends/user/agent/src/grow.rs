@@ -7,13 +7,13 @@
 //! their file system has ample room, a page it cannot allocate being a `SIGBUS`), and offers
 //! it in the ring's header (its `grow` word,
 //! [`ftrace_ringbuf::slot::SlotRing::offer_to_grow`], holding the new file's size). The
-//! thread takes it when it finds the tool behind (less than half the ring left ahead of it,
-//! [`ftrace_ringbuf::slot::SlotRing::behind`]): a tool that does not run for a while (its CPU
-//! taken, a page fault, a slow write) cannot notice that itself, and the ring would be full
-//! before it does. The thread looks where it reads the consumer's words anyway:
+//! thread takes it when it finds the tool behind (less than a quarter of the ring left ahead of
+//! it, [`ftrace_ringbuf::slot::SlotRing::behind`]): a tool that does not run for a while (its
+//! CPU taken, a page fault, a slow write) cannot notice that itself, and the ring would be
+//! full before it does. The thread looks where it reads the consumer's words anyway:
 //!
 //! - the assembly fast paths, when they find their copy of the limit passed (out of line; at
-//!   least every quarter of the ring, so that they look while there is room): they set the
+//!   least every eighth of the ring, so that they look while there is room): they set the
 //!   thread's state to [`GROW`] (only from the plain registered state), so that its next
 //!   event takes the handlers' path;
 //! - the handlers, on every event (`asked`).

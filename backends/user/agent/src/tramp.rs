@@ -186,7 +186,7 @@ ftrace_agent_root_tramp:
 
     // The index reserved (rax; `hdr` = the header, rsi = the thread's state) is past
     // `limit_seen`: read the consumer's `limit` (a plain load, acquire on x86), store it in
-    // `limit_seen` or, when lower, rax + a quarter of the ring (the writer contract:
+    // `limit_seen` or, when lower, rax + an eighth of the ring (the writer contract:
     // `ftrace_ringbuf::slot`, LOOK_AGAIN_EVERY), take the tool's offer of a larger ring when
     // the tool is behind, and compare again; with room, go on at `back` (RESERVE's label) with
     // `scratch` restored (it is spilled to the red zone, 64 bytes below rsp, where no signal
@@ -206,7 +206,7 @@ ftrace_agent_root_tramp:
 76:
     movq \scratch, {off_limit_seen}(\hdr)
     // The tool offers a larger ring (its `grow` word, on the line just read; neither 0 nor
-    // GROWN, the agent's answer) and is behind (less than half the ring left ahead: the
+    // GROWN, the agent's answer) and is behind (less than a quarter of the ring left ahead: the
     // `behind` of `ftrace_ringbuf::slot`, BEHIND_BELOW): from the plain registered state, the
     // thread's next event takes the handlers' path, which moves it ([`crate::grow`]). This
     // event goes on here.
@@ -1450,6 +1450,13 @@ mod tests {
             // An offer is taken only when the tool is behind: a fast path looks at the
             // consumer's limit again an eighth of the ring on (8 slots of 64), and moves
             // once less than a quarter of the ring is left ahead of it.
+            assert_eq!(
+                (
+                    ftrace_ringbuf::slot::LOOK_AGAIN_EVERY,
+                    ftrace_ringbuf::slot::BEHIND_BELOW
+                ),
+                (8, 4)
+            );
             for (name, window) in forms {
                 // (`mem` outlives the calls below; the writer is reset after.)
                 let (mem, w) = test_ring(64, SlotMode::ProducerConsumer);
@@ -1466,13 +1473,6 @@ mod tests {
                 ring.consume(&mut cursor, ftrace_ringbuf::slot::Drain::Live, |_, _| {});
                 // Index 64 looks (39 slots left ahead: not behind), then 73 (30) and 82 (21);
                 // index 91 finds 12 left, and the thread is to move.
-                assert_eq!(
-                    (
-                        ftrace_ringbuf::slot::LOOK_AGAIN_EVERY,
-                        ftrace_ringbuf::slot::BEHIND_BELOW
-                    ),
-                    (8, 4)
-                );
                 let mut heads = Vec::new();
                 // (A volatile read: the fast paths write the state behind this reference.)
                 // SAFETY: the thread's own state block, live.
