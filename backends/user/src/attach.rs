@@ -538,7 +538,7 @@ pub fn record(
     let summary = match drainer {
         Some(d) => {
             let drained = d.finish();
-            traced? + &crate::record::summary_of(&drained?, out)
+            traced? + &crate::record::summary_of_drained(&drained, out)?
         }
         None => {
             let notes = traced?;

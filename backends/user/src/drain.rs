@@ -381,9 +381,9 @@ impl Drained {
 
     /// Drains the rest (the writer is gone, or writes elsewhere) and completes the events
     /// file: what the thread recorded here. A ring that can no longer be read
-    /// ([`Drained::damaged`]) still gets its events file completed with what it gave, then
-    /// is an error.
-    fn finish(mut self) -> Result<ThreadCount, String> {
+    /// ([`Drained::damaged`]) still gets its events file completed with what it gave, and
+    /// its count, besides the error.
+    fn finish(mut self) -> Finish {
         let drained = self.drain(Drain::Final);
         // (A damaged ring's words went with its header.)
         let (word, dropped) = self
@@ -404,9 +404,16 @@ impl Drained {
             events: self.events,
             lost: self.out.lost(),
         };
-        self.out.finish().map_err(io)?;
-        drained?;
-        Ok(count)
+        match self.out.finish().map_err(io) {
+            Ok(_) => Finish {
+                count: Some(count),
+                error: drained.err(),
+            },
+            Err(e) => Finish {
+                count: None,
+                error: Some(e),
+            },
+        }
     }
 }
 
@@ -589,6 +596,25 @@ pub struct ThreadCount {
     pub lost: u64,
 }
 
+/// What finishing a ring gave ([`Drained::finish`]).
+struct Finish {
+    /// What its thread recorded there, when its events file was completed.
+    count: Option<ThreadCount>,
+    /// Why it ended early, if it did.
+    error: Option<String>,
+}
+
+/// What the drainers recorded ([`Drainer::finish`]).
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// What each thread recorded, by thread id (a thread that moved to larger rings has a
+    /// count per ring).
+    pub counts: Vec<ThreadCount>,
+    /// Every error met, in the order met: rings ended early (damaged, or their events files
+    /// could not be written), ring files not removed. Empty: every ring was recorded whole.
+    pub errors: Vec<String>,
+}
+
 /// What one pass over the rings did.
 struct Pass {
     /// Events moved.
@@ -656,11 +682,19 @@ impl Rings {
         found.offered = found.offered.saturating_sub(bytes);
     }
 
-    /// Waits for every finished ring's file to be removed ([`Rings::remove`]); the first
-    /// error.
-    fn wait_removals(&self) -> Result<(), String> {
+    /// Keeps `error` to be told at the end (once: finishing a ring that ended in an error
+    /// may meet it again).
+    fn tell(&self, error: String) {
+        let mut errors = lock(&self.errors);
+        if !errors.contains(&error) {
+            errors.push(error);
+        }
+    }
+
+    /// Waits for every finished ring's file to be removed ([`Rings::remove`]), keeping the
+    /// errors ([`Rings::tell`]).
+    fn wait_removals(&self) {
         let removals = std::mem::take(&mut *lock(&self.removing));
-        let mut first_err = Ok(());
         for r in removals {
             let r = match r {
                 Removal::Running(t) => t
@@ -668,11 +702,10 @@ impl Rings {
                     .unwrap_or_else(|_| Err("a ring remover panicked".to_string())),
                 Removal::Done(r) => r,
             };
-            if first_err.is_ok() {
-                first_err = r;
+            if let Err(e) = r {
+                self.tell(e);
             }
         }
-        first_err
     }
     /// Starts draining the ring files under `dir` not yet found ([`Drained::start`]; a ring
     /// without its header yet is left for a later pass).
@@ -700,7 +733,7 @@ impl Rings {
 
     /// One pass of drainer thread `me`: moves what every ring no other thread is draining
     /// holds into its events file.
-    fn pass(&self, me: usize) -> Result<Pass, String> {
+    fn pass(&self, me: usize) -> Pass {
         let mut pass = Pass {
             moved: 0,
             busy: false,
@@ -722,8 +755,8 @@ impl Rings {
                     // This ring is done for (damaged, or its events file cannot be written):
                     // finished with what it gave, the error told at the end; the other rings
                     // go on.
-                    let _ = self.finish(&ring, &mut slot);
-                    lock(&self.errors).push(e);
+                    self.tell(e);
+                    pass.finished.extend(self.finish(&ring, &mut slot));
                     continue;
                 }
             };
@@ -731,12 +764,10 @@ impl Rings {
             pass.wanted += usize::from(n > 0);
             pass.moved += n;
             if d.retired(n) {
-                if let Some(r) = self.finish(&ring, &mut slot) {
-                    pass.finished.push(r?);
-                }
+                pass.finished.extend(self.finish(&ring, &mut slot));
             }
         }
-        Ok(pass)
+        pass
     }
 
     /// Wakes as many helpers as the rings want threads besides the leader.
@@ -780,44 +811,43 @@ impl Rings {
     }
 
     /// Finishes the rings no other thread is draining whose writers have exited.
-    fn finish_exited(&self, me: usize) -> Result<Vec<ThreadCount>, String> {
+    fn finish_exited(&self, me: usize) -> Vec<ThreadCount> {
         let mut done = Vec::new();
         for ring in self.list(me) {
             let Ok(mut slot) = ring.try_lock() else {
                 continue;
             };
             if slot.as_ref().is_some_and(Drained::writer_exited) {
-                if let Some(r) = self.finish(&ring, &mut slot) {
-                    done.push(r?);
-                }
+                done.extend(self.finish(&ring, &mut slot));
             }
         }
-        Ok(done)
+        done
     }
 
-    /// Finishes the ring `slot` holds ([`Drained::finish`]) and forgets it.
-    fn finish(
-        &self,
-        ring: &SharedRing,
-        slot: &mut Option<Drained>,
-    ) -> Option<Result<ThreadCount, String>> {
+    /// Finishes the ring `slot` holds ([`Drained::finish`]) and forgets it: what its thread
+    /// recorded there, unless its events file could not be completed (the error kept,
+    /// [`Rings::tell`]).
+    fn finish(&self, ring: &SharedRing, slot: &mut Option<Drained>) -> Option<ThreadCount> {
         let d = slot.take()?;
         let path = d.ring_file.clone();
         let bytes = d.file_bytes();
         let offered = d.offered_bytes();
         let damaged = d.ring().is_none();
-        let r = d.finish();
+        let Finish { count, error } = d.finish();
         // A finished ring's file goes, and a damaged one's (no ring to find again); one whose
         // events file could not be completed stays, the rest of its events in it.
-        if r.is_ok() || damaged {
+        if count.is_some() || damaged {
             self.remove(path.clone());
+        }
+        if let Some(e) = error {
+            self.tell(e);
         }
         let mut found = lock(&self.found);
         found.bytes = found.bytes.saturating_sub(bytes);
         found.offered = found.offered.saturating_sub(offered);
         found.paths.remove(&path);
         found.rings.retain(|r| !Arc::ptr_eq(r, ring));
-        Some(r)
+        count
     }
 }
 
@@ -867,34 +897,27 @@ impl Drainer {
 
     /// Ends the recording (call it once the traced program has exited): drains every ring to
     /// its end, completes the events files and removes the ring files; what each thread
-    /// recorded, by thread id.
-    pub fn finish(self) -> Result<Vec<ThreadCount>, String> {
+    /// recorded, by thread id, and every error met.
+    pub fn finish(self) -> Finished {
         self.stop.store(true, Ordering::Release);
         // Wakes them if they wait for events: the program is gone, nothing more will come.
         for t in &self.threads {
             t.thread().unpark();
         }
         let mut counts = Vec::new();
-        let mut first_err = None;
         for t in self.threads {
             match t.join() {
                 Ok(Ok(c)) => counts.extend(c),
-                Ok(Err(e)) => {
-                    first_err.get_or_insert(e);
-                }
-                Err(_) => {
-                    first_err.get_or_insert("a drain thread panicked".to_string());
-                }
+                Ok(Err(e)) => self.rings.tell(e),
+                Err(_) => self.rings.tell("a drain thread panicked".to_string()),
             }
         }
-        if let Some(e) = lock(&self.rings.errors).first() {
-            first_err.get_or_insert(e.clone());
-        }
-        if let Err(e) = self.rings.wait_removals() {
-            first_err.get_or_insert(e);
-        }
+        self.rings.wait_removals();
         counts.sort_by_key(|c| c.tid);
-        first_err.map_or(Ok(counts), Err)
+        Finished {
+            counts,
+            errors: std::mem::take(&mut *lock(&self.rings.errors)),
+        }
     }
 }
 
@@ -920,7 +943,7 @@ fn run(
                 busy,
                 finished,
                 ..
-            } = shared.pass(me)?;
+            } = shared.pass(me);
             done.extend(finished);
             if moved == 0 {
                 // Nothing it may take: until the leader (or the end) wakes it.
@@ -935,26 +958,19 @@ fn run(
             last_scan = Some(Instant::now());
         }
         if stopping {
-            let mut first_err = None;
             for ring in shared.list(me) {
                 // Waits for a thread draining it: then it is finished, or this one does it.
                 let mut slot = lock(&ring);
-                match shared.finish(&ring, &mut slot) {
-                    Some(Ok(c)) => done.push(c),
-                    Some(Err(e)) => {
-                        first_err.get_or_insert(e);
-                    }
-                    None => {}
-                }
+                done.extend(shared.finish(&ring, &mut slot));
             }
-            return first_err.map_or(Ok(done), Err);
+            return Ok(done);
         }
         let Pass {
             moved,
             busy,
             wanted,
             finished,
-        } = shared.pass(me)?;
+        } = shared.pass(me);
         done.extend(finished);
         shared.wake_helpers(wanted);
         idle = moved == 0;
@@ -964,7 +980,7 @@ fn run(
         if idle {
             if last_exit_check.elapsed() >= EXIT_CHECK_EVERY {
                 last_exit_check = Instant::now();
-                done.extend(shared.finish_exited(me)?);
+                done.extend(shared.finish_exited(me));
             }
             pause(IDLE_SLEEP, stop);
         }
@@ -1095,7 +1111,9 @@ mod tests {
         );
         // Read again, the ring maps again: what was given back was the mapping, not the
         // slots (the events file has every event once).
-        let c = d.finish().unwrap();
+        let Finish { count, error } = d.finish();
+        assert_eq!(error, None);
+        let c = count.unwrap();
         assert_eq!((c.events, c.lost), (capacity as u64 - 1, 0));
     }
 
@@ -1148,7 +1166,7 @@ mod tests {
             .unwrap()
             .events_file
             .clone();
-        let first = shared.pass(0).unwrap();
+        let first = shared.pass(0);
         assert_eq!(first.moved, 40);
         assert_eq!(std::fs::metadata(&grow_file).unwrap().len(), file(256));
         let r = ring_of(&shared);
@@ -1164,7 +1182,7 @@ mod tests {
         };
         assert_eq!(view(&r), file(256));
         std::fs::remove_file(&grow_file).unwrap();
-        assert_eq!(shared.pass(0).unwrap().moved, 0);
+        assert_eq!(shared.pass(0).moved, 0);
         assert!(!grow_file.exists(), "offered once");
         // The agent's answer: moved. The ring is finished once nothing came for a while,
         // though its thread (this one) lives.
@@ -1175,14 +1193,14 @@ mod tests {
         }
         let start = Instant::now();
         assert_eq!(lock(&shared.found).offered, file(256));
-        assert!(shared.pass(0).unwrap().finished.is_empty());
+        assert!(shared.pass(0).finished.is_empty());
         assert_eq!(
             lock(&shared.found).offered,
             0,
             "taken: a ring now (counted once found), no longer an offer"
         );
         let finished = loop {
-            let p = shared.pass(0).unwrap();
+            let p = shared.pass(0);
             if !p.finished.is_empty() {
                 break p.finished;
             }
@@ -1196,7 +1214,7 @@ mod tests {
             (tid, 40, 0)
         );
         assert!(shared.list(0).is_empty());
-        shared.wait_removals().unwrap();
+        removed_cleanly(&shared);
         assert!(!path.exists());
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
         let mut r = crate::stream::open(&events, 4096).unwrap();
@@ -1210,12 +1228,12 @@ mod tests {
         write_ring_of(&dir, other, 64, &[func; 3]);
         let offered = dir.join(format!("{GROW_FILE_PREFIX}{other}"));
         shared.scan(rings.path(), out.path()).unwrap();
-        shared.pass(0).unwrap();
+        shared.pass(0);
         assert_eq!(std::fs::metadata(&offered).unwrap().len(), file(256));
         let r = ring_of(&shared);
-        let c = shared.finish(&r, &mut r.lock().unwrap()).unwrap().unwrap();
+        let c = shared.finish(&r, &mut r.lock().unwrap()).unwrap();
         assert_eq!((c.tid, c.events), (other, 3));
-        shared.wait_removals().unwrap();
+        removed_cleanly(&shared);
         assert!(!offered.exists());
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
     }
@@ -1250,7 +1268,7 @@ mod tests {
                 })
                 .count()
         };
-        assert_eq!(shared.pass(0).unwrap().moved, 6);
+        assert_eq!(shared.pass(0).moved, 6);
         assert_eq!(offers(), 2);
         let with_offer = shared
             .list(0)
@@ -1259,11 +1277,17 @@ mod tests {
             .unwrap();
         shared
             .finish(&with_offer, &mut with_offer.lock().unwrap())
-            .unwrap()
             .unwrap();
         assert_eq!(offers(), 1, "an offer never taken goes with its ring");
-        shared.pass(0).unwrap();
+        shared.pass(0);
         assert_eq!(offers(), 2, "the third ring's, now that there is room");
+    }
+
+    /// Waits for `shared`'s ring files to be removed, and checks that no error was met.
+    fn removed_cleanly(shared: &Rings) {
+        shared.wait_removals();
+        let errors = lock(&shared.errors);
+        assert!(errors.is_empty(), "{errors:?}");
     }
 
     /// A ring directory and a recording directory with this process's first instance in
@@ -1299,27 +1323,26 @@ mod tests {
         // Thread 0 starts at the held ring, skips it and drains the other; thread 1 (which
         // starts at the other one) then finds nothing it may take.
         // Both rings want a thread: one has events, the other is being drained.
-        let first = shared.pass(0).unwrap();
+        let first = shared.pass(0);
         assert_eq!((first.moved, first.wanted), (8 - held_events, 2));
-        assert_eq!(shared.pass(1).unwrap().moved, 0);
+        assert_eq!(shared.pass(1).moved, 0);
         // Drained, the free ring wants none: a helper would not be woken for it.
-        let again = shared.pass(0).unwrap();
+        let again = shared.pass(0);
         assert_eq!((again.moved, again.wanted), (0, 1));
         drop(held);
-        assert_eq!(shared.pass(1).unwrap().moved, held_events);
+        assert_eq!(shared.pass(1).moved, held_events);
         // At the end every ring is finished once, its file removed.
         shared.scan(rings.path(), out.path()).unwrap();
         let mut counts: Vec<ThreadCount> = shared
             .list(0)
             .iter()
             .filter_map(|r| shared.finish(r, &mut r.lock().unwrap()))
-            .map(Result::unwrap)
             .collect();
         counts.sort_by_key(|c| c.tid);
         let events: Vec<(u32, u64)> = counts.iter().map(|c| (c.tid, c.events)).collect();
         assert_eq!(events, [(1, 3), (2, 5)]);
         assert!(shared.list(0).is_empty());
-        shared.wait_removals().unwrap();
+        removed_cleanly(&shared);
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
     }
 
@@ -1333,7 +1356,7 @@ mod tests {
         let (rings, out, bad) = two_rings();
         let shared = Rings::new(Growth::Fixed);
         shared.scan(rings.path(), out.path()).unwrap();
-        assert_eq!(shared.pass(0).unwrap().moved, 8);
+        assert_eq!(shared.pass(0).moved, 8);
         let events_of = |tid: u32| {
             shared
                 .list(0)
@@ -1353,9 +1376,18 @@ mod tests {
             .unwrap()
             .write_all_at(&[0xff; 8], 0)
             .unwrap();
-        let pass = shared.pass(0).unwrap();
+        let pass = shared.pass(0);
         assert_eq!(pass.moved, 0);
         assert_eq!(shared.list(0).len(), 1, "the damaged ring is finished");
+        assert_eq!(
+            pass.finished,
+            [ThreadCount {
+                tid: 1,
+                events: 3,
+                lost: 0
+            }],
+            "with its count"
+        );
         let errors = lock(&shared.errors).clone();
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(
@@ -1380,11 +1412,53 @@ mod tests {
             .list(0)
             .iter()
             .filter_map(|r| shared.finish(r, &mut r.lock().unwrap()))
-            .map(Result::unwrap)
             .collect();
         assert_eq!((counts[0].tid, counts[0].events), (2, 5));
-        shared.wait_removals().unwrap();
+        shared.wait_removals();
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
+    }
+
+    /// Every ring that ends early is told, each error once, and what each recorded is
+    /// counted: the end of the recording names every damaged ring file, then the summary
+    /// counts their events.
+    #[test]
+    fn every_ring_ended_early_is_told_and_counted() {
+        use std::os::unix::fs::FileExt as _;
+        let (rings, out, _) = two_rings();
+        let shared = Rings::new(Growth::Fixed);
+        shared.scan(rings.path(), out.path()).unwrap();
+        assert_eq!(shared.pass(0).moved, 8);
+        let files = new_ring_files(rings.path(), &HashSet::new());
+        assert_eq!(files.len(), 2);
+        for f in &files {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(f)
+                .unwrap()
+                .write_all_at(&[0xff; 8], 0)
+                .unwrap();
+        }
+        let mut counts = shared.pass(0).finished;
+        counts.sort_by_key(|c| c.tid);
+        let events: Vec<(u32, u64)> = counts.iter().map(|c| (c.tid, c.events)).collect();
+        assert_eq!(events, [(1, 3), (2, 5)]);
+        assert!(shared.list(0).is_empty());
+        shared.wait_removals();
+        let errors = std::mem::take(&mut *lock(&shared.errors));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        for f in &files {
+            let told = format!("{}: the ring's header was overwritten", f.display());
+            assert!(errors.iter().any(|e| e.starts_with(&told)), "{errors:?}");
+        }
+        let said = crate::record::summary_of_drained(&Finished { counts, errors }, out.path())
+            .unwrap_err();
+        let lines: Vec<&str> = said.lines().collect();
+        assert_eq!(lines.len(), 3, "{said}");
+        assert!(lines[1].starts_with("ftrace: "), "{said}");
+        assert!(
+            lines[2].starts_with("ftrace: 8 events recorded, 0 lost, "),
+            "{said}"
+        );
     }
 
     /// The end-of-record count is one per event: a return value, a trace event's data slots
@@ -1415,9 +1489,9 @@ mod tests {
             (buffer::KIND_FUNC, 0),
         ];
         let ring_file = write_ring(&rings.path().join(&instance), tid, &slots);
-        let counts = Drainer::start(rings.path(), out.path(), Growth::Fixed)
-            .finish()
-            .unwrap();
+        let Finished { counts, errors } =
+            Drainer::start(rings.path(), out.path(), Growth::Fixed).finish();
+        assert!(errors.is_empty(), "{errors:?}");
         // The exit (its value), the event (its data), two function entries and the graph
         // entry: five events of eleven slots; the stack record is not carried as an event.
         assert_eq!(

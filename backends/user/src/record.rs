@@ -211,6 +211,24 @@ pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) 
     s
 }
 
+/// [`summary_of`] a recording drained while the program ran; an error when rings ended
+/// early (the recording is not whole): every reason, one a line, then the summary's lines
+/// (each line after the first says `ftrace: ` itself, as the first does when told).
+pub fn summary_of_drained(
+    drained: &crate::drain::Finished,
+    dir: &std::path::Path,
+) -> Result<String, String> {
+    let summary = summary_of(&drained.counts, dir);
+    if drained.errors.is_empty() {
+        return Ok(summary);
+    }
+    Err(format!(
+        "{}\n{}",
+        drained.errors.join("\nftrace: "),
+        summary.trim_end()
+    ))
+}
+
 fn dir_bytes(dir: &std::path::Path) -> u64 {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return 0;
@@ -282,8 +300,7 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
         (status, drainer.finish())
     });
     let status = status?;
-    let threads = drained?;
-    let mut summary = summary_of(&threads, out);
+    let mut summary = summary_of_drained(&drained, out)?;
     summary += &unmatched_events(opts, out);
     Ok(Recorded { status, summary })
 }
