@@ -1462,7 +1462,8 @@ mod tests {
     }
 
     /// The end-of-record count is one per event: a return value, a trace event's data slots
-    /// and a stack record's slots are parts of other records, never events of their own.
+    /// and a stack record's frame slots are parts of other records (their exit's, event's,
+    /// stack record's), never events of their own.
     #[test]
     fn the_printed_count_counts_records_not_slots() {
         let rings = tempfile::tempdir().unwrap();
@@ -1492,19 +1493,19 @@ mod tests {
         let Finished { counts, errors } =
             Drainer::start(rings.path(), out.path(), Growth::Fixed).finish();
         assert!(errors.is_empty(), "{errors:?}");
-        // The exit (its value), the event (its data), two function entries and the graph
-        // entry: five events of eleven slots; the stack record is not carried as an event.
+        // The exit (its value), the event (its data), the stack record (its frames), two
+        // function entries and the graph entry: six events of eleven slots.
         assert_eq!(
             counts,
             [ThreadCount {
                 tid,
-                events: 5,
+                events: 6,
                 lost: 0
             }]
         );
         let said = crate::record::summary_of(&counts, out.path());
         assert!(
-            said.starts_with("ftrace: 5 events recorded, 0 lost, "),
+            said.starts_with("ftrace: 6 events recorded, 0 lost, "),
             "{said}"
         );
         assert!(!ring_file.exists(), "a drained ring is removed");

@@ -19,7 +19,7 @@ use ftrace_agent::event;
 use ftrace_core::symbols::SortedSymbols;
 use ftrace_ringbuf::slot::SlotRead;
 
-use crate::recording::{entry_bytes, parse_symbols};
+use crate::recording::{entry_bytes, parse_symbols, stack_entry_bytes};
 use crate::ringmap::{Access, RingMapping};
 
 /// One thread's buffer.
@@ -390,26 +390,6 @@ impl LiveRecording {
             }
         }
     }
-}
-
-/// The `kernel_stack` record (`struct stack_entry`: the common header, `size`, then the
-/// return addresses, innermost first) of thread `tid` for `frames`.
-fn stack_entry_bytes(frames: &[u64], tid: u32) -> Vec<u8> {
-    use ftrace_core::entry::{Pod, TraceEntry};
-    use ftrace_core::event::EventId;
-    let ent = TraceEntry {
-        type_: EventId::KernelStack.as_u16(),
-        flags: 0,
-        preempt_count: 0,
-        pid: tid as i32,
-    };
-    let mut v = ent.as_bytes().to_vec();
-    v.extend_from_slice(&(frames.len() as i32).to_le_bytes());
-    v.extend_from_slice(&[0; 4]);
-    for f in frames {
-        v.extend_from_slice(&f.to_le_bytes());
-    }
-    v
 }
 
 #[cfg(test)]

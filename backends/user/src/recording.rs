@@ -197,8 +197,8 @@ pub(crate) fn entry_bytes(
         pid: tid as i32,
     };
     Some(match s.kind() {
-        // Stack records (the live mount's `stacktrace` command) are not carried into
-        // recordings.
+        // A stack record (the live mount's `stacktrace` command) is its frame slots and its
+        // head, assembled by the reader ([`stack_entry_bytes`]).
         buffer::KIND_GRAPH_RETVAL | buffer::KIND_STACK_MORE | buffer::KIND_STACK => return None,
         KIND_FUNC => FtraceEntry {
             ent: ent(EventId::Function),
@@ -304,6 +304,9 @@ struct ThreadCursor {
     /// The slot read before the current one (a function_graph exit's return value is the
     /// slot just before it, [`buffer::retval_of`]).
     before: Option<SlotEvent>,
+    /// The stack record frame slots read since the last event ([`buffer::KIND_STACK_MORE`]:
+    /// a stack record's head follows its frames), the last [`MAX_STACK_MORE`] at most.
+    stack_more: Vec<SlotEvent>,
     /// Events read so far (return-value slots are none).
     entries: u64,
     /// Events the file says were lost, read so far.
@@ -404,6 +407,12 @@ impl ThreadCursor {
                 return Ok(None);
             };
             let before = self.before.replace(slot);
+            if slot.kind() == buffer::KIND_STACK_MORE {
+                if self.stack_more.len() == MAX_STACK_MORE {
+                    self.stack_more.remove(0);
+                }
+                self.stack_more.push(slot);
+            }
             if !is_event_of_its_own(&slot) {
                 // A return value, or a trace event's data slot whose head was lost (counted
                 // where it was).
@@ -411,7 +420,14 @@ impl ThreadCursor {
                 continue;
             }
             let mut missed = missed;
+            let stack_more = core::mem::take(&mut self.stack_more);
             let record = match slot.kind() {
+                buffer::KIND_STACK => {
+                    let frames = ftrace_agent::stack::frames_of(&slot, &|k| {
+                        stack_more.len().checked_sub(k).map(|i| stack_more[i])
+                    });
+                    Some(stack_entry_bytes(&frames, self.tid))
+                }
                 prog_event::KIND_EVENT => match self.event_record(&slot)? {
                     Some(r) => Some(r),
                     None => {
@@ -471,11 +487,33 @@ impl ThreadCursor {
 }
 
 /// Whether slot `s` is an event of its own: not a return value (its exit's), a trace event's
-/// data slot (its head's), nor a stack record's slot (the live mount's `stacktrace` command:
-/// not carried into recordings, see [`entry_bytes`]).
+/// data slot (its head's), nor a stack record's frame slot (its head's).
 pub(crate) fn is_event_of_its_own(s: &SlotEvent) -> bool {
-    !buffer::continues_a_record(s.kind()) && s.kind() != buffer::KIND_STACK
+    !buffer::continues_a_record(s.kind())
 }
+
+/// The `kernel_stack` record (`struct stack_entry`: the common header, `size`, then the
+/// return addresses, innermost first) of thread `tid` for `frames`.
+pub(crate) fn stack_entry_bytes(frames: &[u64], tid: u32) -> Vec<u8> {
+    use ftrace_core::entry::Pod as _;
+    let ent = TraceEntry {
+        type_: EventId::KernelStack.as_u16(),
+        flags: 0,
+        preempt_count: 0,
+        pid: tid as i32,
+    };
+    let mut v = ent.as_bytes().to_vec();
+    v.extend_from_slice(&(frames.len() as i32).to_le_bytes());
+    v.extend_from_slice(&[0; 4]);
+    for f in frames {
+        v.extend_from_slice(&f.to_le_bytes());
+    }
+    v
+}
+
+/// The most frame slots a stack record has before its head (its head holds two frames, each
+/// frame slot two more).
+const MAX_STACK_MORE: usize = ftrace_agent::stack::MAX_FRAMES / 2;
 
 /// A recording's events in timestamp order, read thread file by thread file as they are
 /// needed (a k-way merge): memory holds one buffered cursor per thread, not the recording.
@@ -640,6 +678,7 @@ impl RecordingReader {
             seq: 0,
             missed,
             before: None,
+            stack_more: Vec::new(),
             entries: 0,
             dropped: 0,
             on_damage,
@@ -1106,6 +1145,74 @@ mod tests {
                 (r, _) => panic!("depth {depth}: {r:?}"),
             }
         }
+    }
+
+    /// A stack record (the live mount's `stacktrace` command: frame slots, then its head) is
+    /// carried into the recording as the kernel's `kernel_stack` record, counted as one
+    /// event; one whose frame slots were lost keeps the frames its head holds.
+    #[test]
+    fn stack_records_are_carried_as_kernel_stack_records() {
+        use ftrace_agent::buffer::{KIND_STACK, KIND_STACK_MORE};
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-stack-{}", std::process::id()));
+        let sub = dir.join("42.0");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            sub.join("meta"),
+            "pid=42\nexe=/bin/x\ntracer=function\nclock=mono\nnr_cpus=1\n",
+        )
+        .unwrap();
+        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
+        let mut mem = vec![0u64; len / 8];
+        // SAFETY: zeroed, aligned, `len` bytes.
+        let w = unsafe {
+            buffer::init(
+                mem.as_mut_ptr().cast(),
+                len,
+                buffer::SlotMode::Overwrite,
+                42,
+                43,
+                b"x",
+            )
+        };
+        // SAFETY: `w` describes `mem`.
+        unsafe {
+            w.write(100, 0x1000, 0x2000, KIND_FUNC, 0, 0);
+            // Five frames: two frame slots (the last one's second word past the end), then
+            // the head with the first two.
+            w.write(100, 0x13, 0x14, KIND_STACK_MORE, 1, 0);
+            w.write(100, 0x15, 0, KIND_STACK_MORE, 2, 0);
+            w.write(100, 0x11, 0x12, KIND_STACK, 5, 0);
+            // Another of four frames whose frame slot is from another record (lost): its
+            // head's two frames only.
+            w.write(150, 0x23, 0x24, KIND_STACK_MORE, 1, 0);
+            w.write(200, 0x21, 0x22, KIND_STACK, 4, 0);
+        }
+        let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        std::fs::write(sub.join("buf-43"), bytes).unwrap();
+        let rec = Recording::read(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let evs = rec.merged();
+        let ids: Vec<_> = evs.iter().map(|e| e.id()).collect();
+        assert_eq!(
+            ids,
+            [
+                Some(EventId::Function),
+                Some(EventId::KernelStack),
+                Some(EventId::KernelStack)
+            ]
+        );
+        let frames = |e: &&Event| -> Vec<u64> {
+            let n = i32::from_le_bytes(e.data[8..12].try_into().unwrap()) as usize;
+            assert_eq!(e.data.len(), 16 + 8 * n);
+            e.data[16..]
+                .chunks(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        assert_eq!(frames(&evs[1]), [0x11, 0x12, 0x13, 0x14, 0x15]);
+        assert_eq!(evs[1].tid, 43);
+        assert_eq!(frames(&evs[2]), [0x21, 0x22]);
+        assert_eq!(rec.processes[0].threads[0].entries, 3);
     }
 
     #[test]

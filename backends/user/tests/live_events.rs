@@ -133,6 +133,22 @@ impl Mounted {
     }
 }
 
+impl Mounted {
+    /// Ends the program (its input closed: it leaves its loop) and waits for the tool:
+    /// `ftrace report` of the recording then, and where the recording is.
+    fn end(self) -> (String, PathBuf) {
+        let rec = self.mnt.parent().unwrap().join("rec");
+        drop(self);
+        let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+            .args(["report", "-i"])
+            .arg(&rec)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        (String::from_utf8(out.stdout).unwrap(), rec)
+    }
+}
+
 impl Drop for Mounted {
     fn drop(&mut self) {
         drop(self.stdin.take());
@@ -490,4 +506,57 @@ fn stacktrace_trigger_records_the_stack_after_the_event() {
     assert!(event.contains("demo_value: value=7 "), "{event}\n{text}");
     assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
     assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
+
+    // The recording (what the buffers held at the end, as `trace` shows it) has it too,
+    // after its event, with the same frames.
+    let (report, rec) = m.end();
+    let recorded = stack_traces(&report);
+    assert_eq!(recorded.len(), 1, "{report}");
+    let (event, recorded) = &recorded[0];
+    assert!(
+        event.ends_with(" demo_value: value=7 delta=-3 label=v7"),
+        "{event}\n{report}"
+    );
+    // (A return address outside every symbol the program's files have, libc's static
+    // `__libc_start_call_main`, is a number on the mount and its preceding dynamic symbol in
+    // the report, whose names come from a kallsyms-style listing: the frames that name a
+    // function are the same.)
+    assert_eq!(recorded.len(), frames.len(), "{text}\n{report}");
+    for (r, f) in recorded.iter().zip(frames) {
+        if !f.starts_with("0x") {
+            assert_eq!(r, f, "{text}\n{report}");
+        }
+    }
+
+    // Every export takes it (a `kernel_stack` record has a format: the exports once
+    // refused the whole capture), and trace-cmd reads it back from trace.dat with the
+    // report's names (`=> NAME (ADDR)`).
+    for format in ["trace.dat", "uftrace", "chrome"] {
+        let to = rec.with_extension(format);
+        let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+            .args(["export", "-f", format, "-i"])
+            .arg(&rec)
+            .arg("-o")
+            .arg(&to)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{format}: {out:?}");
+    }
+    let out = Command::new("trace-cmd")
+        .args(["report", "-i"])
+        .arg(rec.with_extension("trace.dat"))
+        .output()
+        .expect("trace-cmd (installed by .ci/run)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let named: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("=> "))
+        .map(|l| l.rsplit_once(" (").map_or(l, |(name, _)| name))
+        .collect();
+    let in_report: Vec<&str> = recorded
+        .iter()
+        .map(|f| f.split(" [").next().unwrap())
+        .collect();
+    assert_eq!(named, in_report, "{text}");
 }

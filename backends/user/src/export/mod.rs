@@ -155,10 +155,11 @@ enum Kind {
 }
 
 /// The events `ftrace-core` supplies formats for when a capture has none.
-const BUILTIN_FORMATS: [EventId; 4] = [
+const BUILTIN_FORMATS: [EventId; 5] = [
     EventId::Function,
     EventId::FuncgraphEntry,
     EventId::FuncgraphExit,
+    EventId::KernelStack,
     EventId::Print,
 ];
 
