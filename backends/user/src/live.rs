@@ -289,6 +289,16 @@ impl LiveRecording {
                 if i < first_ok {
                     continue;
                 }
+                // A function_graph event deeper than the agent's shadow stack was never
+                // written by it (the program wrote over its ring): damage, lost, and never
+                // printed (indented by its depth, a line would be megabytes).
+                if crate::stream::past_the_shadow_stack(&s).is_some() {
+                    missed += 1;
+                    if pipe {
+                        b.extra.insert(i);
+                    }
+                    continue;
+                }
                 if cpu.is_some_and(|c| c != s.cpu) {
                     continue;
                 }
@@ -469,6 +479,42 @@ mod tests {
         live.consume(&evs[..3]);
         let evs = live.events(None, true);
         assert_eq!((evs.len(), evs[0].ts, evs[0].missed), (5, 205, 0));
+        // SAFETY: our mapping.
+        unsafe { libc::munmap(p, len) };
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The program shares its ring with the mount and may write anything there: a
+    /// function_graph event deeper than the agent's shadow stack is damage, counted lost
+    /// before the next event (once consumed, no more), never printed.
+    #[test]
+    fn a_depth_past_the_shadow_stack_is_lost_not_printed() {
+        use ftrace_agent::buffer::{KIND_GRAPH_ENT, KIND_GRAPH_RET};
+        use ftrace_agent::handler::SHADOW_FRAMES;
+        let root = std::env::temp_dir().join(format!("ftrace-live-deep-{}", std::process::id()));
+        let sub = root.join("7.0");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join("meta"), "pid=7\nclock=mono\n").unwrap();
+        std::fs::write(sub.join("symbols"), "1000\t10\tprog\tf\n").unwrap();
+        let (_, path) = make_buf(&sub, 8, 8);
+        let (w, p, len) = writer(&path, 8);
+        let mut live = LiveRecording::new(&root, ClockKind::Mono, TscPair::now());
+        let deep = SHADOW_FRAMES as u32;
+        // SAFETY: `w` describes the live mapping `p`.
+        unsafe {
+            w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, deep - 1, 0);
+            w.write(110, 0x1000, 0x5, KIND_GRAPH_ENT, deep, 0);
+            w.write(120, 0x1000, 100, KIND_GRAPH_RET, deep - 1, 0);
+        }
+        let seen = |evs: &[LiveEvent]| -> Vec<(u64, u64)> {
+            evs.iter().map(|e| (e.ts, e.missed)).collect()
+        };
+        let evs = live.events(None, false);
+        assert_eq!(seen(&evs), [(100, 0), (120, 1)]);
+        let evs = live.events(None, true);
+        assert_eq!(seen(&evs), [(100, 0), (120, 1)]);
+        live.consume(&evs);
+        assert!(live.events(None, true).is_empty());
         // SAFETY: our mapping.
         unsafe { libc::munmap(p, len) };
         std::fs::remove_dir_all(&root).unwrap();
