@@ -560,3 +560,43 @@ fn stacktrace_trigger_records_the_stack_after_the_event() {
         .collect();
     assert_eq!(named, in_report, "{text}");
 }
+
+/// A `trace_marker_raw` write is a `raw_data` record in the mount's capture: every export
+/// takes it (they once refused the whole capture for an id without a built-in format), and
+/// trace-cmd prints it from trace.dat as the kernel's `raw_data` (the id, then the bytes,
+/// padded as the kernel pads them).
+#[test]
+fn a_raw_marker_exports() {
+    let mut m = Mounted::start("raw-marker");
+    let mut raw = 7u32.to_ne_bytes().to_vec();
+    raw.extend_from_slice(b"hello");
+    std::fs::write(m.mnt.join("trace_marker_raw"), &raw).unwrap();
+    m.finish_round(1);
+    let (_, rec) = m.end();
+    for format in ["trace.dat", "uftrace", "chrome"] {
+        let to = rec.with_extension(format);
+        let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+            .args(["export", "-f", format, "-i"])
+            .arg(&rec)
+            .arg("-o")
+            .arg(&to)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{format}: {out:?}");
+    }
+    let out = Command::new("trace-cmd")
+        .args(["report", "-i"])
+        .arg(rec.with_extension("trace.dat"))
+        .output()
+        .expect("trace-cmd (installed by .ci/run)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let line = text
+        .lines()
+        .find(|l| l.contains(" raw_data: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.ends_with("# 7 68 65 6c 6c 6f 00 00 00 00 00 00 00 00 00 00 00"),
+        "{line}"
+    );
+}

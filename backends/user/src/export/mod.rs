@@ -154,15 +154,6 @@ enum Kind {
     Event(usize),
 }
 
-/// The events `ftrace-core` supplies formats for when a capture has none.
-const BUILTIN_FORMATS: [EventId; 5] = [
-    EventId::Function,
-    EventId::FuncgraphEntry,
-    EventId::FuncgraphExit,
-    EventId::KernelStack,
-    EventId::Print,
-];
-
 /// The largest sub-buffer page a capture may say it has (a page is read into one buffer).
 const MAX_PAGE_SIZE: usize = 1 << 20;
 
@@ -300,10 +291,13 @@ impl Capture {
         }))
     }
 
-    /// Adds ftrace-core's formats the capture lacks, and maps every record id to its kind.
+    /// Adds ftrace-core's formats the capture lacks (every internal event's, as the kernel's
+    /// `events/ftrace` holds them: a capture of the live mount may hold any record its
+    /// options make, a `trace_marker_raw` write's `raw_data` as a stack trace's
+    /// `kernel_stack`), and maps every record id to its kind.
     fn assemble(mut cap: Capture) -> Capture {
-        for id in BUILTIN_FORMATS {
-            let f = ftrace_core::format::by_id(id).expect("built-in format");
+        for f in ftrace_core::format::FORMATS {
+            let id = f.id;
             if !cap.formats.iter().any(|x| x.name == f.name) {
                 let mut t = String::new();
                 let _ = f.write_to(&mut t);
