@@ -562,18 +562,31 @@ fn stacktrace_trigger_records_the_stack_after_the_event() {
 }
 
 /// A `trace_marker_raw` write is a `raw_data` record in the mount's capture: every export
-/// takes it (they once refused the whole capture for an id without a built-in format), and
-/// trace-cmd prints it from trace.dat as the kernel's `raw_data` (the id, then the bytes,
-/// padded as the kernel pads them).
+/// takes the capture (they once refused it whole for an id without a built-in format), says
+/// what it had no place for, and trace-cmd prints it from trace.dat as the kernel's
+/// `raw_data` (the id, then the bytes, padded as the kernel pads them).
 #[test]
 fn a_raw_marker_exports() {
     let mut m = Mounted::start("raw-marker");
     let mut raw = 7u32.to_ne_bytes().to_vec();
     raw.extend_from_slice(b"hello");
     std::fs::write(m.mnt.join("trace_marker_raw"), &raw).unwrap();
+    std::fs::write(m.mnt.join("trace_marker"), "a text marker\n").unwrap();
     m.finish_round(1);
     let (_, rec) = m.end();
-    for format in ["trace.dat", "uftrace", "chrome"] {
+    for (format, told) in [
+        ("trace.dat", ""),
+        (
+            "uftrace",
+            "ftrace: uftrace.data has no place for 2 records of the capture, left out: \
+             print 1, raw_data 1\n",
+        ),
+        (
+            "chrome",
+            "ftrace: Chrome JSON has no place for 1 record of the capture, left out: \
+             raw_data 1\n",
+        ),
+    ] {
         let to = rec.with_extension(format);
         let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
             .args(["export", "-f", format, "-i"])
@@ -583,6 +596,7 @@ fn a_raw_marker_exports() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{format}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), told, "{format}");
     }
     let out = Command::new("trace-cmd")
         .args(["report", "-i"])

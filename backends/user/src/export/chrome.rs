@@ -26,7 +26,7 @@ use ftrace_core::format::{Field, FieldArray, TraceEventFormat};
 
 use ftrace_tracers::Missed;
 
-use super::{Call, Capture, ExportError, What, sym_name};
+use super::{Call, Capture, ExportError, LeftOut, What, sym_name};
 
 /// Appends `s` as a JSON string literal.
 pub fn json_str(out: &mut String, s: &str) {
@@ -203,8 +203,9 @@ fn field_value(out: &mut String, f: &Field, data: &[u8]) {
 
 /// Writes `cap` as Chrome JSON into `out`, event by event as the capture is read (memory holds
 /// each thread's open calls, not the events); the `"M"` names of the processes and threads
-/// come last.
-pub fn write(cap: &mut Capture, out: &mut dyn Write) -> Result<(), ExportError> {
+/// come last. Returns the records Chrome JSON has no place for (a stack trace, a raw
+/// marker...), left out.
+pub fn write(cap: &mut Capture, out: &mut dyn Write) -> Result<LeftOut, ExportError> {
     let syms = cap.symbols()?;
     let mut w = Writer {
         out,
@@ -214,6 +215,7 @@ pub fn write(cap: &mut Capture, out: &mut dyn Write) -> Result<(), ExportError> 
     w.put("{\"traceEvents\":[\n")?;
     // Per thread: its process, open calls (function address) and the last timestamp seen.
     let mut open: BTreeMap<i32, (i32, Vec<u64>, u64)> = BTreeMap::new();
+    let mut left_out = LeftOut::default();
     cap.for_each_event(&mut |cap, e| {
         let (tid, pid) = (e.pid, cap.tgid(e.pid));
         let st = open.entry(tid).or_insert((pid, Vec::new(), 0));
@@ -264,7 +266,10 @@ pub fn write(cap: &mut Capture, out: &mut dyn Write) -> Result<(), ExportError> 
                     event_args(o, f, data)
                 })
             }
-            What::Other => Ok(()),
+            What::Other => {
+                left_out.add(e.id);
+                Ok(())
+            }
         }
     })?;
     let comms = cap.comms();
@@ -299,7 +304,8 @@ pub fn write(cap: &mut Capture, out: &mut dyn Write) -> Result<(), ExportError> 
     tail.push_str(",\"clock\":");
     json_str(&mut tail, cap.clock_name());
     tail.push_str("}}\n");
-    w.put(&tail)
+    w.put(&tail)?;
+    Ok(left_out)
 }
 
 #[cfg(test)]

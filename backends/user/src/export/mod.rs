@@ -715,6 +715,53 @@ pub struct Ev {
     pub missed: Missed,
 }
 
+/// The records an export had no place for (uftrace.data has none for a text marker, Chrome
+/// JSON none for a stack trace...), counted by event id: told to the user, never dropped
+/// silently.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeftOut(BTreeMap<u16, u64>);
+
+impl LeftOut {
+    /// Counts one record of event `id` left out.
+    pub fn add(&mut self, id: u16) {
+        *self.0.entry(id).or_default() += 1;
+    }
+
+    /// Whether every record was exported.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The line telling the user what `format` left out, if anything.
+    pub fn told(&self, format: Format) -> Option<String> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let total: u64 = self.0.values().sum();
+        let each: Vec<String> = self
+            .0
+            .iter()
+            .map(|(&id, n)| {
+                // (The exports take every trace event: what they leave out is ftrace's own.)
+                let name = EventId::from_u16(id)
+                    .and_then(ftrace_core::format::by_id)
+                    .map_or_else(|| format!("id {id}"), |f| f.name.to_string());
+                format!("{name} {n}")
+            })
+            .collect();
+        let what = match format {
+            Format::TraceDat => "trace.dat",
+            Format::Uftrace => "uftrace.data",
+            Format::Chrome => "Chrome JSON",
+        };
+        Some(format!(
+            "{what} has no place for {total} record{} of the capture, left out: {}",
+            if total == 1 { "" } else { "s" },
+            each.join(", ")
+        ))
+    }
+}
+
 /// What a function event says, by kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
@@ -941,13 +988,14 @@ pub struct ExportArgs {
 
 /// Exports the capture in `input` as `format` into `output` (`trace_dat_version`: 6 or 7).
 /// The output appears whole or not at all: it is written beside its place and renamed there
-/// once complete (a damaged capture leaves nothing behind).
+/// once complete (a damaged capture leaves nothing behind). Returns the records `format` has
+/// no place for, left out ([`LeftOut`]: `ftrace export` tells them).
 pub fn export(
     input: &Path,
     format: Format,
     output: &Path,
     trace_dat_version: u32,
-) -> Result<(), ExportError> {
+) -> Result<LeftOut, ExportError> {
     let mut cap = Capture::read(input)?;
     match format {
         Format::Uftrace => uftrace::write(&mut cap, output),
@@ -956,9 +1004,10 @@ pub fn export(
             let result = (|| {
                 let file = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
                 let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
-                write_single(&mut cap, f, trace_dat_version, &mut w)?;
+                let left_out = write_single(&mut cap, f, trace_dat_version, &mut w)?;
                 w.flush().map_err(|e| io_err(&tmp, e))?;
-                std::fs::rename(&tmp, output).map_err(|e| io_err(output, e))
+                std::fs::rename(&tmp, output).map_err(|e| io_err(output, e))?;
+                Ok(left_out)
             })();
             if result.is_err() {
                 let _ = std::fs::remove_file(&tmp);
@@ -981,9 +1030,12 @@ fn write_single<W: Write + std::io::Seek>(
     format: Format,
     trace_dat_version: u32,
     out: &mut W,
-) -> Result<(), ExportError> {
+) -> Result<LeftOut, ExportError> {
     match format {
-        Format::TraceDat => tracedat::write(cap, trace_dat_version, out),
+        // trace.dat holds the pages as they are: every record.
+        Format::TraceDat => {
+            tracedat::write(cap, trace_dat_version, out).map(|()| LeftOut::default())
+        }
         Format::Chrome => chrome::write(cap, out),
         Format::Uftrace => Err(ExportError(
             "uftrace.data is a directory: give -o DIR".into(),
@@ -993,14 +1045,15 @@ fn write_single<W: Write + std::io::Seek>(
 
 /// Exports to `out` (standard output): Chrome JSON as it is made; trace.dat, whose CPU table
 /// is filled in after the pages, through a temporary file.
-fn export_to_stream(args: &ExportArgs, out: &mut dyn Write) -> Result<(), ExportError> {
+fn export_to_stream(args: &ExportArgs, out: &mut dyn Write) -> Result<LeftOut, ExportError> {
     let werr = |e: std::io::Error| ExportError(format!("writing: {e}"));
     let mut cap = Capture::read(&args.input)?;
     match args.format {
         Format::Chrome => {
             let mut w = std::io::BufWriter::with_capacity(256 * 1024, out);
-            chrome::write(&mut cap, &mut w)?;
-            w.flush().map_err(werr)
+            let left_out = chrome::write(&mut cap, &mut w)?;
+            w.flush().map_err(werr)?;
+            Ok(left_out)
         }
         Format::TraceDat => {
             let tmp =
@@ -1022,7 +1075,8 @@ fn export_to_stream(args: &ExportArgs, out: &mut dyn Write) -> Result<(), Export
                 }
                 std::io::Seek::rewind(&mut file).map_err(|e| io_err(&tmp, e))?;
                 std::io::copy(&mut file, out).map_err(werr)?;
-                out.flush().map_err(werr)
+                out.flush().map_err(werr)?;
+                Ok(LeftOut::default())
             })();
             let _ = std::fs::remove_file(&tmp);
             result
@@ -1045,7 +1099,12 @@ pub fn run_cli(args: &ExportArgs, out: &mut dyn Write, err: &mut dyn Write) -> u
         export(&args.input, args.format, &output, args.file_version)
     };
     match result {
-        Ok(()) => 0,
+        Ok(left_out) => {
+            if let Some(line) = left_out.told(args.format) {
+                let _ = writeln!(err, "ftrace: {line}");
+            }
+            0
+        }
         Err(e) => {
             let _ = writeln!(err, "ftrace: {e}");
             1

@@ -41,7 +41,7 @@ use std::io::Write as _;
 
 use ftrace_tracers::Missed;
 
-use super::{Call, Capture, ExportError, What, io_err};
+use super::{Call, Capture, ExportError, LeftOut, What, io_err};
 
 /// `"Ftrace!\0"`.
 pub const MAGIC: &[u8; 8] = b"Ftrace!\0";
@@ -246,25 +246,31 @@ impl ThreadFiles<'_> {
 /// Writes `cap` as a `uftrace.data` directory at `out` (replacing files of the same names),
 /// reading its events as it goes: memory holds each thread's open calls, not the events. The
 /// files are written into a directory beside `out` and moved into it once all are complete.
-pub fn write(cap: &mut Capture, out: &Path) -> Result<(), ExportError> {
+/// Returns the records uftrace.data has no place for (text markers, stack traces...), left
+/// out.
+pub fn write(cap: &mut Capture, out: &Path) -> Result<LeftOut, ExportError> {
     let sess = sessions(cap)?;
     let tmp = super::partial_path(out);
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| io_err(&tmp, e))?;
-    let result = write_into(cap, &sess, &tmp).and_then(|names| {
+    let result = write_into(cap, &sess, &tmp).and_then(|(names, left_out)| {
         std::fs::create_dir_all(out).map_err(|e| io_err(out, e))?;
         for name in names {
             let to = out.join(&name);
             std::fs::rename(tmp.join(&name), &to).map_err(|e| io_err(&to, e))?;
         }
-        Ok(())
+        Ok(left_out)
     });
     let _ = std::fs::remove_dir_all(&tmp);
     result
 }
 
-/// Writes the files into `dir`; returns their names.
-fn write_into(cap: &mut Capture, sess: &[Session], dir: &Path) -> Result<Vec<String>, ExportError> {
+/// Writes the files into `dir`; returns their names, and what had no place in them.
+fn write_into(
+    cap: &mut Capture,
+    sess: &[Session],
+    dir: &Path,
+) -> Result<(Vec<String>, LeftOut), ExportError> {
     let mut names = Vec::new();
     // The session (process image) an event of `tid` at `ts` belongs to: the latest of its
     // process started at or before `ts`.
@@ -285,6 +291,7 @@ fn write_into(cap: &mut Capture, sess: &[Session], dir: &Path) -> Result<Vec<Str
     // the order of their uftrace ids.
     let mut task_starts: BTreeMap<(i32, Option<usize>), u64> = BTreeMap::new();
     let mut event_ids: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut left_out = LeftOut::default();
     cap.for_each_event(&mut |cap, e| {
         // uftrace times are nanoseconds: an x86-tsc recording's cycles are converted.
         let ts = cap.ns(e.ts);
@@ -333,7 +340,10 @@ fn write_into(cap: &mut Capture, sess: &[Session], dir: &Path) -> Result<Vec<Str
                 let id = *event_ids.entry(format).or_insert(next);
                 files.push(e.pid, ts, record_word(REC_EVENT, depth, id))
             }
-            What::Print(_) | What::Other => Ok(()),
+            What::Print(_) | What::Other => {
+                left_out.add(e.id);
+                Ok(())
+            }
         }
     })?;
     files.finish()?;
@@ -479,7 +489,7 @@ fn write_into(cap: &mut Capture, sess: &[Session], dir: &Path) -> Result<Vec<Str
     let _ = writeln!(text, "taskinfo:tids={}", tids.join(","));
     info.extend_from_slice(text.as_bytes());
     put("info", &info)?;
-    Ok(names)
+    Ok((names, left_out))
 }
 
 #[cfg(test)]
