@@ -380,6 +380,16 @@ fn function_fork(flags: u64) -> bool {
     TraceOptions::from_bits_retain(flags).contains(TraceOptions::FUNCTION_FORK)
 }
 
+/// The trace options whose records the agent does not make (a stack trace after every event,
+/// a user stack trace): setting one is refused (`EINVAL`), never taken and ignored; clearing
+/// one (as ftracetest does) is taken.
+const UNRECORDED_TRACE_OPTIONS: TraceOptions =
+    TraceOptions::STACKTRACE.union(TraceOptions::USERSTACKTRACE);
+
+/// The function tracer's options the agent does not record (a stack trace after every call,
+/// repeated calls folded): as [`UNRECORDED_TRACE_OPTIONS`].
+const UNRECORDED_TRACER_OPTIONS: [&str; 2] = ["func_stack_trace", "func-no-repeats"];
+
 /// Whether the `event-fork` trace option is set in the flag word `flags`.
 fn event_fork(flags: u64) -> bool {
     TraceOptions::from_bits_retain(flags).contains(TraceOptions::EVENT_FORK)
@@ -1023,6 +1033,9 @@ impl TraceBackend for UserBackend {
     }
 
     fn set_tracer_option(&mut self, name: &str, on: bool) -> Result<(), Errno> {
+        if on && UNRECORDED_TRACER_OPTIONS.contains(&name) {
+            return Err(Errno::EINVAL);
+        }
         let mut st = lock(&self.state);
         for t in [&NOP as &dyn Tracer, &FUNCTION, &GRAPH] {
             if let Some(o) = t.options().iter().find(|o| o.name == name) {
@@ -1058,6 +1071,10 @@ impl TraceBackend for UserBackend {
             }
             Param::Flags(f) => {
                 let old = st.flags;
+                let set = TraceOptions::from_bits_retain(f.bits() & !old);
+                if set.intersects(UNRECORDED_TRACE_OPTIONS) {
+                    return Err(Errno::EINVAL);
+                }
                 st.flags = f.bits();
                 if event_fork(old) != event_fork(f.bits()) {
                     st.push_event_pids().inspect_err(|_| st.flags = old)?;

@@ -953,6 +953,41 @@ fn kernel_reset_writes_are_taken() {
     m.finish();
 }
 
+/// The options whose records the agent does not make (a stack trace after every event or
+/// call, a user stack trace, repeated calls folded) are refused when set, `EINVAL` through
+/// `options/` and `trace_options` alike, and stay off; clearing them (as ftracetest's
+/// `trigger-stacktrace.tc` does) is taken. An option the mount honours is taken both ways.
+#[test]
+fn options_the_agent_does_not_record_are_refused_when_set() {
+    let m = Mounted::start("unrecorded-options", "function");
+    let err = |cmd: String| String::from_utf8_lossy(&sh(&cmd).stderr).into_owned();
+    for o in [
+        "stacktrace",
+        "userstacktrace",
+        "func_stack_trace",
+        "func-no-repeats",
+    ] {
+        let f = format!("options/{o}");
+        let e = err(format!("/bin/echo 1 > {}", m.path(&f).display()));
+        assert!(e.contains("Invalid argument"), "{o}: {e}");
+        assert_eq!(m.read(&f), "0\n", "{o}");
+        m.echo("0", &f);
+        assert_eq!(m.read(&f), "0\n", "{o}");
+    }
+    let e = err(format!(
+        "/bin/echo stacktrace > {}",
+        m.path("trace_options").display()
+    ));
+    assert!(e.contains("Invalid argument"), "{e}");
+    m.echo("nostacktrace", "trace_options");
+    assert!(m.read("trace_options").lines().any(|l| l == "nostacktrace"));
+    m.echo("0", "options/print-parent");
+    assert_eq!(m.read("options/print-parent"), "0\n");
+    m.echo("1", "options/print-parent");
+    assert_eq!(m.read("options/print-parent"), "1\n");
+    m.finish_ok();
+}
+
 /// Every file under `dir` (recursively) with its mode.
 fn files_under(dir: &Path) -> Vec<(PathBuf, u32)> {
     let mut out = Vec::new();
