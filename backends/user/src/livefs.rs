@@ -386,9 +386,12 @@ fn function_fork(flags: u64) -> bool {
 const UNRECORDED_TRACE_OPTIONS: TraceOptions =
     TraceOptions::STACKTRACE.union(TraceOptions::USERSTACKTRACE);
 
-/// The function tracer's options the agent does not record (a stack trace after every call,
-/// repeated calls folded): as [`UNRECORDED_TRACE_OPTIONS`].
-const UNRECORDED_TRACER_OPTIONS: [&str; 2] = ["func_stack_trace", "func-no-repeats"];
+/// The function tracer's option the agent does not record (repeated calls folded): as
+/// [`UNRECORDED_TRACE_OPTIONS`].
+const UNRECORDED_TRACER_OPTIONS: [&str; 1] = ["func-no-repeats"];
+
+/// The tracer options the agent acts on (sent to it when they change).
+const AGENT_TRACER_OPTIONS: [&str; 2] = ["funcgraph-retval", "func_stack_trace"];
 
 /// Whether the `event-fork` trace option is set in the flag word `flags`.
 fn event_fork(flags: u64) -> bool {
@@ -521,6 +524,7 @@ impl State {
             retval: self.tracer_option(&GRAPH, "funcgraph-retval"),
             thresh_ns: self.thresh_ns,
             profile: self.profile.wanted(),
+            func_stack: self.tracer_option(&FUNCTION, "func_stack_trace"),
         })
     }
 
@@ -1043,8 +1047,9 @@ impl TraceBackend for UserBackend {
                 t.set_flag(cur, o.bit, on)?;
                 let new = if on { cur | o.bit } else { cur & !o.bit };
                 st.tracer_flags.insert(t.name(), new);
-                // The agent records return values only while `funcgraph-retval` is set.
-                if name == "funcgraph-retval" && new != cur {
+                // The agent records return values only while `funcgraph-retval` is set, and
+                // a stack after each call only while `func_stack_trace` is.
+                if AGENT_TRACER_OPTIONS.contains(&name) && new != cur {
                     return st.push().map(|_| ()).inspect_err(|_| {
                         st.tracer_flags.insert(t.name(), cur);
                     });

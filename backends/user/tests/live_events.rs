@@ -614,3 +614,32 @@ fn a_raw_marker_exports() {
         "{line}"
     );
 }
+
+/// `func_stack_trace` (the function tracer's option): each traced call's event is followed by
+/// its stack, as the kernel's function tracer records it; cleared, calls are recorded alone.
+#[test]
+fn func_stack_trace_records_each_calls_stack() {
+    let mut m = Mounted::start("func-stack");
+    m.write("set_ftrace_filter", "fire_values\n");
+    m.write("options/func_stack_trace", "1\n");
+    assert_eq!(m.read("options/func_stack_trace"), "1\n");
+    m.round();
+    let text = wait_for("the round's stack", || {
+        let text = m.read("trace");
+        text.contains("<stack trace>").then_some(text)
+    });
+    let st = stack_traces(&text);
+    assert_eq!(st.len(), 1, "{text}");
+    let (event, frames) = &st[0];
+    assert!(event.ends_with(" fire_values <-main"), "{event}\n{text}");
+    // The traced function first, as the `stacktrace` command records it, then its callers.
+    assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
+    assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
+    m.write("options/func_stack_trace", "0\n");
+    m.round();
+    let text = wait_for("the second round's call", || {
+        let text = m.read("trace");
+        (text.matches(" fire_values <-main").count() == 2).then_some(text)
+    });
+    assert_eq!(stack_traces(&text).len(), 1, "{text}");
+}

@@ -64,6 +64,10 @@ pub static GRAPH_OK: AtomicU8 = AtomicU8::new(0);
 /// entry path checks them; kept by [`update_fast_path`].
 pub static TASK_FILTERS: AtomicBool = AtomicBool::new(false);
 
+/// `func_stack_trace`: the function tracer records the traced call's stack after each of its
+/// events (the kernel's function tracer option), on the full-save path.
+pub static FUNC_STACK: AtomicBool = AtomicBool::new(false);
+
 /// Recomputes [`TASK_FILTERS`], [`FAST_OK`] and [`GRAPH_OK`] after a change of tracer, clock, filters, pid
 /// filters or `tracing_on`.
 pub fn update_fast_path() {
@@ -77,7 +81,9 @@ pub fn update_fast_path() {
     TASK_FILTERS.store(task_filters, Ordering::Relaxed);
     // The profiler counts in the Rust handlers ([`crate::profile`]).
     let tsc_on = tsc_on && !task_filters && !crate::profile::PROFILING.load(Ordering::Relaxed);
-    FAST_OK.store(u8::from(tsc_on && tracer == 1), Ordering::Relaxed);
+    // A stack after each call is walked on the full-save path, which has the call's frame.
+    let func_fast = tracer == 1 && !FUNC_STACK.load(Ordering::Relaxed);
+    FAST_OK.store(u8::from(tsc_on && func_fast), Ordering::Relaxed);
     let recording = (TRACING_ON.load(Ordering::Relaxed) && tracer != 0)
         || crate::profile::PROFILING.load(Ordering::Relaxed);
     crate::mcount::MCOUNT_ON.store(u8::from(recording), Ordering::Relaxed);
@@ -240,6 +246,11 @@ pub unsafe extern "C" fn on_entry(
     let ip = ret - 5;
     if tracer == 1 {
         crate::dispatch::DISPATCHER.call(ip, parent, None);
+        if FUNC_STACK.load(Ordering::Relaxed) && matches!(st.state, 1 | crate::grow::GROW) {
+            // `func_stack_trace`: the call's stack after its event, as the `stacktrace`
+            // command records it.
+            crate::stack::record(st, ret, slot);
+        }
     } else {
         // SAFETY: `slot` is the live return-address slot of the traced frame.
         unsafe { graph_entry(st, ip, parent, slot, root != 0) };
