@@ -380,11 +380,14 @@ fn function_fork(flags: u64) -> bool {
     TraceOptions::from_bits_retain(flags).contains(TraceOptions::FUNCTION_FORK)
 }
 
-/// The trace options whose records the agent does not make (a stack trace after every event,
-/// a user stack trace): setting one is refused (`EINVAL`), never taken and ignored; clearing
-/// one (as ftracetest does) is taken.
-const UNRECORDED_TRACE_OPTIONS: TraceOptions =
-    TraceOptions::STACKTRACE.union(TraceOptions::USERSTACKTRACE);
+/// The trace option whose records the agent does not make (a user stack trace): setting it
+/// is refused (`EINVAL`), never taken and ignored; clearing it is taken.
+const UNRECORDED_TRACE_OPTIONS: TraceOptions = TraceOptions::USERSTACKTRACE;
+
+/// The trace options the agent acts on besides the tracer's (`function-fork`: the pid lists;
+/// `stacktrace`: a stack after each event), sent to it when they change.
+const AGENT_TRACE_OPTIONS: TraceOptions =
+    TraceOptions::FUNCTION_FORK.union(TraceOptions::STACKTRACE);
 
 /// The function tracer's option the agent does not record (repeated calls folded): as
 /// [`UNRECORDED_TRACE_OPTIONS`].
@@ -525,6 +528,8 @@ impl State {
             thresh_ns: self.thresh_ns,
             profile: self.profile.wanted(),
             func_stack: self.tracer_option(&FUNCTION, "func_stack_trace"),
+            event_stack: TraceOptions::from_bits_retain(self.flags)
+                .contains(TraceOptions::STACKTRACE),
         })
     }
 
@@ -1084,7 +1089,7 @@ impl TraceBackend for UserBackend {
                 if event_fork(old) != event_fork(f.bits()) {
                     st.push_event_pids().inspect_err(|_| st.flags = old)?;
                 }
-                if function_fork(old) == function_fork(f.bits()) {
+                if (old ^ f.bits()) & AGENT_TRACE_OPTIONS.bits() == 0 {
                     return Ok(());
                 }
                 st.push().inspect_err(|_| st.flags = old)

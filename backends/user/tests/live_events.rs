@@ -643,3 +643,37 @@ fn func_stack_trace_records_each_calls_stack() {
     });
     assert_eq!(stack_traces(&text).len(), 1, "{text}");
 }
+
+/// The `stacktrace` trace option: each recorded trace event is followed by the stack of the
+/// function that fired it (the same frames the `stacktrace` trigger records); the function
+/// tracer's own events get none (the kernel's option is for events), and cleared, events are
+/// recorded alone.
+#[test]
+fn the_stacktrace_option_records_each_events_stack() {
+    let mut m = Mounted::start("stack-option");
+    m.write("set_ftrace_filter", "fire_values\n");
+    m.write("events/demo/demo_value/filter", "value == 5\n");
+    m.write("events/demo/demo_value/enable", "1\n");
+    m.write("options/stacktrace", "1\n");
+    m.round();
+    let text = wait_for("the round's stack", || {
+        let text = m.read("trace");
+        text.contains("<stack trace>").then_some(text)
+    });
+    let st = stack_traces(&text);
+    assert_eq!(st.len(), 1, "{text}");
+    let (event, frames) = &st[0];
+    assert!(
+        event.ends_with(" demo_value: value=5 delta=-5 label=v5"),
+        "{event}\n{text}"
+    );
+    assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
+    assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
+    m.write("options/stacktrace", "0\n");
+    m.round();
+    let text = wait_for("the second round's event", || {
+        let text = m.read("trace");
+        (text.matches(" demo_value: value=5 ").count() == 2).then_some(text)
+    });
+    assert_eq!(stack_traces(&text).len(), 1, "{text}");
+}

@@ -953,15 +953,15 @@ fn kernel_reset_writes_are_taken() {
     m.finish();
 }
 
-/// The options whose records the agent does not make (a stack trace after every event, a
-/// user stack trace, repeated calls folded) are refused when set, `EINVAL` through
-/// `options/` and `trace_options` alike, and stay off; clearing them (as ftracetest's
-/// `trigger-stacktrace.tc` does) is taken. An option the mount honours is taken both ways.
+/// The options whose records the agent does not make (a user stack trace, repeated calls
+/// folded) are refused when set, `EINVAL` through `options/` and `trace_options` alike, and
+/// stay off; clearing them is taken. An option the mount honours is taken both ways (and
+/// `stacktrace` cleared, as ftracetest's `trigger-stacktrace.tc` clears it).
 #[test]
 fn options_the_agent_does_not_record_are_refused_when_set() {
     let m = Mounted::start("unrecorded-options", "function");
     let err = |cmd: String| String::from_utf8_lossy(&sh(&cmd).stderr).into_owned();
-    for o in ["stacktrace", "userstacktrace", "func-no-repeats"] {
+    for o in ["userstacktrace", "func-no-repeats"] {
         let f = format!("options/{o}");
         let e = err(format!("/bin/echo 1 > {}", m.path(&f).display()));
         assert!(e.contains("Invalid argument"), "{o}: {e}");
@@ -970,13 +970,21 @@ fn options_the_agent_does_not_record_are_refused_when_set() {
         assert_eq!(m.read(&f), "0\n", "{o}");
     }
     let e = err(format!(
-        "/bin/echo stacktrace > {}",
+        "/bin/echo userstacktrace > {}",
         m.path("trace_options").display()
     ));
     assert!(e.contains("Invalid argument"), "{e}");
-    m.echo("nostacktrace", "trace_options");
-    assert!(m.read("trace_options").lines().any(|l| l == "nostacktrace"));
-    for (o, first) in [("print-parent", "0"), ("func_stack_trace", "1")] {
+    m.echo("nouserstacktrace", "trace_options");
+    assert!(
+        m.read("trace_options")
+            .lines()
+            .any(|l| l == "nouserstacktrace")
+    );
+    for (o, first) in [
+        ("print-parent", "0"),
+        ("func_stack_trace", "1"),
+        ("stacktrace", "1"),
+    ] {
         let f = format!("options/{o}");
         for v in [first, if first == "0" { "1" } else { "0" }] {
             m.echo(v, &f);

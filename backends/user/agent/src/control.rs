@@ -12,7 +12,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `SITES` | one `addr\tenabled\tmodule\tname` line per call site (hex address), then `.` |
-//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh> <profile> <func stack>` | `OK <sites changed>` or `ERR <errno> <text>` |
+//! | `STATE <tracer> <on> <depth> <clock> <sel> <roots> <probes> <pids> <no pids> <fork> <cpus> <retval> <thresh> <profile> <func stack> <event stack>` | `OK <sites changed>` or `ERR <errno> <text>` |
 //! | `EVENTS` | one [`EventInfo::to_line`](crate::event::EventInfo::to_line) line per trace event the program declares, then `.` |
 //! | `EVENT_SET <id>\t<state>` | `OK 0` once the event has that [`EventConfig::to_args`](crate::event_record::EventConfig::to_args) state (armed, soft-disabled, filter, triggers), `ERR 19 ...` for no such event, `ERR 22 ...` for a bad filter |
 //! | `EVENT_PIDS <pids>\t<no pids>\t<fork>` | `OK 0` once `set_event_pid`, `set_event_notrace_pid` and `event-fork` are those ([`crate::event_pids::to_args`]'s form), `ERR 22 ...` for a malformed request |
@@ -36,8 +36,10 @@
 //! `tracing_thresh` in nanoseconds ([`crate::thresh`]; 0: off), and `function_profile_enabled`
 //! (0: off, else the profile's generation: the selected sites are counted whatever the
 //! tracer, into the instance directory's counters file, [`crate::profile`]; a new number
-//! starts a fresh profile), and `func_stack_trace` (0/1: the function tracer records each
-//! call's stack after its event, [`handler::FUNC_STACK`]).
+//! starts a fresh profile), `func_stack_trace` (0/1: the function tracer records each
+//! call's stack after its event, [`handler::FUNC_STACK`]) and the `stacktrace` option (0/1:
+//! each trace event is followed by its firing function's stack,
+//! [`crate::event_record::EVENT_STACK`]).
 //! The agent patches with its usual protocols ([`crate::patch`]):
 //! sites whose call must change are disabled first, retargeted, then the wanted ones enabled.
 //! Invariant: the hot paths see only their usual statics change (tracer, `tracing_on`, depth,
@@ -93,6 +95,8 @@ pub struct Wanted {
     pub profile: u64,
     /// `func_stack_trace`: the function tracer records each call's stack after its event.
     pub func_stack: bool,
+    /// The `stacktrace` option: each trace event is followed by its firing function's stack.
+    pub event_stack: bool,
 }
 
 fn parse_pids(s: &str) -> Option<Vec<u32>> {
@@ -153,7 +157,7 @@ impl Wanted {
     /// The `STATE` request line (without the newline).
     pub fn to_request(&self) -> String {
         format!(
-            "STATE {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "STATE {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             self.tracer.map_or("nop", TracerKind::name),
             self.on.map_or("-", |on| if on { "1" } else { "0" }),
             self.depth,
@@ -172,6 +176,7 @@ impl Wanted {
             self.thresh_ns,
             self.profile,
             u8::from(self.func_stack),
+            u8::from(self.event_stack),
         )
     }
 
@@ -224,11 +229,13 @@ impl Wanted {
         };
         let thresh_ns = it.next()?.parse().ok()?;
         let profile = it.next()?.parse().ok()?;
-        let func_stack = match it.next()? {
-            "0" => false,
-            "1" => true,
-            _ => return None,
+        let mut flag = || match it.next()? {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
         };
+        let func_stack = flag()?;
+        let event_stack = flag()?;
         if it.next().is_some() {
             return None;
         }
@@ -248,6 +255,7 @@ impl Wanted {
             thresh_ns,
             profile,
             func_stack,
+            event_stack,
         })
     }
 }
@@ -591,6 +599,7 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     handler::RETVAL.store(w.retval, Ordering::Relaxed);
     a.config.retval = w.retval;
     handler::FUNC_STACK.store(w.func_stack, Ordering::Relaxed);
+    crate::event_record::EVENT_STACK.store(w.event_stack, Ordering::Relaxed);
     crate::thresh::set(w.thresh_ns, w.clock);
     a.config.thresh_ns = w.thresh_ns;
     handler::GRAPH_FILTERED.store(
@@ -668,46 +677,47 @@ mod tests {
             thresh_ns: 20_000,
             profile: 3,
             func_stack: true,
+            event_stack: true,
         };
         let line = w.to_request();
         assert_eq!(
             line,
-            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1 20000 3 1"
+            "STATE function_graph 1 3 mono 401000,401100 401100 401000:traceoff:1,401100:traceon:u 7,12 - 1 2,1 1 20000 3 1 1"
         );
         assert_eq!(Wanted::parse(&line), Some(w));
         let nop = Wanted::default();
         assert_eq!(
             nop.to_request(),
-            "STATE nop - 0 local - - - - - 0 - 0 0 0 0"
+            "STATE nop - 0 local - - - - - 0 - 0 0 0 0 0"
         );
         assert_eq!(
-            Wanted::parse("STATE nop 2 0 local - - - - - 0 - 0 0 0 0"),
+            Wanted::parse("STATE nop 2 0 local - - - - - 0 - 0 0 0 0 0"),
             None
         );
         assert_eq!(Wanted::parse(&nop.to_request()), Some(nop));
         assert_eq!(
-            Wanted::parse("STATE bogus 1 0 local - - - - - 0 - 0 0 0 0"),
+            Wanted::parse("STATE bogus 1 0 local - - - - - 0 - 0 0 0 0 0"),
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 perf - - - - - 0 - 0 0 0 0"),
+            Wanted::parse("STATE nop 1 0 perf - - - - - 0 - 0 0 0 0 0"),
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local zz - - - - 0 - 0 0 0 0"),
+            Wanted::parse("STATE nop 1 0 local zz - - - - 0 - 0 0 0 0 0"),
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - 10:snapshot:u - - 0 - 0 0 0 0"),
+            Wanted::parse("STATE nop 1 0 local - - 10:snapshot:u - - 0 - 0 0 0 0 0"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - -"), None);
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - - x - 0 - 0 0 0 0"),
+            Wanted::parse("STATE nop 1 0 local - - - x - 0 - 0 0 0 0 0"),
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - - - - 2 - 0 0 0 0"),
+            Wanted::parse("STATE nop 1 0 local - - - - - 2 - 0 0 0 0 0"),
             None
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 g 0 0"), None);
@@ -720,15 +730,19 @@ mod tests {
         );
         assert_eq!(Wanted::parse("STATE nop 1 0 local - - - - - 0 - 2 0"), None);
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 x 0"),
+            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 x 0 0"),
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 0 2"),
+            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 0 2 0"),
             None
         );
         assert_eq!(
-            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 0 0 0"),
+            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 0 0 2"),
+            None
+        );
+        assert_eq!(
+            Wanted::parse("STATE nop 1 0 local - - - - - 0 - 0 0 0 0 0 0"),
             None
         );
     }

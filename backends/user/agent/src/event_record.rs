@@ -710,6 +710,11 @@ impl TriggerActions for Actions<'_> {
     }
 }
 
+/// The `stacktrace` trace option: each recorded event is followed by the stack of the
+/// function that fired it (before the event's own triggers run, as the kernel commits the
+/// option's stack with the record).
+pub static EVENT_STACK: AtomicBool = AtomicBool::new(false);
+
 /// What an armed call site calls: runs the event's triggers and records `len` bytes at `rec`
 /// (a record of `desc`'s layout, common header first) into the calling thread's ring unless
 /// soft-disabled, filtered out or tracing is off. Nothing runs while a handler already runs
@@ -777,6 +782,9 @@ pub unsafe extern "C" fn record_event(desc: *const EventDesc, rec: *const u8, le
                 // SAFETY: registered: the writer describes this thread's live buffer.
                 let ring = unsafe { st.writer.ring() };
                 write_record(&ring, handler::now(), cpu, id, &full[8..]);
+                if EVENT_STACK.load(Ordering::Relaxed) {
+                    actions.stacktrace();
+                }
             }
             if let Some(r) = &l.runner {
                 r.after_record(full, &cx, &actions);
@@ -815,6 +823,9 @@ pub unsafe extern "C" fn record_plain_event(desc: *const EventDesc, rec: *const 
         // SAFETY: registered: the writer describes this thread's live buffer.
         let ring = unsafe { st.writer.ring() };
         write_record(&ring, handler::now(), cpu, id, payload);
+        if EVENT_STACK.load(Ordering::Relaxed) {
+            crate::stack::record_caller(st);
+        }
     }
     st.guard = 0;
 }
