@@ -707,18 +707,22 @@ impl Rings {
             }
         }
     }
-    /// Starts draining the ring files under `dir` not yet found ([`Drained::start`]; a ring
-    /// without its header yet is left for a later pass).
-    fn scan(&self, dir: &Path, out: &Path) -> Result<(), String> {
+    /// Starts draining the ring files under `dir` not yet found ([`Drained::start`]); a ring
+    /// without its header yet is left for a later pass, and so is one whose events file
+    /// cannot be made (its error kept, [`Rings::tell`]), while the others go on.
+    fn scan(&self, dir: &Path, out: &Path) {
         let mut found = lock(&self.found);
         for path in new_ring_files(dir, &found.paths) {
-            if let Some(d) = Drained::start(&path, out)? {
-                found.bytes += d.file_bytes();
-                found.paths.insert(path);
-                found.rings.push(Arc::new(Mutex::new(Some(d))));
+            match Drained::start(&path, out) {
+                Ok(Some(d)) => {
+                    found.bytes += d.file_bytes();
+                    found.paths.insert(path);
+                    found.rings.push(Arc::new(Mutex::new(Some(d))));
+                }
+                Ok(None) => {}
+                Err(e) => self.tell(e),
             }
         }
-        Ok(())
     }
 
     /// The rings, the `me`th first (threads start their passes at different rings).
@@ -855,7 +859,7 @@ impl Rings {
 pub struct Drainer {
     stop: Arc<AtomicBool>,
     rings: Arc<Rings>,
-    threads: Vec<std::thread::JoinHandle<Result<Vec<ThreadCount>, String>>>,
+    threads: Vec<std::thread::JoinHandle<Vec<ThreadCount>>>,
 }
 
 impl std::fmt::Debug for Drainer {
@@ -907,8 +911,7 @@ impl Drainer {
         let mut counts = Vec::new();
         for t in self.threads {
             match t.join() {
-                Ok(Ok(c)) => counts.extend(c),
-                Ok(Err(e)) => self.rings.tell(e),
+                Ok(c) => counts.extend(c),
                 Err(_) => self.rings.tell("a drain thread panicked".to_string()),
             }
         }
@@ -923,13 +926,7 @@ impl Drainer {
 
 /// Drainer thread `me` (0: the leader, the others helpers): drains the rings no other thread
 /// is draining until `stop`, then finishes every ring left.
-fn run(
-    me: usize,
-    shared: &Rings,
-    dir: &Path,
-    out: &Path,
-    stop: &AtomicBool,
-) -> Result<Vec<ThreadCount>, String> {
+fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, stop: &AtomicBool) -> Vec<ThreadCount> {
     let mut done = Vec::new();
     let mut last_scan: Option<Instant> = None;
     let mut last_exit_check = Instant::now();
@@ -954,7 +951,7 @@ fn run(
             continue;
         }
         if stopping || idle || last_scan.is_none_or(|t| t.elapsed() >= SCAN_EVERY) {
-            shared.scan(dir, out)?;
+            shared.scan(dir, out);
             last_scan = Some(Instant::now());
         }
         if stopping {
@@ -963,7 +960,7 @@ fn run(
                 let mut slot = lock(&ring);
                 done.extend(shared.finish(&ring, &mut slot));
             }
-            return Ok(done);
+            return done;
         }
         let Pass {
             moved,
@@ -1144,7 +1141,7 @@ mod tests {
             Growth::UpTo(file(100)),
         ] {
             let shared = Rings::new(growth);
-            shared.scan(rings.path(), out.path()).unwrap();
+            shared.scan(rings.path(), out.path());
             let d = shared.list(0).pop().unwrap();
             let mut d = d.lock().unwrap();
             let d = d.as_mut().unwrap();
@@ -1157,7 +1154,7 @@ mod tests {
         // Room for four times: offered, once, at the first pass.
         let growth = Growth::UpTo(file(1024));
         let shared = Rings::new(growth);
-        shared.scan(rings.path(), out.path()).unwrap();
+        shared.scan(rings.path(), out.path());
         let ring_of = |shared: &Rings| shared.list(0).pop().unwrap();
         let events = ring_of(&shared)
             .lock()
@@ -1227,7 +1224,7 @@ mod tests {
         let other = 999_999;
         write_ring_of(&dir, other, 64, &[func; 3]);
         let offered = dir.join(format!("{GROW_FILE_PREFIX}{other}"));
-        shared.scan(rings.path(), out.path()).unwrap();
+        shared.scan(rings.path(), out.path());
         shared.pass(0);
         assert_eq!(std::fs::metadata(&offered).unwrap().len(), file(256));
         let r = ring_of(&shared);
@@ -1256,7 +1253,7 @@ mod tests {
         let file = |slots: u64| HEADER_BYTES + slots * SLOT_BYTES;
         // Four times the maximum: the three rings (64 slots) and two offers (256 slots).
         let shared = Rings::new(Growth::UpTo(file(256)));
-        shared.scan(rings.path(), out.path()).unwrap();
+        shared.scan(rings.path(), out.path());
         let offers = || {
             std::fs::read_dir(&dir)
                 .unwrap()
@@ -1305,13 +1302,45 @@ mod tests {
         (rings, out, first)
     }
 
+    /// A ring whose events file cannot be made is left for a later pass, its error told once,
+    /// and the other rings are drained (a scan's error once ended its drain thread, and with
+    /// it the counts of the rings that thread had finished); it is taken once it can be.
+    #[test]
+    fn a_ring_whose_events_file_cannot_be_made_is_told_and_the_others_drained() {
+        let (rings, out, _) = two_rings();
+        let instance = format!("{}.1", std::process::id());
+        std::fs::create_dir(rings.path().join(&instance)).unwrap();
+        write_ring(
+            &rings.path().join(&instance),
+            3,
+            &[(buffer::KIND_FUNC, 0); 2],
+        );
+        let shared = Rings::new(Growth::Fixed);
+        shared.scan(rings.path(), out.path());
+        assert_eq!(shared.list(0).len(), 2);
+        assert_eq!(shared.pass(0).moved, 8);
+        shared.scan(rings.path(), out.path());
+        let errors = lock(&shared.errors).clone();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        let events = out.path().join(&instance).join(format!("{FILE_PREFIX}3"));
+        assert!(
+            errors[0].starts_with(&format!("{}: ", events.display())),
+            "{errors:?}"
+        );
+        // Its directory made, the next scan takes it.
+        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        shared.scan(rings.path(), out.path());
+        assert_eq!(shared.list(0).len(), 3);
+        assert_eq!(shared.pass(0).moved, 2);
+    }
+
     /// A drainer thread skips the ring another one is draining and drains the others: two
     /// busy rings get a thread each, whichever was found first.
     #[test]
     fn a_ring_being_drained_is_left_to_its_thread() {
         let (rings, out, _) = two_rings();
         let shared = Rings::new(Growth::Fixed);
-        shared.scan(rings.path(), out.path()).unwrap();
+        shared.scan(rings.path(), out.path());
         let list = shared.list(0);
         assert_eq!(list.len(), 2);
         let held = list[0].lock().unwrap();
@@ -1332,7 +1361,7 @@ mod tests {
         drop(held);
         assert_eq!(shared.pass(1).moved, held_events);
         // At the end every ring is finished once, its file removed.
-        shared.scan(rings.path(), out.path()).unwrap();
+        shared.scan(rings.path(), out.path());
         let mut counts: Vec<ThreadCount> = shared
             .list(0)
             .iter()
@@ -1355,7 +1384,7 @@ mod tests {
         use std::os::unix::fs::FileExt as _;
         let (rings, out, bad) = two_rings();
         let shared = Rings::new(Growth::Fixed);
-        shared.scan(rings.path(), out.path()).unwrap();
+        shared.scan(rings.path(), out.path());
         assert_eq!(shared.pass(0).moved, 8);
         let events_of = |tid: u32| {
             shared
@@ -1426,7 +1455,7 @@ mod tests {
         use std::os::unix::fs::FileExt as _;
         let (rings, out, _) = two_rings();
         let shared = Rings::new(Growth::Fixed);
-        shared.scan(rings.path(), out.path()).unwrap();
+        shared.scan(rings.path(), out.path());
         assert_eq!(shared.pass(0).moved, 8);
         let files = new_ring_files(rings.path(), &HashSet::new());
         assert_eq!(files.len(), 2);
