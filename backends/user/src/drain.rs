@@ -61,7 +61,7 @@
 //! only after its events file is complete (end record written and flushed); a ring is drained
 //! by one drainer thread only.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -656,6 +656,9 @@ struct Found {
     bytes: u64,
     /// Bytes of the ring files offered to them (`OfferState::Made`), taken or not.
     offered: u64,
+    /// The ring files whose events files could not be made, with why: tried again at each
+    /// scan, told at the end if never started ([`Rings::tell_unstarted`]).
+    unstarted: HashMap<PathBuf, String>,
 }
 
 /// `m` locked, whatever a panicking holder left (the drainer's state stays consistent: a
@@ -709,19 +712,32 @@ impl Rings {
     }
     /// Starts draining the ring files under `dir` not yet found ([`Drained::start`]); a ring
     /// without its header yet is left for a later pass, and so is one whose events file
-    /// cannot be made (its error kept, [`Rings::tell`]), while the others go on.
+    /// cannot be made (its error kept, [`Found::unstarted`]), while the others go on.
     fn scan(&self, dir: &Path, out: &Path) {
         let mut found = lock(&self.found);
         for path in new_ring_files(dir, &found.paths) {
             match Drained::start(&path, out) {
                 Ok(Some(d)) => {
+                    found.unstarted.remove(&path);
                     found.bytes += d.file_bytes();
                     found.paths.insert(path);
                     found.rings.push(Arc::new(Mutex::new(Some(d))));
                 }
                 Ok(None) => {}
-                Err(e) => self.tell(e),
+                Err(e) => {
+                    found.unstarted.insert(path, e);
+                }
             }
+        }
+    }
+
+    /// Keeps the errors of the rings never started ([`Found::unstarted`]) to be told.
+    fn tell_unstarted(&self) {
+        let unstarted = std::mem::take(&mut lock(&self.found).unstarted);
+        let mut errors: Vec<(PathBuf, String)> = unstarted.into_iter().collect();
+        errors.sort();
+        for (_, e) in errors {
+            self.tell(e);
         }
     }
 
@@ -915,6 +931,7 @@ impl Drainer {
                 Err(_) => self.rings.tell("a drain thread panicked".to_string()),
             }
         }
+        self.rings.tell_unstarted();
         self.rings.wait_removals();
         counts.sort_by_key(|c| c.tid);
         Finished {
@@ -1302,9 +1319,10 @@ mod tests {
         (rings, out, first)
     }
 
-    /// A ring whose events file cannot be made is left for a later pass, its error told once,
-    /// and the other rings are drained (a scan's error once ended its drain thread, and with
-    /// it the counts of the rings that thread had finished); it is taken once it can be.
+    /// A ring whose events file cannot be made is left for a later pass, and the other rings
+    /// are drained (a scan's error once ended its drain thread, and with it the counts of the
+    /// rings that thread had finished); it is taken once it can be, and its error is told at
+    /// the end only if it never was.
     #[test]
     fn a_ring_whose_events_file_cannot_be_made_is_told_and_the_others_drained() {
         let (rings, out, _) = two_rings();
@@ -1320,18 +1338,25 @@ mod tests {
         assert_eq!(shared.list(0).len(), 2);
         assert_eq!(shared.pass(0).moved, 8);
         shared.scan(rings.path(), out.path());
-        let errors = lock(&shared.errors).clone();
-        assert_eq!(errors.len(), 1, "{errors:?}");
+        let unstarted: Vec<String> = lock(&shared.found).unstarted.values().cloned().collect();
+        assert_eq!(unstarted.len(), 1, "{unstarted:?}");
         let events = out.path().join(&instance).join(format!("{FILE_PREFIX}3"));
         assert!(
-            errors[0].starts_with(&format!("{}: ", events.display())),
-            "{errors:?}"
+            unstarted[0].starts_with(&format!("{}: ", events.display())),
+            "{unstarted:?}"
         );
-        // Its directory made, the next scan takes it.
+        // Never started, it is told.
+        let never = Rings::new(Growth::Fixed);
+        never.scan(rings.path(), out.path());
+        never.tell_unstarted();
+        assert_eq!(*lock(&never.errors), unstarted);
+        // Its directory made, the next scan takes it, and nothing is told.
         std::fs::create_dir(out.path().join(&instance)).unwrap();
         shared.scan(rings.path(), out.path());
         assert_eq!(shared.list(0).len(), 3);
         assert_eq!(shared.pass(0).moved, 2);
+        shared.tell_unstarted();
+        assert!(lock(&shared.errors).is_empty());
     }
 
     /// A drainer thread skips the ring another one is draining and drains the others: two
