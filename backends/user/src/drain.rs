@@ -1400,13 +1400,24 @@ mod tests {
         assert!(new_ring_files(rings.path(), &HashSet::new()).is_empty());
     }
 
+    /// Writes over the magic of the ring file `path`'s header, as a program may (the file is
+    /// shared, as the mapping).
+    fn overwrite_header(path: &Path) {
+        use std::os::unix::fs::FileExt as _;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .write_all_at(&[0xff; 8], 0)
+            .unwrap();
+    }
+
     /// A program shares its ring file with the tool and may write over the ring's header: that
     /// ring's recording ends with an error naming the file (told at the end), its events file
     /// complete with the events read before; the drainer goes on with the other rings and
     /// panics never.
     #[test]
     fn a_ring_whose_header_is_overwritten_ends_in_an_error_and_the_others_go_on() {
-        use std::os::unix::fs::FileExt as _;
         let (rings, out, bad) = two_rings();
         let shared = Rings::new(Growth::Fixed);
         shared.scan(rings.path(), out.path());
@@ -1423,13 +1434,7 @@ mod tests {
                 .unwrap()
         };
         let bad_events = events_of(1);
-        // The program writes over the header's magic (the ring file is shared, as the mapping).
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&bad)
-            .unwrap()
-            .write_all_at(&[0xff; 8], 0)
-            .unwrap();
+        overwrite_header(&bad);
         let pass = shared.pass(0);
         assert_eq!(pass.moved, 0);
         assert_eq!(shared.list(0).len(), 1, "the damaged ring is finished");
@@ -1477,21 +1482,13 @@ mod tests {
     /// counts their events.
     #[test]
     fn every_ring_ended_early_is_told_and_counted() {
-        use std::os::unix::fs::FileExt as _;
         let (rings, out, _) = two_rings();
         let shared = Rings::new(Growth::Fixed);
         shared.scan(rings.path(), out.path());
         assert_eq!(shared.pass(0).moved, 8);
         let files = new_ring_files(rings.path(), &HashSet::new());
         assert_eq!(files.len(), 2);
-        for f in &files {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(f)
-                .unwrap()
-                .write_all_at(&[0xff; 8], 0)
-                .unwrap();
-        }
+        files.iter().for_each(|f| overwrite_header(f));
         let mut counts = shared.pass(0).finished;
         counts.sort_by_key(|c| c.tid);
         let events: Vec<(u32, u64)> = counts.iter().map(|c| (c.tid, c.events)).collect();

@@ -440,15 +440,23 @@ mod tests {
         (w, p, len)
     }
 
-    #[test]
-    fn clear_consume_and_overrun() {
-        let root = std::env::temp_dir().join(format!("ftrace-live-test-{}", std::process::id()));
+    /// A live directory (`tag` its name) of process 7 (mono clock, f at 0x1000) with thread
+    /// 8's buffer of 8 slots: the directory, the buffer's writer and its mapping (address,
+    /// length).
+    fn live_ring(tag: &str) -> (PathBuf, buffer::Writer, *mut libc::c_void, usize) {
+        let root = std::env::temp_dir().join(format!("ftrace-live-{tag}-{}", std::process::id()));
         let sub = root.join("7.0");
         std::fs::create_dir_all(&sub).unwrap();
         std::fs::write(sub.join("meta"), "pid=7\nclock=mono\n").unwrap();
         std::fs::write(sub.join("symbols"), "1000\t10\tprog\tf\n").unwrap();
         let (_, path) = make_buf(&sub, 8, 8);
         let (w, p, len) = writer(&path, 8);
+        (root, w, p, len)
+    }
+
+    #[test]
+    fn clear_consume_and_overrun() {
+        let (root, w, p, len) = live_ring("test");
         let mut live = LiveRecording::new(&root, ClockKind::Mono, TscPair::now());
         for i in 0..3u64 {
             // SAFETY: `w` describes the live mapping `p`.
@@ -491,13 +499,7 @@ mod tests {
     fn a_depth_past_the_shadow_stack_is_lost_not_printed() {
         use ftrace_agent::buffer::{KIND_GRAPH_ENT, KIND_GRAPH_RET};
         use ftrace_agent::handler::SHADOW_FRAMES;
-        let root = std::env::temp_dir().join(format!("ftrace-live-deep-{}", std::process::id()));
-        let sub = root.join("7.0");
-        std::fs::create_dir_all(&sub).unwrap();
-        std::fs::write(sub.join("meta"), "pid=7\nclock=mono\n").unwrap();
-        std::fs::write(sub.join("symbols"), "1000\t10\tprog\tf\n").unwrap();
-        let (_, path) = make_buf(&sub, 8, 8);
-        let (w, p, len) = writer(&path, 8);
+        let (root, w, p, len) = live_ring("deep");
         let mut live = LiveRecording::new(&root, ClockKind::Mono, TscPair::now());
         let deep = SHADOW_FRAMES as u32;
         // SAFETY: `w` describes the live mapping `p`.

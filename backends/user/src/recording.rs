@@ -1060,9 +1060,9 @@ mod tests {
         assert_eq!(t.lookup(0x2000).unwrap().name, "foo::bar()");
     }
 
-    /// A ring file (pid 42, tid 43, flight recorder) holding one call's entry at depth 0 and
-    /// an exit at `exit_depth`, on CPU 3: f at 0x1000, called at 100 from 0x5, back at 250.
-    fn call_ring(exit_depth: u32) -> Vec<u8> {
+    /// The bytes of a ring file (pid 42, tid 43, flight recorder, 16 slots) holding what
+    /// `fill` writes through the ring's writer (which describes the ring's memory).
+    fn ring_bytes(fill: impl FnOnce(&buffer::Writer)) -> Vec<u8> {
         let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
         let mut mem = vec![0u64; len / 8];
         // SAFETY: zeroed, aligned, `len` bytes.
@@ -1076,24 +1076,40 @@ mod tests {
                 b"x",
             )
         };
-        // SAFETY: `w` describes `mem`.
-        unsafe {
-            w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
-            w.write(250, 0x1000, 100, KIND_GRAPH_RET, exit_depth, 3);
-        }
+        fill(&w);
         mem.iter().flat_map(|x| x.to_ne_bytes()).collect()
     }
 
-    #[test]
-    fn reads_a_hand_made_recording() {
-        let dir = std::env::temp_dir().join(format!("ftrace-rec-test-{}", std::process::id()));
+    /// A recording directory of one process (pid 42, `/bin/x`, `tracer`, the mono clock,
+    /// `nr_cpus`) under the temporary directory (`tag` its name): the directory and the
+    /// process's.
+    fn recording_dir(tag: &str, tracer: &str, nr_cpus: u32) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-{tag}-{}", std::process::id()));
         let sub = dir.join("42.0");
         std::fs::create_dir_all(&sub).unwrap();
         std::fs::write(
             sub.join("meta"),
-            "pid=42\nexe=/bin/x\ntracer=function_graph\nclock=mono\nnr_cpus=4\n",
+            format!("pid=42\nexe=/bin/x\ntracer={tracer}\nclock=mono\nnr_cpus={nr_cpus}\n"),
         )
         .unwrap();
+        (dir, sub)
+    }
+
+    /// A ring file holding one call's entry at depth 0 and an exit at `exit_depth`, on CPU 3:
+    /// f at 0x1000, called at 100 from 0x5, back at 250.
+    fn call_ring(exit_depth: u32) -> Vec<u8> {
+        ring_bytes(|w| {
+            // SAFETY: `w` describes the ring's memory.
+            unsafe {
+                w.write(100, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
+                w.write(250, 0x1000, 100, KIND_GRAPH_RET, exit_depth, 3);
+            }
+        })
+    }
+
+    #[test]
+    fn reads_a_hand_made_recording() {
+        let (dir, sub) = recording_dir("test", "function_graph", 4);
         std::fs::write(sub.join("symbols"), "1000\t10\tx\tf\n").unwrap();
         std::fs::write(sub.join("buf-43"), call_ring(0)).unwrap();
         let rec = Recording::read(&dir).unwrap();
@@ -1153,41 +1169,22 @@ mod tests {
     #[test]
     fn stack_records_are_carried_as_kernel_stack_records() {
         use ftrace_agent::buffer::{KIND_STACK, KIND_STACK_MORE};
-        let dir = std::env::temp_dir().join(format!("ftrace-rec-stack-{}", std::process::id()));
-        let sub = dir.join("42.0");
-        std::fs::create_dir_all(&sub).unwrap();
-        std::fs::write(
-            sub.join("meta"),
-            "pid=42\nexe=/bin/x\ntracer=function\nclock=mono\nnr_cpus=1\n",
-        )
-        .unwrap();
-        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
-        let mut mem = vec![0u64; len / 8];
-        // SAFETY: zeroed, aligned, `len` bytes.
-        let w = unsafe {
-            buffer::init(
-                mem.as_mut_ptr().cast(),
-                len,
-                buffer::SlotMode::Overwrite,
-                42,
-                43,
-                b"x",
-            )
-        };
-        // SAFETY: `w` describes `mem`.
-        unsafe {
-            w.write(100, 0x1000, 0x2000, KIND_FUNC, 0, 0);
-            // Five frames: two frame slots (the last one's second word past the end), then
-            // the head with the first two.
-            w.write(100, 0x13, 0x14, KIND_STACK_MORE, 1, 0);
-            w.write(100, 0x15, 0, KIND_STACK_MORE, 2, 0);
-            w.write(100, 0x11, 0x12, KIND_STACK, 5, 0);
-            // Another of four frames whose frame slot is from another record (lost): its
-            // head's two frames only.
-            w.write(150, 0x23, 0x24, KIND_STACK_MORE, 1, 0);
-            w.write(200, 0x21, 0x22, KIND_STACK, 4, 0);
-        }
-        let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        let (dir, sub) = recording_dir("stack", "function", 1);
+        let bytes = ring_bytes(|w| {
+            // SAFETY: `w` describes the ring's memory.
+            unsafe {
+                w.write(100, 0x1000, 0x2000, KIND_FUNC, 0, 0);
+                // Five frames: two frame slots (the last one's second word past the end),
+                // then the head with the first two.
+                w.write(100, 0x13, 0x14, KIND_STACK_MORE, 1, 0);
+                w.write(100, 0x15, 0, KIND_STACK_MORE, 2, 0);
+                w.write(100, 0x11, 0x12, KIND_STACK, 5, 0);
+                // Another of four frames whose frame slot is from another record (lost): its
+                // head's two frames only.
+                w.write(150, 0x23, 0x24, KIND_STACK_MORE, 1, 0);
+                w.write(200, 0x21, 0x22, KIND_STACK, 4, 0);
+            }
+        });
         std::fs::write(sub.join("buf-43"), bytes).unwrap();
         let rec = Recording::read(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1218,14 +1215,7 @@ mod tests {
     #[test]
     fn trace_event_spans_are_assembled_and_a_cut_one_is_counted_lost() {
         use ftrace_agent::event::{EventInfo, FieldInfo, encode};
-        let dir = std::env::temp_dir().join(format!("ftrace-rec-ev-{}", std::process::id()));
-        let sub = dir.join("42.0");
-        std::fs::create_dir_all(&sub).unwrap();
-        std::fs::write(
-            sub.join("meta"),
-            "pid=42\nexe=/bin/x\ntracer=function\nclock=mono\nnr_cpus=1\n",
-        )
-        .unwrap();
+        let (dir, sub) = recording_dir("ev", "function", 1);
         let info = EventInfo {
             id: 1030,
             system: "demo".into(),
@@ -1242,36 +1232,25 @@ mod tests {
             rec_size: 40,
         };
         std::fs::write(sub.join(prog_event::LISTING), info.to_line() + "\n").unwrap();
-        let len = buffer::HEADER_SIZE + 16 * buffer::SLOT_SIZE;
-        let mut mem = vec![0u64; len / 8];
-        // SAFETY: zeroed, aligned, `len` bytes.
-        let w = unsafe {
-            buffer::init(
-                mem.as_mut_ptr().cast(),
-                len,
-                buffer::SlotMode::Overwrite,
-                42,
-                43,
-                b"x",
-            )
-        };
         let payload: Vec<u8> = (0u8..32).collect();
         let mut tail = [SlotEvent::default(); 2];
         let (head, n) = encode(200, 0, 1030, &payload, &mut tail).unwrap();
         assert_eq!(n, 1);
-        let put = |s: &SlotEvent| {
-            // SAFETY: `w` describes `mem`.
-            unsafe { w.write(s.ts, s.ip, s.arg, s.kind & 0xff, s.kind >> 8, s.cpu) }
-        };
-        // SAFETY: `w` describes `mem`.
-        unsafe { w.write(100, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
-        put(&head);
-        put(&tail[0]);
-        // A head whose data slot never came: lost, and the function event after it is kept.
-        put(&head);
-        // SAFETY: `w` describes `mem`.
-        unsafe { w.write(300, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
-        let bytes: Vec<u8> = mem.iter().flat_map(|x| x.to_ne_bytes()).collect();
+        let bytes = ring_bytes(|w| {
+            let put = |s: &SlotEvent| {
+                // SAFETY: `w` describes the ring's memory.
+                unsafe { w.write(s.ts, s.ip, s.arg, s.kind & 0xff, s.kind >> 8, s.cpu) }
+            };
+            // SAFETY: as above.
+            unsafe { w.write(100, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
+            put(&head);
+            put(&tail[0]);
+            // A head whose data slot never came: lost, and the function event after it is
+            // kept.
+            put(&head);
+            // SAFETY: as above.
+            unsafe { w.write(300, 0x1000, 0x2000, KIND_FUNC, 0, 0) };
+        });
         std::fs::write(sub.join("buf-43"), bytes).unwrap();
         let r = RecordingReader::open(&dir).unwrap();
         assert_eq!(r.events.len(), 1);

@@ -434,6 +434,31 @@ fn hist_sym_keys_print_the_programs_function_names() {
     assert!(hist.contains(&sym_offset), "{hist}");
 }
 
+/// `ftrace export -f FORMAT` of the recording `rec`, beside it (`rec.FORMAT`), which must
+/// succeed: what it said on stderr.
+fn export(rec: &Path, format: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
+        .args(["export", "-f", format, "-i"])
+        .arg(rec)
+        .arg("-o")
+        .arg(rec.with_extension(format))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{format}: {out:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// `trace-cmd report` of the trace.dat `dat`, which must succeed.
+fn trace_cmd_report(dat: &Path) -> String {
+    let out = Command::new("trace-cmd")
+        .args(["report", "-i"])
+        .arg(dat)
+        .output()
+        .expect("trace-cmd (installed by .ci/run)");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// The `<stack trace>` blocks of `trace`: each block's previous line and its frame names
 /// (` => NAME`).
 fn stack_traces(text: &str) -> Vec<(String, Vec<String>)> {
@@ -532,23 +557,9 @@ fn stacktrace_trigger_records_the_stack_after_the_event() {
     // refused the whole capture), and trace-cmd reads it back from trace.dat with the
     // report's names (`=> NAME (ADDR)`).
     for format in ["trace.dat", "uftrace", "chrome"] {
-        let to = rec.with_extension(format);
-        let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
-            .args(["export", "-f", format, "-i"])
-            .arg(&rec)
-            .arg("-o")
-            .arg(&to)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{format}: {out:?}");
+        export(&rec, format);
     }
-    let out = Command::new("trace-cmd")
-        .args(["report", "-i"])
-        .arg(rec.with_extension("trace.dat"))
-        .output()
-        .expect("trace-cmd (installed by .ci/run)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{out:?}");
+    let text = trace_cmd_report(&rec.with_extension("trace.dat"));
     let named: Vec<&str> = text
         .lines()
         .filter_map(|l| l.strip_prefix("=> "))
@@ -587,24 +598,9 @@ fn a_raw_marker_exports() {
              raw_data 1\n",
         ),
     ] {
-        let to = rec.with_extension(format);
-        let out = Command::new(env!("CARGO_BIN_EXE_ftrace"))
-            .args(["export", "-f", format, "-i"])
-            .arg(&rec)
-            .arg("-o")
-            .arg(&to)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{format}: {out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stderr), told, "{format}");
+        assert_eq!(export(&rec, format), told, "{format}");
     }
-    let out = Command::new("trace-cmd")
-        .args(["report", "-i"])
-        .arg(rec.with_extension("trace.dat"))
-        .output()
-        .expect("trace-cmd (installed by .ci/run)");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{out:?}");
+    let text = trace_cmd_report(&rec.with_extension("trace.dat"));
     let line = text
         .lines()
         .find(|l| l.contains(" raw_data: "))
