@@ -611,14 +611,13 @@ fn a_raw_marker_exports() {
     );
 }
 
-/// `func_stack_trace` (the function tracer's option): each traced call's event is followed by
-/// its stack, as the kernel's function tracer records it; cleared, calls are recorded alone.
-#[test]
-fn func_stack_trace_records_each_calls_stack() {
-    let mut m = Mounted::start("func-stack");
-    m.write("set_ftrace_filter", "fire_values\n");
-    m.write("options/func_stack_trace", "1\n");
-    assert_eq!(m.read("options/func_stack_trace"), "1\n");
+/// With option `option` set, a round records one stack, right after the one record of the
+/// round that ends with `record` (fire_values, then main, up to _start); cleared, the next
+/// round's record comes alone.
+fn stack_after_one_record_per_round(m: &mut Mounted, option: &str, record: &str) {
+    let file = format!("options/{option}");
+    m.write(&file, "1\n");
+    assert_eq!(m.read(&file), "1\n");
     m.round();
     let text = wait_for("the round's stack", || {
         let text = m.read("trace");
@@ -627,17 +626,27 @@ fn func_stack_trace_records_each_calls_stack() {
     let st = stack_traces(&text);
     assert_eq!(st.len(), 1, "{text}");
     let (event, frames) = &st[0];
-    assert!(event.ends_with(" fire_values <-main"), "{event}\n{text}");
-    // The traced function first, as the `stacktrace` command records it, then its callers.
+    assert!(event.ends_with(record), "{event}\n{text}");
+    // The function that holds the call site first, as the `stacktrace` command and trigger
+    // record it, then its callers.
     assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
     assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
-    m.write("options/func_stack_trace", "0\n");
+    m.write(&file, "0\n");
     m.round();
-    let text = wait_for("the second round's call", || {
+    let text = wait_for("the second round's record", || {
         let text = m.read("trace");
-        (text.matches(" fire_values <-main").count() == 2).then_some(text)
+        (text.lines().filter(|l| l.ends_with(record)).count() == 2).then_some(text)
     });
     assert_eq!(stack_traces(&text).len(), 1, "{text}");
+}
+
+/// `func_stack_trace` (the function tracer's option): each traced call's event is followed by
+/// its stack, as the kernel's function tracer records it; cleared, calls are recorded alone.
+#[test]
+fn func_stack_trace_records_each_calls_stack() {
+    let mut m = Mounted::start("func-stack");
+    m.write("set_ftrace_filter", "fire_values\n");
+    stack_after_one_record_per_round(&mut m, "func_stack_trace", " fire_values <-main");
 }
 
 /// The `stacktrace` trace option: each recorded trace event is followed by the stack of the
@@ -650,26 +659,9 @@ fn the_stacktrace_option_records_each_events_stack() {
     m.write("set_ftrace_filter", "fire_values\n");
     m.write("events/demo/demo_value/filter", "value == 5\n");
     m.write("events/demo/demo_value/enable", "1\n");
-    m.write("options/stacktrace", "1\n");
-    m.round();
-    let text = wait_for("the round's stack", || {
-        let text = m.read("trace");
-        text.contains("<stack trace>").then_some(text)
-    });
-    let st = stack_traces(&text);
-    assert_eq!(st.len(), 1, "{text}");
-    let (event, frames) = &st[0];
-    assert!(
-        event.ends_with(" demo_value: value=5 delta=-5 label=v5"),
-        "{event}\n{text}"
+    stack_after_one_record_per_round(
+        &mut m,
+        "stacktrace",
+        " demo_value: value=5 delta=-5 label=v5",
     );
-    assert_eq!(frames[..2], ["fire_values", "main"], "{text}");
-    assert_eq!(frames.last().unwrap(), "_start", "{frames:?}");
-    m.write("options/stacktrace", "0\n");
-    m.round();
-    let text = wait_for("the second round's event", || {
-        let text = m.read("trace");
-        (text.matches(" demo_value: value=5 ").count() == 2).then_some(text)
-    });
-    assert_eq!(stack_traces(&text).len(), 1, "{text}");
 }
