@@ -3,8 +3,12 @@
 //!
 //! The agent defines `mcount` (it is preloaded, so the program's calls reach it before
 //! glibc's gprof hook): while no tracer records ([`MCOUNT_ON`] clear) it costs the call, one
-//! load and a return. Otherwise it saves every caller-saved register (the traced function is
-//! in its prologue: its arguments are live) and enters the full-save entry handler
+//! load and a return. While the function tracer's fast path is on
+//! ([`crate::handler::FAST_OK`]) it records in assembly, as the sites' fast path does
+//! (`ftrace_agent_mcount_fast` in `tramp.rs`: four registers saved, the parent read from the
+//! traced function's frame). Otherwise ([`mcount_full`]) it saves every caller-saved register
+//! (the traced function is in its prologue: its arguments are live) and enters the full-save
+//! entry handler
 //! ([`crate::handler::on_entry`]) as a site would, with the function's return-address slot
 //! found from its frame pointer (`-pg` keeps one on x86_64: the slot is `8(%rbp)`), so the
 //! function and function_graph tracers record such a program as any other. The recorded
@@ -30,6 +34,24 @@ pub unsafe extern "C" fn mcount() {
         "jne 2f",
         "ret",
         "2:",
+        "cmp byte ptr [rip + {fast}], 0",
+        "je {full}",
+        "jmp {fast_path}",
+        on = sym MCOUNT_ON,
+        fast = sym crate::handler::FAST_OK,
+        full = sym mcount_full,
+        fast_path = sym crate::tramp::ftrace_agent_mcount_fast,
+    )
+}
+
+/// `mcount`'s full-save path: every caller-saved register saved, then the entry handler.
+///
+/// # Safety
+/// Only as [`mcount`] enters it: in a function's prologue, with `rbp` its frame pointer and
+/// `mcount`'s return address on top of the stack.
+#[unsafe(naked)]
+pub unsafe extern "C" fn mcount_full() {
+    core::arch::naked_asm!(
         // rbp still the traced function's: 8(%rbp) is its return-address slot.
         "push rbp",
         "mov rbp, rsp",
@@ -98,7 +120,6 @@ pub unsafe extern "C" fn mcount() {
         "mov rsp, rbp",
         "pop rbp",
         "ret",
-        on = sym MCOUNT_ON,
         on_entry = sym crate::handler::on_entry,
     )
 }

@@ -592,6 +592,58 @@ ftrace_agent_root_tramp:
 
     FTRACE_AGENT_FUNC ftrace_agent_func_tramp, 0
     FTRACE_AGENT_FUNC ftrace_agent_func_tramp_noclock, 1
+
+    // The function tracer's fast path for gcc's plain `-pg` (and rustc's
+    // `-Zinstrument-mcount`) calls: the agent's `mcount` jumps here while the function
+    // tracer's fast path is on (crate::mcount). It records as the sites' fast path does, with
+    // the parent read from the traced function's frame (its frame pointer is set up before
+    // `call mcount`: 8(%rbp) is its return address); else (the thread not registered) it
+    // continues in the full-save `mcount` path. Static code: it reaches its statics directly.
+    .p2align 5
+    .globl ftrace_agent_mcount_fast
+    .hidden ftrace_agent_mcount_fast
+    .type ftrace_agent_mcount_fast,@function
+ftrace_agent_mcount_fast:
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    // 0: rsi, 8: rdx, 16: rcx, 24: rax, 32: the address after `call mcount`
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    cmpq $1, {off_state}(%rsi)
+    jne 8f
+    FTRACE_AGENT_CLOCK 0
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f, 10
+    orl ${kind_func}, %ecx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq 32(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq 8(%rbp), %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+9:
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+8:
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp {mcount_full}
+6:
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b, 10b
+    .size ftrace_agent_mcount_fast, .-ftrace_agent_mcount_fast
     FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp, ftrace_agent_return_tramp, 0
     FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp_noclock, ftrace_agent_return_tramp_noclock, 1
     FTRACE_AGENT_GRAPHJ ftrace_agent_graphj_tramp, ftrace_agent_returnj_tramp, 0
@@ -667,6 +719,7 @@ ftrace_agent_return_slow:
     off_cpu = const core::mem::offset_of!(crate::handler::ThreadState, cpu),
     off_head = const crate::buffer::HEAD_OFFSET,
     kind_func = const crate::buffer::KIND_FUNC,
+    mcount_full = sym crate::mcount::mcount_full,
     options(att_syntax)
 );
 
@@ -686,6 +739,8 @@ const _: () = assert!(
 );
 
 unsafe extern "C" {
+    /// The function tracer's fast path for `mcount` calls (see the assembly above).
+    pub(crate) fn ftrace_agent_mcount_fast();
     fn ftrace_agent_graph_tramp();
     fn ftrace_agent_graph_tramp_noclock();
     fn ftrace_agent_graphj_tramp();
@@ -1489,6 +1544,85 @@ mod tests {
             }
             FAST_OK.store(0, Ordering::Relaxed);
             GRAPH_OK.store(0, Ordering::Relaxed);
+            st.state = 0;
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A plain `-pg` function: its frame set up, `call mcount` (the agent's) at +4, then the
+    /// body [`make_function`] builds (rax + rdi + rsi + rdx + rcx + r8 + r9).
+    #[unsafe(naked)]
+    extern "C" fn pg_function() {
+        core::arch::naked_asm!(
+            "push rbp",
+            "mov rbp, rsp",
+            "call {mcount}",
+            "add rax, rdi",
+            "add rax, rsi",
+            "add rax, rdx",
+            "add rax, rcx",
+            "add rax, r8",
+            "add rax, r9",
+            "pop rbp",
+            "ret",
+            mcount = sym crate::mcount::mcount,
+        )
+    }
+
+    /// While the function tracer's fast path is on, `mcount` records in assembly: the `call
+    /// mcount` as the function's address and the traced function's caller as its parent,
+    /// every register preserved; a full ring drops and counts; off, it takes the full-save
+    /// path, which records nothing while tracing is off.
+    #[test]
+    fn the_mcount_fast_path_records_and_preserves_registers() {
+        // The switches are process-wide: one test at a time sets them, on a thread of its own.
+        let _switches = crate::handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        std::thread::spawn(|| {
+            use crate::buffer::{self, KIND_FUNC, SlotMode};
+            use crate::handler::{self, FAST_OK};
+            use crate::mcount::MCOUNT_ON;
+            // SAFETY: this thread's own block.
+            let st = unsafe { &mut *handler::current() };
+            // (`mem` outlives every traced call below.)
+            let (mem, w) = test_ring(64, SlotMode::Overwrite);
+            st.writer = w;
+            st.fallback_cpu = 3;
+            st.cpu = &st.fallback_cpu;
+            st.state = 1;
+            FAST_OK.store(1, Ordering::Relaxed);
+            MCOUNT_ON.store(1, Ordering::Relaxed);
+            let f = pg_function as *const () as u64;
+            let parent = call_checked(f);
+            let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            let ev = buffer::read(&bytes).unwrap().events;
+            assert_eq!(ev.len(), 1);
+            assert_eq!(
+                (ev[0].kind(), ev[0].ip, ev[0].arg),
+                (KIND_FUNC, f + 4, parent)
+            );
+            assert!(ev[0].cpu == 3 && ev[0].ts != 0);
+            // A full producer/consumer ring: dropped and counted, the program runs on.
+            let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
+            st.writer = w;
+            for _ in 0..3 {
+                call_checked(f);
+            }
+            // SAFETY: the header lives in `small`.
+            let ring = unsafe { st.writer.ring() };
+            assert_eq!((ring.head(), ring.dropped()), (2, 1));
+            drop(small);
+            // Off: the full-save path, which records nothing while tracing is off.
+            let (mem, w) = test_ring(64, SlotMode::Overwrite);
+            st.writer = w;
+            FAST_OK.store(0, Ordering::Relaxed);
+            call_checked(f);
+            // SAFETY: the header lives in `mem`.
+            assert_eq!(unsafe { st.writer.ring() }.head(), 0);
+            drop(mem);
+            MCOUNT_ON.store(0, Ordering::Relaxed);
             st.state = 0;
         })
         .join()
