@@ -420,11 +420,11 @@ impl ThreadCursor {
                 continue;
             }
             let mut missed = missed;
-            let stack_more = core::mem::take(&mut self.stack_more);
             let record = match slot.kind() {
                 buffer::KIND_STACK => {
+                    let more = &self.stack_more;
                     let frames = ftrace_agent::stack::frames_of(&slot, &|k| {
-                        stack_more.len().checked_sub(k).map(|i| stack_more[i])
+                        more.len().checked_sub(k).map(|i| more[i])
                     });
                     Some(stack_entry_bytes(&frames, self.tid))
                 }
@@ -433,11 +433,15 @@ impl ThreadCursor {
                     None => {
                         // Cut or damaged: lost, and what follows is read on its own.
                         self.missed = self.missed.saturating_add(missed).saturating_add(1);
+                        self.stack_more.clear();
                         continue;
                     }
                 },
                 _ => None,
             };
+            // The frame slots belong to the record just read, if any (kept, not freed: the
+            // next stack record reuses them).
+            self.stack_more.clear();
             missed = missed.saturating_add(core::mem::take(&mut self.missed));
             if self.limit.is_some_and(|l| self.read >= l) {
                 return Ok(None);

@@ -263,6 +263,29 @@ ftrace_agent_root_tramp:
     .size \name, .-\name
     .endm
 
+    // The function tracer's event (rsi = the thread's registered state; rax, rcx, rdx, rsi
+    // pushed, so 32(%rsp) is the address after the call that entered): reserves a slot (out
+    // of line at `6:`, which its invoker defines with GIVE_BACK, back at `10:`), writes the
+    // timestamp, the call's address, the parent read from `parent` and the CPU, and commits.
+    .macro FTRACE_AGENT_FUNC_WRITE noclock, parent
+    FTRACE_AGENT_CLOCK \noclock
+    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f, 10
+    orl ${kind_func}, %ecx
+    andq {off_mask}(%rsi), %rax
+    shlq $5, %rax
+    addq {off_slots}(%rsi), %rax
+    movq %rdx, 0(%rax)
+    movq 32(%rsp), %rdx
+    subq $5, %rdx
+    movq %rdx, 8(%rax)
+    movq \parent, %rdx
+    movq %rdx, 16(%rax)
+    movq {off_cpu}(%rsi), %rdx
+    movl (%rdx), %edx
+    movl %edx, 28(%rax)
+    movl %ecx, 24(%rax)
+    .endm
+
     // Function tracer: entered from the site's call; touches rax, rcx, rdx, rsi (restored).
     .macro FTRACE_AGENT_FUNC name, noclock
     .p2align 5
@@ -282,22 +305,7 @@ ftrace_agent_root_tramp:
     addq %fs:0, %rsi
     cmpq $1, {off_state}(%rsi)
     jne 8f
-    FTRACE_AGENT_CLOCK \noclock
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f, 10
-    orl ${kind_func}, %ecx
-    andq {off_mask}(%rsi), %rax
-    shlq $5, %rax
-    addq {off_slots}(%rsi), %rax
-    movq %rdx, 0(%rax)
-    movq 32(%rsp), %rdx
-    subq $5, %rdx
-    movq %rdx, 8(%rax)
-    movq 40(%rsp), %rdx
-    movq %rdx, 16(%rax)
-    movq {off_cpu}(%rsi), %rdx
-    movl (%rdx), %edx
-    movl %edx, 28(%rax)
-    movl %ecx, 24(%rax)
+    FTRACE_AGENT_FUNC_WRITE \noclock, 40(%rsp)
 9:
     popq %rsi
     popq %rdx
@@ -613,22 +621,7 @@ ftrace_agent_mcount_fast:
     addq %fs:0, %rsi
     cmpq $1, {off_state}(%rsi)
     jne 8f
-    FTRACE_AGENT_CLOCK 0
-    FTRACE_AGENT_RESERVE %rcx, %ecx, 6f, 10
-    orl ${kind_func}, %ecx
-    andq {off_mask}(%rsi), %rax
-    shlq $5, %rax
-    addq {off_slots}(%rsi), %rax
-    movq %rdx, 0(%rax)
-    movq 32(%rsp), %rdx
-    subq $5, %rdx
-    movq %rdx, 8(%rax)
-    movq 8(%rbp), %rdx
-    movq %rdx, 16(%rax)
-    movq {off_cpu}(%rsi), %rdx
-    movl (%rdx), %edx
-    movl %edx, 28(%rax)
-    movl %ecx, 24(%rax)
+    FTRACE_AGENT_FUNC_WRITE 0, 8(%rbp)
 9:
     popq %rsi
     popq %rdx

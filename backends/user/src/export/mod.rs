@@ -727,11 +727,6 @@ impl LeftOut {
         *self.0.entry(id).or_default() += 1;
     }
 
-    /// Whether every record was exported.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
     /// The line telling the user what `format` left out, if anything.
     pub fn told(&self, format: Format) -> Option<String> {
         if self.0.is_empty() {
