@@ -50,9 +50,15 @@
 //! which the full ring drops events (a million of fib(30)'s, tried); its pages are allocated as
 //! the thread first writes them (about 2.5-3.5 us a page on a VM: the first lap of a 32 MiB
 //! ring costs the thread some 20-28 ms), which slows the thread while the tool catches up. An
-//! initial ring of 2 MiB (a quarter of the first lap's page faults) moved to larger rings in
-//! most recordings of fib(27) on a VM, where the drainer is kept off its CPU for half a
-//! millisecond now and then, and so cost more than it saved. A page that cannot be allocated
+//! initial ring of 2 MiB (a quarter of the first lap's page faults, 3.5-4 us a page on a VM)
+//! makes a call-dense one-thread recording faster: fib(27) end to end, 12 interleaved runs
+//! each against 8 MiB, function 15.4-27.2 ms (median 19.6; moved to a larger ring in 5 of 12)
+//! against 21.9-28.1 (median 24.3), function_graph the same (medians 39.3 and 38.9), nothing
+//! lost. But a program with as many busy threads as CPUs lost events with it
+//! (`cargo xtask stream-check`, two threads, 10 M calls: 1-232 K lost in 4 of 4 runs; 0 in 6
+//! of 6 with 8 MiB; not traced further: likely a drainer that shares its CPU with a writer is
+//! off it for longer than the writer takes to fill 2 MiB before its first pass makes the
+//! offer). The default stays 8 MiB. A page that cannot be allocated
 //! would kill the thread (`SIGBUS`), so the tool offers a ring only while its file system has
 //! four times the new file's size free.
 //!
