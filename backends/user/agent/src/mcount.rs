@@ -6,7 +6,10 @@
 //! load and a return. While the function tracer's fast path is on
 //! ([`crate::handler::FAST_OK`]) it records in assembly, as the sites' fast path does
 //! (`ftrace_agent_mcount_fast` in `tramp.rs`: four registers saved, the parent read from the
-//! traced function's frame). Otherwise ([`mcount_full`]) it saves every caller-saved register
+//! traced function's frame); while function_graph's is ([`crate::handler::GRAPH_OK`]), so
+//! does the entry (`ftrace_agent_mcount_graph_fast`: the shadow frame pushed and the entry
+//! recorded in assembly, the function's return address pointed at the return trampoline, as
+//! the full path's handler does). Otherwise ([`mcount_full`]) it saves every caller-saved register
 //! (the traced function is in its prologue: its arguments are live) and enters the full-save
 //! entry handler
 //! ([`crate::handler::on_entry`]) as a site would, with the function's return-address slot
@@ -35,12 +38,16 @@ pub unsafe extern "C" fn mcount() {
         "ret",
         "2:",
         "cmp byte ptr [rip + {fast}], 0",
-        "je {full}",
-        "jmp {fast_path}",
+        "jne {fast_path}",
+        "cmp byte ptr [rip + {graph}], 0",
+        "jne {graph_path}",
+        "jmp {full}",
         on = sym MCOUNT_ON,
         fast = sym crate::handler::FAST_OK,
+        graph = sym crate::handler::GRAPH_OK,
         full = sym mcount_full,
         fast_path = sym crate::tramp::ftrace_agent_mcount_fast,
+        graph_path = sym crate::tramp::ftrace_agent_mcount_graph_fast,
     )
 }
 

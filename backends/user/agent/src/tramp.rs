@@ -323,13 +323,14 @@ ftrace_agent_root_tramp:
     FTRACE_AGENT_TEMPLATE_DATA \name
     .endm
 
-    // function_graph entry's shared middle, for both the call form and the jmp form. On
-    // entry rsi = this thread's TLS block, the saved registers below 48(%rsp), the parent at
-    // 48(%rsp) and the address after the site at \site(%rsp). Pushes the shadow frame
-    // (ret, ip, calltime, slot) and writes the entry event; jumps to the invoker's `8:` when
-    // the thread is not tracing or the shadow stack is full, falls (or jumps to its `2:`,
-    // when the ring is full) through to the invoker's exit with rax, rcx, rdx, rdi clobbered.
-    .macro FTRACE_AGENT_GRAPH_ENTER site, noclock
+    // function_graph entry's shared middle, for the call form, the jmp form and `mcount`. On
+    // entry rsi = this thread's TLS block, the parent in its return-address slot \parent
+    // (48(%rsp) for the sites: the saved registers below it) and the address after the site
+    // at \site(%rsp). Pushes the shadow frame (ret, ip, calltime, slot) and writes the entry
+    // event; jumps to the invoker's `8:` when the thread is not tracing or the shadow stack is
+    // full, falls (or jumps to its `2:`, when the ring is full) through to the invoker's exit
+    // with rax, rcx, rdx, rdi clobbered.
+    .macro FTRACE_AGENT_GRAPH_ENTER site, noclock, parent=48(%rsp)
     cmpq $1, {off_state}(%rsi)
     jne 8f
     movq {off_depth}(%rsi), %rdi
@@ -341,13 +342,13 @@ ftrace_agent_root_tramp:
     movq %rdi, %rax
     shlq $5, %rax
     addq {off_shadow}(%rsi), %rax
-    movq 48(%rsp), %rcx
+    movq \parent, %rcx
     movq %rcx, 0(%rax)
     movq \site(%rsp), %rcx
     subq $5, %rcx
     movq %rcx, 8(%rax)
     movq %rdx, 16(%rax)
-    leaq 48(%rsp), %rcx
+    leaq \parent, %rcx
     movq %rcx, 24(%rax)
     FTRACE_AGENT_RESERVE %rcx, %ecx, 6f, 10
     shll $8, %edi
@@ -360,7 +361,7 @@ ftrace_agent_root_tramp:
     movq \site(%rsp), %rdx
     subq $5, %rdx
     movq %rdx, 8(%rax)
-    movq 48(%rsp), %rdx
+    movq \parent, %rdx
     movq %rdx, 16(%rax)
     movq {off_cpu}(%rsi), %rdx
     movl (%rdx), %edx
@@ -637,6 +638,48 @@ ftrace_agent_mcount_fast:
 6:
     FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 9b, 10b
     .size ftrace_agent_mcount_fast, .-ftrace_agent_mcount_fast
+
+    // function_graph's fast path for `mcount` calls: the agent's `mcount` jumps here while
+    // function_graph's fast path is on (crate::mcount). The entry pushes the shadow frame and
+    // records as the sites' does, with the traced function's return-address slot at 8(%rbp);
+    // then that slot is pointed at the return trampoline (the full-save path's hook), through
+    // which the function returns (the full path's `on_entry` does the same). Else (the thread
+    // not tracing or its shadow stack full) it continues in the full-save `mcount` path.
+    .p2align 5
+    .globl ftrace_agent_mcount_graph_fast
+    .hidden ftrace_agent_mcount_graph_fast
+    .type ftrace_agent_mcount_graph_fast,@function
+ftrace_agent_mcount_graph_fast:
+    pushq %rax
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    // 0: rdi, 8: rsi, 16: rdx, 24: rcx, 32: rax, 40: the address after `call mcount`
+    movq ftrace_agent_tls@GOTTPOFF(%rip), %rsi
+    addq %fs:0, %rsi
+    FTRACE_AGENT_GRAPH_ENTER 40, 0, 8(%rbp)
+2:
+    // The frame is pushed (its entry recorded or, the ring full, counted): the function
+    // returns through the trampoline, which pops it.
+    leaq ftrace_agent_return_tramp(%rip), %rcx
+    movq %rcx, 8(%rbp)
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    ret
+8:
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rax
+    jmp {mcount_full}
+6:
+    FTRACE_AGENT_GIVE_BACK %rcx, %ecx, %rdx, 2b, 10b
+    .size ftrace_agent_mcount_graph_fast, .-ftrace_agent_mcount_graph_fast
     FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp, ftrace_agent_return_tramp, 0
     FTRACE_AGENT_GRAPH ftrace_agent_graph_tramp_noclock, ftrace_agent_return_tramp_noclock, 1
     FTRACE_AGENT_GRAPHJ ftrace_agent_graphj_tramp, ftrace_agent_returnj_tramp, 0
@@ -734,6 +777,8 @@ const _: () = assert!(
 unsafe extern "C" {
     /// The function tracer's fast path for `mcount` calls (see the assembly above).
     pub(crate) fn ftrace_agent_mcount_fast();
+    /// function_graph's fast path for `mcount` calls (see the assembly above).
+    pub(crate) fn ftrace_agent_mcount_graph_fast();
     fn ftrace_agent_graph_tramp();
     fn ftrace_agent_graph_tramp_noclock();
     fn ftrace_agent_graphj_tramp();
@@ -1611,6 +1656,76 @@ mod tests {
             let (mem, w) = test_ring(64, SlotMode::Overwrite);
             st.writer = w;
             FAST_OK.store(0, Ordering::Relaxed);
+            call_checked(f);
+            // SAFETY: the header lives in `mem`.
+            assert_eq!(unsafe { st.writer.ring() }.head(), 0);
+            drop(mem);
+            MCOUNT_ON.store(0, Ordering::Relaxed);
+            st.state = 0;
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// While function_graph's fast path is on, `mcount` records the entry in assembly (the
+    /// `call mcount` as the function's address, its caller as the parent) and hooks the
+    /// function's return, whose exit the return trampoline records; every register
+    /// preserved, the shadow frame popped; a full ring drops and counts both; off, the
+    /// full-save path, which records nothing while tracing is off.
+    #[test]
+    fn the_mcount_graph_fast_path_records_and_preserves_registers() {
+        // The switches are process-wide: one test at a time sets them, on a thread of its own.
+        let _switches = crate::handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        std::thread::spawn(|| {
+            use crate::buffer::{self, KIND_GRAPH_ENT, KIND_GRAPH_RET, SlotMode, depth};
+            use crate::handler::{self, GRAPH_OK};
+            use crate::mcount::MCOUNT_ON;
+            // SAFETY: this thread's own block.
+            let st = unsafe { &mut *handler::current() };
+            // (`mem` outlives every traced call below.)
+            let (mem, w) = test_ring(64, SlotMode::Overwrite);
+            st.writer = w;
+            st.fallback_cpu = 3;
+            st.cpu = &st.fallback_cpu;
+            assert!(handler::alloc_shadow(st));
+            st.state = 1;
+            GRAPH_OK.store(1, Ordering::Relaxed);
+            MCOUNT_ON.store(1, Ordering::Relaxed);
+            let f = pg_function as *const () as u64;
+            let parent = call_checked(f);
+            let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            let ev = buffer::read(&bytes).unwrap().events;
+            assert_eq!(ev.len(), 2);
+            assert_eq!(
+                (ev[0].kind(), ev[0].ip, ev[0].arg),
+                (KIND_GRAPH_ENT, f + 4, parent)
+            );
+            assert_eq!(
+                (ev[1].kind(), ev[1].ip, ev[1].arg),
+                (KIND_GRAPH_RET, f + 4, ev[0].ts)
+            );
+            assert!(ev[1].ts >= ev[0].ts);
+            assert_eq!((depth(&ev[0]), depth(&ev[1])), (0, 0));
+            assert!(ev.iter().all(|e| e.cpu == 3 && e.ts != 0));
+            assert_eq!(st.depth, 0, "the shadow frame is popped");
+            // A full producer/consumer ring: the first call's two events fit, the next two
+            // calls' four are dropped and counted, and each returns where it should.
+            let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
+            st.writer = w;
+            for _ in 0..3 {
+                assert_eq!(call_checked(f), parent);
+                assert_eq!(st.depth, 0);
+            }
+            // SAFETY: the header lives in `small`.
+            let ring = unsafe { st.writer.ring() };
+            assert_eq!((ring.head(), ring.dropped()), (2, 4));
+            drop(small);
+            // Off: the full-save path, which records nothing while tracing is off.
+            let (mem, w) = test_ring(64, SlotMode::Overwrite);
+            st.writer = w;
+            GRAPH_OK.store(0, Ordering::Relaxed);
             call_checked(f);
             // SAFETY: the header lives in `mem`.
             assert_eq!(unsafe { st.writer.ring() }.head(), 0);
