@@ -1273,6 +1273,22 @@ mod tests {
         (mem, w)
     }
 
+    /// Sets the calling thread up as the agent registers a thread, for the fast paths to
+    /// record: its state block writing to a new 64-slot overwrite ring (returned with the
+    /// block: the memory must outlive every traced call), CPU 3, a shadow stack, tracing.
+    fn register_test_thread() -> (&'static mut crate::handler::ThreadState, Vec<u64>) {
+        use crate::handler;
+        // SAFETY: this thread's own block, used by this thread only.
+        let st = unsafe { &mut *handler::current() };
+        let (mem, w) = test_ring(64, crate::buffer::SlotMode::Overwrite);
+        st.writer = w;
+        st.fallback_cpu = 3;
+        st.cpu = &st.fallback_cpu;
+        assert!(handler::alloc_shadow(st));
+        st.state = 1;
+        (st, mem)
+    }
+
     fn thread_pointer() -> u64 {
         let p: u64;
         // SAFETY: reads the TCB self-pointer at %fs:0.
@@ -1390,16 +1406,9 @@ mod tests {
             .unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
             use crate::buffer::{self, KIND_FUNC, KIND_GRAPH_ENT, KIND_GRAPH_RET, SlotMode, depth};
-            use crate::handler::{self, FAST_OK, GRAPH_OK};
-            // SAFETY: this thread's own block.
-            let st = unsafe { &mut *handler::current() };
+            use crate::handler::{FAST_OK, GRAPH_OK};
             // (`mem` outlives every traced call below.)
-            let (mem, w) = test_ring(64, SlotMode::Overwrite);
-            st.writer = w;
-            st.fallback_cpu = 3;
-            st.cpu = &st.fallback_cpu;
-            assert!(handler::alloc_shadow(st));
-            st.state = 1;
+            let (st, mem) = register_test_thread();
             FAST_OK.store(1, Ordering::Relaxed);
             GRAPH_OK.store(1, Ordering::Relaxed);
             type Window = fn(&Stubs, u64) -> [u8; 5];
@@ -1608,6 +1617,41 @@ mod tests {
         )
     }
 
+    /// The end of an `mcount` fast-path test, on a thread [`register_test_thread`] set up with
+    /// `switch` and `MCOUNT_ON` on: three calls of the `-pg` function `f` (called from
+    /// `parent`) into a full 2-slot producer/consumer ring drop `dropped` events, counted, and
+    /// each returns where it should with the shadow stack empty; then, `switch` off, `mcount`
+    /// takes the full-save path, which records nothing while tracing is off. Leaves the
+    /// switches off and the thread unregistered.
+    fn through_a_full_ring_then_off(
+        st: &mut crate::handler::ThreadState,
+        f: u64,
+        parent: u64,
+        switch: &core::sync::atomic::AtomicU8,
+        dropped: u64,
+    ) {
+        use crate::buffer::SlotMode;
+        let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
+        st.writer = w;
+        for _ in 0..3 {
+            assert_eq!(call_checked(f), parent);
+            assert_eq!(st.depth, 0);
+        }
+        // SAFETY: the header lives in `small`.
+        let ring = unsafe { st.writer.ring() };
+        assert_eq!((ring.head(), ring.dropped()), (2, dropped));
+        drop(small);
+        let (mem, w) = test_ring(64, SlotMode::Overwrite);
+        st.writer = w;
+        switch.store(0, Ordering::Relaxed);
+        call_checked(f);
+        // SAFETY: the header lives in `mem`.
+        assert_eq!(unsafe { st.writer.ring() }.head(), 0);
+        drop(mem);
+        crate::mcount::MCOUNT_ON.store(0, Ordering::Relaxed);
+        st.state = 0;
+    }
+
     /// While the function tracer's fast path is on, `mcount` records in assembly: the `call
     /// mcount` as the function's address and the traced function's caller as its parent,
     /// every register preserved; a full ring drops and counts; off, it takes the full-save
@@ -1619,17 +1663,11 @@ mod tests {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
-            use crate::buffer::{self, KIND_FUNC, SlotMode};
-            use crate::handler::{self, FAST_OK};
+            use crate::buffer::{self, KIND_FUNC};
+            use crate::handler::FAST_OK;
             use crate::mcount::MCOUNT_ON;
-            // SAFETY: this thread's own block.
-            let st = unsafe { &mut *handler::current() };
             // (`mem` outlives every traced call below.)
-            let (mem, w) = test_ring(64, SlotMode::Overwrite);
-            st.writer = w;
-            st.fallback_cpu = 3;
-            st.cpu = &st.fallback_cpu;
-            st.state = 1;
+            let (st, mem) = register_test_thread();
             FAST_OK.store(1, Ordering::Relaxed);
             MCOUNT_ON.store(1, Ordering::Relaxed);
             let f = pg_function as *const () as u64;
@@ -1642,26 +1680,8 @@ mod tests {
                 (KIND_FUNC, f + 4, parent)
             );
             assert!(ev[0].cpu == 3 && ev[0].ts != 0);
-            // A full producer/consumer ring: dropped and counted, the program runs on.
-            let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
-            st.writer = w;
-            for _ in 0..3 {
-                call_checked(f);
-            }
-            // SAFETY: the header lives in `small`.
-            let ring = unsafe { st.writer.ring() };
-            assert_eq!((ring.head(), ring.dropped()), (2, 1));
-            drop(small);
-            // Off: the full-save path, which records nothing while tracing is off.
-            let (mem, w) = test_ring(64, SlotMode::Overwrite);
-            st.writer = w;
-            FAST_OK.store(0, Ordering::Relaxed);
-            call_checked(f);
-            // SAFETY: the header lives in `mem`.
-            assert_eq!(unsafe { st.writer.ring() }.head(), 0);
-            drop(mem);
-            MCOUNT_ON.store(0, Ordering::Relaxed);
-            st.state = 0;
+            // The second call's event fills the ring, the third is dropped.
+            through_a_full_ring_then_off(st, f, parent, &FAST_OK, 1);
         })
         .join()
         .unwrap();
@@ -1679,18 +1699,11 @@ mod tests {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         std::thread::spawn(|| {
-            use crate::buffer::{self, KIND_GRAPH_ENT, KIND_GRAPH_RET, SlotMode, depth};
-            use crate::handler::{self, GRAPH_OK};
+            use crate::buffer::{self, KIND_GRAPH_ENT, KIND_GRAPH_RET, depth};
+            use crate::handler::GRAPH_OK;
             use crate::mcount::MCOUNT_ON;
-            // SAFETY: this thread's own block.
-            let st = unsafe { &mut *handler::current() };
             // (`mem` outlives every traced call below.)
-            let (mem, w) = test_ring(64, SlotMode::Overwrite);
-            st.writer = w;
-            st.fallback_cpu = 3;
-            st.cpu = &st.fallback_cpu;
-            assert!(handler::alloc_shadow(st));
-            st.state = 1;
+            let (st, mem) = register_test_thread();
             GRAPH_OK.store(1, Ordering::Relaxed);
             MCOUNT_ON.store(1, Ordering::Relaxed);
             let f = pg_function as *const () as u64;
@@ -1710,28 +1723,8 @@ mod tests {
             assert_eq!((depth(&ev[0]), depth(&ev[1])), (0, 0));
             assert!(ev.iter().all(|e| e.cpu == 3 && e.ts != 0));
             assert_eq!(st.depth, 0, "the shadow frame is popped");
-            // A full producer/consumer ring: the first call's two events fit, the next two
-            // calls' four are dropped and counted, and each returns where it should.
-            let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
-            st.writer = w;
-            for _ in 0..3 {
-                assert_eq!(call_checked(f), parent);
-                assert_eq!(st.depth, 0);
-            }
-            // SAFETY: the header lives in `small`.
-            let ring = unsafe { st.writer.ring() };
-            assert_eq!((ring.head(), ring.dropped()), (2, 4));
-            drop(small);
-            // Off: the full-save path, which records nothing while tracing is off.
-            let (mem, w) = test_ring(64, SlotMode::Overwrite);
-            st.writer = w;
-            GRAPH_OK.store(0, Ordering::Relaxed);
-            call_checked(f);
-            // SAFETY: the header lives in `mem`.
-            assert_eq!(unsafe { st.writer.ring() }.head(), 0);
-            drop(mem);
-            MCOUNT_ON.store(0, Ordering::Relaxed);
-            st.state = 0;
+            // The first call's two events fill the ring, the next two calls' four are dropped.
+            through_a_full_ring_then_off(st, f, parent, &GRAPH_OK, 4);
         })
         .join()
         .unwrap();
