@@ -17,7 +17,7 @@
 //!    nested writers (a non-locked `xadd` on x86_64), then compare `index` with the writer's
 //!    copy of the limit, `limit_seen`: `u64::MAX` in [`SlotMode::Overwrite`], in
 //!    [`SlotMode::ProducerConsumer`] the last index the consumer had made room for when a
-//!    writer last looked. Only when `index > limit_seen` does the writer read the consumer's
+//!    writer last looked (at first, an eighth of the ring). Only when `index > limit_seen` does the writer read the consumer's
 //!    `limit` word (acquire), store it in `limit_seen` and compare again: the consumer's word
 //!    is read once per eighth of a ring's worth of events, not once per event (the cached
 //!    index of rtrb and crossbeam's bounded queues): the writer stores `limit` or, when lower,
@@ -186,7 +186,10 @@ impl RingHeader {
         RingHeader {
             capacity: AtomicU64::new(capacity),
             head: Local::new(0),
-            limit_seen: Local::new(limit as usize),
+            // A producer/consumer writer looks at the consumer's `limit` from the first eighth
+            // of the ring on, as it does on every later lap: a consumer that has not started
+            // yet is a consumer falling behind.
+            limit_seen: Local::new(limit.min(capacity / LOOK_AGAIN_EVERY) as usize),
             dropped: Local::new(0),
             mode: AtomicU32::new(mode.word()),
             reserved: AtomicU32::new(0),
@@ -844,6 +847,29 @@ mod tests {
     /// A writer past its copy of the limit keeps at most an eighth of the ring of it, so that
     /// it looks again while a consumer that stopped still leaves it room; the consumer is
     /// behind once less than a quarter of the ring is left ahead of the writers.
+    /// On the first lap too a writer looks at the consumer's limit every eighth of the ring,
+    /// so that a consumer that has not started yet is seen behind before the ring is full.
+    #[test]
+    fn a_writer_looks_at_the_limit_from_its_first_lap_on() {
+        let (h, s) = ring(32, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        assert_eq!(h.limit_seen.get(), 4, "an eighth of the ring");
+        for n in 0..6 {
+            r.write(ev(n)).unwrap();
+        }
+        assert_eq!(h.limit_seen.get(), 5 + 4, "looked at 5");
+        for n in 6..23 {
+            r.write(ev(n)).unwrap();
+        }
+        // Nothing consumed: a quarter of the ring left ahead (limit 31, head 23); one more
+        // and the writer sees the consumer behind, with room left to move.
+        assert!(!r.behind());
+        r.write(ev(23)).unwrap();
+        assert!(r.behind());
+        assert_eq!(h.limit_seen.get(), 20 + 4, "looked at 10, 15 and 20");
+        assert_eq!(r.dropped(), 0);
+    }
+
     #[test]
     fn a_writer_looks_again_every_eighth_of_the_ring_and_sees_the_consumer_behind() {
         // The numbers below are for these.
