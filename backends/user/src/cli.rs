@@ -140,7 +140,7 @@ pub struct RecordArgs {
     /// exits (`tracing_thresh`; 0: every call).
     #[arg(long = "thresh", value_name = "USECS", default_value_t = 0)]
     pub thresh_us: u64,
-    /// Per-thread buffer size in KiB (`buffer_size_kb`; default 8192 while the tool drains
+    /// Per-thread buffer size in KiB (`buffer_size_kb`; default 2048 while the tool drains
     /// the buffers, 1024 with `--overwrite` or `--mount`).
     #[arg(long = "buffer-size", value_name = "KB")]
     pub buffer_kb: Option<u64>,

@@ -44,21 +44,30 @@
 //! never taken goes with its ring. So a short program pays for the default ring only, and a
 //! thread whose drainer falls behind for the ring it needs; all the rings and the files offered
 //! to them together grow to at most four times the largest ring (an offer counts from when it
-//! is made: all the threads may take theirs at once).
+//! is made: all the threads may take theirs at once; a thread's own offer, below, from when
+//! the drainer finds it, and is not held back).
 //!
 //! A larger ring's file is sized but not reserved: reserving 32 MiB takes 14 ms on a VM, during
 //! which the full ring drops events (a million of fib(30)'s, tried); its pages are allocated as
 //! the thread first writes them (about 2.5-3.5 us a page on a VM: the first lap of a 32 MiB
-//! ring costs the thread some 20-28 ms), which slows the thread while the tool catches up. An
-//! initial ring of 2 MiB (a quarter of the first lap's page faults, 3.5-4 us a page on a VM)
-//! makes a call-dense one-thread recording faster: fib(27) end to end, 12 interleaved runs
-//! each against 8 MiB, function 15.4-27.2 ms (median 19.6; moved to a larger ring in 5 of 12)
-//! against 21.9-28.1 (median 24.3), function_graph the same (medians 39.3 and 38.9), nothing
-//! lost. But a program with as many busy threads as CPUs lost events with it
-//! (`cargo xtask stream-check`, two threads, 10 M calls: 1-232 K lost in 4 of 4 runs; 0 in 6
-//! of 6 with 8 MiB; not traced further: likely a drainer that shares its CPU with a writer is
-//! off it for longer than the writer takes to fill 2 MiB before its first pass makes the
-//! offer). The default stays 8 MiB. A page that cannot be allocated
+//! ring costs the thread some 20-28 ms), which slows the thread while the tool catches up.
+//!
+//! So the first ring is small (2 MiB, [`crate::record::STREAM_BUFFER_KB`]): each of its pages
+//! costs every recording a fault on the first lap (3.5-4 us a page on a VM) and its freeing,
+//! and a thread whose drainer keeps up needs no more. But a drainer that shares its CPU with
+//! the program's other threads may reach a new ring only after the thread has filled it: the
+//! offer made at the first pass comes too late. So every ring a thread makes, takes or moves
+//! to comes with the next offer made by the thread itself
+//! (`ftrace_agent::handler::offer_itself`, up to the maximum the tool passes in
+//! `ftrace_agent::config::ENV_GROW_MAX_BYTES`), and a writer looks at the consumer's limit
+//! from the first eighth of its first lap on (`ftrace_ringbuf::slot::RingHeader::new`). The
+//! drainer finds such an offer at its first pass and counts it as its own. Measured (one
+//! machine, one session): the two-thread program of `cargo xtask stream-check` (10 M calls)
+//! with a 2 MiB first ring lost 1-321 K events in 8 of 10 runs, each time in a first ring
+//! filled before its first pass (8 MiB: 0 in 6 of 6); with the thread's own offers 0 in 8 of 8.
+//! fib(27) end to end, 10 interleaved runs each, against an 8 MiB first ring: function
+//! 16.2-36.2 ms (median 23.1) against 23.4-57.1 (26.2), function_graph 22.5-33.9 (31.3)
+//! against 28.8-48.2 (31.6). A page that cannot be allocated
 //! would kill the thread (`SIGBUS`), so the tool offers a ring only while its file system has
 //! four times the new file's size free.
 //!
@@ -167,6 +176,27 @@ pub enum Growth {
     Fixed,
     /// Rings grow four times at a time, up to this many bytes of ring file.
     UpTo(u64),
+}
+
+impl Growth {
+    /// Bytes of the ring file offered to a ring of `capacity` slots
+    /// ([`ftrace_agent::grow::offer_bytes`]); `None` when rings keep their size or this one
+    /// is at the maximum already.
+    pub fn offer_bytes(self, capacity: u64) -> Option<u64> {
+        match self {
+            Growth::Fixed => None,
+            Growth::UpTo(max) => ftrace_agent::grow::offer_bytes(capacity, max),
+        }
+    }
+
+    /// The largest ring file a thread may offer itself (0: rings keep their size;
+    /// `ftrace_agent::config::ENV_GROW_MAX_BYTES`).
+    pub fn max_bytes(self) -> u64 {
+        match self {
+            Growth::Fixed => 0,
+            Growth::UpTo(max) => max,
+        }
+    }
 }
 
 impl Drained {
@@ -329,21 +359,29 @@ impl Drained {
         let Growth::UpTo(max) = growth else {
             return;
         };
-        let slots = (self.capacity() * 4).min(max.saturating_sub(HEADER_BYTES) / SLOT_BYTES);
-        // The largest power of two that fits: the agent's rings hold a power of two.
-        let slots = if slots.is_power_of_two() {
-            slots
-        } else {
-            slots.next_power_of_two() / 2
-        };
         let (Some(dir), Some(ring)) = (self.ring_file.parent(), self.ring()) else {
             return;
         };
-        if slots <= self.capacity() {
+        match ring.growth_offered() {
+            0 => {}
+            // The thread offered itself a ring when it made its own
+            // (`ftrace_agent::config::ENV_GROW_MAX_BYTES`): counted from now on as the
+            // tool's offers are; or it has moved there already.
+            ftrace_ringbuf::slot::GROWN => {
+                self.offered = OfferState::Taken;
+                return;
+            }
+            bytes => {
+                let mut found = lock(&rings.found);
+                found.offered = found.offered.saturating_add(bytes);
+                self.offered = OfferState::Made(bytes);
+                return;
+            }
+        }
+        let Some(bytes) = growth.offer_bytes(self.capacity()) else {
             self.offered = OfferState::Never;
             return;
-        }
-        let bytes = HEADER_BYTES + slots * SLOT_BYTES;
+        };
         if reserve_ahead(free_bytes(dir), bytes) {
             return;
         }

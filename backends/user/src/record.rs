@@ -9,9 +9,12 @@ use std::process::ExitStatus;
 use ftrace_agent::config::{ClockKind, Config, TracerKind};
 
 /// The per-thread ring size (KiB) `ftrace record` takes by default when it drains the rings
-/// while the program runs: 262 144 slots, room for the drain to fall behind a fast thread for a
-/// while (the flight recorder keeps the agent's default, 1024).
-pub const STREAM_BUFFER_KB: u64 = 8192;
+/// while the program runs: 65 536 slots. A thread whose drainer falls behind moves to a ring
+/// four times larger, up to [`STREAM_MAX_BUFFER_KB`] (the first one offered by the thread
+/// itself as it starts, [`crate::drain`]), so the first ring only holds what the drainer lags
+/// by while it keeps up; each of its pages costs every recording a fault on the first lap and
+/// its freeing (the flight recorder keeps the agent's default, 1024).
+pub const STREAM_BUFFER_KB: u64 = 2048;
 /// The most a streamed thread's buffer grows to by default (KiB; `--max-buffer-size`).
 pub const STREAM_MAX_BUFFER_KB: u64 = 65536;
 
@@ -286,15 +289,19 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // ([`crate::capture::ensure_capture`]).
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let rings = crate::drain::RingDir::create(out);
+    let growth = rings.growth(opts.growth());
     let cfg = Config {
         ring_dir: Some(rings.path().to_path_buf()),
+        // Each thread offers itself the next larger ring with every ring it makes or moves
+        // to: the drainer's first pass over a new ring may come after the thread has filled
+        // it (`ftrace_agent::handler::offer_itself`).
+        grow_max_bytes: growth.max_bytes(),
         ..cfg
     };
     // The first thread's ring is reserved here, on another CPU, from before the program
     // starts: it takes it when it is whole (waiting for the rest if it comes first).
     let (status, drained) = std::thread::scope(|s| {
         s.spawn(|| rings.make_spare(cfg.ring_file_bytes()));
-        let growth = rings.growth(opts.growth());
         let drainer = crate::drain::Drainer::start(rings.path(), out, growth);
         let status = crate::launch::run(&cfg, prog, args);
         (status, drainer.finish())

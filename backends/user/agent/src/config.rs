@@ -39,6 +39,11 @@ pub const ENV_RING_DIR: &str = "FTRACE_AGENT_RING_DIR";
 pub const ENV_EVENTS: &str = "FTRACE_AGENT_EVENTS";
 /// `local`, `mono` or `x86-tsc`.
 pub const ENV_CLOCK: &str = "FTRACE_AGENT_CLOCK";
+/// The largest ring file (bytes) a streamed recording's thread offers itself: every ring it
+/// makes, takes or moves to comes with a ring file four times larger (at most this) made by
+/// the thread beside it and offered as the tool offers one ([`crate::grow`]); unset or 0:
+/// only the tool offers, at its first pass over a ring.
+pub const ENV_GROW_MAX_BYTES: &str = "FTRACE_AGENT_GROW_MAX_BYTES";
 /// `1` (default): sites are enabled at start; `0`: the program turns tracing on itself
 /// (`ftrace_agent_tracing_on`).
 pub const ENV_TRACING_ON: &str = "FTRACE_AGENT_TRACING_ON";
@@ -147,6 +152,9 @@ pub struct Config {
     pub tracing_on: bool,
     /// The live control socket ([`ENV_CONTROL`]), if the tool serves one.
     pub control: Option<PathBuf>,
+    /// The largest ring file a streamed thread offers itself ([`ENV_GROW_MAX_BYTES`]; 0:
+    /// none).
+    pub grow_max_bytes: u64,
 }
 
 /// The default per-thread buffer size in KiB: 32768 slots of 32 bytes. (The kernel's default
@@ -220,6 +228,7 @@ impl Config {
             events: Vec::new(),
             tracing_on: true,
             control: None,
+            grow_max_bytes: 0,
         }
     }
 
@@ -253,6 +262,7 @@ impl Config {
                     .map(|p| p.to_string_lossy().into_owned())
                     .unwrap_or_default(),
             ),
+            (ENV_GROW_MAX_BYTES, self.grow_max_bytes.to_string()),
         ]
     }
 
@@ -301,6 +311,7 @@ impl Config {
         c.buffer_kb = num(ENV_BUFFER_KB, DEFAULT_BUFFER_KB)?.max(4);
         c.overwrite = num(ENV_OVERWRITE, 1)? != 0;
         c.tracing_on = num(ENV_TRACING_ON, 1)? != 0;
+        c.grow_max_bytes = num(ENV_GROW_MAX_BYTES, 0)?;
         c.ring_dir = get(ENV_RING_DIR)
             .filter(|s| !s.is_empty())
             .map(PathBuf::from);
@@ -347,6 +358,7 @@ mod tests {
         c.events = vec!["sched:*".into(), "demo_value".into()];
         c.tracing_on = false;
         c.control = Some("/tmp/ctl.sock".into());
+        c.grow_max_bytes = 4096 + (64 << 20);
         let env: HashMap<&str, String> = c.to_env().into_iter().collect();
         let back = Config::from_env_vars(|k| env.get(k).cloned())
             .unwrap()

@@ -40,6 +40,25 @@ use crate::handler::{INSTANCE, ThreadState};
 /// registered, and to move at its next handler.
 pub const GROW: u32 = 4;
 
+/// Bytes of the ring file offered to a ring of `capacity` slots that may grow to rings of
+/// `max` bytes: four times the slots, at most what `max` holds, a power of two (the agent's
+/// rings hold one); `None` when that is no larger (the tool's offers and the thread's own
+/// are of this size).
+pub fn offer_bytes(capacity: u64, max: u64) -> Option<u64> {
+    use crate::buffer::{HEADER_SIZE, SLOT_SIZE};
+    let (header, slot) = (HEADER_SIZE as u64, SLOT_SIZE as u64);
+    let slots = capacity
+        .saturating_mul(4)
+        .min(max.saturating_sub(header) / slot);
+    // The largest power of two that fits.
+    let slots = if slots.is_power_of_two() {
+        slots
+    } else {
+        slots.next_power_of_two() / 2
+    };
+    (slots > capacity).then_some(header + slots * slot)
+}
+
 /// Whether the calling (registered) thread is to move to the larger ring the tool offers: a
 /// fast path said so, or the tool offers one and is behind
 /// ([`ftrace_ringbuf::slot::SlotRing::behind`]).
@@ -87,6 +106,10 @@ pub(crate) fn take(st: &mut ThreadState) {
     // SAFETY: a file the tool made for this thread; the writer returned maps it.
     if let Some(w) = unsafe { crate::handler::adopt_ring_file(inst, &from, len) } {
         st.writer = w;
+        // The next size offered at once, as the first ring's was.
+        if let Ok(dir) = inst.ring_dir.to_str() {
+            crate::handler::offer_itself(inst, dir, st.tid, &w);
+        }
         // The tool may finish the old ring once drained.
         ring.grown();
     }

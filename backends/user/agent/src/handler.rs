@@ -45,6 +45,7 @@ pub(crate) fn install_test_instance(tag: &str, slots: usize) -> std::path::PathB
         buffer_bytes: buffer::HEADER_SIZE + slots * buffer::SLOT_SIZE,
         overwrite: false,
         rseq_offset: None,
+        grow_max: 0,
     };
     INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
     dir
@@ -115,6 +116,9 @@ pub struct Instance {
     pub overwrite: bool,
     /// `__rseq_offset` from the thread pointer, if glibc registered rseq.
     pub rseq_offset: Option<isize>,
+    /// The largest ring file a drained thread offers itself with each ring it makes or moves
+    /// to (0: none; [`crate::config::ENV_GROW_MAX_BYTES`]).
+    pub grow_max: u64,
 }
 
 /// The instance in force (replaced in a forked child; old ones are leaked).
@@ -581,12 +585,14 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
     // SAFETY: the spare's path and `buf-<tid>` are valid paths; a file taken is ours.
     if let Some(fd) = unsafe { take_spare(inst, &format!("{dir}/buf-{tid}"), len) } {
         // SAFETY: `fd` is ours, a zero-filled buffer file of `len` bytes.
-        unsafe {
+        let w = unsafe {
             let mode = buffer::SlotMode::ProducerConsumer;
             let p = map_sized_ring_file(fd, len, mode);
             libc::close(fd);
-            return Some(init_thread_ring(p?.cast(), len, mode, tid));
-        }
+            init_thread_ring(p?.cast(), len, mode, tid)
+        };
+        offer_itself(inst, dir, tid, &w);
+        return Some(w);
     }
     let mut fd = -1;
     for n in 0..1000 {
@@ -618,10 +624,56 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
         buffer::SlotMode::ProducerConsumer
     };
     // SAFETY: `fd` is ours; the mapping is checked before use and the fd closed after.
-    unsafe {
+    let w = unsafe {
         let p = map_ring_file(fd, len, mode);
         libc::close(fd);
-        Some(init_thread_ring(p?.cast(), len, mode, tid))
+        init_thread_ring(p?.cast(), len, mode, tid)
+    };
+    if mode == buffer::SlotMode::ProducerConsumer {
+        offer_itself(inst, dir, tid, &w);
+    }
+    Some(w)
+}
+
+/// A drained thread's own offer ([`Instance::grow_max`]): the ring file four times the size
+/// of its new ring `w` ([`crate::grow::offer_bytes`]), `grow-<tid>`, made beside it as the
+/// tool makes one (sized, not reserved; only while its file system has four times its size
+/// free) and offered in the ring's header as the tool offers it ([`crate::grow`]). The tool
+/// offers at its first pass over a ring; a drainer that shares its CPU with the program's
+/// other threads may come to a new ring only after the thread has filled it, and the thread
+/// then drops events where it could have moved. Best effort: no file, no offer (the tool's
+/// comes later).
+pub(crate) fn offer_itself(inst: &Instance, dir: &str, tid: u32, w: &Writer) {
+    let Some(len) = crate::grow::offer_bytes(w.mask + 1, inst.grow_max) else {
+        return;
+    };
+    if inst.overwrite {
+        return;
+    }
+    let Ok(path) = CString::new(format!("{dir}/{}{tid}", buffer::GROW_FILE_PREFIX)) else {
+        return;
+    };
+    let Ok(len) = usize::try_from(len) else {
+        return;
+    };
+    // SAFETY: plain syscalls on a path of ours; the descriptor is closed here; the header
+    // is mapped for the life of the process.
+    unsafe {
+        let fd = libc::open(
+            path.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o644,
+        );
+        if fd < 0 {
+            return;
+        }
+        let made = !reserve_ahead(fd, len) && libc::ftruncate(fd, len as libc::off_t) == 0;
+        libc::close(fd);
+        if !made {
+            libc::unlink(path.as_ptr());
+            return;
+        }
+        w.ring().offer_to_grow(len as u64);
     }
 }
 
@@ -820,6 +872,7 @@ mod tests {
             buffer_bytes: len,
             overwrite,
             rseq_offset: None,
+            grow_max: 0,
         };
         let take = |overwrite: bool, to: &str| {
             // SAFETY: plain paths in a directory of this test's own; a descriptor taken is
@@ -862,6 +915,59 @@ mod tests {
         let t = std::time::Instant::now();
         assert_eq!(take(false, dir.join("buf-4").to_str().unwrap()), None);
         assert!(t.elapsed() >= std::time::Duration::from_millis(buffer::spare_wait_ms(len)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A drained thread whose rings may grow offers itself the next size with the ring it
+    /// makes: `grow-<tid>`, four times the slots (at most what `grow_max` holds), sized beside
+    /// it and offered in its header, as the tool offers one; none when the ring is at the
+    /// maximum already or rings keep their size, none in overwrite mode.
+    #[test]
+    fn a_drained_thread_offers_itself_the_next_ring() {
+        let dir = tempfile_dir("offer");
+        let (header, slot) = (buffer::HEADER_SIZE, buffer::SLOT_SIZE);
+        let len = header + 64 * slot;
+        let ring_dir = CString::new(dir.to_str().unwrap()).unwrap();
+        let inst = |overwrite, grow_max: usize| Instance {
+            ring_dir: ring_dir.clone(),
+            spare: None,
+            buffer_bytes: len,
+            overwrite,
+            rseq_offset: None,
+            grow_max: grow_max as u64,
+        };
+        // SAFETY: no preconditions.
+        let tid = unsafe { libc::gettid() };
+        let grow = dir.join(format!("{}{tid}", buffer::GROW_FILE_PREFIX));
+        for (what, overwrite, grow_max, offered) in [
+            (
+                "four times",
+                false,
+                header + 1024 * slot,
+                header + 256 * slot,
+            ),
+            (
+                "at most the maximum",
+                false,
+                header + 128 * slot,
+                header + 128 * slot,
+            ),
+            ("at the maximum", false, len, 0),
+            ("rings keep their size", false, 0, 0),
+            ("overwrite", true, header + 1024 * slot, 0),
+        ] {
+            let w = create_buffer(&inst(overwrite, grow_max)).expect(what);
+            // SAFETY: the header is mapped (leaked by the test).
+            let word = unsafe { w.ring() }.growth_offered();
+            assert_eq!(word, offered as u64, "{what}");
+            match offered {
+                0 => assert!(!grow.exists(), "{what}"),
+                _ => {
+                    assert_eq!(std::fs::metadata(&grow).unwrap().len(), offered as u64);
+                    std::fs::remove_file(&grow).unwrap();
+                }
+            }
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

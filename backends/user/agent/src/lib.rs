@@ -198,6 +198,7 @@ fn install_instance(cfg: &Config, dir: &Path) -> std::io::Result<()> {
         buffer_bytes: cfg.ring_file_bytes(),
         overwrite: cfg.overwrite,
         rseq_offset: rseq_offset(),
+        grow_max: cfg.grow_max_bytes,
     };
     handler::INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
     Ok(())

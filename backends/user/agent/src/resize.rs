@@ -89,6 +89,8 @@ pub fn request(bytes: usize) -> Result<(), Refused> {
         buffer_bytes: bytes,
         overwrite: cur.overwrite,
         rseq_offset: cur.rseq_offset,
+        // Rings of the new size: the tool offers theirs.
+        grow_max: 0,
     };
     // Under the threads' lock, so that a [`settle`] cannot turn the fast paths back on
     // between the new generation and `PENDING`.
