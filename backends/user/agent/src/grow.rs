@@ -200,4 +200,65 @@ mod tests {
         INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// With rings that may grow (the instance's `grow_max`), a thread's first ring comes with
+    /// its own offer (`grow-<tid>`, four times the slots), the ring it moves to with the next
+    /// (four times again, at most the maximum), and the ring at the maximum with none.
+    #[test]
+    fn a_thread_offers_itself_each_next_ring() {
+        // The instance is process-wide (see handler::PROCESS_SWITCHES).
+        let _switches = handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let dir = handler::install_test_instance("grow-itself", 8);
+        // SAFETY: instances are leaked, never freed.
+        let cur = unsafe { &*INSTANCE.load(Ordering::Acquire) };
+        let max = HEADER_SIZE + 128 * SLOT_SIZE;
+        let inst = handler::Instance {
+            ring_dir: cur.ring_dir.clone(),
+            spare: None,
+            buffer_bytes: cur.buffer_bytes,
+            overwrite: false,
+            rseq_offset: None,
+            grow_max: max as u64,
+        };
+        INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+        // SAFETY: a zeroed thread state is what a thread's TLS block holds before it
+        // registers (see the test above).
+        let mut st: ThreadState = unsafe { core::mem::MaybeUninit::zeroed().assume_init() };
+        assert!(handler::register(&mut st));
+        let grow_file = dir.join(format!("{}{}", buffer::GROW_FILE_PREFIX, st.tid));
+        let offered = |st: &ThreadState| {
+            // SAFETY: registered: the writer maps its ring.
+            let word = unsafe { st.writer.ring() }.growth_offered();
+            let file = std::fs::metadata(&grow_file).map_or(0, |m| m.len());
+            (word, file)
+        };
+        let write = |st: &ThreadState, n: u64| {
+            for i in 0..n {
+                // SAFETY: registered: the writer maps its ring.
+                unsafe { st.writer.write(i, 0x1000 + i, 0, KIND_FUNC, 0, 0) };
+            }
+        };
+        let ring_32 = (HEADER_SIZE + 32 * SLOT_SIZE) as u64;
+        assert_eq!(offered(&st), (ring_32, ring_32), "the first ring's offer");
+        // 6 of 8 written: behind; the thread moves, and offers itself the next.
+        write(&st, 6);
+        assert!(asked(&st));
+        take(&mut st);
+        assert_eq!(st.writer.mask + 1, 32);
+        assert_eq!(
+            offered(&st),
+            (max as u64, max as u64),
+            "the next, at the maximum"
+        );
+        // 24 of 32 written: behind; the thread moves to the largest ring, which offers none.
+        write(&st, 24);
+        assert!(asked(&st));
+        take(&mut st);
+        assert_eq!(st.writer.mask + 1, 128);
+        assert_eq!(offered(&st), (0, 0));
+        INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
