@@ -629,9 +629,7 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
         libc::close(fd);
         init_thread_ring(p?.cast(), len, mode, tid)
     };
-    if mode == buffer::SlotMode::ProducerConsumer {
-        offer_itself(inst, dir, tid, &w);
-    }
+    offer_itself(inst, dir, tid, &w);
     Some(w)
 }
 
