@@ -135,7 +135,7 @@ mod tests {
         let _switches = handler::PROCESS_SWITCHES
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let dir = handler::install_test_instance("grow", 8);
+        let dir = handler::install_test_instance("grow", 8, 0);
         // SAFETY: every field of a thread state is valid zeroed (integers, null pointers, an
         // atomic): what a thread's TLS block holds before it registers.
         let mut st: ThreadState = unsafe { core::mem::MaybeUninit::zeroed().assume_init() };
@@ -210,19 +210,8 @@ mod tests {
         let _switches = handler::PROCESS_SWITCHES
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let dir = handler::install_test_instance("grow-itself", 8);
-        // SAFETY: instances are leaked, never freed.
-        let cur = unsafe { &*INSTANCE.load(Ordering::Acquire) };
         let max = HEADER_SIZE + 128 * SLOT_SIZE;
-        let inst = handler::Instance {
-            ring_dir: cur.ring_dir.clone(),
-            spare: None,
-            buffer_bytes: cur.buffer_bytes,
-            overwrite: false,
-            rseq_offset: None,
-            grow_max: max as u64,
-        };
-        INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
+        let dir = handler::install_test_instance("grow-itself", 8, max as u64);
         // SAFETY: a zeroed thread state is what a thread's TLS block holds before it
         // registers (see the test above).
         let mut st: ThreadState = unsafe { core::mem::MaybeUninit::zeroed().assume_init() };

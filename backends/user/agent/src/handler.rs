@@ -33,10 +33,11 @@ pub static FAST_OK: AtomicU8 = AtomicU8::new(0);
 pub(crate) static PROCESS_SWITCHES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// For unit tests (holding [`PROCESS_SWITCHES`]): installs a drained instance whose rings
-/// (`slots` slots each) go to a fresh directory of the temporary directory named after `tag`,
-/// and returns the directory.
+/// (`slots` slots each, offering themselves larger ones up to `grow_max` bytes,
+/// [`Instance::grow_max`]) go to a fresh directory of the temporary directory named after
+/// `tag`, and returns the directory.
 #[cfg(test)]
-pub(crate) fn install_test_instance(tag: &str, slots: usize) -> std::path::PathBuf {
+pub(crate) fn install_test_instance(tag: &str, slots: usize, grow_max: u64) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("ftrace-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let inst = Instance {
@@ -45,7 +46,7 @@ pub(crate) fn install_test_instance(tag: &str, slots: usize) -> std::path::PathB
         buffer_bytes: buffer::HEADER_SIZE + slots * buffer::SLOT_SIZE,
         overwrite: false,
         rseq_offset: None,
-        grow_max: 0,
+        grow_max,
     };
     INSTANCE.store(Box::into_raw(Box::new(inst)), Ordering::Release);
     dir

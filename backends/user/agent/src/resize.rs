@@ -211,7 +211,7 @@ mod tests {
         let _switches = handler::PROCESS_SWITCHES
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let dir = handler::install_test_instance("resize", 8);
+        let dir = handler::install_test_instance("resize", 8, 0);
         handler::TRACER.store(1, Ordering::Relaxed);
         handler::TRACING_ON.store(true, Ordering::Relaxed);
         handler::CLOCK_TSC.store(true, Ordering::Relaxed);

@@ -1622,39 +1622,57 @@ mod tests {
         )
     }
 
-    /// The end of an `mcount` fast-path test, on a thread [`register_test_thread`] set up with
-    /// `switch` and `MCOUNT_ON` on: three calls of the `-pg` function `f` (called from
-    /// `parent`) into a full 2-slot producer/consumer ring drop `dropped` events, counted, and
-    /// each returns where it should with the shadow stack empty; then, `switch` off, `mcount`
-    /// takes the full-save path, which records nothing while tracing is off. Leaves the
-    /// switches off and the thread unregistered.
-    fn through_a_full_ring_then_off(
-        st: &mut crate::handler::ThreadState,
-        f: u64,
-        parent: u64,
-        switch: &core::sync::atomic::AtomicU8,
+    /// An `mcount` fast-path test, on a thread of its own (the switches are process-wide: one
+    /// test at a time sets them) that [`register_test_thread`] sets up: with `switch` and
+    /// `MCOUNT_ON` on, one call of [`pg_function`] records what `check` asserts (given the
+    /// events, the function, the address it returned to and the thread's state); every event
+    /// on CPU 3 with a timestamp; then three calls into a full 2-slot producer/consumer ring
+    /// drop `dropped` events, counted, each returning where it should with the shadow stack
+    /// empty; then, `switch` off, `mcount` takes the full-save path, which records nothing
+    /// while tracing is off.
+    fn mcount_fast_path_test(
+        switch: &'static core::sync::atomic::AtomicU8,
         dropped: u64,
+        check: fn(&[crate::buffer::SlotEvent], u64, u64, &crate::handler::ThreadState),
     ) {
-        use crate::buffer::SlotMode;
-        let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
-        st.writer = w;
-        for _ in 0..3 {
-            assert_eq!(call_checked(f), parent);
-            assert_eq!(st.depth, 0);
-        }
-        // SAFETY: the header lives in `small`.
-        let ring = unsafe { st.writer.ring() };
-        assert_eq!((ring.head(), ring.dropped()), (2, dropped));
-        drop(small);
-        let (mem, w) = test_ring(64, SlotMode::Overwrite);
-        st.writer = w;
-        switch.store(0, Ordering::Relaxed);
-        call_checked(f);
-        // SAFETY: the header lives in `mem`.
-        assert_eq!(unsafe { st.writer.ring() }.head(), 0);
-        drop(mem);
-        crate::mcount::MCOUNT_ON.store(0, Ordering::Relaxed);
-        st.state = 0;
+        let _switches = crate::handler::PROCESS_SWITCHES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        std::thread::spawn(move || {
+            use crate::buffer::{self, SlotMode};
+            use crate::mcount::MCOUNT_ON;
+            // (`mem` outlives every traced call below.)
+            let (st, mem) = register_test_thread();
+            switch.store(1, Ordering::Relaxed);
+            MCOUNT_ON.store(1, Ordering::Relaxed);
+            let f = pg_function as *const () as u64;
+            let parent = call_checked(f);
+            let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            let ev = buffer::read(&bytes).unwrap().events;
+            check(&ev, f, parent, st);
+            assert!(ev.iter().all(|e| e.cpu == 3 && e.ts != 0));
+            let (small, w) = test_ring(2, SlotMode::ProducerConsumer);
+            st.writer = w;
+            for _ in 0..3 {
+                assert_eq!(call_checked(f), parent);
+                assert_eq!(st.depth, 0);
+            }
+            // SAFETY: the header lives in `small`.
+            let ring = unsafe { st.writer.ring() };
+            assert_eq!((ring.head(), ring.dropped()), (2, dropped));
+            drop(small);
+            let (mem, w) = test_ring(64, SlotMode::Overwrite);
+            st.writer = w;
+            switch.store(0, Ordering::Relaxed);
+            call_checked(f);
+            // SAFETY: the header lives in `mem`.
+            assert_eq!(unsafe { st.writer.ring() }.head(), 0);
+            drop(mem);
+            MCOUNT_ON.store(0, Ordering::Relaxed);
+            st.state = 0;
+        })
+        .join()
+        .unwrap();
     }
 
     /// While the function tracer's fast path is on, `mcount` records in assembly: the `call
@@ -1663,33 +1681,14 @@ mod tests {
     /// path, which records nothing while tracing is off.
     #[test]
     fn the_mcount_fast_path_records_and_preserves_registers() {
-        // The switches are process-wide: one test at a time sets them, on a thread of its own.
-        let _switches = crate::handler::PROCESS_SWITCHES
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        std::thread::spawn(|| {
-            use crate::buffer::{self, KIND_FUNC};
-            use crate::handler::FAST_OK;
-            use crate::mcount::MCOUNT_ON;
-            // (`mem` outlives every traced call below.)
-            let (st, mem) = register_test_thread();
-            FAST_OK.store(1, Ordering::Relaxed);
-            MCOUNT_ON.store(1, Ordering::Relaxed);
-            let f = pg_function as *const () as u64;
-            let parent = call_checked(f);
-            let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
-            let ev = buffer::read(&bytes).unwrap().events;
+        // The second call's event fills the ring, the third is dropped.
+        mcount_fast_path_test(&crate::handler::FAST_OK, 1, |ev, f, parent, _| {
             assert_eq!(ev.len(), 1);
             assert_eq!(
                 (ev[0].kind(), ev[0].ip, ev[0].arg),
-                (KIND_FUNC, f + 4, parent)
+                (crate::buffer::KIND_FUNC, f + 4, parent)
             );
-            assert!(ev[0].cpu == 3 && ev[0].ts != 0);
-            // The second call's event fills the ring, the third is dropped.
-            through_a_full_ring_then_off(st, f, parent, &FAST_OK, 1);
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     /// While function_graph's fast path is on, `mcount` records the entry in assembly (the
@@ -1699,22 +1698,9 @@ mod tests {
     /// full-save path, which records nothing while tracing is off.
     #[test]
     fn the_mcount_graph_fast_path_records_and_preserves_registers() {
-        // The switches are process-wide: one test at a time sets them, on a thread of its own.
-        let _switches = crate::handler::PROCESS_SWITCHES
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        std::thread::spawn(|| {
-            use crate::buffer::{self, KIND_GRAPH_ENT, KIND_GRAPH_RET, depth};
-            use crate::handler::GRAPH_OK;
-            use crate::mcount::MCOUNT_ON;
-            // (`mem` outlives every traced call below.)
-            let (st, mem) = register_test_thread();
-            GRAPH_OK.store(1, Ordering::Relaxed);
-            MCOUNT_ON.store(1, Ordering::Relaxed);
-            let f = pg_function as *const () as u64;
-            let parent = call_checked(f);
-            let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
-            let ev = buffer::read(&bytes).unwrap().events;
+        // The first call's two events fill the ring, the next two calls' four are dropped.
+        mcount_fast_path_test(&crate::handler::GRAPH_OK, 4, |ev, f, parent, st| {
+            use crate::buffer::{KIND_GRAPH_ENT, KIND_GRAPH_RET, depth};
             assert_eq!(ev.len(), 2);
             assert_eq!(
                 (ev[0].kind(), ev[0].ip, ev[0].arg),
@@ -1726,13 +1712,8 @@ mod tests {
             );
             assert!(ev[1].ts >= ev[0].ts);
             assert_eq!((depth(&ev[0]), depth(&ev[1])), (0, 0));
-            assert!(ev.iter().all(|e| e.cpu == 3 && e.ts != 0));
             assert_eq!(st.depth, 0, "the shadow frame is popped");
-            // The first call's two events fill the ring, the next two calls' four are dropped.
-            through_a_full_ring_then_off(st, f, parent, &GRAPH_OK, 4);
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     #[test]
