@@ -311,10 +311,21 @@ pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Ve
 /// `funcs` sorted by address, one at each: the symbol with a size, then the shorter
 /// (non-versioned) name as a user reads it (two functions folded into one keep the shorter
 /// demangled name); only names that tie this way are demangled.
-fn one_per_address(mut funcs: Vec<Func>) -> Vec<Func> {
-    funcs.sort_by(|a, b| a.addr.cmp(&b.addr).then(b.size.cmp(&a.size)));
+///
+/// Sorted through keys (address, the larger size first, then the symbol table's order: the
+/// order a stable sort by the first two gives), so that the sort moves 24-byte keys, not the
+/// symbols (sorting and moving them were a fifth of the time the scan of libc took).
+fn one_per_address(funcs: Vec<Func>) -> Vec<Func> {
+    let mut order: Vec<(u64, core::cmp::Reverse<u64>, usize)> = funcs
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.addr, core::cmp::Reverse(f.size), i))
+        .collect();
+    order.sort_unstable();
+    let mut funcs: Vec<Option<Func>> = funcs.into_iter().map(Some).collect();
     let mut kept: Vec<Func> = Vec::with_capacity(funcs.len());
-    for f in funcs {
+    for (_, _, i) in order {
+        let Some(f) = funcs[i].take() else { continue };
         match kept.last_mut() {
             Some(k) if k.addr == f.addr => {
                 if k.size == f.size && demangle(&f.name).len() < demangle(&k.name).len() {
