@@ -641,13 +641,14 @@ fn stream_run(tool: &Path, prog: &Path, per_thread: u64, dir: &Path) -> Result<S
         return Err(format!("ftrace report failed: {rerr}"));
     }
     let report_rss_kb = max_rss_kb(&rerr).ok_or("no RSS from /usr/bin/time")?;
-    let _ = std::fs::remove_dir_all(&rec);
     if (leaf_lines, mid_lines) != (leaf, mid) || lost != 0 {
+        // Kept for a look at where the events went (`ftrace report`, the events files).
         return Err(format!(
             "incomplete: the program made {leaf} leaf and {mid} mid calls, the report has \
-             {leaf_lines} and {mid_lines}; {summary}"
+             {leaf_lines} and {mid_lines}; {summary} (the recording is kept there)"
         ));
     }
+    let _ = std::fs::remove_dir_all(&rec);
     Ok(StreamRun {
         calls: leaf + mid,
         lost,
