@@ -14,7 +14,8 @@
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
+use object::read::elf::ElfFile64;
+use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
 /// A function symbol with its runtime address and demangled name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,6 +181,21 @@ pub fn demangle(name: &str) -> String {
     name.to_string()
 }
 
+/// The length of [`demangle`]`(name)`, without demangling a name no demangler takes (a C
+/// library's aliases: libc's 2 200 functions share addresses by the hundred, and demangling
+/// each pair took a quarter of the agent's start-up scan of it).
+fn demangled_len(name: &str) -> usize {
+    // The prefixes `rustc_demangle` (legacy `_ZN`, `ZN`, `__ZN`; v0 `_R`, `R`, `__R`) and
+    // `cpp_demangle` (`_Z`) start from; any other name comes back unchanged.
+    let maybe_mangled = ["_Z", "ZN", "__ZN", "_R", "R", "__R"]
+        .iter()
+        .any(|p| name.starts_with(p));
+    match maybe_mangled {
+        true => demangle(name).len(),
+        false => name.len(),
+    }
+}
+
 /// An object's file mapped read-only: the parser reads the pages it looks at (headers, symbol
 /// tables, the site sections) from the page cache, where a copy of the whole file would read
 /// its debug information too (a Rust binary's file is mostly that: ripgrep's is 60 MB).
@@ -273,36 +289,75 @@ pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Ve
     }
     out.sites.sort_unstable_by_key(|s| s.0);
     out.sites.dedup_by_key(|s| s.0);
-    for sym in elf.symbols().chain(elf.dynamic_symbols()) {
-        if sym.kind() != SymbolKind::Text || sym.address() == 0 || sym.is_undefined() {
-            continue;
-        }
-        let Ok(raw) = sym.name() else { continue };
-        if raw.is_empty() {
-            continue;
-        }
-        out.funcs.push(Func {
-            addr: obj.bias.wrapping_add(sym.address()),
-            size: sym.size(),
-            name: raw.to_string(),
-        });
-    }
-    out.funcs = one_per_address(core::mem::take(&mut out.funcs));
+    let object::File::Elf64(elf) = &elf else {
+        return out;
+    };
+    let mut funcs = one_per_address(text_symbols(elf, obj.bias));
     // A symbol without a size ends where the next one starts, or at the end of its segment:
     // never beyond the object.
-    for i in 0..out.funcs.len() {
-        if out.funcs[i].size == 0 {
-            let a = out.funcs[i].addr;
+    for i in 0..funcs.len() {
+        if funcs[i].size == 0 {
+            let a = funcs[i].addr;
             let seg_end = obj
                 .exec
                 .iter()
                 .find(|r| a >= r.0 && a < r.1)
                 .map_or(a + 1, |r| r.1);
-            let next = out
-                .funcs
-                .get(i + 1)
-                .map_or(seg_end, |n| n.addr.min(seg_end));
-            out.funcs[i].size = next.saturating_sub(a).max(1);
+            let next = funcs.get(i + 1).map_or(seg_end, |n| n.addr.min(seg_end));
+            funcs[i].size = next.saturating_sub(a).max(1);
+        }
+    }
+    out.funcs = funcs
+        .into_iter()
+        .map(|f| Func {
+            addr: f.addr,
+            size: f.size,
+            name: f.name.to_string(),
+        })
+        .collect();
+    out
+}
+
+/// A function symbol as [`text_symbols`] reads it: its name borrowed from the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TextSymbol<'a> {
+    addr: u64,
+    size: u64,
+    name: &'a str,
+}
+
+/// The defined function symbols (`STT_FUNC`, `STT_GNU_IFUNC`; address not 0; a name, in
+/// UTF-8) of `elf`'s `.symtab` then `.dynsym`, in table order, at load bias `bias`. Read
+/// from the tables as they are, names borrowed: the agent reads libc's 3 000 at the start of
+/// every traced program, where a symbol object and a `String` each took a third of the scan.
+fn text_symbols<'a>(elf: &ElfFile64<'a>, bias: u64) -> Vec<TextSymbol<'a>> {
+    use object::elf::{STT_FUNC, STT_GNU_IFUNC};
+    use object::read::elf::Sym as _;
+    let endian = elf.endian();
+    let mut out = Vec::new();
+    for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
+        let strings = table.strings();
+        for sym in table.symbols() {
+            let addr = sym.st_value(endian);
+            if !matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC)
+                || addr == 0
+                || sym.is_undefined(endian)
+            {
+                continue;
+            }
+            let Some(name) = sym
+                .name(endian, strings)
+                .ok()
+                .and_then(|n| core::str::from_utf8(n).ok())
+                .filter(|n| !n.is_empty())
+            else {
+                continue;
+            };
+            out.push(TextSymbol {
+                addr: bias.wrapping_add(addr),
+                size: sym.st_size(endian),
+                name,
+            });
         }
     }
     out
@@ -310,25 +365,15 @@ pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Ve
 
 /// `funcs` sorted by address, one at each: the symbol with a size, then the shorter
 /// (non-versioned) name as a user reads it (two functions folded into one keep the shorter
-/// demangled name); only names that tie this way are demangled.
-///
-/// Sorted through keys (address, the larger size first, then the symbol table's order: the
-/// order a stable sort by the first two gives), so that the sort moves 24-byte keys, not the
-/// symbols (sorting and moving them were a fifth of the time the scan of libc took).
-fn one_per_address(funcs: Vec<Func>) -> Vec<Func> {
-    let mut order: Vec<(u64, core::cmp::Reverse<u64>, usize)> = funcs
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (f.addr, core::cmp::Reverse(f.size), i))
-        .collect();
-    order.sort_unstable();
-    let mut funcs: Vec<Option<Func>> = funcs.into_iter().map(Some).collect();
-    let mut kept: Vec<Func> = Vec::with_capacity(funcs.len());
-    for (_, _, i) in order {
-        let Some(f) = funcs[i].take() else { continue };
+/// demangled name; of equal ones, the first in table order); only names that tie this way
+/// are demangled.
+fn one_per_address(mut funcs: Vec<TextSymbol<'_>>) -> Vec<TextSymbol<'_>> {
+    funcs.sort_by(|a, b| a.addr.cmp(&b.addr).then(b.size.cmp(&a.size)));
+    let mut kept: Vec<TextSymbol<'_>> = Vec::with_capacity(funcs.len());
+    for f in funcs {
         match kept.last_mut() {
             Some(k) if k.addr == f.addr => {
-                if k.size == f.size && demangle(&f.name).len() < demangle(&k.name).len() {
+                if k.size == f.size && demangled_len(f.name) < demangled_len(k.name) {
                     *k = f;
                 }
             }
@@ -533,6 +578,25 @@ mod tests {
     }
 
     #[test]
+    fn the_demangled_length_is_that_of_the_demangled_name() {
+        for name in [
+            "malloc",
+            "__libc_malloc",
+            "_IO_puts",
+            "RAND_bytes",
+            "ZNx",
+            "_ZN4core3fmt5write17h0123456789abcdefE",
+            "_ZN4core3fmt5write17h0123456789abcdefE.llvm.123ABC",
+            "_RNvCs1234_7mycrate4main",
+            "_Z3fooi",
+            "getpid@@GLIBC_2.2.5",
+            "x.llvm.123ABC",
+        ] {
+            assert_eq!(demangled_len(name), demangle(name).len(), "{name}");
+        }
+    }
+
+    #[test]
     fn lists_this_process() {
         let objs = loaded_objects();
         assert!(objs[0].name.is_empty(), "the executable comes first");
@@ -543,11 +607,7 @@ mod tests {
 
     #[test]
     fn folded_functions_keep_the_shorter_demangled_name() {
-        let f = |addr, size, name: &str| Func {
-            addr,
-            size,
-            name: name.into(),
-        };
+        let f = |addr, size, name| TextSymbol { addr, size, name };
         // Mangled, `OsString`'s name is the shorter; demangled, `Vec<u8>`'s is.
         // (ripgrep 14's two `hash_one`s that share one address.)
         let vec_u8 = "_RINvYNtNtNtCsjrHSEGnQ3l9_3std4hash6random11RandomStateNtNtCsgEmfK2I1SDS_\
@@ -565,8 +625,44 @@ mod tests {
             f(0x20, 4, "g@@V1"),
             f(0x10, 4, "x"),
         ]);
-        let names: Vec<(u64, &str)> = kept.iter().map(|f| (f.addr, f.name.as_str())).collect();
+        let names: Vec<(u64, &str)> = kept.iter().map(|f| (f.addr, f.name)).collect();
         assert_eq!(names, [(0x10, vec_u8), (0x20, "g@@V1")]);
+    }
+
+    /// The tables read as they are give the symbols the `object` crate's symbol objects give,
+    /// in the same order, for every object of this process (the test binary has a `.symtab`,
+    /// the system's libraries only a `.dynsym`).
+    #[test]
+    fn text_symbols_are_the_function_symbols_the_object_crate_lists() {
+        use object::SymbolKind;
+        let mut checked = 0;
+        for obj in loaded_objects().iter().filter(|o| o.path.is_file()) {
+            let file = MappedFile::open(&obj.path).unwrap();
+            let Ok(any) = object::File::parse(&*file) else {
+                continue;
+            };
+            let expected: Vec<(u64, u64, &str)> = any
+                .symbols()
+                .chain(any.dynamic_symbols())
+                .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && !s.is_undefined())
+                .filter_map(|s| {
+                    let name = s.name().ok().filter(|n| !n.is_empty())?;
+                    Some((obj.bias.wrapping_add(s.address()), s.size(), name))
+                })
+                .collect();
+            let object::File::Elf64(elf) = &any else {
+                panic!("{}: not ELF64", obj.path.display())
+            };
+            let got: Vec<(u64, u64, &str)> = text_symbols(elf, obj.bias)
+                .iter()
+                .map(|f| (f.addr, f.size, f.name))
+                .collect();
+            assert!(!expected.is_empty(), "{}", obj.path.display());
+            assert_eq!(got, expected, "{}", obj.path.display());
+            checked += 1;
+        }
+        // The test binary, libc and the dynamic linker at least.
+        assert!(checked >= 3, "{checked} objects");
     }
 
     #[test]
