@@ -22,10 +22,12 @@
 //! one thread among them and fall behind the writers (a two-thread program on two CPUs lost
 //! 13 % of its events so); a drainer per CPU gets half the machine and keeps up. Only the
 //! first (the leader) polls: the others (helpers) sleep until the leader finds more than one
-//! ring with a backlog, and go back to sleep once a pass finds nothing to take. A helper that
-//! polled too would wake every few hundred microseconds on the CPU of a single busy program
-//! thread, to find the one ring taken, and preempt it (a one-thread program ran 10-30 %
-//! slower so).
+//! ring with a backlog, and go back to sleep once [`HELPER_EMPTY_PASSES`] passes in a row (a
+//! millisecond) find nothing to take. A helper that polled all along would wake every few
+//! hundred microseconds on the CPU of a single busy program thread, to find the one ring
+//! taken, and preempt it (a one-thread program ran 10-30 % slower so). Each thread drains a
+//! ring a [`TURN`] at a time, so that every ring with a backlog is visited about every
+//! millisecond, whatever their sizes.
 //!
 //! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
 //! first pass, the tool makes a ring file four times the size (up to the recording's maximum)
@@ -105,6 +107,20 @@ const BUSY_FILL: u64 = 4;
 const SCAN_EVERY: Duration = Duration::from_millis(1);
 /// Events encoded per batch (what one reservation of the output buffer holds).
 const BATCH: u64 = 4096;
+/// The most slots one drainer thread consumes from one ring before it turns to the other
+/// rings (and, the leader, wakes helpers for them): 2 MiB of slots, about a millisecond.
+/// A ring's worth was the rule: a 64 MiB ring's backlog (2 M events) took the leader 40 to
+/// 90 ms, through which the other thread's ring went undrained when the helper had parked on
+/// an empty pass, and filled: a two-thread program of 100 M calls lost 145 K events so in a
+/// ring of the maximum size (a poll of the rings' headers saw it, the drainer's own timings
+/// the long drains).
+const TURN: u64 = 1 << 16;
+/// Passes in a row that find nothing to take (each followed by [`BATCH_SLEEP`]) before a
+/// helper parks until the leader wakes it again. Parking on the first was the rule: a helper
+/// woken for two busy rings found both taken or just drained and parked, while the leader
+/// drained both rings in turn, each at half its pace; a two-thread program's helper spent 0.7
+/// of its 1.8 s run parked so (the drainers' own counts), the program losing events.
+const HELPER_EMPTY_PASSES: u32 = 5;
 /// Slots the drainer consumes between two returns of the pages it has read
 /// ([`RingMapping::release_slots`]) in a ring larger than [`RELEASE_ABOVE`]: 1 MiB of slots,
 /// so that the tool maps about that much of such a ring rather than all of it (a ring of
@@ -284,8 +300,8 @@ impl Drained {
                 self.map.release_slots(self.released, to, ring.capacity());
                 self.released = to;
             }
-            // At most a ring's worth per call: the other rings' turn comes first.
-            if n < BATCH || moved >= ring.capacity() {
+            // At most a turn's worth per call: the other rings' turn comes first.
+            if n < BATCH || moved >= ring.capacity().min(TURN) {
                 return Ok(moved);
             }
         }
@@ -663,7 +679,7 @@ pub struct Finished {
 struct Pass {
     /// Events moved.
     moved: u64,
-    /// A ring was found at least [`BUSY_FILL`]-th full.
+    /// A ring was found at least [`BUSY_FILL`]-th full, or had more than a [`TURN`].
     busy: bool,
     /// Rings with work for a thread of their own: events found in them, or being drained by
     /// another thread.
@@ -824,7 +840,8 @@ impl Rings {
                     continue;
                 }
             };
-            pass.busy |= n >= d.capacity() / BUSY_FILL;
+            // A ring left at the end of its turn has more: the next pass comes at once.
+            pass.busy |= n >= d.capacity() / BUSY_FILL || n >= TURN;
             pass.wanted += usize::from(n > 0);
             pass.moved += n;
             if d.retired(n) {
@@ -993,6 +1010,8 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, stop: &AtomicBool) -> 
     let mut last_exit_check = Instant::now();
     let mut idle = true;
     let leader = me == 0;
+    // A helper starts parked.
+    let mut empty_passes = HELPER_EMPTY_PASSES;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         if !leader && !stopping {
@@ -1003,11 +1022,16 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, stop: &AtomicBool) -> 
                 ..
             } = shared.pass(me);
             done.extend(finished);
-            if moved == 0 {
-                // Nothing it may take: until the leader (or the end) wakes it.
-                std::thread::park();
-            } else if !busy {
-                pause(BATCH_SLEEP, stop);
+            let wait;
+            (wait, empty_passes) = helper_wait(empty_passes, moved, busy);
+            match wait {
+                // Nothing it may take for a while: until the leader (or the end) wakes it.
+                HelperWait::Park => {
+                    std::thread::park();
+                    empty_passes = 0;
+                }
+                HelperWait::Sleep => pause(BATCH_SLEEP, stop),
+                HelperWait::No => {}
             }
             continue;
         }
@@ -1043,6 +1067,33 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, stop: &AtomicBool) -> 
             pause(IDLE_SLEEP, stop);
         }
     }
+}
+
+/// What a helper does after a pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HelperWait {
+    /// Parks until the leader (or the end) wakes it.
+    Park,
+    /// Sleeps [`BATCH_SLEEP`].
+    Sleep,
+    /// Goes on at once.
+    No,
+}
+
+/// After a helper's pass that moved `moved` events (`busy`: [`Pass::busy`]), with
+/// `empty_passes` passes in a row before it that found nothing: what it does, and the count
+/// of empty passes from then on ([`HELPER_EMPTY_PASSES`]).
+fn helper_wait(empty_passes: u32, moved: u64, busy: bool) -> (HelperWait, u32) {
+    let empty = match moved {
+        0 => empty_passes.saturating_add(1),
+        _ => 0,
+    };
+    let wait = match (empty > HELPER_EMPTY_PASSES, busy) {
+        (true, _) => HelperWait::Park,
+        (false, false) => HelperWait::Sleep,
+        (false, true) => HelperWait::No,
+    };
+    (wait, empty)
 }
 
 /// Waits `d` between two passes, or less when [`Drainer::finish`] asks the drainer to end (it
@@ -1148,6 +1199,32 @@ mod tests {
     /// rings, on tmpfs (whose pages are 4 KiB unless the machine enables huge pages for it,
     /// which this kind of machine does not: a file system that caches a file in 2 MiB folios
     /// maps them whole).
+    /// A helper parks after its first empty pass; woken, it looks again for a millisecond
+    /// (HELPER_EMPTY_PASSES passes, a batch sleep after each) before it parks again, and any
+    /// pass with events starts the count again; a busy pass goes on at once.
+    #[test]
+    fn a_woken_helper_looks_again_a_while_before_it_parks() {
+        // Started: parked after one empty pass.
+        assert_eq!(
+            helper_wait(HELPER_EMPTY_PASSES, 0, false).0,
+            HelperWait::Park
+        );
+        // Woken (the count is 0): the first empty pass does not park (parking there left a
+        // ring undrained while the leader drained another: the old rule), nor do the next
+        // ones up to HELPER_EMPTY_PASSES; the one after parks.
+        assert_eq!(helper_wait(0, 0, false).0, HelperWait::Sleep);
+        let mut empty = 0;
+        for _ in 0..HELPER_EMPTY_PASSES {
+            let wait;
+            (wait, empty) = helper_wait(empty, 0, false);
+            assert_eq!(wait, HelperWait::Sleep);
+        }
+        assert_eq!(helper_wait(empty, 0, false).0, HelperWait::Park);
+        // Events in between start the count again.
+        assert_eq!(helper_wait(empty, 10, false), (HelperWait::Sleep, 0));
+        assert_eq!(helper_wait(empty, TURN, true), (HelperWait::No, 0));
+    }
+
     #[test]
     fn the_tool_maps_a_window_of_a_ring_not_the_whole_ring() {
         let out = tempfile::tempdir().unwrap();
@@ -1160,7 +1237,16 @@ mod tests {
         let events = vec![(buffer::KIND_FUNC, 0); capacity - 1];
         let path = write_ring_of(&rings.path().join(&instance), 3, capacity, &events);
         let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
-        assert_eq!(d.drain(Drain::Live).unwrap(), capacity as u64 - 1);
+        // A turn at a time (the other rings' turn comes in between), to the end.
+        let mut moved = d.drain(Drain::Live).unwrap();
+        assert_eq!(moved, TURN);
+        loop {
+            match d.drain(Drain::Live).unwrap() {
+                0 => break,
+                n => moved += n,
+            }
+        }
+        assert_eq!(moved, capacity as u64 - 1);
         let rss = mapping_rss_kb(d.map.addr());
         let window_kb = RELEASE_EVERY * buffer::SLOT_SIZE as u64 / 1024;
         assert!(
