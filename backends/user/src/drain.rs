@@ -300,8 +300,13 @@ impl Drained {
                 self.map.release_slots(self.released, to, ring.capacity());
                 self.released = to;
             }
-            // At most a turn's worth per call: the other rings' turn comes first.
-            if n < BATCH || moved >= ring.capacity().min(TURN) {
+            // Live, at most a turn's worth per call: the other rings' turn comes first. At the
+            // end, everything there is (at most a ring's worth).
+            let most = match drain {
+                Drain::Live => ring.capacity().min(TURN),
+                Drain::Final => ring.capacity(),
+            };
+            if n < BATCH || moved >= most {
                 return Ok(moved);
             }
         }
@@ -1199,6 +1204,27 @@ mod tests {
     /// rings, on tmpfs (whose pages are 4 KiB unless the machine enables huge pages for it,
     /// which this kind of machine does not: a file system that caches a file in 2 MiB folios
     /// maps them whole).
+    /// A ring's last drain takes everything it holds, not a turn's worth: the events past
+    /// the first turn are in the events file, none lost.
+    #[test]
+    fn a_finished_ring_is_drained_to_its_end_past_a_turn() {
+        let out = tempfile::tempdir().unwrap();
+        let rings = RingDir::create(out.path());
+        let instance = format!("{}.0", std::process::id());
+        std::fs::create_dir(rings.path().join(&instance)).unwrap();
+        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let capacity = 4 * TURN as usize;
+        let n = 3 * TURN as usize;
+        let events = vec![(buffer::KIND_FUNC, 0); n];
+        let path = write_ring_of(&rings.path().join(&instance), 4, capacity, &events);
+        let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
+        assert_eq!(d.drain(Drain::Live).unwrap(), TURN);
+        let Finish { count, error } = d.finish();
+        assert_eq!(error, None);
+        let c = count.unwrap();
+        assert_eq!((c.events, c.lost), (n as u64, 0));
+    }
+
     /// A helper parks after its first empty pass; woken, it looks again for a millisecond
     /// (HELPER_EMPTY_PASSES passes, a batch sleep after each) before it parks again, and any
     /// pass with events starts the count again; a busy pass goes on at once.
