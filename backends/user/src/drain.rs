@@ -22,11 +22,11 @@
 //! one thread among them and fall behind the writers (a two-thread program on two CPUs lost
 //! 13 % of its events so); a drainer per CPU gets half the machine and keeps up. Only the
 //! first (the leader) polls: the others (helpers) sleep until the leader finds more than one
-//! ring with a backlog, and go back to sleep once [`HELPER_EMPTY_PASSES`] passes in a row (a
+//! ring with a backlog, and go back to sleep once `HELPER_EMPTY_PASSES` passes in a row (a
 //! millisecond) find nothing to take. A helper that polled all along would wake every few
 //! hundred microseconds on the CPU of a single busy program thread, to find the one ring
 //! taken, and preempt it (a one-thread program ran 10-30 % slower so). Each thread drains a
-//! ring a [`TURN`] at a time, so that every ring with a backlog is visited about every
+//! ring a `TURN` at a time, so that every ring with a backlog is visited about every
 //! millisecond, whatever their sizes.
 //!
 //! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
@@ -1198,12 +1198,6 @@ mod tests {
             .expect("an Rss line")
     }
 
-    /// The tool keeps a window of a large ring mapped, not the whole ring: the pages it has
-    /// consumed are given back as it goes, so a 16 MiB ring read through costs it at most
-    /// [`RELEASE_EVERY`] slots (1 MiB) and the header's page. The ring is where the tool puts
-    /// rings, on tmpfs (whose pages are 4 KiB unless the machine enables huge pages for it,
-    /// which this kind of machine does not: a file system that caches a file in 2 MiB folios
-    /// maps them whole).
     /// A ring's last drain takes everything it holds, not a turn's worth: the events past
     /// the first turn are in the events file, none lost.
     #[test]
@@ -1251,6 +1245,12 @@ mod tests {
         assert_eq!(helper_wait(empty, TURN, true), (HelperWait::No, 0));
     }
 
+    /// The tool keeps a window of a large ring mapped, not the whole ring: the pages it has
+    /// consumed are given back as it goes, so a 16 MiB ring read through costs it at most
+    /// [`RELEASE_EVERY`] slots (1 MiB) and the header's page. The ring is where the tool puts
+    /// rings, on tmpfs (whose pages are 4 KiB unless the machine enables huge pages for it,
+    /// which this kind of machine does not: a file system that caches a file in 2 MiB folios
+    /// maps them whole).
     #[test]
     fn the_tool_maps_a_window_of_a_ring_not_the_whole_ring() {
         let out = tempfile::tempdir().unwrap();

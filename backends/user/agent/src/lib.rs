@@ -339,18 +339,10 @@ fn push_symbol_line(out: &mut String, f: &elf::Func, module: &str) {
 }
 
 /// Appends `v` in lowercase hex, as `{:x}` writes it.
-fn push_hex(out: &mut String, mut v: u64) {
+fn push_hex(out: &mut String, v: u64) {
     let mut digits = [0u8; 16];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b"0123456789abcdef"[(v & 0xf) as usize];
-        v >>= 4;
-        if v == 0 {
-            break;
-        }
-    }
-    out.push_str(core::str::from_utf8(&digits[i..]).expect("hex digits are ASCII"));
+    let digits = signal_line::hex_digits(v, &mut digits);
+    out.push_str(core::str::from_utf8(digits).expect("hex digits are ASCII"));
 }
 
 /// Where a site calls under `tracer` (a `-G` root calls the root stub).

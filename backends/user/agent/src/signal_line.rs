@@ -31,19 +31,9 @@ impl SignalLine {
 
     /// Appends `v` in hexadecimal, `0x`-prefixed.
     pub fn hex(&mut self, v: u64) {
-        let mut digits = [0u8; 18];
-        let mut i = digits.len();
-        let mut v = v;
-        loop {
-            i -= 1;
-            digits[i] = b"0123456789abcdef"[(v & 15) as usize];
-            v >>= 4;
-            if v == 0 {
-                break;
-            }
-        }
+        let mut digits = [0u8; 16];
         self.push(b"0x");
-        self.push(&digits[i..]);
+        self.push(hex_digits(v, &mut digits));
     }
 
     /// Appends `v` in decimal.
@@ -70,6 +60,21 @@ impl SignalLine {
         // SAFETY: writing our own buffer to stderr (async-signal-safe).
         unsafe { libc::write(2, self.buf.as_ptr().cast(), self.len) };
     }
+}
+
+/// `v`'s lowercase hexadecimal digits, as `{:x}` writes them: the end of `digits`, written
+/// there (no allocation: a signal handler's line uses it too).
+pub(crate) fn hex_digits(mut v: u64, digits: &mut [u8; 16]) -> &[u8] {
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[(v & 15) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    &digits[i..]
 }
 
 #[cfg(test)]
