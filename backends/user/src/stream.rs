@@ -333,6 +333,10 @@ impl<W: Write> Batch<'_, W> {
     pub fn event(&mut self, ev: &SlotEvent, missed: u64) {
         assert!(self.left > 0, "a batch of events overran its reservation");
         self.left -= 1;
+        // Copied before the byte stores below, which the compiler must otherwise assume may
+        // change them (a `*mut u8` may point anywhere).
+        let prev = self.prev;
+        let ev = *ev;
         // SAFETY: `batch` reserved MAX_EVENT_BYTES per event for `left` more events past
         // `len`: a lost record and an event record fit in it.
         unsafe {
@@ -347,9 +351,9 @@ impl<W: Write> Batch<'_, W> {
             } else {
                 ARG_FROM_IP
             };
-            let cpu_changed = ev.cpu != self.prev.cpu;
+            let cpu_changed = ev.cpu != prev.cpu;
             let kind = ev.kind & !KIND_LAP_BIT;
-            let prev_kind = self.prev.kind & !KIND_LAP_BIT;
+            let prev_kind = prev.kind & !KIND_LAP_BIT;
             // The function tracer's events all take the first branch. A function_graph
             // thread's entries and exits follow its call tree, which a branch predictor cannot:
             // which step it is comes without a branch (at most one of the two holds). The
@@ -362,7 +366,7 @@ impl<W: Write> Batch<'_, W> {
                 (u8::from(kind == enter) * KindCode::Enter as u8)
                     | (u8::from(kind == exit) * KindCode::Exit as u8)
             };
-            let dt = ev.ts.wrapping_sub(self.prev.ts);
+            let dt = ev.ts.wrapping_sub(prev.ts);
             let back = (dt as i64) < 0;
             let tag = TAG_EVENT
                 | if cpu_changed { TAG_CPU } else { 0 }
@@ -378,10 +382,7 @@ impl<W: Write> Batch<'_, W> {
                 p = p.add(write_varint(p, kind_word(kind)));
             }
             p = p.add(write_varint(p, if back { dt.wrapping_neg() } else { dt }));
-            p = p.add(write_varint(
-                p,
-                zigzag(ev.ip.wrapping_sub(self.prev.ip) as i64),
-            ));
+            p = p.add(write_varint(p, zigzag(ev.ip.wrapping_sub(prev.ip) as i64)));
             let arg = match arg_mode {
                 ARG_BEFORE_TS => ev.ts - ev.arg,
                 _ => zigzag(ev.arg.wrapping_sub(ev.ip) as i64),
@@ -389,7 +390,7 @@ impl<W: Write> Batch<'_, W> {
             p = p.add(write_varint(p, arg));
             self.len = p.offset_from(self.ptr) as usize;
         }
-        self.prev = *ev;
+        self.prev = ev;
     }
 }
 
