@@ -280,6 +280,12 @@ impl Drained {
             return Err(self.damaged());
         };
         let ring = view.ring();
+        // Live, at most a turn's worth per call: the other rings' turn comes first. At the end,
+        // everything there is (at most a ring's worth).
+        let most = match drain {
+            Drain::Live => self.capacity.min(TURN),
+            Drain::Final => self.capacity,
+        };
         let mut moved = 0;
         loop {
             let mut batch = self.out.batch(BATCH as usize);
@@ -300,12 +306,6 @@ impl Drained {
                 self.map.release_slots(self.released, to, ring.capacity());
                 self.released = to;
             }
-            // Live, at most a turn's worth per call: the other rings' turn comes first. At the
-            // end, everything there is (at most a ring's worth).
-            let most = match drain {
-                Drain::Live => ring.capacity().min(TURN),
-                Drain::Final => ring.capacity(),
-            };
             if n < BATCH || moved >= most {
                 return Ok(moved);
             }
