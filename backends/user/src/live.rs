@@ -134,12 +134,14 @@ impl LiveRecording {
             }
         }
         for p in &mut self.procs {
-            let len = std::fs::metadata(p.dir.join("symbols")).map_or(0, |m| m.len());
+            // The agent's names and its list of objects named from their files.
+            let len = ["symbols", ftrace_agent::symbol_files::OBJECTS]
+                .iter()
+                .map(|f| std::fs::metadata(p.dir.join(f)).map_or(0, |m| m.len()))
+                .sum();
             if len != p.sym_len {
                 p.sym_len = len;
-                p.sym_text = std::fs::read_to_string(p.dir.join("symbols"))
-                    .unwrap_or_default()
-                    .into();
+                p.sym_text = crate::recording::image_symbols(&p.dir).into();
                 self.sym_dirty |= p.has_bufs;
             }
             let Ok(rd) = std::fs::read_dir(&p.dir) else {

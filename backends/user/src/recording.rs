@@ -156,6 +156,29 @@ fn pair(m: &BTreeMap<String, String>) -> Option<TscPair> {
     })
 }
 
+/// The `symbols` text of the process image directory `dir`, with the names of the objects it
+/// lists read from their files ([`ftrace_agent::symbol_files::image_symbols`]); an object
+/// whose file is not the one the program loaded is said on stderr, once per file and
+/// process (its functions print as addresses).
+pub fn image_symbols(dir: &Path) -> String {
+    use std::sync::Mutex;
+    static TOLD: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+    let (text, unnamed) = ftrace_agent::symbol_files::image_symbols(dir);
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    for path in unnamed {
+        if !told.contains(&path) {
+            eprintln!(
+                "ftrace: {}: not the file the program loaded (changed or gone since the \
+                 recording, in {}): its functions are not named",
+                path.display(),
+                dir.display()
+            );
+            told.push(path);
+        }
+    }
+    text
+}
+
 /// Parses a `symbols` file (`addr\tsize\tmodule\tname` lines; the names, as the objects spell
 /// them, are demangled here).
 pub fn parse_symbols(text: &str) -> SortedSymbols {
@@ -876,8 +899,7 @@ impl RecordingReader {
                 )));
             }
             rec.tsc_khz = tsc.map(|t| t.khz());
-            let symbols =
-                parse_symbols(&std::fs::read_to_string(sub.join("symbols")).unwrap_or_default());
+            let symbols = parse_symbols(&image_symbols(&sub));
             let listing =
                 std::fs::read_to_string(sub.join(prog_event::LISTING)).unwrap_or_default();
             let mut declared = Vec::new();

@@ -196,6 +196,7 @@ fn damaged_input_is_refused_by_every_exporter_with_the_file_and_offset() {
         if rng.below(4) == 0 {
             targets.extend(files(&work, "meta"));
             targets.extend(files(&work, "symbols"));
+            targets.extend(files(&work, "objects"));
             targets.extend(files(&work, "kallsyms"));
         }
         let what: Vec<String> = (0..1 + rng.below(3))

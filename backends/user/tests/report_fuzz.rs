@@ -110,7 +110,7 @@ fn mutate(dir: &Path, rng: &mut Rng) -> String {
         }
         5 => {
             let p = process_dir(dir);
-            let f = p.join(["symbols", "meta.exit", "meta"][rng.below(3)]);
+            let f = p.join(["symbols", "objects", "meta.exit", "meta"][rng.below(4)]);
             let mut b = std::fs::read(&f).unwrap_or_default();
             if b.is_empty() || rng.below(2) == 0 {
                 std::fs::write(&f, [0xff, 0xfe, b'\t', b'\n', 0x80]).unwrap();

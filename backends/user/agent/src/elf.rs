@@ -208,19 +208,36 @@ fn demangled_len(name: &str) -> usize {
 pub struct MappedFile {
     ptr: *const u8,
     len: usize,
+    /// Its last modification, as `stat` gave it when mapped (seconds, nanoseconds).
+    pub modified: (i64, i64),
 }
 
 impl MappedFile {
-    /// Maps the file at `path` (an empty file maps to no bytes).
+    /// Maps the regular file at `path` (an empty file maps to no bytes). Anything else (a
+    /// FIFO, a device, a directory: a path read from a damaged file) is refused, without
+    /// waiting for a writer to open a FIFO.
     pub fn open(path: &Path) -> std::io::Result<MappedFile> {
         use std::os::fd::AsRawFd as _;
-        let f = std::fs::File::open(path)?;
-        let len = usize::try_from(f.metadata()?.len())
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)?;
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let len = usize::try_from(meta.len())
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        let modified = {
+            use std::os::unix::fs::MetadataExt as _;
+            (meta.mtime(), meta.mtime_nsec())
+        };
         if len == 0 {
             return Ok(MappedFile {
                 ptr: core::ptr::NonNull::<u8>::dangling().as_ptr(),
                 len,
+                modified,
             });
         }
         // SAFETY: a fresh private read-only mapping of a file we opened; nothing else refers
@@ -238,7 +255,11 @@ impl MappedFile {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(MappedFile { ptr: p.cast(), len })
+        Ok(MappedFile {
+            ptr: p.cast(),
+            len,
+            modified,
+        })
     }
 }
 
@@ -261,9 +282,25 @@ impl Drop for MappedFile {
     }
 }
 
-/// Reads an object's sites and symbols. `read_mem` reads the loaded image (the caller's own
-/// memory for the live process).
-pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Vec<u8>) -> Scanned {
+/// Which function symbols [`scan`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Symbols {
+    /// Every function symbol of the object.
+    All,
+    /// Only an object with sites has its function symbols read (to name the sites); an object
+    /// without (most libraries) is named later, from its file, by whoever needs the names
+    /// ([`file_function_symbols`]).
+    IfSites,
+}
+
+/// Reads an object's sites and its function symbols as `symbols` says. `read_mem` reads the
+/// loaded image (the caller's own memory for the live process).
+pub fn scan(
+    obj: &LoadedObject,
+    file: &[u8],
+    read_mem: impl Fn(u64, usize) -> Vec<u8>,
+    symbols: Symbols,
+) -> Scanned {
     let mut out = Scanned::default();
     let Ok(elf) = object::File::parse(file) else {
         return out;
@@ -293,6 +330,36 @@ pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Ve
     let object::File::Elf64(elf) = &elf else {
         return out;
     };
+    if symbols == Symbols::All || !out.sites.is_empty() {
+        out.funcs = function_symbols(elf, obj);
+    }
+    out
+}
+
+/// The function symbols of the ELF file `file` at its link-time addresses (load bias 0), as
+/// [`scan`] reads those of a loaded object: add an object's bias for its runtime addresses.
+/// `None` if `file` is not a 64-bit ELF object.
+pub fn file_function_symbols(file: &[u8]) -> Option<Vec<Func>> {
+    use object::{ObjectSegment as _, SegmentFlags};
+    let object::File::Elf64(elf) = object::File::parse(file).ok()? else {
+        return None;
+    };
+    let exec = elf
+        .segments()
+        .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0))
+        .map(|s| (s.address(), s.address().saturating_add(s.size())))
+        .collect();
+    let obj = LoadedObject {
+        path: PathBuf::new(),
+        name: String::new(),
+        bias: 0,
+        exec,
+    };
+    Some(function_symbols(&elf, &obj))
+}
+
+/// `obj`'s function symbols, sorted by runtime address, one per address, each with a size.
+fn function_symbols(elf: &ElfFile64<'_>, obj: &LoadedObject) -> Vec<Func> {
     let mut funcs = one_per_address(text_symbols(elf, obj.bias));
     // A symbol without a size ends where the next one starts, or at the end of its segment:
     // never beyond the object.
@@ -308,15 +375,14 @@ pub fn scan(obj: &LoadedObject, file: &[u8], read_mem: impl Fn(u64, usize) -> Ve
             funcs[i].size = next.saturating_sub(a).max(1);
         }
     }
-    out.funcs = funcs
+    funcs
         .into_iter()
         .map(|f| Func {
             addr: f.addr,
             size: f.size,
             name: f.name.to_string(),
         })
-        .collect();
-    out
+        .collect()
 }
 
 /// A function symbol as [`text_symbols`] reads it: its name borrowed from the file.
@@ -498,7 +564,7 @@ pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
     });
     let mut out = FileScan {
         scanned: if has_sites {
-            scan(&obj, file, read_image)
+            scan(&obj, file, read_image, Symbols::All)
         } else {
             Scanned::default()
         },
@@ -675,10 +741,24 @@ mod tests {
             .find(|o| o.module().starts_with("libc.so"))
             .unwrap();
         let file = MappedFile::open(&libc.path).unwrap();
-        let s = scan(libc, &file, read_own_memory);
+        let s = scan(libc, &file, read_own_memory, Symbols::All);
         let getpid = libc::getpid as *const () as u64;
         assert_eq!(s.func_at(getpid).map(|f| f.name.as_str()), Some("getpid"));
         assert!(s.sites.is_empty(), "libc is not instrumented");
+        // Without sites, no symbols unless asked for every one.
+        let only = scan(libc, &file, read_own_memory, Symbols::IfSites);
+        assert!(only.sites.is_empty() && only.funcs.is_empty());
+        // Read from the file, at link-time addresses: the same symbols less the load bias.
+        let from_file = file_function_symbols(&file).expect("an ELF64 file");
+        let rebased: Vec<Func> = from_file
+            .into_iter()
+            .map(|f| Func {
+                addr: f.addr + libc.bias,
+                ..f
+            })
+            .collect();
+        assert_eq!(rebased, s.funcs);
+        assert!(file_function_symbols(b"#!/bin/sh\n").is_none());
     }
 
     #[test]

@@ -114,7 +114,7 @@ impl ObjectSymbols {
         });
         let (obj, scanned) = objects.iter_mut().find(|(o, _)| o.is_exec(addr))?;
         let scanned = scanned.get_or_insert_with(|| match elf::MappedFile::open(&obj.path) {
-            Ok(file) => elf::scan(obj, &file, elf::read_own_memory),
+            Ok(file) => elf::scan(obj, &file, elf::read_own_memory, elf::Symbols::All),
             Err(_) => Scanned::default(),
         });
         let f = scanned.func_at(addr)?;

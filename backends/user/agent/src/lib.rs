@@ -24,8 +24,9 @@
 //! into an executable (the `ftrace` tool, tests) it stays inert.
 //!
 //! Recording directory layout (`DIR`): one sub-directory per traced process image,
-//! `DIR/<pid>.<n>/`, holding `meta` (key=value lines), `symbols` (`addr\tsize\tmodule\tname`
-//! lines, runtime addresses, names as the objects spell them: the reader demangles) and one
+//! `DIR/<pid>.<n>/`, holding `meta` (key=value lines), `symbols` and `objects` (the function
+//! names of the objects with sites, and the objects whose names the reader reads from their
+//! files: [`symbol_files`]) and one
 //! `buf-<tid>` file per thread ([`buffer`]); with a ring directory ([`config::ENV_RING_DIR`])
 //! the `buf-<tid>` files go to `RING_DIR/<pid>.<n>/` instead.
 
@@ -55,6 +56,7 @@ pub mod resize;
 pub mod sigmask;
 pub mod signal_line;
 pub mod stack;
+pub mod symbol_files;
 pub mod text;
 pub mod thresh;
 pub mod tramp;
@@ -223,6 +225,7 @@ fn write_meta(dir: &Path, cfg: &Config) -> std::io::Result<()> {
 fn scan_new_objects(a: &mut Agent) {
     let own = own_object_range();
     let mut sym_text = String::new();
+    let mut objects_text = String::new();
     let mut new_sites = Vec::new();
     for obj in elf::loaded_objects() {
         if a.objects
@@ -241,12 +244,17 @@ fn scan_new_objects(a: &mut Agent) {
             a.objects.push(obj);
             continue;
         };
-        let scanned = elf::scan(&obj, &file, elf::read_own_memory);
+        let mut scanned = elf::scan(&obj, &file, elf::read_own_memory, elf::Symbols::IfSites);
         event::discover(&obj, &file, elf::read_own_memory);
         let module = obj.module();
+        if scanned.sites.is_empty()
+            && !symbol_files::push_object_line(&mut objects_text, &obj, &file)
+        {
+            scanned = elf::scan(&obj, &file, elf::read_own_memory, elf::Symbols::All);
+        }
         sym_text.reserve(scanned.funcs.len() * (module.len() + 48));
         for f in &scanned.funcs {
-            push_symbol_line(&mut sym_text, f, &module);
+            symbol_files::push_symbol_line(&mut sym_text, f, &module);
         }
         if !scanned.sites.is_empty() {
             let (lo, hi) = obj.text_span();
@@ -312,37 +320,18 @@ fn scan_new_objects(a: &mut Agent) {
     if let Err(e) = a.patcher.add(new_sites) {
         warn(&format!("cannot prepare sites: {e}"));
     }
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(a.dir.join("symbols"))
-    {
-        let _ = f.write_all(sym_text.as_bytes());
+    for (name, text) in [("symbols", sym_text), (symbol_files::OBJECTS, objects_text)] {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(a.dir.join(name))
+        {
+            let _ = f.write_all(text.as_bytes());
+        }
     }
     // `-e`: the events the new objects declare, armed as they are found, and listed.
     event_record::arm_matching(&a.config.events);
     let _ = event::write_listing(&a.dir);
-}
-
-/// Appends `f`'s line of the instance's `symbols` file: `addr\tsize\tmodule\tname`, the
-/// numbers in hex. Written by hand, not by `writeln!`: libc's 2 200 lines took a third of the
-/// agent's start-up scan of it so.
-fn push_symbol_line(out: &mut String, f: &elf::Func, module: &str) {
-    push_hex(out, f.addr);
-    out.push('\t');
-    push_hex(out, f.size);
-    out.push('\t');
-    out.push_str(module);
-    out.push('\t');
-    out.push_str(&f.name);
-    out.push('\n');
-}
-
-/// Appends `v` in lowercase hex, as `{:x}` writes it.
-fn push_hex(out: &mut String, v: u64) {
-    let mut digits = [0u8; 16];
-    let digits = signal_line::hex_digits(v, &mut digits);
-    out.push_str(core::str::from_utf8(digits).expect("hex digits are ASCII"));
 }
 
 /// Where a site calls under `tracer` (a `-G` root calls the root stub).
@@ -595,6 +584,8 @@ extern "C" fn after_fork_child() {
     let installed = create_instance_dir(&a.config.output).and_then(|dir| {
         let _ = write_meta(&dir, &a.config);
         let _ = std::fs::copy(a.dir.join("symbols"), dir.join("symbols"));
+        let objects = symbol_files::OBJECTS;
+        let _ = std::fs::copy(a.dir.join(objects), dir.join(objects));
         let _ = std::fs::copy(a.dir.join(event::LISTING), dir.join(event::LISTING));
         install_instance(&a.config, &dir)?;
         a.dir = dir;
@@ -738,32 +729,4 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> libc::c_int {
         a.objects.retain(|o| !gone.contains(o));
     }
     r
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_symbol_line_is_what_writeln_writes() {
-        for (addr, size) in [
-            (0, 0),
-            (1, 0xf),
-            (0x10, 0x1234),
-            (0x7f12_3456_789a, u64::MAX),
-        ] {
-            let f = elf::Func {
-                addr,
-                size,
-                name: "_ZN4core3fmt5write17h0123456789abcdefE".to_string(),
-            };
-            let mut line = String::new();
-            push_symbol_line(&mut line, &f, "libc.so.6");
-            assert_eq!(
-                line,
-                format!("{addr:x}\t{size:x}\tlibc.so.6\t{}\n", f.name),
-                "{addr:#x} {size:#x}"
-            );
-        }
-    }
 }

@@ -155,7 +155,9 @@ fn sessions(cap: &Capture) -> Result<Vec<Session>, ExportError> {
             "tsc"
         };
         let start = kv.get(start_key).and_then(|v| v.parse().ok());
-        let text = std::fs::read_to_string(d.join("symbols")).map_err(|e| io_err(&d, e))?;
+        // Checked readable (the agent's own names), then joined to the objects' names.
+        std::fs::metadata(d.join("symbols")).map_err(|e| io_err(&d, e))?;
+        let text = crate::recording::image_symbols(&d);
         out.push(Session {
             pid,
             exe: kv.get("exe").map_or_else(String::new, |s| s.to_string()),
