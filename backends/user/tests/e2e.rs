@@ -750,9 +750,19 @@ fn assert_refused((code, stdout, stderr): &(Option<i32>, String, String), says: 
 #[test]
 fn site_check_finds_every_build_s_sites_by_name() {
     // Read from the files before they run: non-PIE, PIE (relocated entries) and each form.
+    use ftrace_user::sitecheck::{Libraries, scan_program};
     for (variant, _, _) in C_BUILDS {
         let exe = build_c("calls.c", variant);
-        let sites = ftrace_user::sitecheck::scan_program(exe.to_str().unwrap()).unwrap();
+        let sites = scan_program(exe.to_str().unwrap(), Libraries::All).unwrap();
+        assert!(sites.libraries >= 1, "{variant}: libc at least");
+        // Sites in the executable: its libraries are not read unless globs need them.
+        let own = scan_program(
+            exe.to_str().unwrap(),
+            Libraries::UnlessTheExecutableHasSites,
+        )
+        .unwrap();
+        assert_eq!(own.libraries, 0, "{variant}");
+        assert_eq!(own.objects[0].names, sites.objects[0].names, "{variant}");
         let names = &sites.objects[0].names;
         for f in ["fib", "leaf", "worker", "sum6", "fadd"] {
             assert!(names.iter().any(|n| n == f), "{variant}: {f} in {names:?}");
@@ -764,7 +774,13 @@ fn site_check_finds_every_build_s_sites_by_name() {
     }
     for (variant, _, _) in UNTRACEABLE_BUILDS {
         let exe = build_c("calls.c", variant);
-        let sites = ftrace_user::sitecheck::scan_program(exe.to_str().unwrap()).unwrap();
+        // No sites in the executable: its libraries are read (they might have some).
+        let sites = scan_program(
+            exe.to_str().unwrap(),
+            Libraries::UnlessTheExecutableHasSites,
+        )
+        .unwrap();
+        assert!(sites.libraries >= 1, "{variant}");
         assert_eq!(sites.site_count(), 0, "{variant}");
         assert_eq!(sites.calls_mcount, *variant == "gcc-pg", "{variant}");
     }
