@@ -14,8 +14,9 @@
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
+use object::Object as _;
 use object::read::elf::ElfFile64;
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+use object::read::elf::SectionHeader as _;
 
 /// A function symbol with its runtime address and demangled name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -302,9 +303,10 @@ pub fn scan(
     symbols: Symbols,
 ) -> Scanned {
     let mut out = Scanned::default();
-    let Ok(elf) = object::File::parse(file) else {
+    let Ok(elf) = ElfFile64::<'_>::parse(file) else {
         return out;
     };
+    let endian = elf.endian();
     for (name, kind) in [
         ("__mcount_loc", SiteSection::McountLoc),
         (
@@ -312,11 +314,12 @@ pub fn scan(
             SiteSection::PatchableFunctionEntries,
         ),
     ] {
-        for sec in elf.sections().filter(|s| s.name() == Ok(name)) {
-            if sec.address() == 0 || sec.size() == 0 {
+        for sec in sections_named(&elf, name) {
+            let (addr, size) = (sec.sh_addr(endian), sec.sh_size(endian));
+            if addr == 0 || size == 0 {
                 continue;
             }
-            let bytes = read_mem(obj.bias.wrapping_add(sec.address()), sec.size() as usize);
+            let bytes = read_mem(obj.bias.wrapping_add(addr), size as usize);
             for chunk in bytes.chunks_exact(8) {
                 let a = u64::from_ne_bytes(chunk.try_into().unwrap());
                 if obj.is_exec(a) {
@@ -327,11 +330,8 @@ pub fn scan(
     }
     out.sites.sort_unstable_by_key(|s| s.0);
     out.sites.dedup_by_key(|s| s.0);
-    let object::File::Elf64(elf) = &elf else {
-        return out;
-    };
     if symbols == Symbols::All || !out.sites.is_empty() {
-        out.funcs = function_symbols(elf, obj);
+        out.funcs = function_symbols(&elf, obj);
     }
     out
 }
@@ -385,6 +385,70 @@ fn function_symbols(elf: &ElfFile64<'_>, obj: &LoadedObject) -> Vec<Func> {
         .collect()
 }
 
+/// The NUL-terminated string at `offset` of a string table's bytes. Found byte by byte, not
+/// through `object`'s string tables: their `memchr` runs std's CPU feature detection at its
+/// first call, a dozen `cpuid`s, which take 6-7 us each on a VM (90 us of every traced
+/// program's start, and of the tool's).
+fn c_str_at(strings: &[u8], offset: u64) -> Option<&[u8]> {
+    let rest = strings.get(usize::try_from(offset).ok()?..)?;
+    let end = rest.iter().position(|&b| b == 0)?;
+    Some(&rest[..end])
+}
+
+/// The bytes of `elf`'s section `index` (none: no such section, or none in the file).
+fn section_bytes<'a>(elf: &ElfFile64<'a>, index: object::SectionIndex) -> &'a [u8] {
+    elf.elf_section_table()
+        .section(index)
+        .ok()
+        .and_then(|s| s.data(elf.endian(), elf.data()).ok())
+        .unwrap_or(&[])
+}
+
+/// The headers of `elf`'s sections named `name` (names compared as [`c_str_at`] reads them).
+fn sections_named<'a>(
+    elf: &ElfFile64<'a>,
+    name: &str,
+) -> Vec<&'a object::elf::SectionHeader64<object::Endianness>> {
+    use object::read::elf::FileHeader as _;
+    let endian = elf.endian();
+    let Ok(names) = elf.elf_header().shstrndx(endian, elf.data()) else {
+        return Vec::new();
+    };
+    let names = section_bytes(elf, object::SectionIndex(names as usize));
+    elf.elf_section_table()
+        .iter()
+        .filter(|s| c_str_at(names, s.sh_name(endian).into()) == Some(name.as_bytes()))
+        .collect()
+}
+
+/// The link-time address and size of each section named `name` of the ELF64 file `file`.
+pub(crate) fn section_spans(file: &[u8], name: &str) -> Vec<(u64, u64)> {
+    let Ok(elf) = ElfFile64::<'_>::parse(file) else {
+        return Vec::new();
+    };
+    let endian = elf.endian();
+    sections_named(&elf, name)
+        .iter()
+        .map(|s| (s.sh_addr(endian), s.sh_size(endian)))
+        .collect()
+}
+
+/// Whether `elf` imports (has an undefined symbol named) one of `names`.
+fn imports_any(elf: &ElfFile64<'_>, names: &[&str]) -> bool {
+    use object::read::elf::Sym as _;
+    let endian = elf.endian();
+    [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()]
+        .iter()
+        .any(|table| {
+            let strings = section_bytes(elf, table.string_section());
+            table.symbols().iter().any(|sym| {
+                sym.is_undefined(endian)
+                    && c_str_at(strings, sym.st_name(endian).into())
+                        .is_some_and(|n| names.iter().any(|w| w.as_bytes() == n))
+            })
+        })
+}
+
 /// A function symbol as [`text_symbols`] reads it: its name borrowed from the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct TextSymbol<'a> {
@@ -404,7 +468,7 @@ fn text_symbols<'a>(elf: &ElfFile64<'a>, bias: u64) -> Vec<TextSymbol<'a>> {
     let endian = elf.endian();
     let mut out = Vec::new();
     for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
-        let strings = table.strings();
+        let strings = section_bytes(elf, table.string_section());
         for sym in table.symbols() {
             let addr = sym.st_value(endian);
             if !matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC)
@@ -413,9 +477,7 @@ fn text_symbols<'a>(elf: &ElfFile64<'a>, bias: u64) -> Vec<TextSymbol<'a>> {
             {
                 continue;
             }
-            let Some(name) = sym
-                .name(endian, strings)
-                .ok()
+            let Some(name) = c_str_at(strings, sym.st_name(endian).into())
                 .and_then(|n| core::str::from_utf8(n).ok())
                 .filter(|n| !n.is_empty())
             else {
@@ -555,13 +617,13 @@ pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
     };
     // Symbols only matter for naming sites: an object without sites (most libraries) is not
     // demangled.
-    let has_sites = elf.sections().any(|s| {
-        matches!(
-            s.name(),
-            Ok("__mcount_loc" | "__patchable_function_entries")
-        ) && s.address() != 0
-            && s.size() != 0
-    });
+    let object::File::Elf64(elf64) = &elf else {
+        return None;
+    };
+    let has_sites = ["__mcount_loc", "__patchable_function_entries"]
+        .iter()
+        .flat_map(|name| sections_named(elf64, name))
+        .any(|s| s.sh_addr(elf64.endian()) != 0 && s.sh_size(elf64.endian()) != 0);
     let mut out = FileScan {
         scanned: if has_sites {
             scan(&obj, file, read_image, Symbols::All)
@@ -570,26 +632,22 @@ pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
         },
         ..FileScan::default()
     };
-    let has = |names: &[&str]| {
-        elf.symbols()
-            .chain(elf.dynamic_symbols())
-            .any(|s| s.is_undefined() && s.name().is_ok_and(|n| names.contains(&n)))
-    };
-    out.calls_mcount = has(&["mcount", "_mcount"]);
-    out.calls_fentry = has(&["__fentry__"]);
-    out.starts_programs = has(&PROGRAM_STARTERS);
-    read_dynamic(&elf, &mut out);
+    out.calls_mcount = imports_any(elf64, &["mcount", "_mcount"]);
+    out.calls_fentry = imports_any(elf64, &["__fentry__"]);
+    out.starts_programs = imports_any(elf64, &PROGRAM_STARTERS);
+    read_dynamic(elf64, &mut out);
     Some(out)
 }
 
 /// Reads `DT_NEEDED`, `DT_RPATH` and `DT_RUNPATH` from the `.dynamic` section.
-fn read_dynamic(elf: &object::File<'_>, out: &mut FileScan) {
+fn read_dynamic(elf: &ElfFile64<'_>, out: &mut FileScan) {
     const DT_NEEDED: u64 = 1;
     const DT_RPATH: u64 = 15;
     const DT_RUNPATH: u64 = 29;
     let data = |name: &str| {
-        elf.section_by_name(name)
-            .and_then(|s| s.data().ok())
+        sections_named(elf, name)
+            .first()
+            .and_then(|s| s.data(elf.endian(), elf.data()).ok())
             .unwrap_or(&[])
     };
     let (dynamic, strings) = (data(".dynamic"), data(".dynstr"));
@@ -625,6 +683,7 @@ pub fn read_own_memory(addr: u64, len: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use object::ObjectSymbol as _;
 
     #[test]
     fn demangles_rust_and_cpp() {
@@ -730,6 +789,59 @@ mod tests {
             checked += 1;
         }
         // The test binary, libc and the dynamic linker at least.
+        assert!(checked >= 3, "{checked} objects");
+    }
+
+    #[test]
+    fn sections_and_imports_are_those_the_object_crate_reads() {
+        use object::ObjectSection as _;
+        let mut checked = 0;
+        for obj in loaded_objects() {
+            let Ok(file) = MappedFile::open(&obj.path) else {
+                continue;
+            };
+            let Ok(elf) = ElfFile64::<'_>::parse(&*file) else {
+                continue;
+            };
+            let any = object::File::parse(&*file).unwrap();
+            for name in [
+                ".dynamic",
+                ".dynstr",
+                ".text",
+                ".symtab",
+                "__mcount_loc",
+                "nonexistent",
+            ] {
+                let ours: Vec<(u64, u64)> = sections_named(&elf, name)
+                    .iter()
+                    .map(|s| (s.sh_addr(elf.endian()), s.sh_size(elf.endian())))
+                    .collect();
+                let theirs: Vec<(u64, u64)> = any
+                    .sections()
+                    .filter(|s| s.name() == Ok(name))
+                    .map(|s| (s.address(), s.size()))
+                    .collect();
+                assert_eq!(ours, theirs, "{} {name}", obj.path.display());
+                assert_eq!(section_spans(&file, name), theirs);
+            }
+            for names in [
+                &["malloc", "free"][..],
+                &["__libc_start_main"],
+                &["nonexistent"],
+            ] {
+                let theirs = any
+                    .symbols()
+                    .chain(any.dynamic_symbols())
+                    .any(|s| s.is_undefined() && s.name().is_ok_and(|n| names.contains(&n)));
+                assert_eq!(
+                    imports_any(&elf, names),
+                    theirs,
+                    "{} {names:?}",
+                    obj.path.display()
+                );
+            }
+            checked += 1;
+        }
         assert!(checked >= 3, "{checked} objects");
     }
 

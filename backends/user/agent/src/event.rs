@@ -27,7 +27,6 @@ use std::sync::Mutex;
 
 use ftrace_core::format::{Field, FieldArray, TraceEventFormat};
 use ftrace_ringbuf::slot::SlotEvent;
-use object::{Object as _, ObjectSection as _};
 
 use crate::elf::LoadedObject;
 
@@ -334,15 +333,12 @@ pub fn discover(
     file: &[u8],
     read_mem: impl Fn(u64, usize) -> Vec<u8>,
 ) -> usize {
-    let Ok(elf) = object::File::parse(file) else {
-        return 0;
-    };
     let mut added = 0;
-    for sec in elf.sections().filter(|s| s.name() == Ok(SECTION)) {
-        if sec.address() == 0 || sec.size() == 0 || sec.size() > 1 << 20 {
+    for (addr, size) in crate::elf::section_spans(file, SECTION) {
+        if addr == 0 || size == 0 || size > 1 << 20 {
             continue;
         }
-        let bytes = read_mem(obj.bias.wrapping_add(sec.address()), sec.size() as usize);
+        let bytes = read_mem(obj.bias.wrapping_add(addr), size as usize);
         for chunk in bytes.chunks_exact(8) {
             let addr = u64::from_ne_bytes(chunk.try_into().unwrap()) as usize;
             let mut all = lock();
