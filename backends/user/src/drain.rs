@@ -81,7 +81,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -709,6 +709,12 @@ struct Rings {
     helpers: std::sync::OnceLock<Vec<std::thread::Thread>>,
     /// Why rings were finished early, while the others went on (told at the end).
     errors: Mutex<Vec<String>>,
+    /// What the rings a helper finished recorded, handed over before it parks: a helper
+    /// parked at the end is not waited for ([`Drainer::finish`]).
+    handed_over: Mutex<Vec<ThreadCount>>,
+    /// Whether the recording is ending ([`Drainer::finish`]): a finished ring's file is then
+    /// removed by the thread that finished it ([`Rings::remove`]).
+    ending: AtomicBool,
 }
 
 #[derive(Default)]
@@ -741,6 +747,8 @@ impl Rings {
             removing: Mutex::default(),
             helpers: std::sync::OnceLock::new(),
             errors: Mutex::default(),
+            handed_over: Mutex::default(),
+            ending: AtomicBool::new(false),
         }
     }
 
@@ -872,7 +880,10 @@ impl Rings {
     /// Removes the ring file `path` of a finished ring, on a thread of its own (freeing a
     /// large ring's pages takes milliseconds, which the drainers spend draining); the program
     /// may still map it (a thread that moved to a larger ring, or alive at the end): its pages
-    /// are freed now, not when it exits. [`Drainer::finish`] waits for it.
+    /// are freed now, not when it exits. [`Drainer::finish`] waits for it. At the end
+    /// ([`Rings::ending`]) there is nothing left to drain: the file is removed here, without
+    /// a thread to start (50-200 us at the end of every recording on a VM, whose idle CPU
+    /// the new thread had to wake).
     fn remove(&self, path: PathBuf) {
         // Out of the scan's sight first (it looks for `buf-*`): a file still there when the
         // ring is forgotten would be found again as a new ring.
@@ -885,6 +896,10 @@ impl Rings {
             Ok(()) => gone,
             Err(_) => path,
         };
+        if self.ending.load(Ordering::Acquire) {
+            lock(&self.removing).push(Removal::Done(remove_ring_file(&path)));
+            return;
+        }
         let theirs = path.clone();
         let spawned = std::thread::Builder::new()
             .name("ftrace-free".into())
@@ -942,6 +957,22 @@ pub struct Drainer {
     stop: Arc<AtomicBool>,
     rings: Arc<Rings>,
     threads: Vec<std::thread::JoinHandle<Vec<ThreadCount>>>,
+    /// Per thread, whether it is parked ([`HelperState`]; the leader's stays `Running`).
+    states: Arc<[AtomicU8]>,
+}
+
+/// Where a helper is, for [`Drainer::finish`]: a helper parked at the end has nothing to do
+/// and is not waited for (waking a parked thread took 85-220 us at the end of a recording on
+/// a VM, whose idle CPU it had to wake first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum HelperState {
+    /// Draining, or about to look at the rings.
+    Running = 0,
+    /// Parked, or about to park, its counts handed over ([`Rings::handed_over`]).
+    Parked = 1,
+    /// Parked at the end: it returns as soon as it wakes, touching nothing.
+    Abandoned = 2,
 }
 
 impl std::fmt::Debug for Drainer {
@@ -962,13 +993,16 @@ impl Drainer {
             .clamp(1, MAX_THREADS);
         let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Rings::new(growth));
+        let states: Arc<[AtomicU8]> = (0..n)
+            .map(|_| AtomicU8::new(HelperState::Running as u8))
+            .collect();
         let threads: Vec<_> = (0..n)
             .map(|me| {
                 let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
-                let (stop, shared) = (stop.clone(), shared.clone());
+                let (stop, shared, states) = (stop.clone(), shared.clone(), states.clone());
                 std::thread::Builder::new()
                     .name("ftrace-drain".into())
-                    .spawn(move || run(me, &shared, &rings, &out, &stop))
+                    .spawn(move || run(me, &shared, &rings, &out, &stop, &states[me]))
                     .expect("spawning a drain thread")
             })
             .collect();
@@ -978,6 +1012,7 @@ impl Drainer {
             stop,
             rings: shared,
             threads,
+            states,
         }
     }
 
@@ -985,18 +1020,32 @@ impl Drainer {
     /// its end, completes the events files and removes the ring files; what each thread
     /// recorded, by thread id, and every error met.
     pub fn finish(self) -> Finished {
-        self.stop.store(true, Ordering::Release);
-        // Wakes them if they wait for events: the program is gone, nothing more will come.
-        for t in &self.threads {
+        self.rings.ending.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes them if they wait for events: the program is gone, nothing more will come. A
+        // parked helper holds no ring (the leader finishes them all) and has handed its counts
+        // over: woken, but not waited for.
+        let mut waited = Vec::new();
+        for (t, state) in self.threads.into_iter().zip(self.states.iter()) {
+            let parked = state.compare_exchange(
+                HelperState::Parked as u8,
+                HelperState::Abandoned as u8,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
             t.thread().unpark();
+            if parked.is_err() {
+                waited.push(t);
+            }
         }
         let mut counts = Vec::new();
-        for t in self.threads {
+        for t in waited {
             match t.join() {
                 Ok(c) => counts.extend(c),
                 Err(_) => self.rings.tell("a drain thread panicked".to_string()),
             }
         }
+        counts.append(&mut lock(&self.rings.handed_over));
         self.rings.tell_unstarted();
         self.rings.wait_removals();
         counts.sort_by_key(|c| c.tid);
@@ -1009,7 +1058,14 @@ impl Drainer {
 
 /// Drainer thread `me` (0: the leader, the others helpers): drains the rings no other thread
 /// is draining until `stop`, then finishes every ring left.
-fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, stop: &AtomicBool) -> Vec<ThreadCount> {
+fn run(
+    me: usize,
+    shared: &Rings,
+    dir: &Path,
+    out: &Path,
+    stop: &AtomicBool,
+    state: &AtomicU8,
+) -> Vec<ThreadCount> {
     let mut done = Vec::new();
     let mut last_scan: Option<Instant> = None;
     let mut last_exit_check = Instant::now();
@@ -1032,7 +1088,15 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, stop: &AtomicBool) -> 
             match wait {
                 // Nothing it may take for a while: until the leader (or the end) wakes it.
                 HelperWait::Park => {
-                    std::thread::park();
+                    lock(&shared.handed_over).append(&mut done);
+                    state.store(HelperState::Parked as u8, Ordering::SeqCst);
+                    if !stop.load(Ordering::SeqCst) {
+                        std::thread::park();
+                    }
+                    let was = state.swap(HelperState::Running as u8, Ordering::SeqCst);
+                    if was == HelperState::Abandoned as u8 {
+                        return done;
+                    }
                     empty_passes = 0;
                 }
                 HelperWait::Sleep => pause(BATCH_SLEEP, stop),
@@ -1243,6 +1307,47 @@ mod tests {
         // Events in between start the count again.
         assert_eq!(helper_wait(empty, 10, false), (HelperWait::Sleep, 0));
         assert_eq!(helper_wait(empty, TURN, true), (HelperWait::No, 0));
+    }
+
+    /// A helper parked at the end is not waited for (on a machine with two CPUs or more: a
+    /// helper to park), and what it handed over before parking is in the counts.
+    #[test]
+    fn a_helper_parked_at_the_end_is_not_waited_for_and_its_counts_are_kept() {
+        let out = tempfile::tempdir().unwrap();
+        let rings = RingDir::create(out.path());
+        let drainer = Drainer::start(rings.path(), out.path(), Growth::Fixed);
+        if drainer.threads.len() < 2 {
+            return;
+        }
+        let parked = |d: &Drainer| d.states[1].load(Ordering::SeqCst) == HelperState::Parked as u8;
+        let since = Instant::now();
+        while !parked(&drainer) {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "the helper never parked"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let helper = drainer.threads[1].thread().clone();
+        let states = drainer.states.clone();
+        let handed = ThreadCount {
+            tid: 7,
+            events: 3,
+            lost: 1,
+        };
+        lock(&drainer.rings.handed_over).push(handed);
+        let finished = drainer.finish();
+        assert_eq!(finished.counts, [handed]);
+        assert!(finished.errors.is_empty(), "{:?}", finished.errors);
+        // Abandoned, then woken (it returns without a pass).
+        let since = Instant::now();
+        while states[1].load(Ordering::SeqCst) != HelperState::Running as u8 {
+            assert!(
+                since.elapsed() < Duration::from_secs(10),
+                "{helper:?} never woke"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// The tool keeps a window of a large ring mapped, not the whole ring: the pages it has
