@@ -973,3 +973,52 @@ fn build_plugin(out: &Path) {
         .unwrap();
     assert!(st.success(), "clang: building {}", out.display());
 }
+
+/// The executable's function names are in its recording whatever its build (a plain `-pg`
+/// one has no sites), a library without sites is listed in `objects` and named from its file
+/// by the reader: the report names both.
+#[test]
+fn the_executable_is_named_in_the_recording_and_libraries_from_their_files() {
+    let exe = build_c("calls.c", "gcc-pg");
+    let dir = scratch().join("names-rec");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (code, _, stderr) = ftrace_cli(&[
+        "record",
+        "-t",
+        "function",
+        "-o",
+        dir.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "1",
+        "1",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let image = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("meta").is_file())
+        .expect("an image directory");
+    let symbols = std::fs::read_to_string(image.join("symbols")).unwrap();
+    assert!(symbols.contains("\tleaf\n"), "{symbols}");
+    let objects = std::fs::read_to_string(image.join("objects")).unwrap();
+    let listed = ftrace_agent::symbol_files::parse_objects(&objects);
+    let exe_name = exe.file_name().unwrap().to_str().unwrap();
+    assert!(listed.iter().all(|o| o.module != exe_name), "{objects}");
+    assert!(
+        listed.iter().any(|o| o.module.starts_with("libc.so")),
+        "{objects}"
+    );
+    // The reader joins them: libc's functions are named (main's caller is libc's).
+    let (text, unnamed) = ftrace_agent::symbol_files::image_symbols(&image);
+    assert!(unnamed.is_empty(), "{unnamed:?}");
+    assert!(
+        text.contains("libc.so.6\t__libc_start_main"),
+        "libc unnamed"
+    );
+    let (code, report, stderr) = ftrace_cli(&["report", "-i", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(report.contains("leaf <-"), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

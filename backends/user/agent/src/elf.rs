@@ -340,22 +340,29 @@ pub fn scan(
 /// [`scan`] reads those of a loaded object: add an object's bias for its runtime addresses.
 /// `None` if `file` is not a 64-bit ELF object.
 pub fn file_function_symbols(file: &[u8]) -> Option<Vec<Func>> {
-    use object::{ObjectSegment as _, SegmentFlags};
-    let object::File::Elf64(elf) = object::File::parse(file).ok()? else {
+    let any = object::File::parse(file).ok()?;
+    let obj = loaded_at_zero(&any, PathBuf::new());
+    let object::File::Elf64(elf) = &any else {
         return None;
     };
+    Some(function_symbols(elf, &obj))
+}
+
+/// The object of the file `path` (parsed: `elf`) as the dynamic linker would load it at bias
+/// 0: its executable segments at their link-time addresses.
+fn loaded_at_zero(elf: &object::File<'_>, path: PathBuf) -> LoadedObject {
+    use object::{ObjectSegment as _, SegmentFlags};
     let exec = elf
         .segments()
         .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0))
         .map(|s| (s.address(), s.address().saturating_add(s.size())))
         .collect();
-    let obj = LoadedObject {
-        path: PathBuf::new(),
+    LoadedObject {
+        path,
         name: String::new(),
         bias: 0,
         exec,
-    };
-    Some(function_symbols(&elf, &obj))
+    }
 }
 
 /// `obj`'s function symbols, sorted by runtime address, one per address, each with a size.
@@ -564,7 +571,7 @@ const PF_X: u32 = 1;
 /// `R_X86_64_RELATIVE` relocations applied (what the dynamic linker does before [`scan`] runs
 /// in the program). `None` if `file` is not a 64-bit little-endian ELF object.
 pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
-    use object::{ObjectSegment as _, RelocationFlags, SegmentFlags};
+    use object::{ObjectSegment as _, RelocationFlags};
     let elf = object::File::parse(file).ok()?;
     if !matches!(elf, object::File::Elf64(_)) || !elf.is_little_endian() {
         return None;
@@ -573,17 +580,7 @@ pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
         .segments()
         .filter_map(|s| Some((s.address(), s.size(), s.data().ok()?)))
         .collect();
-    let exec = elf
-        .segments()
-        .filter(|s| matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0))
-        .map(|s| (s.address(), s.address().saturating_add(s.size())))
-        .collect();
-    let obj = LoadedObject {
-        path: path.to_path_buf(),
-        name: String::new(),
-        bias: 0,
-        exec,
-    };
+    let obj = loaded_at_zero(&elf, path.to_path_buf());
     let relative: Vec<(u64, u64)> = elf
         .dynamic_relocations()
         .into_iter()

@@ -3,8 +3,8 @@
 //! - `symbols`: a line per function symbol of each object with call sites (the names its sites
 //!   are known by), `addr\tsize\tmodule\tname`: runtime address and size in lowercase hex, the
 //!   object's file name, the name as the object spells it (the reader demangles).
-//! - `objects` ([`OBJECTS`]): a line per object whose symbols the agent did not read (no
-//!   sites: libc, the dynamic linker, a `-pg` program),
+//! - `objects` ([`OBJECTS`]): a line per library whose symbols the agent did not read (no
+//!   sites: libc, the dynamic linker; never the executable, rebuilt more often than those),
 //!   `bias\tmodule\tsize\tmtime_s\tmtime_ns\tpath`: its load bias in hex, its file name, its
 //!   file's size and last modification (decimal) and its file. The reader names their
 //!   functions from the files ([`read_object_symbols`]), as `perf report` names a recording's
