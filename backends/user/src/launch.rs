@@ -69,13 +69,18 @@ pub fn traced_command(agent: &Path, config: &Config, prog: &str, args: &[String]
 
 /// Runs the traced program to completion.
 pub fn run(config: &Config, prog: &str, args: &[String]) -> Result<ExitStatus, String> {
+    let mut child = spawn(config, prog, args)?;
+    child.wait().map_err(|e| format!("{prog}: {e}"))
+}
+
+/// Starts the traced program (returns once it has been executed).
+pub fn spawn(config: &Config, prog: &str, args: &[String]) -> Result<std::process::Child, String> {
     let agent = find_agent()?;
     std::fs::create_dir_all(&config.output)
         .map_err(|e| format!("{}: {e}", config.output.display()))?;
-    let mut child = traced_command(&agent, config, prog, args)
+    traced_command(&agent, config, prog, args)
         .spawn()
-        .map_err(|e| format!("{prog}: {e}"))?;
-    child.wait().map_err(|e| format!("{prog}: {e}"))
+        .map_err(|e| format!("{prog}: {e}"))
 }
 
 #[cfg(test)]

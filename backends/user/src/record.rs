@@ -298,12 +298,15 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
         grow_max_bytes: growth.max_bytes(),
         ..cfg
     };
-    // The first thread's ring is reserved here, on another CPU, from before the program
-    // starts: it takes it when it is whole (waiting for the rest if it comes first).
+    // The program first: the drainers and the first thread's ring are made while it starts
+    // (its loading and the agent's scan take a millisecond before its first event; making
+    // them first kept it waiting 150 us). The ring is made on another CPU: the thread takes
+    // it when it is whole (waiting for the rest if it comes first).
+    let mut child = crate::launch::spawn(&cfg, prog, args)?;
     let (status, drained) = std::thread::scope(|s| {
         s.spawn(|| rings.make_spare(cfg.ring_file_bytes()));
         let drainer = crate::drain::Drainer::start(rings.path(), out, growth);
-        let status = crate::launch::run(&cfg, prog, args);
+        let status = child.wait().map_err(|e| format!("{prog}: {e}"));
         (status, drainer.finish())
     });
     let status = status?;
