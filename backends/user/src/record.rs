@@ -303,10 +303,12 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // them first kept it waiting 150 us). The ring is made on another CPU: the thread takes
     // it when it is whole (waiting for the rest if it comes first).
     let mut child = crate::launch::spawn(&cfg, prog, args)?;
+    let exited = std::sync::atomic::AtomicBool::new(false);
     let (status, drained) = std::thread::scope(|s| {
-        s.spawn(|| rings.make_spare(cfg.ring_file_bytes()));
+        s.spawn(|| rings.make_spare(cfg.ring_file_bytes(), &exited));
         let drainer = crate::drain::Drainer::start(rings.path(), out, growth);
         let status = child.wait().map_err(|e| format!("{prog}: {e}"));
+        exited.store(true, std::sync::atomic::Ordering::Relaxed);
         (status, drainer.finish())
     });
     let status = status?;
