@@ -635,20 +635,16 @@ fn make_ring_file(tmp: &Path, path: &Path, bytes: u64, pages: Pages<'_>) -> std:
 
 /// Writes the pages of the file `f` of `bytes` ([`Pages::Written`]), best effort, a
 /// [`WRITE_PAGES_CHUNK`] at a time until `until`, on a CPU nothing else wants: the calling
-/// thread is made `SCHED_IDLE` (it is the spare's own thread). Written at the normal
-/// priority, the pages took the CPU the program's start wanted (a fib(1) 0.35-0.5 ms
-/// slower at the median in one period); once the program has exited, what is left is not
-/// written (nothing will take it).
+/// thread runs `SCHED_IDLE` meanwhile ([`IdlePriority`]). Written at the normal priority,
+/// the pages took the CPU the program's start wanted (a fib(1) 0.35-0.5 ms slower at the
+/// median in one period); once the program has exited, what is left is not written
+/// (nothing will take it).
 fn write_pages(f: &File, bytes: u64, until: &AtomicBool) {
     use std::os::fd::AsRawFd as _;
     let Ok(len) = usize::try_from(bytes) else {
         return;
     };
-    // SAFETY: a plain syscall on the calling thread with a valid parameter.
-    unsafe {
-        let param = libc::sched_param { sched_priority: 0 };
-        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-    }
+    let _idle = IdlePriority::new();
     // SAFETY: a fresh shared mapping of a file of ours, of its size, unmapped here; the
     // advice only faults its pages in for writing.
     unsafe {
@@ -668,6 +664,39 @@ fn write_pages(f: &File, bytes: u64, until: &AtomicBool) {
                 at += n;
             }
             libc::munmap(p, len);
+        }
+    }
+}
+
+/// The calling thread at `SCHED_IDLE` until dropped, then at its scheduling policy again
+/// where that is allowed (an unprivileged thread leaves `SCHED_IDLE` only as far as its
+/// `RLIMIT_NICE` lets it).
+struct IdlePriority {
+    /// The policy and parameter it had (`None`: unknown, left as is).
+    was: Option<(libc::c_int, libc::sched_param)>,
+}
+
+impl IdlePriority {
+    fn new() -> IdlePriority {
+        // SAFETY: plain syscalls on the calling thread; a zeroed sched_param is a valid
+        // out-parameter and a valid SCHED_IDLE parameter.
+        let was = unsafe {
+            let mut param: libc::sched_param = core::mem::zeroed();
+            let policy = libc::sched_getscheduler(0);
+            let got = policy >= 0 && libc::sched_getparam(0, &mut param) == 0;
+            let idle: libc::sched_param = core::mem::zeroed();
+            let set = libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) == 0;
+            (got && set).then_some((policy, param))
+        };
+        IdlePriority { was }
+    }
+}
+
+impl Drop for IdlePriority {
+    fn drop(&mut self) {
+        if let Some((policy, param)) = self.was {
+            // SAFETY: a plain syscall on the calling thread with the parameter it had.
+            unsafe { libc::sched_setscheduler(0, policy, &param) };
         }
     }
 }
@@ -1394,6 +1423,23 @@ mod tests {
         // Events in between start the count again.
         assert_eq!(helper_wait(empty, 10, false), (HelperWait::Sleep, 0));
         assert_eq!(helper_wait(empty, TURN, true), (HelperWait::No, 0));
+    }
+
+    /// The spare's pages are written at `SCHED_IDLE`, and the thread that wrote them gets its
+    /// policy back (allowed here: the tests run as root).
+    #[test]
+    fn idle_priority_is_given_back() {
+        // SAFETY: plain syscalls on the calling thread.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let before = policy();
+        {
+            let _idle = IdlePriority::new();
+            assert_eq!(policy(), libc::SCHED_IDLE);
+        }
+        // SAFETY: no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            assert_eq!(policy(), before);
+        }
     }
 
     /// A helper parked at the end is not waited for (on a machine with two CPUs or more: a

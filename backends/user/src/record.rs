@@ -301,7 +301,8 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // The program first: the drainers and the first thread's ring are made while it starts
     // (its loading and the agent's scan take a millisecond before its first event; making
     // them first kept it waiting 150 us). The ring is made on another CPU: the thread takes
-    // it when it is whole (waiting for the rest if it comes first).
+    // it when it is sized (waiting for it if it comes first); its pages are written until
+    // the program has exited ([`crate::drain::RingDir::make_spare`]).
     let mut child = crate::launch::spawn(&cfg, prog, args)?;
     let exited = std::sync::atomic::AtomicBool::new(false);
     let (status, drained) = std::thread::scope(|s| {

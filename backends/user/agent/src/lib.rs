@@ -244,16 +244,21 @@ fn scan_new_objects(a: &mut Agent) {
             a.objects.push(obj);
             continue;
         };
-        let mut scanned = elf::scan(&obj, &file, elf::read_own_memory, elf::Symbols::IfSites);
-        event::discover(&obj, &file, elf::read_own_memory);
-        let module = obj.module();
         // A library without sites is listed, its names read by the reader from its file; the
         // executable's are read now, whatever it has: a program is rebuilt between a
         // recording and its report more often than libc is upgraded.
-        let listed = scanned.sites.is_empty()
-            && !obj.name.is_empty()
-            && symbol_files::push_object_line(&mut objects_text, &obj, &file);
-        if scanned.sites.is_empty() && !listed {
+        let symbols = match obj.name.is_empty() {
+            true => elf::Symbols::All,
+            false => elf::Symbols::IfSites,
+        };
+        let mut scanned = elf::scan(&obj, &file, elf::read_own_memory, symbols);
+        event::discover(&obj, &file, elf::read_own_memory);
+        let module = obj.module();
+        if symbols == elf::Symbols::IfSites
+            && scanned.sites.is_empty()
+            && !symbol_files::push_object_line(&mut objects_text, &obj, &file)
+        {
+            // A path the list cannot hold: read now after all.
             scanned = elf::scan(&obj, &file, elf::read_own_memory, elf::Symbols::All);
         }
         sym_text.reserve(scanned.funcs.len() * (module.len() + 48));
