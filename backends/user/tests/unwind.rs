@@ -517,3 +517,40 @@ fn cpp_exceptions_in_an_attached_process() {
     let throws = got.iter().filter(|c| *c == "thrower(long)();").count();
     assert!(throws > 10, "{throws} throws:\n{err}\n{trace}");
 }
+
+/// Neither the tool nor the agent links libgcc_s (`ftrace_agent::unwinder`): its CPU probe
+/// costs every process start 0.1 ms on a VM. A C program traced does not have it loaded (its
+/// own maps, printed under the agent); the tests above have it loaded by the program, and
+/// `live_events`' stack tests by the agent when a stack is first asked for.
+#[test]
+fn neither_the_tool_nor_the_agent_links_libgcc_s() {
+    let tool = Path::new(env!("CARGO_BIN_EXE_ftrace"));
+    let agent = tool.with_file_name("libftrace_agent.so");
+    for f in [tool, agent.as_path()] {
+        let bytes = std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let scan = ftrace_agent::elf::scan_file(f, &bytes).expect("an ELF file");
+        assert!(
+            scan.needed.iter().any(|n| n.starts_with("libc.so")),
+            "{}: {:?}",
+            f.display(),
+            scan.needed
+        );
+        assert!(
+            !scan.needed.iter().any(|n| n.starts_with("libgcc_s")),
+            "{}: {:?}",
+            f.display(),
+            scan.needed
+        );
+    }
+    let dir = scratch("no_libgcc_s");
+    let out = Command::new(tool)
+        .args(["record", "--force", "-t", "function_graph", "-o"])
+        .arg(dir.join("rec"))
+        .args(["--", "/bin/cat", "/proc/self/maps"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let maps = String::from_utf8_lossy(&out.stdout);
+    assert!(maps.contains("libftrace_agent.so"), "{maps}");
+    assert!(!maps.contains("libgcc_s"), "{maps}");
+}

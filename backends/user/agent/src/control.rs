@@ -598,6 +598,11 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     handler::MAX_DEPTH.store(w.depth, Ordering::Relaxed);
     handler::RETVAL.store(w.retval, Ordering::Relaxed);
     a.config.retval = w.retval;
+    if w.func_stack || w.event_stack {
+        // The walks find the unwinder (loading libgcc_s into a C program) here, not on the
+        // event path.
+        crate::stack::prepare_caller_walk();
+    }
     handler::FUNC_STACK.store(w.func_stack, Ordering::Relaxed);
     crate::event_record::EVENT_STACK.store(w.event_stack, Ordering::Relaxed);
     crate::thresh::set(w.thresh_ns, w.clock);

@@ -4,6 +4,10 @@
 //! Preloaded, the agent defines some of the program's library functions (the unwinder's entry
 //! points, [`crate::unwind`]; the signal-mask calls, [`crate::sigmask`]); each does its part and
 //! then calls the library's own definition, which [`next`] finds.
+//!
+//! Invariant: a name is looked up outside the event path (at start, or from the control thread
+//! when an option that needs it is set), or on a path that has already left it (an unwinder
+//! running): looking up may load libgcc_s.
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,6 +15,17 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 /// in `cache`; aborts with a message naming it when there is none (the program called a
 /// function no library of it defines).
 pub fn next(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
+    match find(name, cache) {
+        0 => missing(name),
+        p => p,
+    }
+}
+
+/// [`next`], or 0 when no library defines `name`. The unwinder's functions are found even in a
+/// program that does not link libgcc_s (a C program): the agent does not link it either
+/// ([`crate::unwinder`]), and loads it the first time one of them is looked for, as glibc does
+/// for `pthread_cancel`.
+pub fn find(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
     let p = cache.load(Ordering::Relaxed);
     if p != 0 {
         return p;
@@ -26,8 +41,20 @@ pub fn next(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
             p = d;
         }
     }
-    if p == 0 {
-        missing(name);
+    if p == 0 && name.to_bytes().starts_with(b"_Unwind_") {
+        // libc's `dlopen`, not the agent's (which scans and patches the new objects under
+        // the agent's lock, which a caller on the control thread holds).
+        // SAFETY: NUL-terminated names; `real` is libc's dlopen; the handle is checked.
+        unsafe {
+            let real = libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr());
+            if !real.is_null() {
+                let real: crate::DlopenFn = core::mem::transmute(real);
+                let h = real(c"libgcc_s.so.1".as_ptr(), libc::RTLD_NOW);
+                if !h.is_null() {
+                    p = libc::dlsym(h, name.as_ptr()) as usize;
+                }
+            }
+        }
     }
     cache.store(p, Ordering::Relaxed);
     p

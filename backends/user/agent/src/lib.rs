@@ -61,6 +61,7 @@ pub mod text;
 pub mod thresh;
 pub mod tramp;
 pub mod unwind;
+pub mod unwinder;
 
 use core::sync::atomic::Ordering;
 use std::ffi::{CString, c_void};
@@ -674,7 +675,7 @@ pub extern "C" fn vfork() -> libc::pid_t {
     unsafe { libc::fork() }
 }
 
-type DlopenFn = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> *mut c_void;
+pub(crate) type DlopenFn = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> *mut c_void;
 type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> libc::c_int;
 
 /// `dlopen`, interposed: after the real one, new objects' sites are found and patched.

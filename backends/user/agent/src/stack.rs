@@ -53,9 +53,10 @@ static BACKTRACE: AtomicUsize = AtomicUsize::new(0);
 /// The agent's own text, `[lo, hi)` (`hi` 0: not known yet), set by [`prepare_caller_walk`].
 static OWN_TEXT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
-/// Readies [`record_caller`] outside the event path (the control thread, when a
-/// `stacktrace` trigger is set): resolves the unwinder (which may load libgcc_s) and finds
-/// the agent's own text, so the walk neither loads nor allocates.
+/// Readies [`walk`] and [`record_caller`] outside the event path (the control thread, when a
+/// `stacktrace` trigger or the `func_stack_trace` or `stacktrace` option is set): resolves the
+/// unwinder (which loads libgcc_s into a program without it) and finds the agent's own text,
+/// so the walk neither loads nor allocates.
 pub(crate) fn prepare_caller_walk() {
     real(c"_Unwind_GetIP", &GET_IP);
     real(c"_Unwind_Backtrace", &BACKTRACE);
@@ -73,26 +74,10 @@ pub(crate) fn prepare_caller_walk() {
     }
 }
 
-/// libgcc_s's `name` (the next definition after the agent's), cached in `cache`; 0 when the
-/// program has no libgcc_s.
+/// libgcc_s's `name`, cached in `cache`; 0 when there is no libgcc_s to load
+/// ([`crate::interpose::find`]).
 fn real(name: &core::ffi::CStr, cache: &AtomicUsize) -> usize {
-    let p = cache.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    // SAFETY: a NUL-terminated name; RTLD_DEFAULT / RTLD_NEXT are valid handles.
-    let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    if p == 0 {
-        // A program that does not link libgcc_s: load it (it is where the unwinder lives).
-        // SAFETY: NUL-terminated names.
-        let h = unsafe { libc::dlopen(c"libgcc_s.so.1".as_ptr(), libc::RTLD_NOW) };
-        if !h.is_null() {
-            // SAFETY: as above.
-            p = unsafe { libc::dlsym(h, name.as_ptr()) } as usize;
-        }
-    }
-    cache.store(p, Ordering::Relaxed);
-    p
+    crate::interpose::find(name, cache)
 }
 
 /// The walk's callback: one frame (its instruction pointer) per call.
