@@ -598,9 +598,14 @@ pub fn apply_wanted(a: &mut Agent, w: &Wanted) -> std::io::Result<usize> {
     handler::MAX_DEPTH.store(w.depth, Ordering::Relaxed);
     handler::RETVAL.store(w.retval, Ordering::Relaxed);
     a.config.retval = w.retval;
-    if w.func_stack || w.event_stack {
-        // The walks find the unwinder (loading libgcc_s into a C program) here, not on the
-        // event path.
+    let walks = w.func_stack
+        || w.event_stack
+        || w.probes
+            .iter()
+            .any(|p| p.cmd == ftrace_core::filter::ProbeCommand::Stacktrace);
+    if walks {
+        // The stack walks find the unwinder (loading libgcc_s into a C program) here, not on
+        // the event path.
         crate::stack::prepare_caller_walk();
     }
     handler::FUNC_STACK.store(w.func_stack, Ordering::Relaxed);

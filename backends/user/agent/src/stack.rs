@@ -54,9 +54,9 @@ static BACKTRACE: AtomicUsize = AtomicUsize::new(0);
 static OWN_TEXT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 
 /// Readies [`walk`] and [`record_caller`] outside the event path (the control thread, when a
-/// `stacktrace` trigger or the `func_stack_trace` or `stacktrace` option is set): resolves the
-/// unwinder (which loads libgcc_s into a program without it) and finds the agent's own text,
-/// so the walk neither loads nor allocates.
+/// `stacktrace` trigger or command or the `func_stack_trace` or `stacktrace` option is set):
+/// resolves the unwinder (which loads libgcc_s into a program without it) and finds the
+/// agent's own text, so the walk neither loads nor allocates.
 pub(crate) fn prepare_caller_walk() {
     real(c"_Unwind_GetIP", &GET_IP);
     real(c"_Unwind_Backtrace", &BACKTRACE);
