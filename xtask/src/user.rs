@@ -715,13 +715,17 @@ pub fn stream_check(args: &[String]) -> Result<(), String> {
         }
     }
     let (a, b) = (&runs[0], &runs[1]);
-    // Flat: the larger recording may cost at most a quarter more memory (page-cache noise,
-    // allocator arenas), never in proportion to its size.
+    // Flat: the larger recording may cost at most twice the memory, never in proportion to
+    // its size (SCALE times). Twice, not a quarter more (the rule until 2026-12-04): the
+    // tool's peak while recording 10 M calls or 100 M varies from run to run by half
+    // (15.8-24.1 MB in six runs of each on 2026-12-03: the ring windows the drainers hold
+    // when it is sampled, allocator arenas), and a quarter failed a run whose memory was as
+    // flat as any (1x 17.1 MB, 10x 22.2 MB).
     for (what, x, y) in [
         ("record", a.record_rss_kb, b.record_rss_kb),
         ("report", a.report_rss_kb, b.report_rss_kb),
     ] {
-        if y > x + x / 4 {
+        if y > 2 * x {
             return Err(format!(
                 "{what}: peak RSS grew from {x} KB to {y} KB with a recording {scale}x larger"
             ));
