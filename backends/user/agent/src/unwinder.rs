@@ -29,20 +29,15 @@ macro_rules! forward {
         $(
             unsafe extern "C" fn $fwd($($arg: $ty),*) $(-> $ret)? {
                 static REAL: AtomicUsize = AtomicUsize::new(0);
+                const NAME: &core::ffi::CStr = match core::ffi::CStr::from_bytes_with_nul(
+                    concat!(stringify!($name), "\0").as_bytes(),
+                ) {
+                    Ok(n) => n,
+                    Err(_) => panic!("a symbol name holds no NUL"),
+                };
                 type Real = unsafe extern "C" fn($($ty),*) $(-> $ret)?;
                 // SAFETY: libgcc_s's definition of the name, of this type (its ABI).
-                let real: Real = unsafe {
-                    core::mem::transmute(next(
-                        // The name, NUL-terminated.
-                        match core::ffi::CStr::from_bytes_with_nul(
-                            concat!(stringify!($name), "\0").as_bytes(),
-                        ) {
-                            Ok(n) => n,
-                            Err(_) => unreachable!(),
-                        },
-                        &REAL,
-                    ))
-                };
+                let real: Real = unsafe { core::mem::transmute(next(NAME, &REAL)) };
                 // SAFETY: the caller's arguments, as the unwinder takes them.
                 unsafe { real($($arg),*) }
             }
