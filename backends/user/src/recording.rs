@@ -876,12 +876,12 @@ impl RecordingReader {
                     }
                 }
             }
-            // The agent's exit pair when it has one far enough from the start (so that every
-            // read of the recording gives the same times), else the reader's clock.
+            // The agent's exit pair when it has one (so that every read of the recording
+            // gives the same times, however short the run), else the reader's clock.
             let start = pair(&meta);
             let end = pair(&exit);
             let mut tsc = start.and_then(|s| {
-                end.and_then(|e| TscConversion::calibrate(s, e))
+                end.and_then(|e| TscConversion::over_run(s, e))
                     .or_else(|| TscConversion::calibrate(s, now))
             });
             if tsc.is_none() {
@@ -1160,6 +1160,44 @@ mod tests {
             "a short record has no function, and no panic"
         );
         assert_eq!(rec.comm(43), "x");
+    }
+
+    /// A run shorter than a millisecond (its `meta` and `meta.exit` pairs 0.6 ms apart) is
+    /// converted from its own pairs: two reads a few milliseconds apart give the same
+    /// times (they fell back to the reader's clock, a nanosecond or so apart: trace-cmd's
+    /// report of a trace.dat then differed from `ftrace report` of the same recording).
+    #[test]
+    fn a_short_runs_times_are_the_same_at_every_read() {
+        let dir = std::env::temp_dir().join(format!("ftrace-rec-short-{}", std::process::id()));
+        let sub = dir.join("42.0");
+        std::fs::create_dir_all(&sub).unwrap();
+        // 2.5 GHz: 600 us is 1.5 M ticks; the events lie between.
+        std::fs::write(
+            sub.join("meta"),
+            "pid=42\nexe=/bin/x\ntracer=function_graph\nclock=local\n\
+             tsc=1000000000 mono_ns=5000000000\nnr_cpus=4\n",
+        )
+        .unwrap();
+        std::fs::write(sub.join("meta.exit"), "tsc=1001500000 mono_ns=5000600000\n").unwrap();
+        let ring = ring_bytes(|w| {
+            // SAFETY: `w` describes the ring's memory.
+            unsafe {
+                w.write(1_000_250_001, 0x1000, 0x5, KIND_GRAPH_ENT, 0, 3);
+                w.write(1_000_750_003, 0x1000, 1_000_250_001, KIND_GRAPH_RET, 0, 3);
+            }
+        });
+        std::fs::write(sub.join("buf-43"), ring).unwrap();
+        let times = || -> Vec<u64> {
+            let rec = Recording::read(&dir).unwrap();
+            rec.merged().iter().map(|e| e.ts).collect()
+        };
+        let first = times();
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let second = times();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(first, second);
+        // 250 001 and 750 003 ticks after the start: 100 000 and 300 001 ns.
+        assert_eq!(first, [5_000_100_000, 5_000_300_001]);
     }
 
     /// A ring file whose function_graph event is deeper than the agent's shadow stack is

@@ -76,9 +76,24 @@ pub struct TscConversion {
 impl TscConversion {
     /// Calibrates from two pairs (`a` earlier than `b`); `None` if they are too close.
     pub fn calibrate(a: TscPair, b: TscPair) -> Option<Self> {
+        Self::spanning(a, b, 1_000_000)
+    }
+
+    /// The conversion for the events a run recorded between its start pair `a` and its exit
+    /// pair `b`, however short the run: every event lies between the two, where the pairs'
+    /// own error (tens of nanoseconds) bounds the conversion's; `None` when `b` is not after
+    /// `a`. (With [`calibrate`](Self::calibrate)'s millisecond, a run shorter than that fell
+    /// back to the reader's clock: each read of its recording gave times a nanosecond or so
+    /// apart.)
+    pub fn over_run(a: TscPair, b: TscPair) -> Option<Self> {
+        Self::spanning(a, b, 1)
+    }
+
+    /// From `a` and `b` at least `min_ns` apart.
+    fn spanning(a: TscPair, b: TscPair, min_ns: u64) -> Option<Self> {
         let dt = b.tsc.checked_sub(a.tsc)?;
         let dn = b.mono_ns.checked_sub(a.mono_ns)?;
-        if dt == 0 || dn < 1_000_000 {
+        if dt == 0 || dn < min_ns {
             return None;
         }
         let mult = ((dn as u128) << 32) / dt as u128;
@@ -121,6 +136,26 @@ mod tests {
         assert!(c.to_ns(2_445_400_000 + 1_000).abs_diff(6_000_000_000) <= 1);
         assert!(c.to_ns(1_000 + 2_445_400).abs_diff(5_001_000_000) <= 1);
         assert!(TscConversion::calibrate(b, a).is_none());
+    }
+
+    /// A run's pairs convert exactly at both ends however close they are; `calibrate`
+    /// wants a millisecond.
+    #[test]
+    fn a_short_run_converts_from_its_own_pairs() {
+        let a = TscPair {
+            tsc: 79_392_691_172_693,
+            mono_ns: 30_535_573_732_220,
+        };
+        let b = TscPair {
+            tsc: 79_392_693_761_678,
+            mono_ns: 30_535_574_727_983,
+        };
+        assert!(TscConversion::calibrate(a, b).is_none(), "0.996 ms apart");
+        let c = TscConversion::over_run(a, b).unwrap();
+        assert_eq!(c.to_ns(a.tsc), a.mono_ns);
+        assert!(c.to_ns(b.tsc).abs_diff(b.mono_ns) <= 1);
+        assert!(TscConversion::over_run(b, a).is_none());
+        assert!(TscConversion::over_run(a, a).is_none());
     }
 
     #[test]

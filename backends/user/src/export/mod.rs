@@ -894,7 +894,8 @@ fn recording_tsc(dir: &Path) -> Option<ftrace_agent::clock::TscConversion> {
     }
     let first = *pairs.iter().min_by_key(|p| p.tsc)?;
     let last = *pairs.iter().max_by_key(|p| p.tsc)?;
-    TscConversion::calibrate(first, last)
+    // Every event lies between the first start and the last exit, however close.
+    TscConversion::over_run(first, last)
 }
 
 /// A recording's thread-to-process map and executables (`<pid>.<n>/meta` + `buf-<tid>` or
