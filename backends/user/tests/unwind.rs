@@ -525,7 +525,9 @@ fn cpp_exceptions_in_an_attached_process() {
 #[test]
 fn neither_the_tool_nor_the_agent_links_libgcc_s() {
     let tool = Path::new(env!("CARGO_BIN_EXE_ftrace"));
-    let agent = tool.with_file_name("libftrace_agent.so");
+    // The agent the tool would load (the newest beside this test binary, in `deps/`, or
+    // beside it).
+    let agent = ftrace_user::launch::find_agent().unwrap();
     for f in [tool, agent.as_path()] {
         let bytes = std::fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         let scan = ftrace_agent::elf::scan_file(f, &bytes).expect("an ELF file");
