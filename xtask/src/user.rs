@@ -715,17 +715,18 @@ pub fn stream_check(args: &[String]) -> Result<(), String> {
         }
     }
     let (a, b) = (&runs[0], &runs[1]);
-    // Flat: the larger recording may cost at most twice the memory, never in proportion to
-    // its size (SCALE times). Twice, not a quarter more (the rule until 2026-12-04): the
-    // tool's peak while recording 10 M calls or 100 M varies from run to run by half
-    // (15.8-24.1 MB in six runs of each on 2026-12-03: the ring windows the drainers hold
-    // when it is sampled, allocator arenas), and a quarter failed a run whose memory was as
-    // flat as any (1x 17.1 MB, 10x 22.2 MB).
+    // Flat: memory does not grow with the recording. A tool whose memory were proportional to
+    // the recording would take SCALE times the smaller run's peak; the larger run may grow by
+    // at most a quarter of that growth. Not a fixed ratio (a quarter more, then twice): the
+    // smaller run's peak varies from run to run by more than half, with the rings the
+    // drainers hold mapped when it is sampled (10 M calls: 9.7-24.0 MB in five runs on
+    // 2026-12-04, as its first rings grew or not; 100 M: 21.6-23.7 MB), and both rules
+    // failed runs as flat as any (9.7 -> 21.7 MB; 17.1 -> 22.2 MB).
     for (what, x, y) in [
         ("record", a.record_rss_kb, b.record_rss_kb),
         ("report", a.report_rss_kb, b.report_rss_kb),
     ] {
-        if y > 2 * x {
+        if y.saturating_sub(x) > scale.saturating_sub(1).max(1) * x / 4 {
             return Err(format!(
                 "{what}: peak RSS grew from {x} KB to {y} KB with a recording {scale}x larger"
             ));
