@@ -819,8 +819,9 @@ struct Rings {
     /// What the rings a helper finished recorded, handed over before it parks: a helper
     /// parked at the end is not waited for ([`Drainer::finish`]).
     handed_over: Mutex<Vec<ThreadCount>>,
-    /// Whether the recording is ending ([`Drainer::finish`]): a finished ring's file is then
-    /// removed by the thread that finished it ([`Rings::remove`]).
+    /// Whether the recording is ending ([`Drainer::finish`]): the drainer threads finish
+    /// every ring left and stop, and a finished ring's file is removed by the thread that
+    /// finished it ([`Rings::remove`]).
     ending: AtomicBool,
 }
 
@@ -1061,7 +1062,6 @@ impl Rings {
 
 /// The drainer threads of one recording directory.
 pub struct Drainer {
-    stop: Arc<AtomicBool>,
     rings: Arc<Rings>,
     threads: Vec<std::thread::JoinHandle<Vec<ThreadCount>>>,
     /// Per thread, whether it is parked ([`HelperState`]; the leader's stays `Running`).
@@ -1098,7 +1098,6 @@ impl Drainer {
         let n = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, MAX_THREADS);
-        let stop = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Rings::new(growth));
         let states: Arc<[AtomicU8]> = (0..n)
             .map(|_| AtomicU8::new(HelperState::Running as u8))
@@ -1106,17 +1105,16 @@ impl Drainer {
         let threads: Vec<_> = (0..n)
             .map(|me| {
                 let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
-                let (stop, shared, states) = (stop.clone(), shared.clone(), states.clone());
+                let (shared, states) = (shared.clone(), states.clone());
                 std::thread::Builder::new()
                     .name("ftrace-drain".into())
-                    .spawn(move || run(me, &shared, &rings, &out, &stop, &states[me]))
+                    .spawn(move || run(me, &shared, &rings, &out, &states[me]))
                     .expect("spawning a drain thread")
             })
             .collect();
         let helpers = threads[1..].iter().map(|t| t.thread().clone()).collect();
         let _ = shared.helpers.set(helpers);
         Drainer {
-            stop,
             rings: shared,
             threads,
             states,
@@ -1127,8 +1125,7 @@ impl Drainer {
     /// its end, completes the events files and removes the ring files; what each thread
     /// recorded, by thread id, and every error met.
     pub fn finish(self) -> Finished {
-        self.rings.ending.store(true, Ordering::Release);
-        self.stop.store(true, Ordering::SeqCst);
+        self.rings.ending.store(true, Ordering::SeqCst);
         // Wakes them if they wait for events: the program is gone, nothing more will come. A
         // parked helper holds no ring (the leader finishes them all) and has handed its counts
         // over: woken, but not waited for.
@@ -1164,15 +1161,9 @@ impl Drainer {
 }
 
 /// Drainer thread `me` (0: the leader, the others helpers): drains the rings no other thread
-/// is draining until `stop`, then finishes every ring left.
-fn run(
-    me: usize,
-    shared: &Rings,
-    dir: &Path,
-    out: &Path,
-    stop: &AtomicBool,
-    state: &AtomicU8,
-) -> Vec<ThreadCount> {
+/// is draining until the recording ends ([`Rings::ending`]), then finishes every ring left.
+fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> Vec<ThreadCount> {
+    let stop = &shared.ending;
     let mut done = Vec::new();
     let mut last_scan: Option<Instant> = None;
     let mut last_exit_check = Instant::now();
@@ -1273,7 +1264,7 @@ fn helper_wait(empty_passes: u32, moved: u64, busy: bool) -> (HelperWait, u32) {
 }
 
 /// Waits `d` between two passes, or less when [`Drainer::finish`] asks the drainer to end (it
-/// unparks the thread after setting `stop`: the wait is cut short, not slept out).
+/// unparks the thread after setting `stop`, [`Rings::ending`]: the wait is cut short, not slept out).
 fn pause(d: Duration, stop: &AtomicBool) {
     if !stop.load(Ordering::Acquire) {
         std::thread::park_timeout(d);

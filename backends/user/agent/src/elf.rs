@@ -573,7 +573,10 @@ const PF_X: u32 = 1;
 pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
     use object::{ObjectSegment as _, RelocationFlags};
     let elf = object::File::parse(file).ok()?;
-    if !matches!(elf, object::File::Elf64(_)) || !elf.is_little_endian() {
+    let object::File::Elf64(elf64) = &elf else {
+        return None;
+    };
+    if !elf.is_little_endian() {
         return None;
     }
     let segments: Vec<(u64, u64, &[u8])> = elf
@@ -614,9 +617,6 @@ pub fn scan_file(path: &Path, file: &[u8]) -> Option<FileScan> {
     };
     // Symbols only matter for naming sites: an object without sites (most libraries) is not
     // demangled.
-    let object::File::Elf64(elf64) = &elf else {
-        return None;
-    };
     let has_sites = ["__mcount_loc", "__patchable_function_entries"]
         .iter()
         .flat_map(|name| sections_named(elf64, name))

@@ -262,10 +262,7 @@ fn scan_new_objects(a: &mut Agent) {
             // A path the list cannot hold: read now after all.
             scanned = elf::scan(&obj, &file, elf::read_own_memory, elf::Symbols::All);
         }
-        sym_text.reserve(scanned.funcs.len() * (module.len() + 48));
-        for f in &scanned.funcs {
-            symbol_files::push_symbol_line(&mut sym_text, f, &module);
-        }
+        symbol_files::push_symbol_lines(&mut sym_text, &scanned.funcs, 0, &module);
         if !scanned.sites.is_empty() {
             let (lo, hi) = obj.text_span();
             let Some(stubs) = tramp::stubs_near(lo, hi) else {

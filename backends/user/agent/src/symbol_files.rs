@@ -89,7 +89,7 @@ pub fn read_object_symbols(objs: &[ListedObject]) -> (String, Vec<PathBuf>) {
     let mut unnamed = Vec::new();
     for obj in objs {
         match file_symbols(obj) {
-            Some(funcs) => push_object_symbols(&mut out, obj, &funcs),
+            Some(funcs) => push_symbol_lines(&mut out, &funcs, obj.bias, &obj.module),
             None => unnamed.push(obj.path.clone()),
         }
     }
@@ -105,37 +105,22 @@ fn file_symbols(obj: &ListedObject) -> Option<Vec<Func>> {
     crate::elf::file_function_symbols(&file)
 }
 
-/// Appends the `symbols` lines of the functions `funcs` (link-time addresses, as
-/// [`crate::elf::file_function_symbols`] gives them) of the object `obj`.
-fn push_object_symbols(out: &mut String, obj: &ListedObject, funcs: &[Func]) {
-    out.reserve(funcs.len() * (obj.module.len() + 48));
+/// Appends the `symbols` lines of the functions `funcs` of the object `module` loaded at
+/// `bias` (0 for runtime addresses already; an object's load bias for the link-time ones
+/// [`crate::elf::file_function_symbols`] gives). Written by hand, not by `writeln!`: libc's
+/// 2 200 lines took a third of the agent's start-up scan of it so.
+pub fn push_symbol_lines(out: &mut String, funcs: &[Func], bias: u64, module: &str) {
+    out.reserve(funcs.len() * (module.len() + 48));
     for f in funcs {
-        push_line(
-            out,
-            f.addr.wrapping_add(obj.bias),
-            f.size,
-            &obj.module,
-            &f.name,
-        );
+        push_hex(out, f.addr.wrapping_add(bias));
+        out.push('\t');
+        push_hex(out, f.size);
+        out.push('\t');
+        out.push_str(module);
+        out.push('\t');
+        out.push_str(&f.name);
+        out.push('\n');
     }
-}
-
-/// Appends `f`'s line of `symbols` (runtime address) for the object `module`. Written by
-/// hand, not by `writeln!`: libc's 2 200 lines took a third of the agent's start-up scan of
-/// it so.
-pub fn push_symbol_line(out: &mut String, f: &Func, module: &str) {
-    push_line(out, f.addr, f.size, module, &f.name);
-}
-
-fn push_line(out: &mut String, addr: u64, size: u64, module: &str, name: &str) {
-    push_hex(out, addr);
-    out.push('\t');
-    push_hex(out, size);
-    out.push('\t');
-    out.push_str(module);
-    out.push('\t');
-    out.push_str(name);
-    out.push('\n');
 }
 
 /// Appends `v` in lowercase hex, as `{:x}` writes it.
@@ -214,9 +199,7 @@ mod tests {
             crate::elf::Symbols::All,
         );
         let mut direct = String::new();
-        for f in &scanned.funcs {
-            push_symbol_line(&mut direct, f, &obj.module());
-        }
+        push_symbol_lines(&mut direct, &scanned.funcs, 0, &obj.module());
         assert!(direct.lines().count() > 1000, "{}", direct.len());
         let mut line = String::new();
         assert!(push_object_line(&mut line, &obj, &file));
@@ -291,7 +274,7 @@ mod tests {
                 name: "_ZN4core3fmt5write17h0123456789abcdefE".to_string(),
             };
             let mut line = String::new();
-            push_symbol_line(&mut line, &f, "libc.so.6");
+            push_symbol_lines(&mut line, std::slice::from_ref(&f), 0, "libc.so.6");
             assert_eq!(
                 line,
                 format!("{addr:x}\t{size:x}\tlibc.so.6\t{}\n", f.name),
