@@ -90,6 +90,7 @@ use std::time::{Duration, Instant};
 use ftrace_agent::buffer::{GROW_FILE_PREFIX, SPARE_FILE, SPARE_IN_PROGRESS, reserve_ahead};
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
+use crate::prefault::PageWriter;
 use crate::recording::is_event_of_its_own;
 use crate::ringmap::{Access, RingMapping, SLOTS_PER_PAGE};
 use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
@@ -574,20 +575,20 @@ impl RingDir {
     /// its ring itself. Made while the program starts (exec, loading, the agent's start-up),
     /// so that this cost leaves the program's path. Best effort: a thread that finds no spare
     /// makes its file itself. (The drainer looks for rings only in the process directories:
-    /// a spare is never drained.) Then its pages are written (`Pages::Written`) until
-    /// `until` (the program has exited): the program's first thread, which goes through its
-    /// ring's first lap within milliseconds in a call-dense program, finds them made and
-    /// cleared. fib(27), 4 interleaved rounds of 15 runs, the best: function 10.29-10.74 ->
+    /// a spare is never drained.) Then its pages are made (`Pages::Written`) by `pages` until
+    /// it is stopped (the program has exited): the program's first thread, which goes
+    /// through its ring's first lap within milliseconds in a call-dense program, finds them
+    /// made and cleared. fib(27), 4 interleaved rounds of 15 runs, the best: function 10.29-10.74 ->
     /// 10.07-10.21 ms, function_graph 18.27-18.86 -> 17.90-18.26; fib(1), whose two events
     /// need none of them, 40 runs: median 3.30-3.44 -> 3.37-3.56 (min 3.05-3.15 ->
     /// 3.09-3.21): the pages are freed at the end.
-    pub fn make_spare(&self, bytes: usize, until: &AtomicBool) {
+    pub fn make_spare(&self, bytes: usize, pages: &PageWriter) {
         if !self.private {
             return;
         }
         let tmp = self.path.join(SPARE_IN_PROGRESS);
         let spare = self.path.join(SPARE_FILE);
-        let _ = make_ring_file(&tmp, &spare, bytes as u64, Pages::Written(until));
+        let _ = make_ring_file(&tmp, &spare, bytes as u64, Pages::Written(pages));
     }
 }
 
@@ -597,12 +598,12 @@ enum Pages<'a> {
     /// Nothing: each is made when the thread first writes it (reserved ahead only on a file
     /// system short of room, [`reserve_ahead`]).
     OnFirstWrite,
-    /// Written (zeroes) here, through a mapping of the tool's, once the file is in place: the
-    /// thread that takes it meanwhile does not wait, and finds made and cleared the pages the
-    /// tool reached before it (tmpfs's `fallocate` makes them but leaves their clearing to
-    /// the first fault). Best effort (Linux 5.14+): a page left out is made at its first
-    /// write. Until the flag is set.
-    Written(&'a AtomicBool),
+    /// Made and cleared by this writer ([`crate::prefault`], at idle priority) once the file
+    /// is in place: the thread that takes it meanwhile does not wait, and finds made and
+    /// cleared the pages the writer reached before it (tmpfs's `fallocate` makes them but
+    /// leaves their clearing to the first fault). Best effort: a page left out is made at its
+    /// first write. Until the writer is stopped.
+    Written(&'a PageWriter),
 }
 
 /// Makes the ring file `path` of `bytes` (zero-filled) for a thread to take whole: made as
@@ -623,8 +624,8 @@ fn make_ring_file(tmp: &Path, path: &Path, bytes: u64, pages: Pages<'_>) -> std:
         })
         .and_then(|f| std::fs::rename(tmp, path).map(|()| f))
         .map(|f| {
-            if let Pages::Written(until) = pages {
-                write_pages(&f, bytes, until);
+            if let Pages::Written(writer) = pages {
+                writer.write(&f, bytes);
             }
         });
     if made.is_err() {
@@ -632,78 +633,6 @@ fn make_ring_file(tmp: &Path, path: &Path, bytes: u64, pages: Pages<'_>) -> std:
     }
     made
 }
-
-/// Writes the pages of the file `f` of `bytes` ([`Pages::Written`]), best effort, a
-/// [`WRITE_PAGES_CHUNK`] at a time until `until`, on a CPU nothing else wants: the calling
-/// thread runs `SCHED_IDLE` meanwhile ([`IdlePriority`]). Written at the normal priority,
-/// the pages took the CPU the program's start wanted (a fib(1) 0.35-0.5 ms slower at the
-/// median in one period); once the program has exited, what is left is not written
-/// (nothing will take it).
-fn write_pages(f: &File, bytes: u64, until: &AtomicBool) {
-    use std::os::fd::AsRawFd as _;
-    let Ok(len) = usize::try_from(bytes) else {
-        return;
-    };
-    let _idle = IdlePriority::new();
-    // SAFETY: a fresh shared mapping of a file of ours, of its size, unmapped here; the
-    // advice only faults its pages in for writing.
-    unsafe {
-        let p = libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        );
-        if p != libc::MAP_FAILED {
-            let mut at = 0;
-            while at < len && !until.load(Ordering::Relaxed) {
-                let n = (len - at).min(WRITE_PAGES_CHUNK);
-                libc::madvise(p.cast::<u8>().add(at).cast(), n, libc::MADV_POPULATE_WRITE);
-                at += n;
-            }
-            libc::munmap(p, len);
-        }
-    }
-}
-
-/// The calling thread at `SCHED_IDLE` until dropped, then at its scheduling policy again
-/// where that is allowed (an unprivileged thread leaves `SCHED_IDLE` only as far as its
-/// `RLIMIT_NICE` lets it).
-struct IdlePriority {
-    /// The policy and parameter it had (`None`: unknown, left as is).
-    was: Option<(libc::c_int, libc::sched_param)>,
-}
-
-impl IdlePriority {
-    fn new() -> IdlePriority {
-        // SAFETY: plain syscalls on the calling thread; a zeroed sched_param is a valid
-        // out-parameter and a valid SCHED_IDLE parameter.
-        let was = unsafe {
-            let mut param: libc::sched_param = core::mem::zeroed();
-            let policy = libc::sched_getscheduler(0);
-            let got = policy >= 0 && libc::sched_getparam(0, &mut param) == 0;
-            let idle: libc::sched_param = core::mem::zeroed();
-            let set = libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) == 0;
-            (got && set).then_some((policy, param))
-        };
-        IdlePriority { was }
-    }
-}
-
-impl Drop for IdlePriority {
-    fn drop(&mut self) {
-        if let Some((policy, param)) = self.was {
-            // SAFETY: a plain syscall on the calling thread with the parameter it had.
-            unsafe { libc::sched_setscheduler(0, policy, &param) };
-        }
-    }
-}
-
-/// The bytes [`write_pages`] writes between two looks at whether to go on (16 pages: 20-40
-/// us on a VM).
-const WRITE_PAGES_CHUNK: usize = 64 << 10;
 
 /// A finished ring's file being removed ([`Rings::remove`]).
 enum Removal {
@@ -1287,7 +1216,7 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
         let len = buffer::HEADER_SIZE + (256 << 10);
-        rings.make_spare(len, &AtomicBool::new(false));
+        rings.make_spare(len, &PageWriter::new());
         if rings.private {
             let spare = rings.path().join(SPARE_FILE);
             let meta = std::fs::metadata(&spare).unwrap();
@@ -1297,7 +1226,9 @@ mod tests {
             assert!(!rings.path().join(SPARE_IN_PROGRESS).exists());
             // The program gone: none written. Reserved only on a file system short of room.
             std::fs::remove_file(&spare).unwrap();
-            rings.make_spare(len, &AtomicBool::new(true));
+            let stopped = PageWriter::new();
+            stopped.stop();
+            rings.make_spare(len, &stopped);
             let meta = std::fs::metadata(&spare).unwrap();
             assert_eq!(meta.len(), len as u64);
             let reserved = meta.blocks() * 512 >= len as u64;
@@ -1317,7 +1248,7 @@ mod tests {
             path: out.path().to_path_buf(),
             private: false,
         };
-        fallback.make_spare(len as usize, &AtomicBool::new(false));
+        fallback.make_spare(len as usize, &PageWriter::new());
         assert!(!out.path().join(SPARE_FILE).exists());
     }
 
@@ -1414,23 +1345,6 @@ mod tests {
         // Events in between start the count again.
         assert_eq!(helper_wait(empty, 10, false), (HelperWait::Sleep, 0));
         assert_eq!(helper_wait(empty, TURN, true), (HelperWait::No, 0));
-    }
-
-    /// The spare's pages are written at `SCHED_IDLE`, and the thread that wrote them gets its
-    /// policy back (allowed here: the tests run as root).
-    #[test]
-    fn idle_priority_is_given_back() {
-        // SAFETY: plain syscalls on the calling thread.
-        let policy = || unsafe { libc::sched_getscheduler(0) };
-        let before = policy();
-        {
-            let _idle = IdlePriority::new();
-            assert_eq!(policy(), libc::SCHED_IDLE);
-        }
-        // SAFETY: no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            assert_eq!(policy(), before);
-        }
     }
 
     /// A helper parked at the end is not waited for (on a machine with two CPUs or more: a

@@ -32,6 +32,7 @@ pub mod fuse;
 pub mod launch;
 pub mod live;
 pub mod livefs;
+pub mod prefault;
 pub mod profile;
 pub mod progevents;
 pub mod record;

@@ -304,12 +304,12 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // it when it is sized (waiting for it if it comes first); its pages are written until
     // the program has exited ([`crate::drain::RingDir::make_spare`]).
     let mut child = crate::launch::spawn(&cfg, prog, args)?;
-    let exited = std::sync::atomic::AtomicBool::new(false);
+    let pages = crate::prefault::PageWriter::new();
     let (status, drained) = std::thread::scope(|s| {
-        s.spawn(|| rings.make_spare(cfg.ring_file_bytes(), &exited));
+        s.spawn(|| rings.make_spare(cfg.ring_file_bytes(), &pages));
         let drainer = crate::drain::Drainer::start(rings.path(), out, growth);
         let status = child.wait().map_err(|e| format!("{prog}: {e}"));
-        exited.store(true, std::sync::atomic::Ordering::Relaxed);
+        pages.stop();
         (status, drainer.finish())
     });
     let status = status?;
