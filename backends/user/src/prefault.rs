@@ -17,14 +17,22 @@
 //! then too only for the one fault) and releases it before the thread can be preempted on
 //! its way back to user space.
 //!
+//! Each page's room on the file system is taken first (`fallocate` of 16 pages at a time, an
+//! error, not a signal, when there is none): a fault on a page of a shared mapping that cannot
+//! be allocated kills the process with `SIGBUS`.
+//!
 //! Invariant: no byte of the file changes (a page the program wrote first keeps what it
-//! wrote); the writing ends within a page after [`PageWriter::stop`].
+//! wrote); the writing ends within 16 pages after [`PageWriter::stop`]; a full file system
+//! ends it, never the tool.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The bytes between two pages the writer touches.
 const PAGE: usize = 4096;
+/// The bytes it makes room for at a time (16 pages), and between two looks at whether to go
+/// on.
+const CHUNK: usize = 16 * PAGE;
 
 /// Makes a ring file's pages until they are all made or [`stop`](Self::stop) is called,
 /// whichever comes first (see the module docs).
@@ -68,15 +76,24 @@ impl PageWriter {
             let base = p.cast::<u8>();
             let mut at = 0;
             while at < len && !self.stopped.load(Ordering::Relaxed) {
-                base.add(at).read_volatile();
-                at += PAGE;
+                let n = (len - at).min(CHUNK);
+                // Room first: a fault on a page the file system has no room for would kill
+                // the tool (`SIGBUS`); `fallocate` says `ENOSPC` instead (and leaves what
+                // the program wrote as it is).
+                if libc::fallocate(f.as_raw_fd(), 0, at as libc::off_t, n as libc::off_t) != 0 {
+                    break;
+                }
+                for page in (at..at + n).step_by(PAGE) {
+                    base.add(page).read_volatile();
+                }
+                at += n;
             }
             libc::munmap(p, len);
         }
     }
 
-    /// Ends the writing: a [`write`](Self::write) under way returns after the page it is at;
-    /// none starts from now on.
+    /// Ends the writing: a [`write`](Self::write) under way returns within 16 pages; none
+    /// starts from now on.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
     }
@@ -189,6 +206,18 @@ mod tests {
         w.stop();
         w.write(&f, len as u64);
         assert_eq!(resident_pages(&f, len), 0);
+    }
+
+    /// Where the file system grants no room (here: `fallocate` on a descriptor opened for
+    /// reading only, `EBADF`; `ENOSPC` on a full one), no page is touched: a fault there would
+    /// be a `SIGBUS`.
+    #[test]
+    fn no_room_no_page_touched() {
+        let len = 1 << 20;
+        let (d, _f) = file(len as u64);
+        let read_only = File::open(d.path().join("ring")).unwrap();
+        PageWriter::new().write(&read_only, len as u64);
+        assert_eq!(resident_pages(&read_only, len), 0);
     }
 
     /// A writer stopped while it works returns (a file far larger than it can make before
