@@ -5,8 +5,8 @@
 //! The calling thread runs at `SCHED_IDLE` meanwhile (at the normal priority a fib(1)
 //! recording's median was 0.35-0.5 ms slower: the pages took the CPU the program's start
 //! wanted), and makes each page with a page fault of its own: a read of the page's first
-//! byte through a shared mapping of the file, which on tmpfs allocates and clears the page
-//! and changes no byte. Not with `MADV_POPULATE_WRITE` over the mapping: it holds the
+//! byte through a shared mapping of the file, which on tmpfs clears the page (allocating it
+//! if need be) and changes no byte. Not with `MADV_POPULATE_WRITE` over the mapping: it holds the
 //! process's `mmap_lock` across pages and gives the CPU up between them (`cond_resched`)
 //! with the lock held; at idle priority, on CPUs the program's threads kept busy, the thread
 //! then did not run again for hundreds of milliseconds, and the drainers, which take the
@@ -17,9 +17,11 @@
 //! then too only for the one fault) and releases it before the thread can be preempted on
 //! its way back to user space.
 //!
-//! Each page's room on the file system is taken first (`fallocate` of 16 pages at a time, an
-//! error, not a signal, when there is none): a fault on a page of a shared mapping that cannot
-//! be allocated kills the process with `SIGBUS`.
+//! Each page's room on the file system is taken first (`fallocate` of 16 pages at a time: on
+//! tmpfs it allocates them, leaving their clearing to the first fault, and says `ENOSPC` when
+//! there is no room): a fault on a page of a shared mapping that cannot be allocated kills the
+//! process with `SIGBUS`. (`fallocate` holds the file's own lock, which the program's faults
+//! on the ring do not take.)
 //!
 //! Invariant: no byte of the file changes (a page the program wrote first keeps what it
 //! wrote); the writing ends within 16 pages after [`PageWriter::stop`]; a full file system
