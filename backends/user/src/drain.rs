@@ -578,10 +578,10 @@ impl RingDir {
     /// a spare is never drained.) Then its pages are made (`Pages::Written`) by `pages` until
     /// it is stopped (the program has exited): the program's first thread, which goes
     /// through its ring's first lap within milliseconds in a call-dense program, finds them
-    /// made and cleared. fib(27), 4 interleaved rounds of 15 runs, the best: function 10.29-10.74 ->
-    /// 10.07-10.21 ms, function_graph 18.27-18.86 -> 17.90-18.26; fib(1), whose two events
-    /// need none of them, 40 runs: median 3.30-3.44 -> 3.37-3.56 (min 3.05-3.15 ->
-    /// 3.09-3.21): the pages are freed at the end.
+    /// made and cleared. fib(27), 4 interleaved rounds of 15 runs, the best: function
+    /// 10.29-10.74 -> 10.07-10.21 ms, function_graph 18.27-18.86 -> 17.90-18.26; fib(1),
+    /// whose two events need none of them, 40 runs: median 3.30-3.44 -> 3.37-3.56 (min
+    /// 3.05-3.15 -> 3.09-3.21): the pages are freed at the end.
     pub fn make_spare(&self, bytes: usize, pages: &PageWriter) {
         if !self.private {
             return;

@@ -6,16 +6,16 @@
 //! recording's median was 0.35-0.5 ms slower: the pages took the CPU the program's start
 //! wanted), and makes each page with a page fault of its own: a read of the page's first
 //! byte through a shared mapping of the file, which on tmpfs clears the page (allocating it
-//! if need be) and changes no byte. Not with `MADV_POPULATE_WRITE` over the mapping: it holds the
-//! process's `mmap_lock` across pages and gives the CPU up between them (`cond_resched`)
-//! with the lock held; at idle priority, on CPUs the program's threads kept busy, the thread
-//! then did not run again for hundreds of milliseconds, and the drainers, which take the
-//! lock to map each ring, waited for it: 300 ms in one recording of a two-thread program of
-//! 100 M calls (the scheduler's switch events: both drainers in state D from the program's
-//! start, the thread preempted), the rings full meanwhile, 9.5 M events lost. A fault takes
-//! only the mapping's own lock (the VMA's, Linux 6.4+; the process's on older kernels, but
-//! then too only for the one fault) and releases it before the thread can be preempted on
-//! its way back to user space.
+//! if need be) and changes no byte. Not with `MADV_POPULATE_WRITE` over the mapping: it
+//! holds the process's `mmap_lock` across pages and gives the CPU up between them
+//! (`cond_resched`) with the lock held; at idle priority, on CPUs the program's threads kept
+//! busy, the thread then did not run again for hundreds of milliseconds, and the drainers,
+//! which take the lock to map each ring, waited for it: 300 ms in one recording of a
+//! two-thread program of 100 M calls (the scheduler's switch events: both drainers in state
+//! D from the program's start, the thread preempted), the rings full meanwhile, 9.5 M events
+//! lost. A fault takes only the mapping's own lock (the VMA's, Linux 6.4+; the process's on
+//! older kernels, but then too only for the one fault) and releases it before the thread can
+//! be preempted on its way back to user space.
 //!
 //! Each page's room on the file system is taken first (`fallocate` of 16 pages at a time: on
 //! tmpfs it allocates them, leaving their clearing to the first fault, and says `ENOSPC` when
@@ -61,36 +61,26 @@ impl PageWriter {
             return;
         }
         let _idle = IdlePriority::new();
-        // SAFETY: a fresh read-only shared mapping of the file, of its size, unmapped below;
-        // only read, a byte per page, within it.
-        unsafe {
-            let p = libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return;
+        let Some(map) = ReadMapping::new(f, len) else {
+            return;
+        };
+        let mut at = 0;
+        while at < len && !self.stopped.load(Ordering::Relaxed) {
+            let n = (len - at).min(CHUNK);
+            // Room first: a fault on a page the file system has no room for would kill the
+            // tool (`SIGBUS`); `fallocate` says `ENOSPC` instead (and leaves what the program
+            // wrote as it is).
+            // SAFETY: a plain syscall on the caller's file.
+            if unsafe { libc::fallocate(f.as_raw_fd(), 0, at as libc::off_t, n as libc::off_t) }
+                != 0
+            {
+                break;
             }
-            let base = p.cast::<u8>();
-            let mut at = 0;
-            while at < len && !self.stopped.load(Ordering::Relaxed) {
-                let n = (len - at).min(CHUNK);
-                // Room first: a fault on a page the file system has no room for would kill
-                // the tool (`SIGBUS`); `fallocate` says `ENOSPC` instead (and leaves what
-                // the program wrote as it is).
-                if libc::fallocate(f.as_raw_fd(), 0, at as libc::off_t, n as libc::off_t) != 0 {
-                    break;
-                }
-                for page in (at..at + n).step_by(PAGE) {
-                    base.add(page).read_volatile();
-                }
-                at += n;
+            for page in (at..at + n).step_by(PAGE) {
+                // SAFETY: `page` is within the mapping's `len` bytes.
+                unsafe { map.ptr.add(page).read_volatile() };
             }
-            libc::munmap(p, len);
+            at += n;
         }
     }
 
@@ -98,6 +88,38 @@ impl PageWriter {
     /// starts from now on.
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A read-only shared mapping of a file's first `len` bytes, unmapped when dropped.
+struct ReadMapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl ReadMapping {
+    /// Maps `f`'s first `len` bytes (`len` > 0); `None` when they cannot be mapped.
+    fn new(f: &File, len: usize) -> Option<ReadMapping> {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: a fresh mapping of the caller's file, owned by the value returned.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(ReadMapping { ptr: p.cast(), len })
+    }
+}
+
+impl Drop for ReadMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
@@ -158,23 +180,11 @@ mod tests {
     /// Pages of `f`'s first `len` bytes in memory (`mincore` of a fresh mapping: the file's
     /// page cache).
     fn resident_pages(f: &File, len: usize) -> usize {
-        use std::os::fd::AsRawFd as _;
+        let map = ReadMapping::new(f, len).unwrap();
         let mut vec = vec![0u8; len / PAGE];
-        // SAFETY: a fresh read-only shared mapping of `len` bytes of the file, unmapped below;
-        // `vec` holds a byte per page.
-        unsafe {
-            let p = libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            assert_eq!(libc::mincore(p, len, vec.as_mut_ptr()), 0);
-            libc::munmap(p, len);
-        }
+        // SAFETY: the mapping is `len` bytes; `vec` holds a byte per page.
+        let r = unsafe { libc::mincore(map.ptr.cast(), len, vec.as_mut_ptr()) };
+        assert_eq!(r, 0);
         vec.iter().filter(|b| **b & 1 != 0).count()
     }
 
