@@ -13,7 +13,12 @@
 //! memory later); at the end every ring left is drained the same way.
 //! The tool's pages of a ring larger than the default are given back every MiB it consumes
 //! (`RingMapping::release_slots`): the tool's memory is a window of such a ring, not the
-//! ring.
+//! ring. Likewise the events files' pages in the page cache, once written back
+//! ([`crate::writebehind`]): new pages are what writing them costs on a VM whose free memory
+//! goes back to its host, and the pages let go are the ones the next writes reuse. Measured
+//! (one machine, one session, 15 interleaved recordings each of the stream-check program's
+//! 100 M calls): events lost in 15 of 15 recordings without (1.3-25 M each), in none with;
+//! over 30 more, in 5 (0.06-1.7 M each).
 //!
 //! There is a drainer thread per CPU (at most [`MAX_THREADS`]); each drains, pass after pass,
 //! the rings no other thread is draining at the moment (`Rings`). A call-dense
@@ -94,6 +99,7 @@ use crate::prefault::PageWriter;
 use crate::recording::is_event_of_its_own;
 use crate::ringmap::{Access, RingMapping, SLOTS_PER_PAGE};
 use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
+use crate::writebehind::WriteBehind;
 
 /// How long the drainer sleeps when a pass found nothing to read.
 const IDLE_SLEEP: Duration = Duration::from_micros(500);
@@ -154,7 +160,7 @@ struct Drained {
     events_file: PathBuf,
     map: RingMapping,
     cursor: Cursor,
-    out: StreamWriter<File>,
+    out: StreamWriter<WriteBehind>,
     /// Events moved, each counted once: the slots that continue another record (a return
     /// value, a stack record's frames, a trace event's data) and stack records (not carried
     /// into recordings) are no events of their own (`recording::is_event_of_its_own`).
@@ -258,7 +264,8 @@ impl Drained {
                 Err(e) => return Err(format!("{}: {e}", path.display())),
             }
         };
-        let out = StreamWriter::new(f, &header).map_err(|e| format!("{}: {e}", path.display()))?;
+        let out = StreamWriter::new(WriteBehind::new(f), &header)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Some(Drained {
             ring_file: ring_file.to_path_buf(),
             events_file: path,

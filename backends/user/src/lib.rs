@@ -44,3 +44,4 @@ pub mod stream;
 pub mod syscall_names;
 pub mod tree;
 pub mod view;
+pub mod writebehind;
