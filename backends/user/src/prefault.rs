@@ -60,10 +60,14 @@ impl PageWriter {
         if len == 0 || self.stopped.load(Ordering::Relaxed) {
             return;
         }
-        let _idle = IdlePriority::new();
+        // Mapped and unmapped at the thread's own priority, only the faults at idle priority:
+        // `munmap` holds the process's `mmap_lock` while it clears the page tables, and gives
+        // the CPU up midway (`cond_resched`); at idle priority a drainer waited 52 ms for the
+        // lock to map a ring (the scheduler's switch events, 20 recordings of 100 M calls).
         let Some(map) = ReadMapping::new(f, len) else {
             return;
         };
+        let idle = IdlePriority::new();
         let mut at = 0;
         while at < len && !self.stopped.load(Ordering::Relaxed) {
             let n = (len - at).min(CHUNK);
@@ -82,6 +86,8 @@ impl PageWriter {
             }
             at += n;
         }
+        drop(idle);
+        drop(map);
     }
 
     /// Ends the writing: a [`write`](Self::write) under way returns within 16 pages; none
