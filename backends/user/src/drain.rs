@@ -34,7 +34,10 @@
 //! hundred microseconds on the CPU of a single busy program thread, to find the one ring
 //! taken, and preempt it (a one-thread program ran 10-30 % slower so). Each thread drains a
 //! ring a `TURN` at a time, so that every ring with a backlog is visited about every
-//! millisecond, whatever their sizes.
+//! millisecond, whatever their sizes. A drainer that a pass leaves half a ring behind on a
+//! ring that cannot grow any more moves to the CPU of that ring's writer until it has caught
+//! up ([`crate::placement`]): the scheduler can leave both drainers beside one writer while
+//! the other writer has a CPU to itself.
 //!
 //! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
 //! first pass, the tool makes a ring file four times the size (up to the recording's maximum)
@@ -97,6 +100,7 @@ use std::time::{Duration, Instant};
 use ftrace_agent::buffer::{GROW_FILE_PREFIX, SPARE_FILE, SPARE_IN_PROGRESS, reserve_ahead};
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
+use crate::placement::{Placement, Race};
 use crate::prefault::PageWriter;
 use crate::recording::is_event_of_its_own;
 use crate::ringmap::{Access, RingMapping, SLOTS_PER_PAGE};
@@ -737,6 +741,8 @@ struct Pass {
     /// What the rings finished in the pass recorded (rings whose threads moved to larger
     /// ones).
     finished: Vec<ThreadCount>,
+    /// How far behind its writers the pass left this thread ([`Placement::follow`]).
+    race: Race,
 }
 
 /// One ring found, drained by one drainer thread at a time (`None` once finished).
@@ -878,7 +884,9 @@ impl Rings {
             busy: false,
             wanted: 0,
             finished: Vec::new(),
+            race: Race::default(),
         };
+        let mut losing = 0;
         for ring in self.list(me) {
             let Ok(mut slot) = ring.try_lock() else {
                 pass.wanted += 1;
@@ -901,6 +909,17 @@ impl Rings {
             };
             // A ring left at the end of its turn has more: the next pass comes at once.
             pass.busy |= n >= d.capacity() / BUSY_FILL || n >= TURN;
+            if let Some(r) = d.ring() {
+                let left = r.head().saturating_sub(d.cursor.next).min(d.capacity());
+                pass.race.behind |= left >= d.capacity() / 4;
+                if left >= d.capacity() / 2
+                    && left > losing
+                    && self.growth.offer_bytes(d.capacity()).is_none()
+                {
+                    losing = left;
+                    pass.race.losing_on = newest_cpu(&r);
+                }
+            }
             pass.wanted += usize::from(n > 0);
             pass.moved += n;
             if d.retired(n) {
@@ -1107,6 +1126,7 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> V
     let mut last_exit_check = Instant::now();
     let mut idle = true;
     let leader = me == 0;
+    let mut placement = Placement::of_this_thread();
     // A helper starts parked.
     let mut empty_passes = HELPER_EMPTY_PASSES;
     loop {
@@ -1116,9 +1136,11 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> V
                 moved,
                 busy,
                 finished,
+                race,
                 ..
             } = shared.pass(me);
             done.extend(finished);
+            placement.follow(race);
             let wait;
             (wait, empty_passes) = helper_wait(empty_passes, moved, busy);
             match wait {
@@ -1157,8 +1179,10 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> V
             busy,
             wanted,
             finished,
+            race,
         } = shared.pass(me);
         done.extend(finished);
+        placement.follow(race);
         shared.wake_helpers(wanted);
         idle = moved == 0;
         if !idle && !busy {
@@ -1199,6 +1223,17 @@ fn helper_wait(empty_passes: u32, moved: u64, busy: bool) -> (HelperWait, u32) {
         (false, true) => HelperWait::No,
     };
     (wait, empty)
+}
+
+/// The CPU of the newest event committed in `ring` (of the last few reserved), if any.
+fn newest_cpu(ring: &ftrace_ringbuf::slot::SlotRing<'_>) -> Option<u32> {
+    let head = ring.head();
+    (head.saturating_sub(4)..head)
+        .rev()
+        .find_map(|i| match ring.read(i) {
+            ftrace_ringbuf::slot::SlotRead::Event(ev) => Some(ev.cpu),
+            _ => None,
+        })
 }
 
 /// Waits `d` between two passes, or less when [`Drainer::finish`] asks the drainer to end (it
@@ -1269,6 +1304,18 @@ mod tests {
 
     /// [`write_ring`] with a ring of `capacity` slots.
     fn write_ring_of(dir: &Path, tid: u32, capacity: usize, slots: &[(u32, u32)]) -> PathBuf {
+        write_ring_on(dir, tid, capacity, slots.len(), |i| {
+            (slots[i].0, slots[i].1, 0)
+        })
+    }
+    /// A ring of `n` events, the `i`th of kind, depth and CPU `slot(i)`.
+    fn write_ring_on(
+        dir: &Path,
+        tid: u32,
+        capacity: usize,
+        n: usize,
+        slot: impl Fn(usize) -> (u32, u32, u32),
+    ) -> PathBuf {
         let ring_file = dir.join(format!("buf-{tid}"));
         let len = buffer::HEADER_SIZE + capacity * buffer::SLOT_SIZE;
         let f = File::create_new(&ring_file).unwrap();
@@ -1287,9 +1334,10 @@ mod tests {
                 b"t",
             )
         };
-        for (i, &(kind, depth)) in slots.iter().enumerate() {
+        for i in 0..n {
+            let (kind, depth, cpu) = slot(i);
             // SAFETY: `w` describes `mem`, alive here.
-            unsafe { w.write(100 + i as u64, 0x1000, 7, kind, depth, 0) };
+            unsafe { w.write(100 + i as u64, 0x1000, 7, kind, depth, cpu) };
         }
         let bytes: Vec<u8> = mem.iter().flat_map(|w| w.to_ne_bytes()).collect();
         std::fs::write(&ring_file, &bytes).unwrap();
@@ -1665,6 +1713,54 @@ mod tests {
         assert_eq!(shared.pass(0).moved, 2);
         shared.tell_unstarted();
         assert!(lock(&shared.errors).is_empty());
+    }
+
+    /// A pass that leaves a ring at its largest size half full says on which CPU the ring's
+    /// newest event was written (its drainer is losing the race: [`Placement::follow`]);
+    /// one whose ring may still grow, or is less than half full, does not; and a pass says
+    /// the rings are behind until they are less than a quarter full.
+    #[test]
+    fn a_pass_that_leaves_a_ring_that_cannot_grow_half_full_says_where_its_writer_runs() {
+        let capacity = 4 * TURN as usize;
+        let events = 3 * TURN as usize;
+        for (growth, losing) in [
+            (Growth::Fixed, Some(1)),
+            (Growth::UpTo(64 * (capacity as u64) * SLOT_BYTES), None),
+        ] {
+            let rings = tempfile::tempdir().unwrap();
+            let out = tempfile::tempdir().unwrap();
+            let instance = format!("{}.0", std::process::id());
+            std::fs::create_dir(rings.path().join(&instance)).unwrap();
+            std::fs::create_dir(out.path().join(&instance)).unwrap();
+            write_ring_on(&rings.path().join(&instance), 1, capacity, events, |i| {
+                (buffer::KIND_FUNC, 0, u32::from(i == events - 1))
+            });
+            let shared = Rings::new(growth);
+            shared.scan(rings.path(), out.path());
+            // 3 turns' worth in a ring of 4: half full after the first turn, a quarter after
+            // the second, empty after the third.
+            let first = shared.pass(0);
+            assert_eq!(first.moved, TURN);
+            assert_eq!(
+                first.race,
+                Race {
+                    losing_on: losing,
+                    behind: true
+                },
+                "{growth:?}"
+            );
+            let second = shared.pass(0);
+            assert_eq!(
+                second.race,
+                Race {
+                    losing_on: None,
+                    behind: true
+                }
+            );
+            let third = shared.pass(0);
+            assert_eq!(third.race, Race::default());
+            assert_eq!(first.moved + second.moved + third.moved, events as u64);
+        }
     }
 
     /// A drainer thread skips the ring another one is draining and drains the others: two

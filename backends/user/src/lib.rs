@@ -32,6 +32,7 @@ pub mod fuse;
 pub mod launch;
 pub mod live;
 pub mod livefs;
+pub mod placement;
 pub mod prefault;
 pub mod profile;
 pub mod progevents;
