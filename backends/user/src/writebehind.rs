@@ -8,8 +8,8 @@
 //! on), each first touch of such a page is a fault in the host as well; a cold 500 MB write
 //! there took 0.39 s of CPU against 0.08 s when the same pages were reused. So each
 //! [`WINDOW`] written, a [`WriteBehind`] has the write-back thread (one per process, started
-//! with the first file) start the window's write-back (`sync_file_range`), wait for the
-//! windows before the one before it to be on disk, and drop their pages
+//! with the first file) start the window's write-back (`sync_file_range`), wait for what
+//! lies before the window before it to be on disk, and drop its pages
 //! (`POSIX_FADV_DONTNEED`): the file's page cache stays at a few windows, and the pages dropped
 //! are the ones the next windows reuse.
 //!
@@ -29,7 +29,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd as _;
 use std::sync::mpsc::{Sender, channel};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Bytes written between two starts of write-back: 8 MiB.
 pub const WINDOW: u64 = 8 << 20;
@@ -56,8 +56,8 @@ enum Work {
 }
 
 /// The write-back thread's queue (the thread is started by the first call).
-fn worker() -> &'static Mutex<Sender<Work>> {
-    static WORKER: OnceLock<Mutex<Sender<Work>>> = OnceLock::new();
+fn worker() -> &'static Sender<Work> {
+    static WORKER: OnceLock<Sender<Work>> = OnceLock::new();
     WORKER.get_or_init(|| {
         let (tx, rx) = channel::<Work>();
         // Without the thread (none could be started) the work is never done: the pages stay,
@@ -75,7 +75,7 @@ fn worker() -> &'static Mutex<Sender<Work>> {
                     }
                 }
             });
-        Mutex::new(tx)
+        tx
     })
 }
 
@@ -137,10 +137,7 @@ impl Write for WriteBehind {
                 to,
             };
             // A thread that is gone leaves the pages (see `worker`).
-            let _ = worker()
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .send(work);
+            let _ = worker().send(work);
             self.handed = to;
         }
         Ok(n)
@@ -155,11 +152,7 @@ impl Write for WriteBehind {
 #[cfg(test)]
 fn settle() {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    worker()
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .send(Work::Settle(tx))
-        .unwrap();
+    worker().send(Work::Settle(tx)).unwrap();
     rx.recv().unwrap();
 }
 
