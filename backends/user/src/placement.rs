@@ -7,9 +7,9 @@
 //! drainer, a third of a CPU, empties it. A drainer on its writer's CPU gets half of it, and a
 //! drainer reads, encodes and writes an event in less time than a call-dense writer takes to
 //! make one: sharing the writer's CPU, it keeps up whatever the other CPUs do. So a drainer
-//! that finds a ring at its maximum size half full moves itself to the CPU the ring's newest
-//! event was written on ([`Placement::follow`]), and goes back to every CPU it may use once
-//! its rings are less than a quarter full: a program whose drainers keep up (a single busy
+//! that finds a ring at its maximum size a quarter full moves itself to the CPU the ring's
+//! newest event was written on ([`Placement::follow`]), and goes back to every CPU it may use
+//! once its rings are less than an eighth full (`crate::drain`'s thresholds): a program whose drainers keep up (a single busy
 //! thread and an idle CPU) never has them moved. (Per event, on the machine measured: the
 //! drainers 11 ns of CPU, the program's threads 19.)
 //!
@@ -35,10 +35,10 @@ pub struct Placement {
 /// What a drainer's pass found, for [`Placement::follow`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Race {
-    /// The CPU of the newest event of a ring that cannot grow and is at least half full after
-    /// its turn (the most behind such ring).
+    /// The CPU of the newest event of a ring that cannot grow and is far behind after its
+    /// turn (the most behind such ring).
     pub losing_on: Option<u32>,
-    /// A ring was a quarter full or more after its turn.
+    /// A ring was still behind after its turn (a drainer held to a CPU stays there).
     pub behind: bool,
 }
 
