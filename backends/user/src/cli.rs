@@ -145,7 +145,7 @@ pub struct RecordArgs {
     #[arg(long = "buffer-size", value_name = "KB")]
     pub buffer_kb: Option<u64>,
     /// The most a thread's buffer may grow to, in KiB, when the tool drains it slower than
-    /// the thread writes (default 65536 with the default buffer size; else the buffer keeps
+    /// the thread writes (default 131072 with the default buffer size; else the buffer keeps
     /// the size given).
     #[arg(long = "max-buffer-size", value_name = "KB")]
     pub max_buffer_kb: Option<u64>,
