@@ -23,7 +23,7 @@
 //! Invariant: the bytes written are exactly those given, in order; the writing thread never
 //! waits for the disk or for the write-back thread (a disk slower than the writer leaves the
 //! pages dirty, as a plain `write` would); the advice changes nothing but the memory kept (a
-//! file system without write-back, as tmpfs, keeps its pages).
+//! file on tmpfs, whose pages are the file, gets none).
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -39,6 +39,10 @@ pub const WINDOW: u64 = 8 << 20;
 #[derive(Debug)]
 pub struct WriteBehind {
     file: Arc<File>,
+    /// Whether the file's pages are let go of at all: not on tmpfs, where the pages are the
+    /// file and cannot be dropped (trying would cost the write-back thread a walk over them
+    /// each time, for nothing).
+    advise: bool,
     /// Bytes written so far.
     written: u64,
     /// Bytes handed to the write-back thread: a multiple of [`WINDOW`].
@@ -113,6 +117,7 @@ impl WriteBehind {
     /// Writes to `file`, new and empty (the offsets advised are counted from 0).
     pub fn new(file: File) -> WriteBehind {
         WriteBehind {
+            advise: !on_tmpfs(&file),
             file: Arc::new(file),
             written: 0,
             handed: 0,
@@ -125,11 +130,20 @@ impl WriteBehind {
     }
 }
 
+/// Whether `file` is on tmpfs (`false` when that cannot be told).
+fn on_tmpfs(file: &File) -> bool {
+    // SAFETY: `statfs` is plain data the call fills in.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type == libc::TMPFS_MAGIC
+    }
+}
+
 impl Write for WriteBehind {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = (&*self.file).write(buf)?;
         self.written += n as u64;
-        if self.written - self.handed >= WINDOW {
+        if self.advise && self.written - self.handed >= WINDOW {
             let to = self.written - self.written % WINDOW;
             let work = Work::Window {
                 file: Arc::clone(&self.file),
@@ -196,6 +210,17 @@ mod tests {
             .open(&path)
             .unwrap();
         (path, f)
+    }
+
+    /// A file on tmpfs is given no advice; one on a disk is.
+    #[test]
+    fn tmpfs_files_are_left_alone() {
+        let (path, f) = disk_file("advise");
+        assert!(WriteBehind::new(f).advise);
+        std::fs::remove_file(&path).unwrap();
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let f = File::create_new(dir.path().join("events")).unwrap();
+        assert!(!WriteBehind::new(f).advise);
     }
 
     /// Every byte arrives, in order, whatever the sizes of the writes (across window
