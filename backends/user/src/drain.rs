@@ -17,10 +17,11 @@
 //! ([`crate::writebehind`]): new pages are what writing them costs on a VM whose free memory
 //! goes back to its host, and the pages let go are the ones the next writes reuse. Measured
 //! (one machine, one session, 15 interleaved recordings each of the stream-check program's
-//! 100 M calls): events lost in 15 of 15 recordings without (1.3-25 M each), in none with;
-//! over 30 more, in 5 (0.06-1.7 M each). With the advice given by a thread of its own (the
-//! drainers only write): 30 interleaved each, 0 lost against 1; the drainers' waits in the
-//! kernel (state D) over 20 recordings 21 ms in all against 219.
+//! 100 M calls, while its two threads still shared a cache line): events lost in 15 of 15
+//! recordings without (1.3-25 M each), in none with; over 30 more, in 5 (0.06-1.7 M each).
+//! With the advice given by a thread of its own (the drainers only write): 30 interleaved
+//! each, 0 lost against 1; the drainers' waits in the kernel (state D) over 20 recordings
+//! 21 ms in all against 219.
 //!
 //! There is a drainer thread per CPU (at most [`MAX_THREADS`]); each drains, pass after pass,
 //! the rings no other thread is draining at the moment (`Rings`). A call-dense
