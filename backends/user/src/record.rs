@@ -17,11 +17,12 @@ use ftrace_agent::config::{ClockKind, Config, TracerKind};
 pub const STREAM_BUFFER_KB: u64 = 2048;
 /// The most a streamed thread's buffer grows to by default (KiB; `--max-buffer-size`): 128 MiB,
 /// the fourth step from the first (2, 8, 32, 128 MiB). At 64 MiB the stream-check program's
-/// 100 M calls, two writers at full speed on two CPUs, lost events in 4 of 40 recordings
-/// (0.2-0.8 M each) against none of 40 at 128, interleaved (one machine, one session; 60 more
-/// at 128: 2 lost 13 M each, a drainer stalled for some 300 ms, which no ring this size
-/// covers). The program's rings then took 265 MB at the most against 134; all the rings and
-/// the files offered to them together stay under four times this.
+/// 100 M calls, two writers at full speed on two CPUs, lost events in 5 of 60 recordings
+/// (0.2-1.3 M each) against none of 60 at 128, interleaved (one machine, one session; back to
+/// back at 128, 5 of 200 lost 13-17.5 M each: a drainer not draining for some 300 ms, which
+/// no ring this size covers, cause not found). The program's rings then took 265 MB at the
+/// most against 134; all the rings and the files offered to them together stay under four
+/// times this.
 pub const STREAM_MAX_BUFFER_KB: u64 = 131072;
 
 /// The options `ftrace record` and `ftrace live` take.
