@@ -850,6 +850,16 @@ pub fn reset_current_thread() {
 mod tests {
     use super::*;
 
+    /// A new file at `path`, opened read-write.
+    fn new_file(path: &std::path::Path) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .unwrap()
+    }
+
     /// Minor faults the calling thread has taken so far.
     fn minor_faults() -> i64 {
         // SAFETY: `rusage` is plain data the call fills in.
@@ -872,12 +882,7 @@ mod tests {
         let left = 32;
         let first = buffer::HEADER_SIZE + PREFAULT_BYTES;
         let len = first + (made + left) * 4096;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
+        let f = new_file(&path);
         f.set_len(len as u64).unwrap();
         // The tool's page writer: a read of each page through a mapping of its own.
         // SAFETY: a read-only mapping of our file, unmapped below.
@@ -940,12 +945,7 @@ mod tests {
         .enumerate()
         {
             let path = dir.join(format!("buf-{i}"));
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .unwrap();
+            let f = new_file(&path);
             // SAFETY: a file just created, ours alone.
             let p = unsafe { map_ring_file(f.as_raw_fd(), len, mode) }.expect("mapped");
             let meta = std::fs::metadata(&path).unwrap();
