@@ -108,6 +108,9 @@ use crate::ringmap::{Access, RingMapping, SLOTS_PER_PAGE};
 use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
 use crate::writebehind::WriteBehind;
 
+/// Offers a ring is made again after its thread answered it had not moved (see
+/// `Drained::offer`): a cause that lasts costs a file and a failed move a few times only.
+const MAX_REOFFERS: u8 = 4;
 /// How long the drainer sleeps when a pass found nothing to read.
 const IDLE_SLEEP: Duration = Duration::from_micros(500);
 /// A pass that leaves a ring at its largest size at least this-th full has its drainer
@@ -184,6 +187,8 @@ struct Drained {
     released: u64,
     /// Whether a larger ring was offered.
     offered: OfferState,
+    /// Offers made again after the thread answered it had not moved ([`MAX_REOFFERS`]).
+    reoffers: u8,
     /// Since when the ring's thread has been seen moved to a larger ring with nothing new
     /// here.
     retired: Option<Instant>,
@@ -289,6 +294,7 @@ impl Drained {
             events: 0,
             released: 0,
             offered: OfferState::NotYet,
+            reoffers: 0,
             retired: None,
             capacity,
             pid: header.pid,
@@ -394,6 +400,18 @@ impl Drained {
                     .is_some_and(|r| r.growth_offered() == ftrace_ringbuf::slot::GROWN) =>
             {
                 self.offered = OfferState::Taken;
+                rings.forget_offer(bytes);
+            }
+            // The thread's answer "not moved" (it found no file of the size offered): offered
+            // again, a file made anew, at the next pass, a few times at most. Without it the
+            // thread stayed in its ring for good: a two-thread recording of 100 M calls kept
+            // one thread in its 8 MiB ring to the end and lost 5.5 M events in 28 holes.
+            OfferState::Made(bytes)
+                if self.reoffers < MAX_REOFFERS
+                    && self.ring().is_some_and(|r| r.growth_offered() == 0) =>
+            {
+                self.reoffers += 1;
+                self.offered = OfferState::NotYet;
                 rings.forget_offer(bytes);
             }
             OfferState::Made(_) | OfferState::Taken | OfferState::Never => {}
@@ -1563,6 +1581,37 @@ mod tests {
         std::fs::remove_file(&grow_file).unwrap();
         assert_eq!(shared.pass(0).moved, 0);
         assert!(!grow_file.exists(), "offered once");
+        // The agent's answer: not moved (no file of the size offered). Offered again, a file
+        // made anew, at the next passes, a few times at most.
+        for again in 1..=MAX_REOFFERS + 1 {
+            {
+                let d = r.lock().unwrap();
+                let ring = d.as_ref().unwrap().map.view().unwrap().ring();
+                ring.offer_to_grow(0);
+            }
+            shared.pass(0);
+            shared.pass(0);
+            let offered = again <= MAX_REOFFERS;
+            assert_eq!(grow_file.exists(), offered, "answer {again}");
+            assert_eq!(
+                view(&r),
+                if offered { file(256) } else { 0 },
+                "answer {again}"
+            );
+            if offered {
+                std::fs::remove_file(&grow_file).unwrap();
+            }
+        }
+        // (Offered again for the rest of the test.)
+        {
+            let mut d = r.lock().unwrap();
+            let d = d.as_mut().unwrap();
+            d.reoffers = 0;
+            d.map.view().unwrap().ring().offer_to_grow(0);
+        }
+        shared.pass(0);
+        shared.pass(0);
+        assert_eq!(view(&r), file(256));
         // The agent's answer: moved. The ring is finished once nothing came for a while,
         // though its thread (this one) lives.
         {
