@@ -111,6 +111,9 @@ use crate::writebehind::WriteBehind;
 /// Offers a ring is made again after its thread answered it had not moved (see
 /// `Drained::offer`): a cause that lasts costs a file and a failed move a few times only.
 const MAX_REOFFERS: u8 = 4;
+/// How long a thread's answer "not moved" lasts before the ring is offered again: 2 ms (a
+/// move answers 0, then "moved", within microseconds).
+const REOFFER_AFTER: Duration = Duration::from_millis(2);
 /// How long the drainer sleeps when a pass found nothing to read.
 const IDLE_SLEEP: Duration = Duration::from_micros(500);
 /// A pass that leaves a ring at its largest size at least this-th full has its drainer
@@ -189,6 +192,8 @@ struct Drained {
     offered: OfferState,
     /// Offers made again after the thread answered it had not moved ([`MAX_REOFFERS`]).
     reoffers: u8,
+    /// Since when the thread's answer to the offer has been "not moved".
+    declined: Option<Instant>,
     /// Since when the ring's thread has been seen moved to a larger ring with nothing new
     /// here.
     retired: Option<Instant>,
@@ -295,6 +300,7 @@ impl Drained {
             released: 0,
             offered: OfferState::NotYet,
             reoffers: 0,
+            declined: None,
             retired: None,
             capacity,
             pid: header.pid,
@@ -403,16 +409,23 @@ impl Drained {
                 rings.forget_offer(bytes);
             }
             // The thread's answer "not moved" (it found no file of the size offered): offered
-            // again, a file made anew, at the next pass, a few times at most. Without it the
-            // thread stayed in its ring for good: a two-thread recording of 100 M calls kept
-            // one thread in its 8 MiB ring to the end and lost 5.5 M events in 28 holes.
+            // again, a file made anew, a few times at most. Without it the thread stayed in
+            // its ring for good: a two-thread recording of 100 M calls kept one thread in its
+            // 8 MiB ring to the end and lost 5.5 M events in 28 holes. Only an answer that
+            // lasts (`REOFFER_AFTER`): a thread that is moving answers 0 first and "moved" a
+            // few microseconds later, and an offer made in between would replace the file it
+            // offers itself for its next ring.
             OfferState::Made(bytes)
                 if self.reoffers < MAX_REOFFERS
                     && self.ring().is_some_and(|r| r.growth_offered() == 0) =>
             {
-                self.reoffers += 1;
-                self.offered = OfferState::NotYet;
-                rings.forget_offer(bytes);
+                let since = *self.declined.get_or_insert_with(Instant::now);
+                if since.elapsed() >= REOFFER_AFTER {
+                    self.declined = None;
+                    self.reoffers += 1;
+                    self.offered = OfferState::NotYet;
+                    rings.forget_offer(bytes);
+                }
             }
             OfferState::Made(_) | OfferState::Taken | OfferState::Never => {}
         }
@@ -1590,6 +1603,12 @@ mod tests {
                 ring.offer_to_grow(0);
             }
             shared.pass(0);
+            assert!(
+                !grow_file.exists(),
+                "not at once: a moving thread answers 0 first"
+            );
+            std::thread::sleep(REOFFER_AFTER);
+            shared.pass(0);
             shared.pass(0);
             let offered = again <= MAX_REOFFERS;
             assert_eq!(grow_file.exists(), offered, "answer {again}");
@@ -1609,6 +1628,8 @@ mod tests {
             d.reoffers = 0;
             d.map.view().unwrap().ring().offer_to_grow(0);
         }
+        shared.pass(0);
+        std::thread::sleep(REOFFER_AFTER);
         shared.pass(0);
         shared.pass(0);
         assert_eq!(view(&r), file(256));
