@@ -19,10 +19,10 @@ pub const STREAM_BUFFER_KB: u64 = 2048;
 /// the fourth step from the first (2, 8, 32, 128 MiB). At 64 MiB the stream-check program's
 /// 100 M calls, two writers at full speed on two CPUs, lost events in 5 of 60 recordings
 /// (0.2-1.3 M each) against none of 60 at 128, interleaved (one machine, one session; back to
-/// back at 128, 5 of 200 lost 13-17.5 M each: a drainer not draining for some 300 ms, which
-/// no ring this size covers, cause not found). The program's rings then took 265 MB at the
-/// most against 134; all the rings and the files offered to them together stay under four
-/// times this.
+/// back at 128, 5 of 200 lost 13-17.5 M each: a thread left in a smaller ring after a move
+/// that failed, which `crate::drain` now offers again). The program's rings then took 265 MB
+/// at the most against 134; all the rings and the files offered to them together stay under
+/// four times this.
 pub const STREAM_MAX_BUFFER_KB: u64 = 131072;
 
 /// The options `ftrace record` and `ftrace live` take.
