@@ -129,6 +129,18 @@ impl Drop for ReadMapping {
     }
 }
 
+/// Whether each page of `f`'s first `len` bytes is in memory (`mincore` of a fresh mapping:
+/// the file's page cache). For the tests of the modules that make or drop a file's pages.
+#[cfg(test)]
+pub(crate) fn resident(f: &File, len: usize) -> Vec<bool> {
+    let map = ReadMapping::new(f, len).expect("the file maps");
+    let mut vec = vec![0u8; len.div_ceil(PAGE)];
+    // SAFETY: the mapping is `len` bytes; `vec` holds a byte per page.
+    let r = unsafe { libc::mincore(map.ptr.cast(), len, vec.as_mut_ptr()) };
+    assert_eq!(r, 0);
+    vec.into_iter().map(|b| b & 1 != 0).collect()
+}
+
 /// The calling thread at `SCHED_IDLE` until dropped, then at its scheduling policy again
 /// where that is allowed (an unprivileged thread leaves `SCHED_IDLE` only as far as its
 /// `RLIMIT_NICE` lets it).
@@ -183,15 +195,9 @@ mod tests {
         (dir, f)
     }
 
-    /// Pages of `f`'s first `len` bytes in memory (`mincore` of a fresh mapping: the file's
-    /// page cache).
+    /// Pages of `f`'s first `len` bytes in memory.
     fn resident_pages(f: &File, len: usize) -> usize {
-        let map = ReadMapping::new(f, len).unwrap();
-        let mut vec = vec![0u8; len / PAGE];
-        // SAFETY: the mapping is `len` bytes; `vec` holds a byte per page.
-        let r = unsafe { libc::mincore(map.ptr.cast(), len, vec.as_mut_ptr()) };
-        assert_eq!(r, 0);
-        vec.iter().filter(|b| **b & 1 != 0).count()
+        resident(f, len).iter().filter(|r| **r).count()
     }
 
     #[test]

@@ -175,27 +175,6 @@ mod tests {
     use super::*;
     use std::io::Read as _;
 
-    /// Whether each page of the first `len` bytes of `file` is in the page cache.
-    fn resident(file: &File, len: usize) -> Vec<bool> {
-        // SAFETY: a read-only shared mapping of our own file, unmapped below; `mincore`
-        // writes one byte per page into a vector of that many.
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            let mut v = vec![0u8; len.div_ceil(4096)];
-            assert_eq!(libc::mincore(p, len, v.as_mut_ptr()), 0);
-            libc::munmap(p, len);
-            v.into_iter().map(|b| b & 1 == 1).collect()
-        }
-    }
-
     /// A file on a disk, in the workspace's build directory (not `/tmp`, which may be a
     /// tmpfs, whose page cache is the file itself: nothing to drop there).
     fn disk_file(name: &str) -> (std::path::PathBuf, File) {
@@ -260,7 +239,7 @@ mod tests {
         }
         settle();
         let len = windows * WINDOW as usize;
-        let pages = resident(w.get_ref(), len);
+        let pages = crate::prefault::resident(w.get_ref(), len);
         std::fs::remove_file(&path).unwrap();
         let per_window = WINDOW as usize / 4096;
         // The last window handed over was the fifth: its write-back started, the first three

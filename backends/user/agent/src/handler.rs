@@ -678,8 +678,9 @@ pub(crate) fn offer_itself(inst: &Instance, dir: &str, tid: u32, w: &Writer) {
 
 /// Bytes of a drained ring (after its header page) mapped before the thread's first event:
 /// its first 64 pages. The rest, but for the pages the file already has (`map_made_pages`),
-/// is faulted in by the writer on the ring's first lap, page by page as it is reached: a short-lived thread pays for the pages it uses, not for the
-/// whole ring (about 4 us per 4 KiB page in a VM; 8.6 ms for 8 MiB).
+/// is faulted in by the writer on the ring's first lap, page by page as it is reached: a
+/// short-lived thread pays for the pages it uses, not for the whole ring (about 4 us per 4 KiB
+/// page in a VM; 8.6 ms for 8 MiB).
 pub const PREFAULT_BYTES: usize = 256 << 10;
 
 /// Takes the tool's spare buffer file (streamed recordings: [`Instance::spare`]) as `path`,
@@ -817,22 +818,14 @@ unsafe fn map_made_pages(base: *mut u8, from: usize, len: usize) {
         if unsafe { libc::mincore(base.add(at).cast(), n, made.as_mut_ptr()) } != 0 {
             return;
         }
-        let mut i = 0;
-        while i < pages {
-            if made[i] & 1 == 0 {
-                i += 1;
-                continue;
+        let mut page = at;
+        for run in made[..pages].chunk_by(|a, b| a & 1 == b & 1) {
+            let bytes = (run.len() * PAGE).min(len - page);
+            if run[0] & 1 == 1 {
+                // SAFETY: a run of pages of the caller's mapping; populating writes nothing.
+                unsafe { libc::madvise(base.add(page).cast(), bytes, libc::MADV_POPULATE_WRITE) };
             }
-            let run = made[i..pages].iter().take_while(|m| **m & 1 == 1).count();
-            // SAFETY: a run of pages of the caller's mapping; populating writes nothing.
-            unsafe {
-                libc::madvise(
-                    base.add(at + i * PAGE).cast(),
-                    (run * PAGE).min(len - at - i * PAGE),
-                    libc::MADV_POPULATE_WRITE,
-                )
-            };
-            i += run;
+            page += bytes;
         }
         at += n;
     }
