@@ -413,6 +413,21 @@ impl<'a> SlotRing<'a> {
         self.header.grow.store(bytes, Ordering::Relaxed);
     }
 
+    /// Offers a larger ring as [`offer_to_grow`](Self::offer_to_grow) does, only where no
+    /// offer stands and none was taken (the word is 0): `Err` with the word found otherwise,
+    /// another offer or [`GROWN`] (acquired, as [`growth_offered`](Self::growth_offered)
+    /// does). A consumer that read 0 and then made the ring it offers may find that the owner
+    /// has moved since, answering an earlier offer: a plain store would replace the answer,
+    /// and the consumer would wait for a move already made. (No loom model: loom 0.7 lets a
+    /// plain store fall between a read-modify-write's read and its write, tokio-rs/loom#254,
+    /// so it finds this "replacing" the answer; the compare-exchange is one `lock cmpxchg`.)
+    pub fn offer_to_grow_if_none(&self, bytes: u64) -> Result<(), u64> {
+        self.header
+            .grow
+            .compare_exchange(0, bytes, Ordering::Relaxed, Ordering::Acquire)
+            .map(|_| ())
+    }
+
     /// The larger ring the consumer offers, in bytes (0: none; [`GROWN`]: the writers have
     /// moved to it). Acquire: see [`grown`](Self::grown).
     pub fn growth_offered(&self) -> u64 {
@@ -846,6 +861,23 @@ mod tests {
         assert_eq!(drain(&r, &mut c, Drain::Live), [(0, 0), (1, 0)]);
         r.offer_to_grow(0);
         assert_eq!(r.growth_offered(), 0);
+    }
+
+    /// An offer made only where none stands replaces neither another offer nor the owner's
+    /// answer that it has moved.
+    #[test]
+    fn an_offer_if_none_leaves_another_offer_and_a_move_alone() {
+        let (h, s) = ring(4, SlotMode::ProducerConsumer);
+        let r = SlotRing::new(&h, &s).unwrap();
+        assert_eq!(r.offer_to_grow_if_none(1 << 20), Ok(()));
+        assert_eq!(r.offer_to_grow_if_none(1 << 22), Err(1 << 20));
+        assert_eq!(r.growth_offered(), 1 << 20);
+        r.grown();
+        assert_eq!(r.offer_to_grow_if_none(1 << 20), Err(GROWN));
+        assert_eq!(r.growth_offered(), GROWN);
+        r.offer_to_grow(0);
+        assert_eq!(r.offer_to_grow_if_none(1 << 22), Ok(()));
+        assert_eq!(r.growth_offered(), 1 << 22);
     }
 
     /// A writer past its copy of the limit keeps at most an eighth of the ring of it, so that

@@ -42,7 +42,7 @@
 //!
 //! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
 //! first pass, the tool makes a ring file four times the size (up to the recording's maximum)
-//! beside it, `grow-<tid>`, and offers it in the ring's header; the agent moves the thread to
+//! beside it, `grow-<tid>.<bytes>`, and offers it in the ring's header; the agent moves the thread to
 //! it when the thread finds less than a quarter of its ring left ahead of it
 //! ([`ftrace_ringbuf::slot::SlotRing::behind`], [`ftrace_agent::grow`]), which it checks every
 //! eighth of a ring. The writer decides, not the drainer: a drainer falls behind when it does
@@ -98,7 +98,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ftrace_agent::buffer::{GROW_FILE_PREFIX, SPARE_FILE, SPARE_IN_PROGRESS, reserve_ahead};
+use ftrace_agent::buffer::{SPARE_FILE, SPARE_IN_PROGRESS, grow_file_name, reserve_ahead};
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
 use crate::placement::{Placement, Race};
@@ -407,6 +407,9 @@ impl Drained {
             {
                 self.offered = OfferState::Taken;
                 rings.forget_offer(bytes);
+                // The thread took a file of this name: one still there is an offer of the
+                // tool's made as the thread moved (`make_offer`), which nothing will take.
+                let _ = std::fs::remove_file(self.offer_file(bytes));
             }
             // The thread's answer "not moved" (it found no file of the size offered): offered
             // again, a file made anew, a few times at most. Without it the thread stayed in
@@ -471,19 +474,30 @@ impl Drained {
             }
             found.offered += bytes;
         }
-        let path = self.offer_file();
+        let path = self.offer_file(bytes);
+        // Made as `grow-<tid>.new`, renamed when whole.
         if make_ring_file(
             &path.with_extension("new"),
             &path,
             bytes,
             Pages::OnFirstWrite,
         )
-        .is_ok()
+        .is_err()
         {
-            ring.offer_to_grow(bytes);
-            self.offered = OfferState::Made(bytes);
-        } else {
             rings.forget_offer(bytes);
+            return;
+        }
+        // Only where the word is still 0: the thread may have answered an earlier offer
+        // (moved, or offered itself a ring) while the file was made.
+        match ring.offer_to_grow_if_none(bytes) {
+            Ok(()) => self.offered = OfferState::Made(bytes),
+            // Its own offer of this size, whose file the tool's replaced: the same offer.
+            Err(word) if word == bytes => self.offered = OfferState::Made(bytes),
+            // Moved, or another offer: seen as at the start (above) at the next pass.
+            Err(_) => {
+                rings.forget_offer(bytes);
+                let _ = std::fs::remove_file(&path);
+            }
         }
     }
 
@@ -496,10 +510,10 @@ impl Drained {
         }
     }
 
-    /// The file of the larger ring offered to the ring's thread.
-    fn offer_file(&self) -> PathBuf {
+    /// The file of the larger ring of `bytes` bytes offered to the ring's thread.
+    fn offer_file(&self, bytes: u64) -> PathBuf {
         self.ring_file
-            .with_file_name(format!("{GROW_FILE_PREFIX}{}", self.tid))
+            .with_file_name(grow_file_name(self.tid, bytes))
     }
 
     /// Whether the thread writing the ring is gone.
@@ -518,8 +532,9 @@ impl Drained {
             .ring()
             .map_or((0, 0), |ring| (ring.growth_offered(), ring.dropped()));
         // An offer its thread never took (it has exited, or the program has): its file goes.
-        if self.offered_bytes() != 0 && word != 0 && word != ftrace_ringbuf::slot::GROWN {
-            let _ = std::fs::remove_file(self.offer_file());
+        let offered = self.offered_bytes();
+        if offered != 0 && word != 0 && word != ftrace_ringbuf::slot::GROWN {
+            let _ = std::fs::remove_file(self.offer_file(offered));
         }
         let events = &self.events_file;
         let io = |e: std::io::Error| format!("{}: {e}", events.display());
@@ -1287,7 +1302,7 @@ fn pause(d: Duration, stop: &AtomicBool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ftrace_agent::buffer::{self, SlotMode};
+    use ftrace_agent::buffer::{self, GROW_FILE_PREFIX, SlotMode};
     use ftrace_agent::event::{KIND_EVENT, KIND_EVENT_DATA};
 
     /// A private ring directory gets a spare ring file of the size asked, its pages written
@@ -1546,8 +1561,20 @@ mod tests {
         std::fs::create_dir(out.path().join(&instance)).unwrap();
         let func = (buffer::KIND_FUNC, 0);
         let path = write_ring_of(&dir, tid, 64, &[func; 40]);
-        let grow_file = dir.join(format!("{GROW_FILE_PREFIX}{tid}"));
         let file = |slots: u64| HEADER_BYTES + slots * SLOT_BYTES;
+        let grow_file = dir.join(grow_file_name(tid, file(256)));
+        // The files offered: (name, bytes).
+        let offers = || {
+            let mut found = Vec::new();
+            for f in std::fs::read_dir(&dir).unwrap().flatten() {
+                let name = f.file_name().into_string().unwrap();
+                if name.starts_with(GROW_FILE_PREFIX) {
+                    found.push((name, f.metadata().unwrap().len()));
+                }
+            }
+            found.sort();
+            found
+        };
         for growth in [
             Growth::Fixed,
             Growth::UpTo(file(64)),
@@ -1560,7 +1587,7 @@ mod tests {
             let d = d.as_mut().unwrap();
             d.cursor = Cursor::default();
             d.offer(growth, &shared);
-            assert!(!grow_file.exists(), "{growth:?}");
+            assert_eq!(offers(), [], "{growth:?}");
             let ring = d.map.view().unwrap().ring();
             assert_eq!(ring.growth_offered(), 0, "{growth:?}");
         }
@@ -1576,9 +1603,20 @@ mod tests {
             .unwrap()
             .events_file
             .clone();
+        // Beside it, the thread's own offer for a later ring (the one it will move to next,
+        // four times larger): another name, which the tool's offer leaves alone.
+        let own_next = dir.join(grow_file_name(tid, file(1024)));
+        std::fs::write(&own_next, vec![0; file(1024) as usize]).unwrap();
         let first = shared.pass(0);
         assert_eq!(first.moved, 40);
-        assert_eq!(std::fs::metadata(&grow_file).unwrap().len(), file(256));
+        assert_eq!(
+            offers(),
+            [
+                (grow_file_name(tid, file(256)), file(256)),
+                (grow_file_name(tid, file(1024)), file(1024))
+            ]
+        );
+        std::fs::remove_file(&own_next).unwrap();
         let r = ring_of(&shared);
         let view = |r: &SharedRing| {
             let d = r.lock().unwrap();
@@ -1633,6 +1671,7 @@ mod tests {
         shared.pass(0);
         shared.pass(0);
         assert_eq!(view(&r), file(256));
+        assert!(grow_file.exists());
         // The agent's answer: moved. The ring is finished once nothing came for a while,
         // though its thread (this one) lives.
         {
@@ -1647,6 +1686,11 @@ mod tests {
             lock(&shared.found).offered,
             0,
             "taken: a ring now (counted once found), no longer an offer"
+        );
+        assert_eq!(
+            offers(),
+            [],
+            "a file still offered was made as the thread moved: removed"
         );
         let finished = loop {
             let p = shared.pass(0);
@@ -1675,7 +1719,7 @@ mod tests {
         // A ring whose thread never took the offer: the file offered goes with the ring.
         let other = 999_999;
         write_ring_of(&dir, other, 64, &[func; 3]);
-        let offered = dir.join(format!("{GROW_FILE_PREFIX}{other}"));
+        let offered = dir.join(grow_file_name(other, file(256)));
         shared.scan(rings.path(), out.path());
         shared.pass(0);
         assert_eq!(std::fs::metadata(&offered).unwrap().len(), file(256));

@@ -144,9 +144,19 @@ pub fn reserve_ahead(free: Option<u64>, len: u64) -> bool {
     free.is_none_or(|free| free / 4 < len)
 }
 
-/// The name prefix of a larger ring file the tool makes for a thread (`grow-<tid>`), which
-/// the thread takes when asked ([`crate::grow`]).
+/// The name prefix of a larger ring file offered to a thread ([`grow_file_name`]), which the
+/// thread takes when asked ([`crate::grow`]).
 pub const GROW_FILE_PREFIX: &str = "grow-";
+
+/// The name of the ring file of `bytes` bytes offered to thread `tid` (by the tool or by the
+/// thread itself, [`crate::grow`]): `grow-<tid>.<bytes>`. The size is in the name because a
+/// thread's offers overlap: the tool may still be offering the ring a thread is leaving (it
+/// read the offer word while the thread answered) when the thread offers itself the next,
+/// four times larger; under one name for both, one file replaced the other, and the thread
+/// later found a file of another size than its ring's offer said and stayed where it was.
+pub fn grow_file_name(tid: u32, bytes: u64) -> String {
+    format!("{GROW_FILE_PREFIX}{tid}.{bytes}")
+}
 
 /// The call depth the agent keeps in a slot's kind word (bits 8..32).
 pub fn depth(e: &SlotEvent) -> u32 {

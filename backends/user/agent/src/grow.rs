@@ -2,7 +2,7 @@
 //! falls behind.
 //!
 //! A streamed recording's drainer makes, for each thread's ring, a ring file four times the
-//! size beside it, `grow-<tid>` ([`crate::buffer::GROW_FILE_PREFIX`]: sized, not reserved: its
+//! size beside it, `grow-<tid>.<bytes>` ([`crate::buffer::grow_file_name`]: sized, not reserved: its
 //! pages are allocated as the thread first writes them, so the tool makes them only while
 //! their file system has ample room, a page it cannot allocate being a `SIGBUS`), and offers
 //! it in the ring's header (its `grow` word,
@@ -88,7 +88,7 @@ pub(crate) fn take(st: &mut ThreadState) {
     if bytes == 0 || bytes == GROWN {
         return;
     }
-    // Answered, whatever comes of it (0: not moved; the tool offers a ring once).
+    // Answered, whatever comes of it (0: not moved; the tool offers again after a while).
     ring.offer_to_grow(0);
     let inst = INSTANCE.load(Ordering::Acquire);
     let Ok(len) = usize::try_from(bytes) else {
@@ -102,7 +102,7 @@ pub(crate) fn take(st: &mut ThreadState) {
     if inst.overwrite {
         return;
     }
-    let from = format!("{}{}", crate::buffer::GROW_FILE_PREFIX, st.tid);
+    let from = crate::buffer::grow_file_name(st.tid, bytes);
     // SAFETY: a file the tool made for this thread; the writer returned maps it.
     if let Some(w) = unsafe { crate::handler::adopt_ring_file(inst, &from, len) } {
         st.writer = w;
@@ -166,13 +166,23 @@ mod tests {
         // SAFETY: as above.
         assert_eq!(unsafe { st.writer.ring() }.growth_offered(), 0);
         // A file of another size: removed, answered 0.
-        let grow_file = dir.join(format!("{}{tid}", buffer::GROW_FILE_PREFIX));
+        let grow_file = dir.join(buffer::grow_file_name(tid, big as u64));
         std::fs::write(&grow_file, vec![0u8; big / 2]).unwrap();
         // SAFETY: as above.
         unsafe { st.writer.ring() }.offer_to_grow(big as u64);
         take(&mut st);
         assert_eq!(st.writer.header, old);
         assert!(!grow_file.exists() && !dir.join(format!("buf-{tid}.1")).exists());
+        // A file offered for another ring (the thread's own next, four times larger) is not
+        // this offer's: answered 0, and the file stays.
+        let next_file = dir.join(buffer::grow_file_name(tid, 4 * big as u64));
+        std::fs::write(&next_file, vec![0u8; 4 * big]).unwrap();
+        // SAFETY: as above.
+        unsafe { st.writer.ring() }.offer_to_grow(big as u64);
+        take(&mut st);
+        assert_eq!(st.writer.header, old);
+        assert_eq!(std::fs::metadata(&next_file).unwrap().len(), 4 * big as u64);
+        std::fs::remove_file(&next_file).unwrap();
 
         // The tool's file: the thread moves, by a handler or (state GROW, set by a fast path)
         // by `register`.
@@ -202,7 +212,7 @@ mod tests {
     }
 
     /// With rings that may grow (the instance's `grow_max`), a thread's first ring comes with
-    /// its own offer (`grow-<tid>`, four times the slots), the ring it moves to with the next
+    /// its own offer (`grow-<tid>.<bytes>`, four times the slots), the ring it moves to with the next
     /// (four times again, at most the maximum), and the ring at the maximum with none.
     #[test]
     fn a_thread_offers_itself_each_next_ring() {
@@ -216,13 +226,22 @@ mod tests {
         // registers (see the test above).
         let mut st: ThreadState = unsafe { core::mem::MaybeUninit::zeroed().assume_init() };
         assert!(handler::register(&mut st));
-        let grow_file = dir.join(format!("{}{}", buffer::GROW_FILE_PREFIX, st.tid));
+        // The offer word, and the files offered: (name, bytes).
         let offered = |st: &ThreadState| {
             // SAFETY: registered: the writer maps its ring.
             let word = unsafe { st.writer.ring() }.growth_offered();
-            let file = std::fs::metadata(&grow_file).map_or(0, |m| m.len());
-            (word, file)
+            let mut files = Vec::new();
+            for f in std::fs::read_dir(&dir).unwrap() {
+                let f = f.unwrap();
+                let name = f.file_name().into_string().unwrap();
+                if name.starts_with(buffer::GROW_FILE_PREFIX) {
+                    files.push((name, f.metadata().unwrap().len()));
+                }
+            }
+            (word, files)
         };
+        let tid = st.tid;
+        let offer = |bytes: u64| vec![(buffer::grow_file_name(tid, bytes), bytes)];
         let write = |st: &ThreadState, n: u64| {
             for i in 0..n {
                 // SAFETY: registered: the writer maps its ring.
@@ -230,7 +249,11 @@ mod tests {
             }
         };
         let ring_32 = (HEADER_SIZE + 32 * SLOT_SIZE) as u64;
-        assert_eq!(offered(&st), (ring_32, ring_32), "the first ring's offer");
+        assert_eq!(
+            offered(&st),
+            (ring_32, offer(ring_32)),
+            "the first ring's offer"
+        );
         // 6 of 8 written: behind; the thread moves, and offers itself the next.
         write(&st, 6);
         assert!(asked(&st));
@@ -238,7 +261,7 @@ mod tests {
         assert_eq!(st.writer.mask + 1, 32);
         assert_eq!(
             offered(&st),
-            (max as u64, max as u64),
+            (max as u64, offer(max as u64)),
             "the next, at the maximum"
         );
         // 24 of 32 written: behind; the thread moves to the largest ring, which offers none.
@@ -246,7 +269,7 @@ mod tests {
         assert!(asked(&st));
         take(&mut st);
         assert_eq!(st.writer.mask + 1, 128);
-        assert_eq!(offered(&st), (0, 0));
+        assert_eq!(offered(&st), (0, vec![]));
         INSTANCE.store(core::ptr::null_mut(), Ordering::Release);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -635,7 +635,8 @@ pub(crate) fn create_buffer(inst: &Instance) -> Option<Writer> {
 }
 
 /// A drained thread's own offer ([`Instance::grow_max`]): the ring file four times the size
-/// of its new ring `w` ([`crate::grow::offer_bytes`]), `grow-<tid>`, made beside it as the
+/// of its new ring `w` ([`crate::grow::offer_bytes`]), `grow-<tid>.<bytes>`
+/// ([`buffer::grow_file_name`]), made beside it as the
 /// tool makes one (sized, not reserved; only while its file system has four times its size
 /// free) and offered in the ring's header as the tool offers it ([`crate::grow`]). The tool
 /// offers at its first pass over a ring; a drainer that shares its CPU with the program's
@@ -649,7 +650,7 @@ pub(crate) fn offer_itself(inst: &Instance, dir: &str, tid: u32, w: &Writer) {
     if inst.overwrite {
         return;
     }
-    let Ok(path) = CString::new(format!("{dir}/{}{tid}", buffer::GROW_FILE_PREFIX)) else {
+    let Ok(path) = CString::new(format!("{dir}/{}", buffer::grow_file_name(tid, len))) else {
         return;
     };
     let Ok(len) = usize::try_from(len) else {
@@ -1028,7 +1029,7 @@ mod tests {
     }
 
     /// A drained thread whose rings may grow offers itself the next size with the ring it
-    /// makes: `grow-<tid>`, four times the slots (at most what `grow_max` holds), sized beside
+    /// makes: `grow-<tid>.<bytes>`, four times the slots (at most what `grow_max` holds), sized beside
     /// it and offered in its header, as the tool offers one; none when the ring is at the
     /// maximum already or rings keep their size, none in overwrite mode.
     #[test]
@@ -1047,7 +1048,13 @@ mod tests {
         };
         // SAFETY: no preconditions.
         let tid = unsafe { libc::gettid() };
-        let grow = dir.join(format!("{}{tid}", buffer::GROW_FILE_PREFIX));
+        let offers = || {
+            let names = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|f| f.unwrap().file_name());
+            let grow = names.filter(|n| n.to_str().unwrap().starts_with(buffer::GROW_FILE_PREFIX));
+            grow.collect::<Vec<_>>()
+        };
         for (what, overwrite, grow_max, offered) in [
             (
                 "four times",
@@ -1070,8 +1077,11 @@ mod tests {
             let word = unsafe { w.ring() }.growth_offered();
             assert_eq!(word, offered as u64, "{what}");
             match offered {
-                0 => assert!(!grow.exists(), "{what}"),
+                0 => assert_eq!(offers(), Vec::<std::ffi::OsString>::new(), "{what}"),
                 _ => {
+                    let name = buffer::grow_file_name(tid as u32, offered as u64);
+                    assert_eq!(offers(), [std::ffi::OsString::from(&name)], "{what}");
+                    let grow = dir.join(name);
                     assert_eq!(std::fs::metadata(&grow).unwrap().len(), offered as u64);
                     std::fs::remove_file(&grow).unwrap();
                 }
