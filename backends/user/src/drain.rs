@@ -91,7 +91,7 @@
 //! only after its events file is complete (end record written and flushed); a ring is drained
 //! by one drainer thread only.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -782,6 +782,9 @@ pub struct Finished {
     /// Every error met, in the order met: rings ended early (damaged, or their events files
     /// could not be written), ring files not removed. Empty: every ring was recorded whole.
     pub errors: Vec<String>,
+    /// The program's threads that outran their drainers and ran at a lower priority from then
+    /// on ([`crate::precedence`]): thread id and new nice value, by thread id.
+    pub yielded: Vec<(u32, i32)>,
 }
 
 /// What one pass over the rings did.
@@ -822,6 +825,10 @@ struct Rings {
     /// every ring left and stop, and a finished ring's file is removed by the thread that
     /// finished it ([`Rings::remove`]).
     ending: AtomicBool,
+    /// The threads that outran their drainers and were made to yield to them
+    /// ([`crate::precedence`]), with their new nice values (`None`: it could not be changed),
+    /// by thread id: each once.
+    yielded: Mutex<BTreeMap<u32, Option<i32>>>,
 }
 
 #[derive(Default)]
@@ -856,7 +863,16 @@ impl Rings {
             errors: Mutex::default(),
             handed_over: Mutex::default(),
             ending: AtomicBool::new(false),
+            yielded: Mutex::default(),
         }
+    }
+
+    /// Makes thread `tid`, which outran its drainer, yield to the drainers
+    /// ([`crate::precedence`]), once.
+    fn yield_writer(&self, tid: u32) {
+        lock(&self.yielded)
+            .entry(tid)
+            .or_insert_with(|| crate::precedence::yield_to_drainer(tid).ok());
     }
 
     /// Takes `bytes` of offered ring files out of the rings' total (`Found::offered`).
@@ -942,6 +958,7 @@ impl Rings {
             race: Race::default(),
         };
         let mut losing = 0;
+        let mut losing_writer = None;
         for ring in self.list(me) {
             let Ok(mut slot) = ring.try_lock() else {
                 pass.wanted += 1;
@@ -973,6 +990,7 @@ impl Rings {
                 {
                     losing = left;
                     pass.race.losing_on = newest_cpu(&r);
+                    losing_writer = Some(d.tid);
                 }
             }
             pass.wanted += usize::from(n > 0);
@@ -980,6 +998,9 @@ impl Rings {
             if d.retired(n) {
                 pass.finished.extend(self.finish(&ring, &mut slot));
             }
+        }
+        if let Some(tid) = losing_writer {
+            self.yield_writer(tid);
         }
         pass
     }
@@ -1165,9 +1186,14 @@ impl Drainer {
         self.rings.tell_unstarted();
         self.rings.wait_removals();
         counts.sort_by_key(|c| c.tid);
+        let yielded = lock(&self.rings.yielded)
+            .iter()
+            .filter_map(|(tid, nice)| Some((*tid, (*nice)?)))
+            .collect();
         Finished {
             counts,
             errors: std::mem::take(&mut *lock(&self.rings.errors)),
+            yielded,
         }
     }
 }
@@ -1840,10 +1866,13 @@ mod tests {
 
     /// A pass that leaves a ring at its largest size a quarter full says on which CPU the
     /// ring's newest event was written (its drainer is losing the race:
-    /// [`Placement::follow`]); one whose ring may still grow, or is less full, does not; and a
-    /// pass says the rings are behind until they are less than an eighth full.
+    /// [`Placement::follow`]) and makes the ring's thread yield to the drainers (its nice
+    /// value up by [`crate::precedence::NICE_STEP`], once); one whose ring may still grow,
+    /// or is less full, does neither; and a pass says the rings are behind until they are
+    /// less than an eighth full.
     #[test]
     fn a_pass_that_leaves_a_ring_that_cannot_grow_behind_says_where_its_writer_runs() {
+        use crate::precedence::{NICE_STEP, nice_of};
         let capacity = 8 * TURN as usize;
         let events = 3 * TURN as usize;
         for (growth, losing) in [
@@ -1855,7 +1884,17 @@ mod tests {
             let instance = format!("{}.0", std::process::id());
             std::fs::create_dir(rings.path().join(&instance)).unwrap();
             std::fs::create_dir(out.path().join(&instance)).unwrap();
-            write_ring_on(&rings.path().join(&instance), 1, capacity, events, |i| {
+            // The ring's writer: a thread of this process, which waits to be let go.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (go, wait) = std::sync::mpsc::channel::<()>();
+            let writer = std::thread::spawn(move || {
+                // SAFETY: no preconditions.
+                tx.send(unsafe { libc::gettid() } as u32).unwrap();
+                let _ = wait.recv();
+            });
+            let tid = rx.recv().unwrap();
+            let nice = nice_of(tid).unwrap();
+            write_ring_on(&rings.path().join(&instance), tid, capacity, events, |i| {
                 (buffer::KIND_FUNC, 0, u32::from(i == events - 1))
             });
             let shared = Rings::new(growth);
@@ -1883,6 +1922,22 @@ mod tests {
             let third = shared.pass(0);
             assert_eq!(third.race, Race::default());
             assert_eq!(first.moved + second.moved + third.moved, events as u64);
+            let yielded = (nice + NICE_STEP).min(19);
+            match losing {
+                Some(_) => {
+                    assert_eq!(
+                        *lock(&shared.yielded),
+                        BTreeMap::from([(tid, Some(yielded))])
+                    );
+                    assert_eq!(nice_of(tid).unwrap(), yielded);
+                }
+                None => {
+                    assert!(lock(&shared.yielded).is_empty());
+                    assert_eq!(nice_of(tid).unwrap(), nice);
+                }
+            }
+            go.send(()).unwrap();
+            writer.join().unwrap();
         }
     }
 
@@ -2028,8 +2083,15 @@ mod tests {
             let told = format!("{}: the ring's header was overwritten", f.display());
             assert!(errors.iter().any(|e| e.starts_with(&told)), "{errors:?}");
         }
-        let said = crate::record::summary_of_drained(&Finished { counts, errors }, out.path())
-            .unwrap_err();
+        let said = crate::record::summary_of_drained(
+            &Finished {
+                counts,
+                errors,
+                yielded: vec![],
+            },
+            out.path(),
+        )
+        .unwrap_err();
         let lines: Vec<&str> = said.lines().collect();
         assert_eq!(lines.len(), 3, "{said}");
         assert!(lines[1].starts_with("ftrace: "), "{said}");
@@ -2068,7 +2130,7 @@ mod tests {
             (buffer::KIND_FUNC, 0),
         ];
         let ring_file = write_ring(&rings.path().join(&instance), tid, &slots);
-        let Finished { counts, errors } =
+        let Finished { counts, errors, .. } =
             Drainer::start(rings.path(), out.path(), Growth::Fixed).finish();
         assert!(errors.is_empty(), "{errors:?}");
         // The exit (its value), the event (its data), the stack record (its frames), two

@@ -33,6 +33,7 @@ pub mod launch;
 pub mod live;
 pub mod livefs;
 pub mod placement;
+pub mod precedence;
 pub mod prefault;
 pub mod profile;
 pub mod progevents;

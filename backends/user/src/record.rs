@@ -221,6 +221,28 @@ pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) 
     s
 }
 
+/// The line saying which threads outran the drainers and yield to them from then on
+/// ([`crate::precedence`]): thread ids and new nice values (empty: none did).
+pub fn yielded_line(yielded: &[(u32, i32)]) -> String {
+    if yielded.is_empty() {
+        return String::new();
+    }
+    let mut per: Vec<String> = yielded
+        .iter()
+        .map(|(tid, nice)| format!("tid {tid}: nice {nice}"))
+        .collect();
+    if per.len() > 8 {
+        let more = per.len() - 8;
+        per.truncate(8);
+        per.push(format!("{more} more threads"));
+    }
+    format!(
+        "ftrace: the tool fell behind the program's threads and lowered their priority so \
+         that it could keep up ({})\n",
+        per.join(", ")
+    )
+}
+
 /// [`summary_of`] a recording drained while the program ran; an error when rings ended
 /// early (the recording is not whole): every reason, one a line, then the summary's lines
 /// (each line after the first says `ftrace: ` itself, as the first does when told).
@@ -228,7 +250,8 @@ pub fn summary_of_drained(
     drained: &crate::drain::Finished,
     dir: &std::path::Path,
 ) -> Result<String, String> {
-    let summary = summary_of(&drained.counts, dir);
+    let mut summary = summary_of(&drained.counts, dir);
+    summary += &yielded_line(&drained.yielded);
     if drained.errors.is_empty() {
         return Ok(summary);
     }
@@ -686,5 +709,25 @@ pub fn exit_code(status: ExitStatus) -> u8 {
         (Some(c), _) => c as u8,
         (None, Some(s)) => 128u8.wrapping_add(s as u8),
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The threads made to yield are named with their new nice values, eight at most, and
+    /// nothing is said when none was.
+    #[test]
+    fn the_summary_names_the_threads_that_yielded() {
+        assert_eq!(yielded_line(&[]), "");
+        assert_eq!(
+            yielded_line(&[(7, 5), (9, 19)]),
+            "ftrace: the tool fell behind the program's threads and lowered their priority so \
+             that it could keep up (tid 7: nice 5, tid 9: nice 19)\n"
+        );
+        let many: Vec<(u32, i32)> = (1..=10).map(|t| (t, 5)).collect();
+        let line = yielded_line(&many);
+        assert!(line.ends_with("tid 8: nice 5, 2 more threads)\n"), "{line}");
     }
 }
