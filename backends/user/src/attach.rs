@@ -521,8 +521,9 @@ pub fn record(
     // Without --overwrite every event is drained while attached, as `record` does
     // ([`crate::drain`]); with it the rings are the recording. An attached agent's rings stay
     // in the recording directory (its configuration names no ring directory).
-    let drainer = (!opts.overwrite)
-        .then(|| crate::drain::Drainer::start(out, out, crate::drain::Growth::Fixed));
+    let drainer = (!opts.overwrite).then(|| {
+        crate::drain::Drainer::start(out, out, crate::drain::Growth::Fixed, opts.yielding)
+    });
     let traced = attach(pid, &agent, &config).and_then(|sites| {
         if sites == 0 {
             let _ = detach(pid, &agent);

@@ -175,6 +175,11 @@ pub struct RecordArgs {
     /// them (the refusal becomes a warning).
     #[arg(long)]
     pub force: bool,
+    /// Never lower the priority of a program thread that makes events faster than the tool
+    /// records them (by default its nice value goes up by 5, once, and the summary says so;
+    /// with this the events the tool cannot keep up with are lost, and counted).
+    #[arg(long = "keep-priority")]
+    pub keep_priority: bool,
     /// Attach to this running process (same user) instead of starting a program: trace until
     /// Ctrl-C (SIGINT, SIGTERM, SIGHUP) or its exit, then detach, leaving every site as its
     /// NOP (`live`: then print the report).
@@ -245,6 +250,11 @@ impl RecordArgs {
                 crate::sitecheck::Force::Warn
             } else {
                 crate::sitecheck::Force::Refuse
+            },
+            yielding: if self.keep_priority {
+                crate::precedence::Yield::Never
+            } else {
+                crate::precedence::Yield::WhenBehind
             },
         }
     }
@@ -417,4 +427,31 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     // Not locked for the whole run (stdout is): the tool's other threads (the tree's
     // acceptor, the FUSE server, the drain) write to stderr too, and would wait for good.
     ExitCode::from(run(args, &mut stdout.lock(), &mut std::io::stderr()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The record options of `ftrace <args>`.
+    fn record_options(args: &[&str]) -> crate::record::RecordOptions {
+        let cli = Cli::try_parse_from(std::iter::once("ftrace").chain(args.iter().copied()))
+            .unwrap();
+        match cli.command {
+            Command::Record { rec, .. } => rec.options(),
+            other => panic!("not a record command: {other:?}"),
+        }
+    }
+
+    /// A thread that outruns the drainer yields to it unless `--keep-priority` says never.
+    #[test]
+    fn keep_priority_keeps_the_program_s_priority() {
+        use crate::precedence::Yield;
+        let yielding = |args: &[&str]| record_options(args).yielding;
+        assert_eq!(yielding(&["record", "--", "true"]), Yield::WhenBehind);
+        assert_eq!(
+            yielding(&["record", "--keep-priority", "--", "true"]),
+            Yield::Never
+        );
+    }
 }

@@ -102,6 +102,7 @@ use ftrace_agent::buffer::{SPARE_FILE, SPARE_IN_PROGRESS, grow_file_name, reserv
 use ftrace_ringbuf::slot::{Cursor, Drain};
 
 use crate::placement::{Placement, Race};
+use crate::precedence::Yield;
 use crate::prefault::PageWriter;
 use crate::recording::is_event_of_its_own;
 use crate::ringmap::{Access, RingMapping, SLOTS_PER_PAGE};
@@ -825,6 +826,8 @@ struct Rings {
     /// every ring left and stop, and a finished ring's file is removed by the thread that
     /// finished it ([`Rings::remove`]).
     ending: AtomicBool,
+    /// Whether threads that outrun their drainers are made to yield to them.
+    yielding: Yield,
     /// The threads that outran their drainers and were made to yield to them
     /// ([`crate::precedence`]), with their new nice values (`None`: it could not be changed),
     /// by thread id: each once.
@@ -863,13 +866,17 @@ impl Rings {
             errors: Mutex::default(),
             handed_over: Mutex::default(),
             ending: AtomicBool::new(false),
+            yielding: Yield::WhenBehind,
             yielded: Mutex::default(),
         }
     }
 
     /// Makes thread `tid`, which outran its drainer, yield to the drainers
-    /// ([`crate::precedence`]), once.
+    /// ([`crate::precedence`]), once (unless they never do, [`Yield::Never`]).
     fn yield_writer(&self, tid: u32) {
+        if self.yielding == Yield::Never {
+            return;
+        }
         lock(&self.yielded)
             .entry(tid)
             .or_insert_with(|| crate::precedence::yield_to_drainer(tid).ok());
@@ -1126,12 +1133,16 @@ impl std::fmt::Debug for Drainer {
 impl Drainer {
     /// Starts draining the rings the agent creates under `rings` into events files under the
     /// recording directory `out` (`rings` may be `out` itself): a thread per CPU, at most
-    /// [`MAX_THREADS`]; rings grow as `growth` allows.
-    pub fn start(rings: &Path, out: &Path, growth: Growth) -> Drainer {
+    /// [`MAX_THREADS`]; rings grow as `growth` allows; a program thread that outruns its
+    /// drainer yields to it as `yielding` says ([`crate::precedence`]).
+    pub fn start(rings: &Path, out: &Path, growth: Growth, yielding: Yield) -> Drainer {
         let n = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, MAX_THREADS);
-        let shared = Arc::new(Rings::new(growth));
+        let shared = Arc::new(Rings {
+            yielding,
+            ..Rings::new(growth)
+        });
         let states: Arc<[AtomicU8]> = (0..n)
             .map(|_| AtomicU8::new(HelperState::Running as u8))
             .collect();
@@ -1491,7 +1502,7 @@ mod tests {
     fn a_helper_parked_at_the_end_is_not_waited_for_and_its_counts_are_kept() {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
-        let drainer = Drainer::start(rings.path(), out.path(), Growth::Fixed);
+        let drainer = Drainer::start(rings.path(), out.path(), Growth::Fixed, Yield::WhenBehind);
         if drainer.threads.len() < 2 {
             return;
         }
@@ -1867,17 +1878,22 @@ mod tests {
     /// A pass that leaves a ring at its largest size a quarter full says on which CPU the
     /// ring's newest event was written (its drainer is losing the race:
     /// [`Placement::follow`]) and makes the ring's thread yield to the drainers (its nice
-    /// value up by [`crate::precedence::NICE_STEP`], once); one whose ring may still grow,
-    /// or is less full, does neither; and a pass says the rings are behind until they are
-    /// less than an eighth full.
+    /// value up by [`crate::precedence::NICE_STEP`], once; not with [`Yield::Never`]); one
+    /// whose ring may still grow, or is less full, does neither; and a pass says the rings
+    /// are behind until they are less than an eighth full.
     #[test]
     fn a_pass_that_leaves_a_ring_that_cannot_grow_behind_says_where_its_writer_runs() {
         use crate::precedence::{NICE_STEP, nice_of};
         let capacity = 8 * TURN as usize;
         let events = 3 * TURN as usize;
-        for (growth, losing) in [
-            (Growth::Fixed, Some(1)),
-            (Growth::UpTo(64 * (capacity as u64) * SLOT_BYTES), None),
+        for (growth, losing, yielding) in [
+            (Growth::Fixed, Some(1), Yield::WhenBehind),
+            (Growth::Fixed, Some(1), Yield::Never),
+            (
+                Growth::UpTo(64 * (capacity as u64) * SLOT_BYTES),
+                None,
+                Yield::WhenBehind,
+            ),
         ] {
             let rings = tempfile::tempdir().unwrap();
             let out = tempfile::tempdir().unwrap();
@@ -1897,7 +1913,10 @@ mod tests {
             write_ring_on(&rings.path().join(&instance), tid, capacity, events, |i| {
                 (buffer::KIND_FUNC, 0, u32::from(i == events - 1))
             });
-            let shared = Rings::new(growth);
+            let shared = Rings {
+                yielding,
+                ..Rings::new(growth)
+            };
             shared.scan(rings.path(), out.path());
             // 3 turns' worth in a ring of 8: a quarter full after the first turn, an eighth
             // after the second, empty after the third.
@@ -1923,7 +1942,7 @@ mod tests {
             assert_eq!(third.race, Race::default());
             assert_eq!(first.moved + second.moved + third.moved, events as u64);
             let yielded = (nice + NICE_STEP).min(19);
-            match losing {
+            match losing.filter(|_| yielding == Yield::WhenBehind) {
                 Some(_) => {
                     assert_eq!(
                         *lock(&shared.yielded),
@@ -2131,7 +2150,7 @@ mod tests {
         ];
         let ring_file = write_ring(&rings.path().join(&instance), tid, &slots);
         let Finished { counts, errors, .. } =
-            Drainer::start(rings.path(), out.path(), Growth::Fixed).finish();
+            Drainer::start(rings.path(), out.path(), Growth::Fixed, Yield::WhenBehind).finish();
         assert!(errors.is_empty(), "{errors:?}");
         // The exit (its value), the event (its data), the stack record (its frames), two
         // function entries and the graph entry: six events of eleven slots.

@@ -28,6 +28,17 @@
 
 use std::io;
 
+/// Whether a program thread that outruns its drainer is made to yield to it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Yield {
+    /// Its nice value goes up by [`NICE_STEP`], once (the default).
+    #[default]
+    WhenBehind,
+    /// Its priority is left alone (`--keep-priority`): the events the tool cannot keep up
+    /// with are lost, and counted.
+    Never,
+}
+
 /// How much a thread's nice value goes up when it outruns its drainer: 5, for a weight of
 /// 335 against the drainer's 1024 at nice 0, three quarters of a shared CPU to the drainer
 /// (the kernel's weights grow about 1.25 times a step). With 3 (two thirds; the drainer

@@ -61,6 +61,9 @@ pub struct RecordOptions {
     /// `--force`: start a program whose sites or filters fail [`crate::sitecheck`], with a
     /// warning.
     pub force: crate::sitecheck::Force,
+    /// Whether a program thread that outruns the tool's drainer yields to it
+    /// (`--keep-priority`: never; [`crate::precedence`]).
+    pub yielding: crate::precedence::Yield,
 }
 
 impl Default for RecordOptions {
@@ -81,6 +84,7 @@ impl Default for RecordOptions {
             output: PathBuf::from("ftrace.data"),
             mount: None,
             force: crate::sitecheck::Force::Refuse,
+            yielding: crate::precedence::Yield::WhenBehind,
         }
     }
 }
@@ -337,7 +341,7 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     let pages = crate::prefault::PageWriter::new();
     let (status, drained) = std::thread::scope(|s| {
         s.spawn(|| rings.make_spare(cfg.ring_file_bytes(), &pages));
-        let drainer = crate::drain::Drainer::start(rings.path(), out, growth);
+        let drainer = crate::drain::Drainer::start(rings.path(), out, growth, opts.yielding);
         let status = child.wait().map_err(|e| format!("{prog}: {e}"));
         pages.stop();
         (status, drainer.finish())
