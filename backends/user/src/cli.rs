@@ -435,8 +435,8 @@ mod tests {
 
     /// The record options of `ftrace <args>`.
     fn record_options(args: &[&str]) -> crate::record::RecordOptions {
-        let cli = Cli::try_parse_from(std::iter::once("ftrace").chain(args.iter().copied()))
-            .unwrap();
+        let cli =
+            Cli::try_parse_from(std::iter::once("ftrace").chain(args.iter().copied())).unwrap();
         match cli.command {
             Command::Record { rec, .. } => rec.options(),
             other => panic!("not a record command: {other:?}"),
