@@ -23,8 +23,7 @@
 //! on thread scheduling; its count must lie within what uftrace saw. A function listed as
 //! run-dependent (with the reason) is not compared. Counts are compared per address (a
 //! linker that folds identical functions gives one address several names). It prints per program
-//! the calls (Lua's recorded with a ring that holds its backlog: see `Workload::ring_kb`),
-//! both tools' end-to-end record time (the best of two runs each, the untraced one
+//! the calls (every program with the tool's default rings, what users run), both tools' end-to-end record time (the best of two runs each, the untraced one
 //! the best of three: these programs' own time varies by tens of percent), cost per call over
 //! the untraced run, and bytes on disk per call.
 
@@ -80,11 +79,6 @@ struct Workload {
     /// seed), as a part of their name, with why: their counts may differ from uftrace's.
     /// Every other function's count must be equal.
     run_dependent: &'static [(&'static str, &'static str)],
-    /// The per-thread ring (`--buffer-size`, KiB) its complete recordings need, when the
-    /// default does not hold them: a program that makes calls faster than the drainer
-    /// encodes them (about 10 against 20-30 ns an event here) piles them up in its ring, and
-    /// a full ring drops (counted and told). `None`: the default.
-    ring_kb: Option<&'static str>,
 }
 
 fn base() -> PathBuf {
@@ -228,12 +222,11 @@ fn lua() -> Result<Workload, String> {
         args: vec!["bench.lua".into()],
         cwd,
         instrumentation: Instrumentation::PatchableEntry,
+        // 5.7 M calls in 0.02-0.04 s of its own time. Recorded with a 256 MiB ring until the
+        // twentieth session: the default ring of 2026-12-01 (8 MiB, no growth) dropped 1-20 %
+        // of its calls; the default since (2 MiB growing to 128 MiB) lost none in any
+        // fresh-check of the eighteenth to twentieth sessions (it was printed beside).
         run_dependent: &[],
-        // 5.7 M calls in 0.04 s of its own time: with the default 8 MiB ring function
-        // drops 1-20 % of them (the drainer falls half its rate behind), function_graph
-        // more; its backlog peaks at about 170 MB. (The drainer's rate is what "complete
-        // recordings" still lacks: the default's losses are printed beside.)
-        ring_kb: Some("262144"),
     })
 }
 
@@ -282,7 +275,6 @@ fn zstd() -> Result<Workload, String> {
             .to_vec(),
         cwd,
         instrumentation: Instrumentation::PatchableEntry,
-        ring_kb: None,
         run_dependent: &[(
             "ZSTDMT_compressStream_generic",
             "the main thread calls it in a loop until the workers have flushed their jobs",
@@ -332,7 +324,6 @@ fn ripgrep() -> Result<Workload, String> {
         ],
         cwd: base(),
         instrumentation: Instrumentation::Mcount,
-        ring_kb: None,
         run_dependent: &[(
             "[ignore::types::FileTypeDef]>::sort_by",
             "ignore's TypesBuilder sorts values taken from a HashMap, whose order (and so the \
@@ -530,17 +521,7 @@ fn compare(
         let _ = std::fs::remove_dir_all(&rec);
         let t = tool.display().to_string();
         let r = rec.display().to_string();
-        let mut record = vec![t.as_str(), "record", "-t", tracer];
-        if let Some(kb) = w.ring_kb {
-            record.extend(["--buffer-size", kb]);
-            // What the default ring keeps of it, for the record (not checked).
-            let (_, out) = timed(norandom(w, &[&record[..4], &["-o", &r, "--"]].concat()))?;
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            if let Some(l) = stderr.lines().find(|l| l.contains("events recorded")) {
-                println!("    (with the default ring) ftrace {tracer}: {l}");
-            }
-        }
-        record.extend(["-o", &r, "--"]);
+        let record = [t.as_str(), "record", "-t", tracer, "-o", &r, "--"];
         // As many runs as uftrace's, the best time kept (these programs' own time varies
         // by tens of percent from run to run); every run is checked, the last one counted.
         let mut secs = f64::MAX;
