@@ -1900,15 +1900,9 @@ mod tests {
             let instance = format!("{}.0", std::process::id());
             std::fs::create_dir(rings.path().join(&instance)).unwrap();
             std::fs::create_dir(out.path().join(&instance)).unwrap();
-            // The ring's writer: a thread of this process, which waits to be let go.
-            let (tx, rx) = std::sync::mpsc::channel();
-            let (go, wait) = std::sync::mpsc::channel::<()>();
-            let writer = std::thread::spawn(move || {
-                // SAFETY: no preconditions.
-                tx.send(unsafe { libc::gettid() } as u32).unwrap();
-                let _ = wait.recv();
-            });
-            let tid = rx.recv().unwrap();
+            // The ring's writer: a thread of this process, which waits.
+            let writer = crate::precedence::WaitingThread::start();
+            let tid = writer.tid;
             let nice = nice_of(tid).unwrap();
             write_ring_on(&rings.path().join(&instance), tid, capacity, events, |i| {
                 (buffer::KIND_FUNC, 0, u32::from(i == events - 1))
@@ -1955,8 +1949,7 @@ mod tests {
                     assert_eq!(nice_of(tid).unwrap(), nice);
                 }
             }
-            go.send(()).unwrap();
-            writer.join().unwrap();
+            drop(writer);
         }
     }
 

@@ -74,6 +74,45 @@ pub fn nice_of(tid: u32) -> io::Result<i32> {
     }
 }
 
+/// A thread of the test process that waits until dropped: tests renice it, not themselves
+/// (nor a thread id that may be another process's).
+#[cfg(test)]
+pub(crate) struct WaitingThread {
+    /// Its thread id.
+    pub(crate) tid: u32,
+    go: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(test)]
+impl WaitingThread {
+    /// Starts it.
+    pub(crate) fn start() -> WaitingThread {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = wait.recv();
+        });
+        WaitingThread {
+            tid: rx.recv().unwrap(),
+            go: Some(go),
+            thread: Some(thread),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Drop for WaitingThread {
+    fn drop(&mut self) {
+        drop(self.go.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,14 +121,8 @@ mod tests {
     /// is an error.
     #[test]
     fn a_thread_yields_by_the_step_up_to_the_largest_nice_value() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            // SAFETY: no preconditions.
-            tx.send(unsafe { libc::gettid() } as u32).unwrap();
-            let _ = done_rx.recv();
-        });
-        let tid = rx.recv().unwrap();
+        let thread = WaitingThread::start();
+        let tid = thread.tid;
         let start = nice_of(tid).unwrap();
         let first = yield_to_drainer(tid).unwrap();
         assert_eq!(first, (start + NICE_STEP).min(NICE_MAX));
@@ -102,8 +135,7 @@ mod tests {
         // SAFETY: no preconditions.
         let me = unsafe { libc::gettid() } as u32;
         assert_eq!(nice_of(me).unwrap(), start);
-        done_tx.send(()).unwrap();
-        t.join().unwrap();
+        drop(thread);
         assert!(yield_to_drainer(u32::MAX >> 1).is_err());
     }
 }

@@ -205,16 +205,10 @@ pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) 
         for t in threads.iter().filter(|t| t.lost > 0) {
             *by_tid.entry(t.tid).or_default() += t.lost;
         }
-        let mut per: Vec<String> = by_tid
+        let per = by_tid
             .iter()
-            .map(|(tid, lost)| format!("tid {tid}: {lost}"))
-            .collect();
-        if per.len() > 8 {
-            let more = per.len() - 8;
-            per.truncate(8);
-            per.push(format!("{more} more threads"));
-        }
-        s += &format!(" ({})", per.join(", "));
+            .map(|(tid, lost)| format!("tid {tid}: {lost}"));
+        s += &format!(" ({})", first_threads(per.collect()));
     }
     s += &format!(", {} bytes written to {}\n", bytes, dir.display());
     if lost > 0 {
@@ -231,20 +225,24 @@ pub fn yielded_line(yielded: &[(u32, i32)]) -> String {
     if yielded.is_empty() {
         return String::new();
     }
-    let mut per: Vec<String> = yielded
+    let per = yielded
         .iter()
-        .map(|(tid, nice)| format!("tid {tid}: nice {nice}"))
-        .collect();
+        .map(|(tid, nice)| format!("tid {tid}: nice {nice}"));
+    format!(
+        "ftrace: the tool fell behind the program's threads and lowered their priority so \
+         that it could keep up ({})\n",
+        first_threads(per.collect())
+    )
+}
+
+/// What is said of each thread, the first eight joined with ", " and then how many more.
+fn first_threads(mut per: Vec<String>) -> String {
     if per.len() > 8 {
         let more = per.len() - 8;
         per.truncate(8);
         per.push(format!("{more} more threads"));
     }
-    format!(
-        "ftrace: the tool fell behind the program's threads and lowered their priority so \
-         that it could keep up ({})\n",
-        per.join(", ")
-    )
+    per.join(", ")
 }
 
 /// [`summary_of`] a recording drained while the program ran; an error when rings ended
