@@ -42,8 +42,8 @@
 //!
 //! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
 //! first pass, the tool makes a ring file four times the size (up to the recording's maximum)
-//! beside it, `grow-<tid>.<bytes>`, and offers it in the ring's header; the agent moves the thread to
-//! it when the thread finds less than a quarter of its ring left ahead of it
+//! beside it, `grow-<tid>.<bytes>`, and offers it in the ring's header; the agent moves the
+//! thread to it when the thread finds less than a quarter of its ring left ahead of it
 //! ([`ftrace_ringbuf::slot::SlotRing::behind`], [`ftrace_agent::grow`]), which it checks every
 //! eighth of a ring. The writer decides, not the drainer: a drainer falls behind when it does
 //! not run (its CPU taken by the program or the kernel for a millisecond or two, a page

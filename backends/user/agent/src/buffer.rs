@@ -152,8 +152,9 @@ pub const GROW_FILE_PREFIX: &str = "grow-";
 /// thread itself, [`crate::grow`]): `grow-<tid>.<bytes>`. The size is in the name because a
 /// thread's offers overlap: the tool may still be offering the ring a thread is leaving (it
 /// read the offer word while the thread answered) when the thread offers itself the next,
-/// four times larger; under one name for both, one file replaced the other, and the thread
-/// later found a file of another size than its ring's offer said and stayed where it was.
+/// four times larger. Under one name for both, the tool's file could replace the thread's,
+/// and the thread would later find a file of another size than its ring's offer said and
+/// stay where it was (the likely cause of the failed moves the nineteenth session found).
 pub fn grow_file_name(tid: u32, bytes: u64) -> String {
     format!("{GROW_FILE_PREFIX}{tid}.{bytes}")
 }

@@ -2,10 +2,10 @@
 //! falls behind.
 //!
 //! A streamed recording's drainer makes, for each thread's ring, a ring file four times the
-//! size beside it, `grow-<tid>.<bytes>` ([`crate::buffer::grow_file_name`]: sized, not reserved: its
-//! pages are allocated as the thread first writes them, so the tool makes them only while
-//! their file system has ample room, a page it cannot allocate being a `SIGBUS`), and offers
-//! it in the ring's header (its `grow` word,
+//! size beside it, `grow-<tid>.<bytes>` ([`crate::buffer::grow_file_name`]: sized, not
+//! reserved: its pages are allocated as the thread first writes them, so the tool makes them
+//! only while their file system has ample room, a page it cannot allocate being a `SIGBUS`),
+//! and offers it in the ring's header (its `grow` word,
 //! [`ftrace_ringbuf::slot::SlotRing::offer_to_grow`], holding the new file's size). The
 //! thread takes it when it finds the tool behind (less than a quarter of the ring left ahead of
 //! it, [`ftrace_ringbuf::slot::SlotRing::behind`]): a tool that does not run for a while (its
@@ -212,8 +212,9 @@ mod tests {
     }
 
     /// With rings that may grow (the instance's `grow_max`), a thread's first ring comes with
-    /// its own offer (`grow-<tid>.<bytes>`, four times the slots), the ring it moves to with the next
-    /// (four times again, at most the maximum), and the ring at the maximum with none.
+    /// its own offer (`grow-<tid>.<bytes>`, four times the slots), the ring it moves to with
+    /// the next (four times again, at most the maximum), and the ring at the maximum with
+    /// none.
     #[test]
     fn a_thread_offers_itself_each_next_ring() {
         // The instance is process-wide (see handler::PROCESS_SWITCHES).
