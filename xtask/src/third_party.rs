@@ -23,9 +23,10 @@
 //! on thread scheduling; its count must lie within what uftrace saw. A function listed as
 //! run-dependent (with the reason) is not compared. Counts are compared per address (a
 //! linker that folds identical functions gives one address several names). It prints per program
-//! the calls (every program with the tool's default rings, what users run), both tools' end-to-end record time (the best of two runs each, the untraced one
-//! the best of three: these programs' own time varies by tens of percent), cost per call over
-//! the untraced run, and bytes on disk per call.
+//! the calls (every program recorded with the tool's default rings, what users run), both
+//! tools' end-to-end record time (the best of two runs each, the untraced one the best of
+//! three: these programs' own time varies by tens of percent), cost per call over the untraced
+//! run, and bytes on disk per call.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

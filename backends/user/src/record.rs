@@ -221,7 +221,7 @@ pub fn summary_of(threads: &[crate::drain::ThreadCount], dir: &std::path::Path) 
 
 /// The line saying which threads outran the drainers and yield to them from then on
 /// ([`crate::precedence`]): thread ids and new nice values (empty: none did).
-pub fn yielded_line(yielded: &[(u32, i32)]) -> String {
+fn yielded_line(yielded: &[(u32, i32)]) -> String {
     if yielded.is_empty() {
         return String::new();
     }

@@ -231,15 +231,7 @@ mod tests {
         let offered = |st: &ThreadState| {
             // SAFETY: registered: the writer maps its ring.
             let word = unsafe { st.writer.ring() }.growth_offered();
-            let mut files = Vec::new();
-            for f in std::fs::read_dir(&dir).unwrap() {
-                let f = f.unwrap();
-                let name = f.file_name().into_string().unwrap();
-                if name.starts_with(buffer::GROW_FILE_PREFIX) {
-                    files.push((name, f.metadata().unwrap().len()));
-                }
-            }
-            (word, files)
+            (word, handler::offered_files(&dir))
         };
         let tid = st.tid;
         let offer = |bytes: u64| vec![(buffer::grow_file_name(tid, bytes), bytes)];

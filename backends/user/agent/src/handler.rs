@@ -52,6 +52,22 @@ pub(crate) fn install_test_instance(tag: &str, slots: usize, grow_max: u64) -> s
     dir
 }
 
+/// For unit tests: the ring files offered in `dir` ([`buffer::grow_file_name`]), as (name,
+/// bytes), by name.
+#[cfg(test)]
+pub(crate) fn offered_files(dir: &std::path::Path) -> Vec<(String, u64)> {
+    let mut files = Vec::new();
+    for f in std::fs::read_dir(dir).unwrap() {
+        let f = f.unwrap();
+        let name = f.file_name().into_string().unwrap();
+        if name.starts_with(buffer::GROW_FILE_PREFIX) {
+            files.push((name, f.metadata().unwrap().len()));
+        }
+    }
+    files.sort();
+    files
+}
+
 /// `funcgraph-retval`: function_graph exits carry the function's return value (`rax`), as a
 /// [`buffer::KIND_GRAPH_RETVAL`] event written before the exit. Recorded by the full-save
 /// return path only, so while it is set the function_graph fast paths stay off.
@@ -1029,9 +1045,9 @@ mod tests {
     }
 
     /// A drained thread whose rings may grow offers itself the next size with the ring it
-    /// makes: `grow-<tid>.<bytes>`, four times the slots (at most what `grow_max` holds), sized beside
-    /// it and offered in its header, as the tool offers one; none when the ring is at the
-    /// maximum already or rings keep their size, none in overwrite mode.
+    /// makes: `grow-<tid>.<bytes>`, four times the slots (at most what `grow_max` holds),
+    /// sized beside it and offered in its header, as the tool offers one; none when the ring
+    /// is at the maximum already or rings keep their size, none in overwrite mode.
     #[test]
     fn a_drained_thread_offers_itself_the_next_ring() {
         let dir = tempfile_dir("offer");
@@ -1048,13 +1064,6 @@ mod tests {
         };
         // SAFETY: no preconditions.
         let tid = unsafe { libc::gettid() };
-        let offers = || {
-            let names = std::fs::read_dir(&dir)
-                .unwrap()
-                .map(|f| f.unwrap().file_name());
-            let grow = names.filter(|n| n.to_str().unwrap().starts_with(buffer::GROW_FILE_PREFIX));
-            grow.collect::<Vec<_>>()
-        };
         for (what, overwrite, grow_max, offered) in [
             (
                 "four times",
@@ -1077,13 +1086,15 @@ mod tests {
             let word = unsafe { w.ring() }.growth_offered();
             assert_eq!(word, offered as u64, "{what}");
             match offered {
-                0 => assert_eq!(offers(), Vec::<std::ffi::OsString>::new(), "{what}"),
+                0 => assert_eq!(offered_files(&dir), [], "{what}"),
                 _ => {
                     let name = buffer::grow_file_name(tid as u32, offered as u64);
-                    assert_eq!(offers(), [std::ffi::OsString::from(&name)], "{what}");
-                    let grow = dir.join(name);
-                    assert_eq!(std::fs::metadata(&grow).unwrap().len(), offered as u64);
-                    std::fs::remove_file(&grow).unwrap();
+                    assert_eq!(
+                        offered_files(&dir),
+                        [(name.clone(), offered as u64)],
+                        "{what}"
+                    );
+                    std::fs::remove_file(dir.join(name)).unwrap();
                 }
             }
         }
