@@ -522,7 +522,13 @@ pub fn record(
     // ([`crate::drain`]); with it the rings are the recording. An attached agent's rings stay
     // in the recording directory (its configuration names no ring directory).
     let drainer = (!opts.overwrite).then(|| {
-        crate::drain::Drainer::start(out, out, crate::drain::Growth::Fixed, opts.yielding)
+        crate::drain::Drainer::start(
+            out,
+            out,
+            crate::drain::Growth::Fixed,
+            opts.yielding,
+            crate::placement::cpu_of(pid),
+        )
     });
     let traced = attach(pid, &agent, &config).and_then(|sites| {
         if sites == 0 {

@@ -38,7 +38,9 @@
 //! millisecond, whatever their sizes. A drainer that a pass leaves a quarter of a ring behind
 //! on a ring that cannot grow any more moves to the CPU of that ring's writer until it has caught
 //! up ([`crate::placement`]): the scheduler can leave both drainers beside one writer while
-//! the other writer has a CPU to itself.
+//! the other writer has a CPU to itself. One that keeps up keeps off its busy writers' CPUs
+//! while it has another (`BUSY_WRITER_EVENTS` in a pass make a writer busy), and the drainers
+//! start off the program's CPU: a kernel that packs threads woke them beside the writer.
 //!
 //! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
 //! first pass, the tool makes a ring file four times the size (up to the recording's maximum)
@@ -133,6 +135,10 @@ const BATCH_SLEEP: Duration = Duration::from_micros(200);
 /// The fraction of a ring (1 / this) that, found filled in one pass, makes the drainer go on
 /// at once.
 const BUSY_FILL: u64 = 4;
+/// Events a pass takes from a ring for its writer to count as busy, one whose CPU the
+/// drainer keeps off ([`crate::placement`]): a thousand in the few hundred microseconds
+/// between two passes, a writer that can outrun a drainer it shares its CPU with.
+const BUSY_WRITER_EVENTS: u64 = 1024;
 /// How often it looks for new ring files while events keep coming (and on every pass that
 /// found nothing to read).
 const SCAN_EVERY: Duration = Duration::from_millis(1);
@@ -989,6 +995,9 @@ impl Rings {
             // A ring left at the end of its turn has more: the next pass comes at once.
             pass.busy |= n >= d.capacity() / BUSY_FILL || n >= TURN;
             if let Some(r) = d.ring() {
+                if n >= BUSY_WRITER_EVENTS {
+                    pass.race.writing_on.extend(newest_cpu(&r));
+                }
                 let left = r.head().saturating_sub(d.cursor.next).min(d.capacity());
                 pass.race.behind |= left >= d.capacity() / CAUGHT_UP_FILL;
                 if left >= d.capacity() / LOSING_FILL
@@ -1009,6 +1018,8 @@ impl Rings {
         if let Some(tid) = losing_writer {
             self.yield_writer(tid);
         }
+        pass.race.writing_on.sort_unstable();
+        pass.race.writing_on.dedup();
         pass
     }
 
@@ -1134,8 +1145,15 @@ impl Drainer {
     /// Starts draining the rings the agent creates under `rings` into events files under the
     /// recording directory `out` (`rings` may be `out` itself): a thread per CPU, at most
     /// [`MAX_THREADS`]; rings grow as `growth` allows; a program thread that outruns its
-    /// drainer yields to it as `yielding` says ([`crate::precedence`]).
-    pub fn start(rings: &Path, out: &Path, growth: Growth, yielding: Yield) -> Drainer {
+    /// drainer yields to it as `yielding` says ([`crate::precedence`]); the threads start off
+    /// `program_cpu`, the CPU the program runs on ([`Placement::spawning_apart`]).
+    pub fn start(
+        rings: &Path,
+        out: &Path,
+        growth: Growth,
+        yielding: Yield,
+        program_cpu: Option<u32>,
+    ) -> Drainer {
         let n = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, MAX_THREADS);
@@ -1146,16 +1164,19 @@ impl Drainer {
         let states: Arc<[AtomicU8]> = (0..n)
             .map(|_| AtomicU8::new(HelperState::Running as u8))
             .collect();
-        let threads: Vec<_> = (0..n)
-            .map(|me| {
-                let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
-                let (shared, states) = (shared.clone(), states.clone());
-                std::thread::Builder::new()
-                    .name("ftrace-drain".into())
-                    .spawn(move || run(me, &shared, &rings, &out, &states[me]))
-                    .expect("spawning a drain thread")
-            })
-            .collect();
+        let threads: Vec<_> = Placement::spawning_apart(program_cpu, |placement| {
+            (0..n)
+                .map(|me| {
+                    let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
+                    let (shared, states) = (shared.clone(), states.clone());
+                    let placement = placement.clone();
+                    std::thread::Builder::new()
+                        .name("ftrace-drain".into())
+                        .spawn(move || run(me, &shared, &rings, &out, &states[me], placement))
+                        .expect("spawning a drain thread")
+                })
+                .collect()
+        });
         let helpers = threads[1..].iter().map(|t| t.thread().clone()).collect();
         let _ = shared.helpers.set(helpers);
         Drainer {
@@ -1211,14 +1232,20 @@ impl Drainer {
 
 /// Drainer thread `me` (0: the leader, the others helpers): drains the rings no other thread
 /// is draining until the recording ends ([`Rings::ending`]), then finishes every ring left.
-fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> Vec<ThreadCount> {
+fn run(
+    me: usize,
+    shared: &Rings,
+    dir: &Path,
+    out: &Path,
+    state: &AtomicU8,
+    mut placement: Placement,
+) -> Vec<ThreadCount> {
     let stop = &shared.ending;
     let mut done = Vec::new();
     let mut last_scan: Option<Instant> = None;
     let mut last_exit_check = Instant::now();
     let mut idle = true;
     let leader = me == 0;
-    let mut placement = Placement::of_this_thread();
     // A helper starts parked.
     let mut empty_passes = HELPER_EMPTY_PASSES;
     loop {
@@ -1232,7 +1259,7 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> V
                 ..
             } = shared.pass(me);
             done.extend(finished);
-            placement.follow(race);
+            placement.follow(&race);
             let wait;
             (wait, empty_passes) = helper_wait(empty_passes, moved, busy);
             match wait {
@@ -1274,7 +1301,7 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> V
             race,
         } = shared.pass(me);
         done.extend(finished);
-        placement.follow(race);
+        placement.follow(&race);
         shared.wake_helpers(wanted);
         idle = moved == 0;
         if !idle && !busy {
@@ -1502,7 +1529,13 @@ mod tests {
     fn a_helper_parked_at_the_end_is_not_waited_for_and_its_counts_are_kept() {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
-        let drainer = Drainer::start(rings.path(), out.path(), Growth::Fixed, Yield::WhenBehind);
+        let drainer = Drainer::start(
+            rings.path(),
+            out.path(),
+            Growth::Fixed,
+            Yield::WhenBehind,
+            None,
+        );
         if drainer.threads.len() < 2 {
             return;
         }
@@ -1916,11 +1949,15 @@ mod tests {
             // after the second, empty after the third.
             let first = shared.pass(0);
             assert_eq!(first.moved, TURN);
+            // Each turn takes more than a busy writer's events: its newest event's CPU is
+            // one the drainer keeps off.
+            let writing_on = vec![1];
             assert_eq!(
                 first.race,
                 Race {
                     losing_on: losing,
-                    behind: true
+                    behind: true,
+                    writing_on: writing_on.clone(),
                 },
                 "{growth:?}"
             );
@@ -1929,11 +1966,18 @@ mod tests {
                 second.race,
                 Race {
                     losing_on: None,
-                    behind: true
+                    behind: true,
+                    writing_on: writing_on.clone(),
                 }
             );
             let third = shared.pass(0);
-            assert_eq!(third.race, Race::default());
+            assert_eq!(
+                third.race,
+                Race {
+                    writing_on,
+                    ..Race::default()
+                }
+            );
             assert_eq!(first.moved + second.moved + third.moved, events as u64);
             let yielded = (nice + NICE_STEP).min(19);
             match losing.filter(|_| yielding == Yield::WhenBehind) {
@@ -2142,8 +2186,14 @@ mod tests {
             (buffer::KIND_FUNC, 0),
         ];
         let ring_file = write_ring(&rings.path().join(&instance), tid, &slots);
-        let Finished { counts, errors, .. } =
-            Drainer::start(rings.path(), out.path(), Growth::Fixed, Yield::WhenBehind).finish();
+        let Finished { counts, errors, .. } = Drainer::start(
+            rings.path(),
+            out.path(),
+            Growth::Fixed,
+            Yield::WhenBehind,
+            None,
+        )
+        .finish();
         assert!(errors.is_empty(), "{errors:?}");
         // The exit (its value), the event (its data), the stack record (its frames), two
         // function entries and the graph entry: six events of eleven slots.

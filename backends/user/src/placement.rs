@@ -1,4 +1,5 @@
-//! Where a drainer thread runs while it is losing the race with a writer: on the writer's CPU.
+//! Where a drainer thread runs: on its writer's CPU while it is losing the race with it, off
+//! its busy writers' CPUs while it keeps up.
 //!
 //! Left to the scheduler, the drainers of a program with as many busy threads as CPUs can
 //! end up together on one CPU beside one writer while the other writer has a CPU to itself,
@@ -23,27 +24,49 @@
 //! one-thread program's recording much slower: a drainer held to a CPU cannot take the idle
 //! one; here none is moved unless it is losing.
 //!
+//! And while it is not losing, a drainer keeps off the CPUs its busy writers run on, when it
+//! may use another ([`Placement::follow`], `Race::writing_on`), and starts off the program's
+//! CPU ([`Placement::spawning_apart`]). A kernel that packs threads onto few CPUs (the AMD
+//! EPYC VM's, booted with `sched_vcpu_pack`) woke a drainer on its writer's CPU, beside it,
+//! each time it had slept between passes while the other CPU stayed idle (the scheduler's
+//! switch events of fib(27) recordings: the drainer and the program taking turns on CPU 0 for
+//! the first 4 ms or for the whole run), and queued a drainer made beside the program behind
+//! it for 3 ms; the writer then got ahead of the drainer and moved to a larger ring, whose first
+//! lap's page faults cost it 5-10 ms. Measured there (fib(27), batches of 12 interleaved
+//! recordings, before and after): in one, function moved in 9 of 12 against 6 (median 24.4
+//! ms against 18.8), function_graph in 10 of 12 against 6 (44.6 against 37.9); in a later one
+//! function moved in 11 of 12 both ways (25.1 against 24.7): a drainer about as fast as fib's
+//! writer still falls behind it later in the run. A drainer whose writers run on every CPU it
+//! may use goes back to all of them (two busy writers on two CPUs: as before, 0 lost in 8
+//! recordings of 100 M calls).
+//!
 //! Invariant: a drainer only ever runs on CPUs of the affinity it started with; failing to
 //! move (a CPU it may not use, a kernel that says no) leaves it where it was.
 
 /// A drainer thread's affinity: the CPUs it started with, and the one it is held to.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Placement {
     /// The affinity the thread started with (`None`: it could not be read; the thread is
     /// never moved).
     allowed: Option<libc::cpu_set_t>,
     /// The CPU the thread is held to, if any.
     held: Option<u32>,
+    /// The busy writers' CPUs the thread was last kept off (sorted, each once; empty: none,
+    /// it may use every CPU it started with).
+    apart_from: Vec<u32>,
 }
 
 /// What a drainer's pass found, for [`Placement::follow`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Race {
     /// The CPU of the newest event of a ring that cannot grow and is far behind after its
     /// turn (the most behind such ring).
     pub losing_on: Option<u32>,
     /// A ring was still behind after its turn (a drainer held to a CPU stays there).
     pub behind: bool,
+    /// The CPUs of the newest events of the rings that gave the pass many events (their
+    /// writers are busy), sorted, each once.
+    pub writing_on: Vec<u32>,
 }
 
 impl Placement {
@@ -57,12 +80,33 @@ impl Placement {
         Placement {
             allowed,
             held: None,
+            apart_from: Vec::new(),
         }
     }
 
+    /// Runs `spawn` with the calling thread kept off `cpu` (the CPU the program runs on,
+    /// [`cpu_of`]), when it may use another, so that the threads it spawns start on the others
+    /// (a new thread gets its creator's affinity: a kernel that packs threads put a drainer
+    /// made beside the program it had just started in the queue of the program's CPU, behind
+    /// it, for 3 ms while the other CPU was idle); `spawn` gets the placement each of them
+    /// starts with (the calling thread's CPUs, kept off `cpu`). The calling thread gets all
+    /// its CPUs back afterwards. `None`: spawned as the calling thread is.
+    pub fn spawning_apart<R>(cpu: Option<u32>, spawn: impl FnOnce(&Placement) -> R) -> R {
+        let mut placement = Placement::of_this_thread();
+        if let (Some(allowed), Some(cpu)) = (placement.allowed, cpu) {
+            placement.keep_apart(&allowed, &[cpu]);
+        }
+        let spawned = spawn(&placement);
+        if let (Some(allowed), false) = (placement.allowed, placement.apart_from.is_empty()) {
+            set_affinity(&allowed);
+        }
+        spawned
+    }
+
     /// After a pass: holds the thread to `race.losing_on`'s CPU, or lets it go back to all of
-    /// its CPUs once no ring is `behind`.
-    pub fn follow(&mut self, race: Race) {
+    /// its CPUs once no ring is `behind`; while it is not held, keeps it off the CPUs in
+    /// `race.writing_on` if it may use another (see the module docs).
+    pub fn follow(&mut self, race: &Race) {
         let Some(allowed) = self.allowed else {
             return;
         };
@@ -73,22 +117,50 @@ impl Placement {
                     && unsafe { libc::CPU_ISSET(cpu as usize, &allowed) };
                 if may {
                     // SAFETY: `cpu_set_t` is plain data, written by `CPU_SET`.
-                    let ok = unsafe {
+                    let one = unsafe {
                         let mut one: libc::cpu_set_t = std::mem::zeroed();
                         libc::CPU_SET(cpu as usize, &mut one);
-                        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &one) == 0
+                        one
                     };
-                    if ok {
+                    if set_affinity(&one) {
                         self.held = Some(cpu);
+                        self.apart_from.clear();
                     }
                 }
             }
             None if self.held.is_some() && !race.behind => {
-                // SAFETY: the set read at the start.
-                unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &allowed) };
+                set_affinity(&allowed);
                 self.held = None;
             }
             _ => {}
+        }
+        if self.held.is_none() {
+            self.keep_apart(&allowed, &race.writing_on);
+        }
+    }
+
+    /// Keeps the thread off `writers` (CPUs), on the rest of `allowed`; on all of `allowed`
+    /// when that leaves none. Nothing when `writers` is empty (no busy writer: where the
+    /// thread runs does not matter) or the same as last time.
+    fn keep_apart(&mut self, allowed: &libc::cpu_set_t, writers: &[u32]) {
+        if writers.is_empty() || writers == self.apart_from.as_slice() {
+            return;
+        }
+        let mut rest = *allowed;
+        for &cpu in writers {
+            if (cpu as usize) < libc::CPU_SETSIZE as usize {
+                // SAFETY: a set of ours, `cpu` within it.
+                unsafe { libc::CPU_CLR(cpu as usize, &mut rest) };
+            }
+        }
+        // SAFETY: reads a set of ours.
+        let target = if unsafe { libc::CPU_COUNT(&rest) } == 0 {
+            allowed
+        } else {
+            &rest
+        };
+        if set_affinity(target) {
+            self.apart_from = writers.to_vec();
         }
     }
 
@@ -96,6 +168,21 @@ impl Placement {
     pub fn held(&self) -> Option<u32> {
         self.held
     }
+}
+
+/// The CPU thread `tid` last ran on (`processor`, the 39th field of its `/proc` stat), if it
+/// can be read.
+pub fn cpu_of(tid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat")).ok()?;
+    // The fields after the command's closing parenthesis start at the 3rd.
+    let (_, fields) = stat.rsplit_once(')')?;
+    fields.split_whitespace().nth(39 - 3)?.parse().ok()
+}
+
+/// Sets the calling thread's affinity to `set`; whether the kernel took it.
+fn set_affinity(set: &libc::cpu_set_t) -> bool {
+    // SAFETY: a plain syscall on a set of ours, of its own size.
+    unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), set) == 0 }
 }
 
 #[cfg(test)]
@@ -130,20 +217,23 @@ mod tests {
             let start = cpus(&affinity());
             let writer = *start.last().unwrap();
             let mut p = Placement::of_this_thread();
-            p.follow(Race {
+            p.follow(&Race {
                 losing_on: Some(writer),
                 behind: true,
+                ..Race::default()
             });
             assert_eq!(p.held(), Some(writer));
             assert_eq!(cpus(&affinity()), [writer]);
-            p.follow(Race {
+            p.follow(&Race {
                 losing_on: None,
                 behind: true,
+                ..Race::default()
             });
             assert_eq!(cpus(&affinity()), [writer], "let go while still behind");
-            p.follow(Race {
+            p.follow(&Race {
                 losing_on: None,
                 behind: false,
+                ..Race::default()
             });
             assert_eq!(p.held(), None);
             assert_eq!(cpus(&affinity()), start);
@@ -162,13 +252,87 @@ mod tests {
                 .find(|c| !start.contains(c))
                 .unwrap();
             for cpu in [outside, u32::MAX] {
-                p.follow(Race {
+                p.follow(&Race {
                     losing_on: Some(cpu),
                     behind: true,
+                    ..Race::default()
                 });
                 assert_eq!(p.held(), None);
                 assert_eq!(cpus(&affinity()), start);
             }
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A drainer keeps off the CPU its busy writer runs on while it may use another, keeps
+    /// its place while no writer is busy, and goes back to all its CPUs when the writers run
+    /// on every one; a drainer held to a losing writer's CPU is not moved off it.
+    #[test]
+    fn a_drainer_keeps_off_its_busy_writers_cpus_while_it_has_others() {
+        std::thread::spawn(|| {
+            let start = cpus(&affinity());
+            let mut p = Placement::of_this_thread();
+            let writer = start[0];
+            let busy = |writing_on: Vec<u32>| Race {
+                writing_on,
+                ..Race::default()
+            };
+            p.follow(&busy(vec![writer]));
+            let rest: Vec<u32> = start.iter().copied().filter(|&c| c != writer).collect();
+            if rest.is_empty() {
+                // One CPU: nowhere else to go.
+                assert_eq!(cpus(&affinity()), start);
+                return;
+            }
+            assert_eq!(cpus(&affinity()), rest);
+            p.follow(&Race::default());
+            assert_eq!(cpus(&affinity()), rest, "no busy writer: left where it is");
+            p.follow(&busy(start.clone()));
+            assert_eq!(
+                cpus(&affinity()),
+                start,
+                "writers on every CPU: all of them"
+            );
+            p.follow(&Race {
+                losing_on: Some(writer),
+                behind: true,
+                writing_on: vec![writer],
+            });
+            assert_eq!(p.held(), Some(writer));
+            assert_eq!(cpus(&affinity()), [writer], "held: not kept apart");
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Threads spawned apart from a CPU start off it, with the creator's CPUs as the ones
+    /// they may use; the creator gets all its CPUs back. A thread's CPU is read from `/proc`.
+    #[test]
+    fn threads_spawned_apart_start_off_their_creators_cpu() {
+        std::thread::spawn(|| {
+            let start = cpus(&affinity());
+            // SAFETY: a plain call with no arguments.
+            let here = unsafe { libc::sched_getcpu() } as u32;
+            let (got, placement) = Placement::spawning_apart(Some(here), |p| {
+                let p = p.clone();
+                std::thread::spawn(move || (cpus(&affinity()), p))
+                    .join()
+                    .unwrap()
+            });
+            assert_eq!(cpus(&affinity()), start, "the creator's CPUs back");
+            match start.len() {
+                1 => assert_eq!(got, start),
+                n => {
+                    assert_eq!(got.len(), n - 1, "{got:?} of {start:?}");
+                    assert!(got.iter().all(|c| start.contains(c) && *c != here));
+                }
+            }
+            let me = cpu_of(std::process::id()).unwrap();
+            assert!(start.contains(&me), "{me} of {start:?}");
+            assert_eq!(cpu_of(u32::MAX), None);
+            // The spawned thread may use every CPU its creator could.
+            assert_eq!(placement.allowed.as_ref().map(cpus), Some(start));
         })
         .join()
         .unwrap();
