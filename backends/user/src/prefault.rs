@@ -159,6 +159,11 @@ impl IdlePriority {
             let got = policy >= 0 && libc::sched_getparam(0, &mut param) == 0;
             let idle: libc::sched_param = core::mem::zeroed();
             let set = libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) == 0;
+            // The change does not end the thread's turn on its CPU (the kernel reschedules
+            // at the next tick): a drainer started beside it waited there 1.1-1.6 ms before
+            // its first look for the program's ring (fib(27), 2 of 3 recordings), by which time
+            // the program had filled three quarters of it and moved to a larger one.
+            libc::sched_yield();
             (got && set).then_some((policy, param))
         };
         IdlePriority { was }
