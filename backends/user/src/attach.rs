@@ -522,13 +522,7 @@ pub fn record(
     // ([`crate::drain`]); with it the rings are the recording. An attached agent's rings stay
     // in the recording directory (its configuration names no ring directory).
     let drainer = (!opts.overwrite).then(|| {
-        crate::drain::Drainer::start(
-            out,
-            out,
-            crate::drain::Growth::Fixed,
-            opts.yielding,
-            crate::placement::cpu_of(pid),
-        )
+        crate::drain::Drainer::start(out, out, crate::drain::Growth::Fixed, opts.yielding)
     });
     let traced = attach(pid, &agent, &config).and_then(|sites| {
         if sites == 0 {

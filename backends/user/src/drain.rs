@@ -39,8 +39,8 @@
 //! on a ring that cannot grow any more moves to the CPU of that ring's writer until it has caught
 //! up ([`crate::placement`]): the scheduler can leave both drainers beside one writer while
 //! the other writer has a CPU to itself. One that keeps up keeps off its busy writers' CPUs
-//! while it has another (`BUSY_WRITER_EVENTS` in a pass make a writer busy), and the drainers
-//! start off the program's CPU: a kernel that packs threads woke them beside the writer.
+//! while it has another (`BUSY_WRITER_EVENTS` in a pass make a writer busy): a kernel that
+//! packs threads woke it beside the writer.
 //!
 //! A thread whose drainer falls behind gets a larger ring ([`Growth`]): for every ring, at its
 //! first pass, the tool makes a ring file four times the size (up to the recording's maximum)
@@ -1155,15 +1155,8 @@ impl Drainer {
     /// Starts draining the rings the agent creates under `rings` into events files under the
     /// recording directory `out` (`rings` may be `out` itself): a thread per CPU, at most
     /// [`MAX_THREADS`]; rings grow as `growth` allows; a program thread that outruns its
-    /// drainer yields to it as `yielding` says ([`crate::precedence`]); the threads start off
-    /// `program_cpu`, the CPU the program runs on ([`Placement::spawning_apart`]).
-    pub fn start(
-        rings: &Path,
-        out: &Path,
-        growth: Growth,
-        yielding: Yield,
-        program_cpu: Option<u32>,
-    ) -> Drainer {
+    /// drainer yields to it as `yielding` says ([`crate::precedence`]).
+    pub fn start(rings: &Path, out: &Path, growth: Growth, yielding: Yield) -> Drainer {
         let n = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, MAX_THREADS);
@@ -1174,19 +1167,16 @@ impl Drainer {
         let states: Arc<[AtomicU8]> = (0..n)
             .map(|_| AtomicU8::new(HelperState::Running as u8))
             .collect();
-        let threads: Vec<_> = Placement::spawning_apart(program_cpu, |placement| {
-            (0..n)
-                .map(|me| {
-                    let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
-                    let (shared, states) = (shared.clone(), states.clone());
-                    let placement = placement.clone();
-                    std::thread::Builder::new()
-                        .name("ftrace-drain".into())
-                        .spawn(move || run(me, &shared, &rings, &out, &states[me], placement))
-                        .expect("spawning a drain thread")
-                })
-                .collect()
-        });
+        let threads: Vec<_> = (0..n)
+            .map(|me| {
+                let (rings, out) = (rings.to_path_buf(), out.to_path_buf());
+                let (shared, states) = (shared.clone(), states.clone());
+                std::thread::Builder::new()
+                    .name("ftrace-drain".into())
+                    .spawn(move || run(me, &shared, &rings, &out, &states[me]))
+                    .expect("spawning a drain thread")
+            })
+            .collect();
         let helpers = threads[1..].iter().map(|t| t.thread().clone()).collect();
         let _ = shared.helpers.set(helpers);
         Drainer {
@@ -1242,20 +1232,14 @@ impl Drainer {
 
 /// Drainer thread `me` (0: the leader, the others helpers): drains the rings no other thread
 /// is draining until the recording ends ([`Rings::ending`]), then finishes every ring left.
-fn run(
-    me: usize,
-    shared: &Rings,
-    dir: &Path,
-    out: &Path,
-    state: &AtomicU8,
-    mut placement: Placement,
-) -> Vec<ThreadCount> {
+fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> Vec<ThreadCount> {
     let stop = &shared.ending;
     let mut done = Vec::new();
     let mut last_scan: Option<Instant> = None;
     let mut last_exit_check = Instant::now();
     let mut idle = true;
     let leader = me == 0;
+    let mut placement = Placement::of_this_thread();
     let started = Instant::now();
     let mut found_ring = false;
     // A helper starts parked.
@@ -1545,13 +1529,7 @@ mod tests {
     fn a_helper_parked_at_the_end_is_not_waited_for_and_its_counts_are_kept() {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
-        let drainer = Drainer::start(
-            rings.path(),
-            out.path(),
-            Growth::Fixed,
-            Yield::WhenBehind,
-            None,
-        );
+        let drainer = Drainer::start(rings.path(), out.path(), Growth::Fixed, Yield::WhenBehind);
         if drainer.threads.len() < 2 {
             return;
         }
@@ -2202,14 +2180,8 @@ mod tests {
             (buffer::KIND_FUNC, 0),
         ];
         let ring_file = write_ring(&rings.path().join(&instance), tid, &slots);
-        let Finished { counts, errors, .. } = Drainer::start(
-            rings.path(),
-            out.path(),
-            Growth::Fixed,
-            Yield::WhenBehind,
-            None,
-        )
-        .finish();
+        let Finished { counts, errors, .. } =
+            Drainer::start(rings.path(), out.path(), Growth::Fixed, Yield::WhenBehind).finish();
         assert!(errors.is_empty(), "{errors:?}");
         // The exit (its value), the event (its data), the stack record (its frames), two
         // function entries and the graph entry: six events of eleven slots.

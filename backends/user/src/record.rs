@@ -337,14 +337,9 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // the program has exited ([`crate::drain::RingDir::make_spare`]).
     let mut child = crate::launch::spawn(&cfg, prog, args)?;
     let pages = crate::prefault::PageWriter::new();
-    // The tool's threads start off the program's CPU ([`crate::placement`]).
-    let program_cpu = crate::placement::cpu_of(child.id());
     let (status, drained) = std::thread::scope(|s| {
-        crate::placement::Placement::spawning_apart(program_cpu, |_| {
-            s.spawn(|| rings.make_spare(cfg.ring_file_bytes(), &pages))
-        });
-        let drainer =
-            crate::drain::Drainer::start(rings.path(), out, growth, opts.yielding, program_cpu);
+        s.spawn(|| rings.make_spare(cfg.ring_file_bytes(), &pages));
+        let drainer = crate::drain::Drainer::start(rings.path(), out, growth, opts.yielding);
         let status = child.wait().map_err(|e| format!("{prog}: {e}"));
         pages.stop();
         (status, drainer.finish())
