@@ -124,8 +124,9 @@ const IDLE_SLEEP: Duration = Duration::from_micros(500);
 /// first ring in half a millisecond (fib's, 2 MiB) and moves to a larger one (whose first
 /// lap's page faults cost it 5-10 ms) if the drainer has not read it by then. With the idle
 /// sleep the leader found fib(27)'s first ring 0.4-2.5 ms after it started (4 recordings; 2
-/// after the move); polling, 1.0-1.5 ms after (5 recordings), about 0.1 ms after the ring
-/// was made (the program's loading and the agent's start take the rest).
+/// after the move); polling (and the page writer yielding, [`crate::prefault`]), 1.0-1.5 ms
+/// after (5 recordings, its looks 0.13 ms apart: the program's loading and the agent's start
+/// take the rest).
 const FIRST_RING_POLL: Duration = Duration::from_micros(50);
 /// How long after its start the drainer looks for the first ring every [`FIRST_RING_POLL`].
 const FIRST_RING_WITHIN: Duration = Duration::from_millis(50);

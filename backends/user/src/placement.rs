@@ -46,15 +46,15 @@
 //! move (a CPU it may not use, a kernel that says no) leaves it where it was.
 
 /// A drainer thread's affinity: the CPUs it started with, and the one it is held to.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Placement {
     /// The affinity the thread started with (`None`: it could not be read; the thread is
     /// never moved).
     allowed: Option<libc::cpu_set_t>,
     /// The CPU the thread is held to, if any.
     held: Option<u32>,
-    /// The busy writers' CPUs the thread was last kept off (sorted, each once; empty: none,
-    /// it may use every CPU it started with).
+    /// The busy writers' CPUs the thread's affinity was last set for (sorted, each once;
+    /// empty: none since it started or was last held).
     apart_from: Vec<u32>,
 }
 
