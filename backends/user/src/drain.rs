@@ -1006,17 +1006,21 @@ impl Rings {
             // A ring left at the end of its turn has more: the next pass comes at once.
             pass.busy |= n >= d.capacity() / BUSY_FILL || n >= TURN;
             if let Some(r) = d.ring() {
-                if n >= BUSY_WRITER_EVENTS {
-                    pass.race.writing_on.extend(newest_cpu(&r));
-                }
                 let left = r.head().saturating_sub(d.cursor.next).min(d.capacity());
                 pass.race.behind |= left >= d.capacity() / CAUGHT_UP_FILL;
-                if left >= d.capacity() / LOSING_FILL
+                let losing_here = left >= d.capacity() / LOSING_FILL
                     && left > losing
-                    && self.growth.offer_bytes(d.capacity()).is_none()
-                {
+                    && self.growth.offer_bytes(d.capacity()).is_none();
+                // Read once: the newest slots are the lines the writer is writing.
+                let newest = (losing_here || n >= BUSY_WRITER_EVENTS)
+                    .then(|| newest_cpu(&r))
+                    .flatten();
+                if n >= BUSY_WRITER_EVENTS {
+                    pass.race.writing_on.extend(newest);
+                }
+                if losing_here {
                     losing = left;
-                    pass.race.losing_on = newest_cpu(&r);
+                    pass.race.losing_on = newest;
                     losing_writer = Some(d.tid);
                 }
             }
@@ -1302,7 +1306,7 @@ fn run(me: usize, shared: &Rings, dir: &Path, out: &Path, state: &AtomicU8) -> V
         shared.wake_helpers(wanted);
         idle = moved == 0;
         if !found_ring {
-            found_ring = !shared.list(me).is_empty();
+            found_ring = !lock(&shared.found).rings.is_empty();
         }
         if !idle && !busy {
             pause(BATCH_SLEEP, stop);
