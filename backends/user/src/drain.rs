@@ -70,8 +70,8 @@
 //! So the first ring is small (2 MiB, [`crate::record::STREAM_BUFFER_KB`]): each of its pages
 //! costs every recording a fault on the first lap (3.5-4 us a page on a VM) and its freeing,
 //! and a thread whose drainer keeps up needs no more. (The first thread's ring, the tool's
-//! spare, has its pages written by the tool while the program starts, on a CPU nothing else
-//! wants: [`RingDir::make_spare`].) But a drainer that shares its CPU with
+//! spare, has its pages made by the tool while the program starts, on another CPU:
+//! [`RingDir::make_spare`].) But a drainer that shares its CPU with
 //! the program's other threads may reach a new ring only after the thread has filled it: the
 //! offer made at the first pass comes too late. So every ring a thread makes, takes or moves
 //! to comes with the next offer made by the thread itself
@@ -105,7 +105,7 @@ use ftrace_ringbuf::slot::{Cursor, Drain};
 
 use crate::placement::{Placement, Race};
 use crate::precedence::Yield;
-use crate::prefault::PageWriter;
+use crate::prefault::PageMaker;
 use crate::recording::is_event_of_its_own;
 use crate::ringmap::{Access, RingMapping, SLOTS_PER_PAGE};
 use crate::stream::{FILE_PREFIX, StreamHeader, StreamWriter};
@@ -124,7 +124,7 @@ const IDLE_SLEEP: Duration = Duration::from_micros(500);
 /// first ring in half a millisecond (fib's, 2 MiB) and moves to a larger one (whose first
 /// lap's page faults cost it 5-10 ms) if the drainer has not read it by then. With the idle
 /// sleep the leader found fib(27)'s first ring 0.4-2.5 ms after it started (4 recordings; 2
-/// after the move); polling (and the page writer yielding, [`crate::prefault`]), 1.0-1.5 ms
+/// after the move); polling (and the page writer of then yielding), 1.0-1.5 ms
 /// after (5 recordings, its looks 0.13 ms apart: the program's loading and the agent's start
 /// take the rest).
 const FIRST_RING_POLL: Duration = Duration::from_micros(50);
@@ -661,20 +661,17 @@ impl RingDir {
     /// its ring itself. Made while the program starts (exec, loading, the agent's start-up),
     /// so that this cost leaves the program's path. Best effort: a thread that finds no spare
     /// makes its file itself. (The drainer looks for rings only in the process directories:
-    /// a spare is never drained.) Then its pages are made (`Pages::Written`) by `pages` until
+    /// a spare is never drained.) Then its pages are made (`Pages::Made`) by `pages` until
     /// it is stopped (the program has exited): the program's first thread, which goes
-    /// through its ring's first lap within milliseconds in a call-dense program, finds them
-    /// made and cleared. fib(27), 4 interleaved rounds of 15 runs, the best: function
-    /// 10.29-10.74 -> 10.07-10.21 ms, function_graph 18.27-18.86 -> 17.90-18.26; fib(1),
-    /// whose two events need none of them, 40 runs: median 3.30-3.44 -> 3.37-3.56 (min
-    /// 3.05-3.15 -> 3.09-3.21): the pages are freed at the end.
-    pub fn make_spare(&self, bytes: usize, pages: &PageWriter) {
+    /// through its ring's first lap within milliseconds in a call-dense program, maps them
+    /// instead of having each made by a fault ([`crate::prefault`] for the figures).
+    pub fn make_spare(&self, bytes: usize, pages: &PageMaker) {
         if !self.private {
             return;
         }
         let tmp = self.path.join(SPARE_IN_PROGRESS);
         let spare = self.path.join(SPARE_FILE);
-        let _ = make_ring_file(&tmp, &spare, bytes as u64, Pages::Written(pages));
+        let _ = make_ring_file(&tmp, &spare, bytes as u64, Pages::Made(pages));
     }
 }
 
@@ -684,12 +681,10 @@ enum Pages<'a> {
     /// Nothing: each is made when the thread first writes it (reserved ahead only on a file
     /// system short of room, [`reserve_ahead`]).
     OnFirstWrite,
-    /// Made and cleared by this writer ([`crate::prefault`], at idle priority) once the file
-    /// is in place: the thread that takes it meanwhile does not wait, and finds made and
-    /// cleared the pages the writer reached before it (tmpfs's `fallocate` makes them but
-    /// leaves their clearing to the first fault). Best effort: a page left out is made at its
-    /// first write. Until the writer is stopped.
-    Written(&'a PageWriter),
+    /// Made by this maker ([`crate::prefault`]) once the file is in place: the thread that
+    /// takes it meanwhile does not wait, and finds made the pages the maker reached before it.
+    /// Best effort: a page left out is made at its first write. Until the maker is stopped.
+    Made(&'a PageMaker),
 }
 
 /// Makes the ring file `path` of `bytes` (zero-filled) for a thread to take whole: made as
@@ -710,8 +705,8 @@ fn make_ring_file(tmp: &Path, path: &Path, bytes: u64, pages: Pages<'_>) -> std:
         })
         .and_then(|f| std::fs::rename(tmp, path).map(|()| f))
         .map(|f| {
-            if let Pages::Written(writer) = pages {
-                writer.write(&f, bytes);
+            if let Pages::Made(maker) = pages {
+                maker.make(&f, bytes);
             }
         });
     if made.is_err() {
@@ -1374,7 +1369,7 @@ mod tests {
     use ftrace_agent::buffer::{self, GROW_FILE_PREFIX, SlotMode};
     use ftrace_agent::event::{KIND_EVENT, KIND_EVENT_DATA};
 
-    /// A private ring directory gets a spare ring file of the size asked, its pages written
+    /// A private ring directory gets a spare ring file of the size asked, its pages made
     /// while the program runs (none once it has exited; then its space reserved only when its
     /// file system is short of room), and nothing half-made left beside it; a recording
     /// directory used for rings gets none.
@@ -1384,17 +1379,17 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
         let len = buffer::HEADER_SIZE + (256 << 10);
-        rings.make_spare(len, &PageWriter::new());
+        rings.make_spare(len, &PageMaker::new());
         if rings.private {
             let spare = rings.path().join(SPARE_FILE);
             let meta = std::fs::metadata(&spare).unwrap();
             assert_eq!(meta.len(), len as u64);
-            // Its pages written, the program running.
+            // Its pages made, the program running.
             assert!(meta.blocks() * 512 >= len as u64, "{meta:?}");
             assert!(!rings.path().join(SPARE_IN_PROGRESS).exists());
-            // The program gone: none written. Reserved only on a file system short of room.
+            // The program gone: none made. Reserved only on a file system short of room.
             std::fs::remove_file(&spare).unwrap();
-            let stopped = PageWriter::new();
+            let stopped = PageMaker::new();
             stopped.stop();
             rings.make_spare(len, &stopped);
             let meta = std::fs::metadata(&spare).unwrap();
@@ -1416,7 +1411,7 @@ mod tests {
             path: out.path().to_path_buf(),
             private: false,
         };
-        fallback.make_spare(len as usize, &PageWriter::new());
+        fallback.make_spare(len as usize, &PageMaker::new());
         assert!(!out.path().join(SPARE_FILE).exists());
     }
 

@@ -333,10 +333,10 @@ pub fn record(opts: &RecordOptions, prog: &str, args: &[String]) -> Result<Recor
     // The program first: the drainers and the first thread's ring are made while it starts
     // (its loading and the agent's scan take a millisecond before its first event; making
     // them first kept it waiting 150 us). The ring is made on another CPU: the thread takes
-    // it when it is sized (waiting for it if it comes first); its pages are written until
-    // the program has exited ([`crate::drain::RingDir::make_spare`]).
+    // it when it is sized (waiting for it if it comes first); its pages are made until the
+    // program has exited ([`crate::drain::RingDir::make_spare`]).
     let mut child = crate::launch::spawn(&cfg, prog, args)?;
-    let pages = crate::prefault::PageWriter::new();
+    let pages = crate::prefault::PageMaker::new();
     let (status, drained) = std::thread::scope(|s| {
         s.spawn(|| rings.make_spare(cfg.ring_file_bytes(), &pages));
         let drainer = crate::drain::Drainer::start(rings.path(), out, growth, opts.yielding);

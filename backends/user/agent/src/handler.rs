@@ -694,10 +694,10 @@ pub(crate) fn offer_itself(inst: &Instance, dir: &str, tid: u32, w: &Writer) {
 }
 
 /// Bytes of a drained ring (after its header page) mapped before the thread's first event:
-/// its first 64 pages. The rest, but for the pages the file already has (`map_made_pages`),
-/// is faulted in by the writer on the ring's first lap, page by page as it is reached: a
-/// short-lived thread pays for the pages it uses, not for the whole ring (about 4 us per 4 KiB
-/// page in a VM; 8.6 ms for 8 MiB).
+/// its first 64 pages. The rest is faulted in by the writer on the ring's first lap, page by
+/// page as it is reached: a short-lived thread pays for the pages it uses, not for the whole
+/// ring (about 4 us per 4 KiB page in a VM; 8.6 ms for 8 MiB; 0.9 us on a page the file
+/// already has, as the tool's spare's, whose pages the tool makes while the program starts).
 pub const PREFAULT_BYTES: usize = 256 << 10;
 
 /// Takes the tool's spare buffer file (streamed recordings: [`Instance::spare`]) as `path`,
@@ -807,44 +807,8 @@ unsafe fn map_sized_ring_file(
             // Best effort (Linux 5.14+): a page it leaves out is faulted in when written.
             let first = len.min(buffer::HEADER_SIZE + PREFAULT_BYTES);
             libc::madvise(p, first, libc::MADV_POPULATE_WRITE);
-            map_made_pages(p.cast(), first, len);
         }
         Some(p.cast())
-    }
-}
-
-/// Pages the mincore vector of [`map_made_pages`] covers at a time (16 MiB of ring).
-const MINCORE_PAGES: usize = 4096;
-
-/// Maps in the pages of `base[from..len]` that the file has already (the tool writes the
-/// spare's while the program starts, [`take_spare`]), in one call per run of them: 0.28 us a
-/// page against 0.55 for the fault the writer takes on each otherwise (a 2 MiB ring made
-/// beforehand: 145 us against 281 on the machine measured). Pages not made yet are left to
-/// the writer's faults (making them here would cost every thread its whole ring up front).
-///
-/// # Safety
-/// `base` must be a shared read-write mapping of `len` bytes, page-aligned, `from <= len`.
-unsafe fn map_made_pages(base: *mut u8, from: usize, len: usize) {
-    const PAGE: usize = 4096;
-    let mut at = from.next_multiple_of(PAGE);
-    let mut made = [0u8; MINCORE_PAGES];
-    while at < len {
-        let n = (len - at).min(MINCORE_PAGES * PAGE);
-        let pages = n.div_ceil(PAGE);
-        // SAFETY: `at..at + n` lies in the caller's mapping; `made` holds a byte per page.
-        if unsafe { libc::mincore(base.add(at).cast(), n, made.as_mut_ptr()) } != 0 {
-            return;
-        }
-        let mut page = at;
-        for run in made[..pages].chunk_by(|a, b| a & 1 == b & 1) {
-            let bytes = (run.len() * PAGE).min(len - page);
-            if run[0] & 1 == 1 {
-                // SAFETY: a run of pages of the caller's mapping; populating writes nothing.
-                unsafe { libc::madvise(base.add(page).cast(), bytes, libc::MADV_POPULATE_WRITE) };
-            }
-            page += bytes;
-        }
-        at += n;
     }
 }
 
@@ -868,74 +832,6 @@ mod tests {
             .create_new(true)
             .open(path)
             .unwrap()
-    }
-
-    /// Minor faults the calling thread has taken so far.
-    fn minor_faults() -> i64 {
-        // SAFETY: `rusage` is plain data the call fills in.
-        unsafe {
-            let mut r: libc::rusage = std::mem::zeroed();
-            assert_eq!(libc::getrusage(libc::RUSAGE_THREAD, &mut r), 0);
-            r.ru_minflt
-        }
-    }
-
-    /// A drained ring's pages the file already has (the tool's spare) are mapped with the
-    /// ring: the writer takes no fault on them; the pages it has not are left to the writer
-    /// (each a fault), not made up front.
-    #[test]
-    fn a_rings_pages_made_beforehand_are_mapped_with_it() {
-        use std::os::fd::AsRawFd as _;
-        let dir = tempfile_dir("made");
-        let path = dir.join("buf");
-        let made = 64;
-        let left = 32;
-        let first = buffer::HEADER_SIZE + PREFAULT_BYTES;
-        let len = first + (made + left) * 4096;
-        let f = new_file(&path);
-        f.set_len(len as u64).unwrap();
-        // The tool's page writer: a read of each page through a mapping of its own.
-        // SAFETY: a read-only mapping of our file, unmapped below.
-        unsafe {
-            let r = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                f.as_raw_fd(),
-                0,
-            );
-            assert_ne!(r, libc::MAP_FAILED);
-            for page in 0..made {
-                r.cast::<u8>().add(first + page * 4096).read_volatile();
-            }
-            libc::munmap(r, len);
-        }
-        // SAFETY: a fresh file of `len` bytes, ours alone.
-        let p =
-            unsafe { map_sized_ring_file(f.as_raw_fd(), len, buffer::SlotMode::ProducerConsumer) }
-                .expect("mapped");
-        let touch = |pages: std::ops::Range<usize>| {
-            let before = minor_faults();
-            for page in pages {
-                // SAFETY: within the mapping.
-                unsafe { p.add(first + page * 4096).write_volatile(1) };
-            }
-            minor_faults() - before
-        };
-        let on_made = touch(0..made);
-        let on_left = touch(made..made + left);
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(p.cast(), len) };
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert!(
-            on_made <= 2,
-            "{on_made} faults on {made} pages made beforehand"
-        );
-        assert!(
-            on_left >= left as i64 / 2,
-            "{on_left} faults on {left} pages not made: the test counts faults right"
-        );
     }
 
     /// A drained ring's space is reserved whole when it is mapped on a file system short of
