@@ -258,6 +258,15 @@ impl<W: Write> StreamWriter<W> {
         }
     }
 
+    /// Writes the buffered records through when they are `bytes` or more (a drainer that has
+    /// caught up with its writer, [`crate::drain`]).
+    pub fn flush_if_at_least(&mut self, bytes: usize) -> io::Result<()> {
+        if self.buf.len() >= bytes {
+            self.flush_buf()?;
+        }
+        Ok(())
+    }
+
     /// Writes the buffered records through once they reach the flush size (256 KiB).
     #[inline]
     pub fn flush_if_full(&mut self) -> io::Result<()> {
