@@ -124,9 +124,9 @@ const IDLE_SLEEP: Duration = Duration::from_micros(500);
 /// first ring in half a millisecond (fib's, 2 MiB) and moves to a larger one (whose first
 /// lap's page faults cost it 5-10 ms) if the drainer has not read it by then. With the idle
 /// sleep the leader found fib(27)'s first ring 0.4-2.5 ms after it started (4 recordings; 2
-/// after the move); polling (and the page writer of then yielding), 1.0-1.5 ms
-/// after (5 recordings, its looks 0.13 ms apart: the program's loading and the agent's start
-/// take the rest).
+/// after the move); polling (and the spare's page writer, as it then was, yielding as it went
+/// to idle priority), 1.0-1.5 ms after (5 recordings, its looks 0.13 ms apart: the program's
+/// loading and the agent's start take the rest).
 const FIRST_RING_POLL: Duration = Duration::from_micros(50);
 /// How long after its start the drainer looks for the first ring every [`FIRST_RING_POLL`].
 const FIRST_RING_WITHIN: Duration = Duration::from_millis(50);
@@ -1487,19 +1487,28 @@ mod tests {
             .expect("an Rss line")
     }
 
+    /// This process's first instance directory (`<pid>.0`), made in the ring directory
+    /// `rings` and in the recording directory `out`: the ring side returned, where its ring
+    /// files go.
+    fn first_instance(rings: &Path, out: &Path) -> PathBuf {
+        let instance = format!("{}.0", std::process::id());
+        std::fs::create_dir(out.join(&instance)).unwrap();
+        let dir = rings.join(instance);
+        std::fs::create_dir(&dir).unwrap();
+        dir
+    }
+
     /// A ring's last drain takes everything it holds, not a turn's worth: the events past
     /// the first turn are in the events file, none lost.
     #[test]
     fn a_finished_ring_is_drained_to_its_end_past_a_turn() {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
-        let instance = format!("{}.0", std::process::id());
-        std::fs::create_dir(rings.path().join(&instance)).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let dir = first_instance(rings.path(), out.path());
         let capacity = 4 * TURN as usize;
         let n = 3 * TURN as usize;
         let events = vec![(buffer::KIND_FUNC, 0); n];
-        let path = write_ring_of(&rings.path().join(&instance), 4, capacity, &events);
+        let path = write_ring_of(&dir, 4, capacity, &events);
         let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
         assert_eq!(d.drain(Drain::Live).unwrap(), TURN);
         let Finish { count, error } = d.finish();
@@ -1514,13 +1523,11 @@ mod tests {
     fn a_caught_up_pass_writes_its_events_through() {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
-        let instance = format!("{}.0", std::process::id());
-        std::fs::create_dir(rings.path().join(&instance)).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let dir = first_instance(rings.path(), out.path());
         let on_disk = |d: &Drained| std::fs::metadata(&d.events_file).unwrap().len();
         // A few events: buffered.
         let few = vec![(buffer::KIND_FUNC, 0); 16];
-        let path = write_ring_of(&rings.path().join(&instance), 5, 1 << 16, &few);
+        let path = write_ring_of(&dir, 5, 1 << 16, &few);
         let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
         let header = on_disk(&d);
         assert_eq!(d.drain(Drain::Live).unwrap(), 16);
@@ -1528,7 +1535,7 @@ mod tests {
         // A caught-up pass over more than CAUGHT_UP_FLUSH of them (4 bytes or more each):
         // written through.
         let many = vec![(buffer::KIND_FUNC, 0); CAUGHT_UP_FLUSH / 4 + 1];
-        let path = write_ring_of(&rings.path().join(&instance), 6, 1 << 16, &many);
+        let path = write_ring_of(&dir, 6, 1 << 16, &many);
         let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
         assert_eq!(d.drain(Drain::Live).unwrap(), many.len() as u64);
         assert!(
@@ -1616,12 +1623,10 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
         assert!(rings.private, "no tmpfs for rings here");
-        let instance = format!("{}.0", std::process::id());
-        std::fs::create_dir(rings.path().join(&instance)).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let dir = first_instance(rings.path(), out.path());
         let capacity = 2 * RELEASE_ABOVE as usize;
         let events = vec![(buffer::KIND_FUNC, 0); capacity - 1];
-        let path = write_ring_of(&rings.path().join(&instance), 3, capacity, &events);
+        let path = write_ring_of(&dir, 3, capacity, &events);
         let mut d = Drained::start(&path, out.path()).unwrap().unwrap();
         // A turn at a time (the other rings' turn comes in between), to the end.
         let mut moved = d.drain(Drain::Live).unwrap();
@@ -1657,13 +1662,9 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
         assert!(rings.private, "no tmpfs for rings here");
-        let pid = std::process::id();
         // SAFETY: no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        let instance = format!("{pid}.0");
-        let dir = rings.path().join(&instance);
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let dir = first_instance(rings.path(), out.path());
         let func = (buffer::KIND_FUNC, 0);
         let path = write_ring_of(&dir, tid, 64, &[func; 40]);
         let file = |slots: u64| HEADER_BYTES + slots * SLOT_BYTES;
@@ -1844,10 +1845,7 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let rings = RingDir::create(out.path());
         assert!(rings.private, "no tmpfs for rings here");
-        let instance = format!("{}.0", std::process::id());
-        let dir = rings.path().join(&instance);
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let dir = first_instance(rings.path(), out.path());
         for tid in 1..=3 {
             write_ring_of(&dir, tid, 64, &[(buffer::KIND_FUNC, 0); 2]);
         }
@@ -1894,12 +1892,10 @@ mod tests {
     fn two_rings() -> (tempfile::TempDir, tempfile::TempDir, PathBuf) {
         let rings = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
-        let instance = format!("{}.0", std::process::id());
-        std::fs::create_dir(rings.path().join(&instance)).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let dir = first_instance(rings.path(), out.path());
         let func = (buffer::KIND_FUNC, 0);
-        let first = write_ring(&rings.path().join(&instance), 1, &[func; 3]);
-        write_ring(&rings.path().join(&instance), 2, &[func; 5]);
+        let first = write_ring(&dir, 1, &[func; 3]);
+        write_ring(&dir, 2, &[func; 5]);
         (rings, out, first)
     }
 
@@ -1965,14 +1961,12 @@ mod tests {
         ] {
             let rings = tempfile::tempdir().unwrap();
             let out = tempfile::tempdir().unwrap();
-            let instance = format!("{}.0", std::process::id());
-            std::fs::create_dir(rings.path().join(&instance)).unwrap();
-            std::fs::create_dir(out.path().join(&instance)).unwrap();
+            let dir = first_instance(rings.path(), out.path());
             // The ring's writer: a thread of this process, which waits.
             let writer = crate::precedence::WaitingThread::start();
             let tid = writer.tid;
             let nice = nice_of(tid).unwrap();
-            write_ring_on(&rings.path().join(&instance), tid, capacity, events, |i| {
+            write_ring_on(&dir, tid, capacity, events, |i| {
                 (buffer::KIND_FUNC, 0, u32::from(i == events - 1))
             });
             let shared = Rings {
@@ -2199,12 +2193,9 @@ mod tests {
     fn the_printed_count_counts_records_not_slots() {
         let rings = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
-        let pid = std::process::id();
         // SAFETY: no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        let instance = format!("{pid}.0");
-        std::fs::create_dir(rings.path().join(&instance)).unwrap();
-        std::fs::create_dir(out.path().join(&instance)).unwrap();
+        let dir = first_instance(rings.path(), out.path());
         let slots: [(u32, u32); 11] = [
             (buffer::KIND_GRAPH_ENT, 0),
             (buffer::KIND_GRAPH_RETVAL, 0),
@@ -2220,7 +2211,7 @@ mod tests {
             (buffer::KIND_FUNC, 0),
             (buffer::KIND_FUNC, 0),
         ];
-        let ring_file = write_ring(&rings.path().join(&instance), tid, &slots);
+        let ring_file = write_ring(&dir, tid, &slots);
         let Finished { counts, errors, .. } =
             Drainer::start(rings.path(), out.path(), Growth::Fixed, Yield::WhenBehind).finish();
         assert!(errors.is_empty(), "{errors:?}");

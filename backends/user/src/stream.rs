@@ -260,6 +260,7 @@ impl<W: Write> StreamWriter<W> {
 
     /// Writes the buffered records through when they are `bytes` or more (a drainer that has
     /// caught up with its writer, [`crate::drain`]).
+    #[inline]
     pub fn flush_if_at_least(&mut self, bytes: usize) -> io::Result<()> {
         if self.buf.len() >= bytes {
             self.flush_buf()?;
@@ -270,10 +271,7 @@ impl<W: Write> StreamWriter<W> {
     /// Writes the buffered records through once they reach the flush size (256 KiB).
     #[inline]
     pub fn flush_if_full(&mut self) -> io::Result<()> {
-        if self.buf.len() >= FLUSH_AT {
-            self.flush_buf()?;
-        }
-        Ok(())
+        self.flush_if_at_least(FLUSH_AT)
     }
 
     /// Records `n` events lost at this point of the stream (before the next event).
